@@ -1,0 +1,52 @@
+#!/usr/bin/env node
+// `npm test`: type-check, unit + kernel tests (Node + Dawn over SwiftShader), then the
+// end-to-end tests in a real headless Chromium. Finds a Chromium first; on Debian as root it
+// installs Debian's `chromium` (which also ships the SwiftShader Vulkan driver the Node
+// kernel tests use) when none is found; elsewhere it stops and says what to install.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+
+const candidates = [process.env.CHROME_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome', '/usr/bin/google-chrome-stable'].filter(Boolean);
+const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
+
+function findChrome() {
+  return candidates.find((p) => existsSync(p));
+}
+
+function isDebianRoot() {
+  return process.getuid?.() === 0 && existsSync('/etc/debian_version') && existsSync('/usr/bin/apt-get');
+}
+
+let chrome = findChrome();
+if (!chrome || !existsSync(SWIFTSHADER_ICD)) {
+  if (isDebianRoot()) {
+    console.log('npm test: installing Debian chromium (browser for e2e, SwiftShader for WebGPU tests) with apt-get');
+    execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit' });
+    execFileSync('apt-get', ['install', '-y', '-qq', 'chromium'], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+    chrome = findChrome();
+  }
+  if (!chrome) {
+    console.error('npm test: no Chromium or Chrome found. Install one (Debian/Ubuntu: `apt-get install chromium`) or set CHROME_PATH to its executable.');
+    process.exit(1);
+  }
+}
+
+const env = { ...process.env, CHROME_PATH: chrome };
+// Without a real GPU, Dawn in Node needs a Vulkan driver: use Chromium's SwiftShader when no other is forced.
+if (!env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
+
+function run(label, cmd, args) {
+  console.log(`\n== ${label}: ${cmd} ${args.join(' ')}`);
+  const r = spawnSync(cmd, args, { stdio: 'inherit', env });
+  if (r.status !== 0) {
+    console.error(`npm test: ${label} failed (exit ${r.status ?? r.signal})`);
+    process.exit(r.status || 1);
+  }
+}
+
+const bin = (name) => `node_modules/.bin/${name}`;
+run('type-check', bin('tsc'), ['--noEmit', '-p', '.']);
+run('unit and kernel tests', bin('vitest'), ['run']);
+run('demo model', 'node', ['scripts/demo-model.mjs']);
+run('end-to-end tests', bin('playwright'), ['test']);
+console.log('\nnpm test: all passed');

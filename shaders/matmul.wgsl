@@ -1,0 +1,138 @@
+// out (T, N) f32 (+)= x (T, K) f32 . w (N, K) bf16 ^T  -- every nn.Linear of the model.
+// Two entry points:
+//   matmul_gemv  (decode, T <= TMAX <= 8): memory-bound, so each weight word is read once for all
+//                T rows; LANES (<= 64) threads reduce one output row over K, 256/LANES rows per workgroup.
+//   matmul_tiled (prefill, any T): 64x64 output tile per 16x16 workgroup, 4x4 per thread, K in
+//                steps of 16 through shared memory.
+
+struct MatmulParams {
+  T: u32,
+  N: u32,
+  K: u32,
+  accumulate: u32, // 1: out += x.w^T (residual adds), 0: out = x.w^T
+}
+
+@group(0) @binding(0) var<uniform> p: MatmulParams;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>; // (T, N) f32
+@group(0) @binding(2) var<storage, read> x: array<f32>;         // (T, K) f32
+@group(0) @binding(3) var<storage, read> w: array<u32>;         // (N, K) bf16, two per u32
+
+fn weightAt(i: u32) -> f32 {
+  let word = w[i >> 1u];
+  return bitcast<f32>(select(word << 16u, word & 0xffff0000u, (i & 1u) == 1u));
+}
+
+fn store(o: u32, v: f32) {
+  if (p.accumulate != 0u) { out[o] = out[o] + v; } else { out[o] = v; }
+}
+
+// ---- GEMV (small T) -------------------------------------------------------------------------
+
+const TMAX = {{TMAX}}u; // register accumulators per thread; the TS side picks 1, 2, 4 or 8 >= T
+const LANES = {{LANES}}u; // threads per output row: 64 for real K, fewer when K is tiny
+const ROWS = 256u / LANES; // output rows per workgroup
+
+var<workgroup> red: array<f32, TMAX * ROWS * LANES>; // (TMAX, ROWS, LANES)
+
+@compute @workgroup_size(256)
+fn matmul_gemv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+               @builtin(local_invocation_index) lid: u32) {
+  let row = lid / LANES;
+  let lane = lid % LANES;
+  let n = (wid.x + wid.y * nwg.x) * ROWS + row;
+  var acc: array<f32, TMAX>;
+  if (n < p.N) {
+    if ((p.K & 1u) == 0u) {
+      // Even K: rows start on a word boundary; one u32 = two weights, consecutive lanes read
+      // consecutive words (coalesced).
+      let words = p.K / 2u;
+      let wbase = n * words;
+      for (var j = lane; j < words; j += LANES) {
+        let pair = w[wbase + j];
+        let w0 = bitcast<f32>(pair << 16u);
+        let w1 = bitcast<f32>(pair & 0xffff0000u);
+        for (var t = 0u; t < TMAX; t++) {
+          if (t < p.T) {
+            let xi = t * p.K + 2u * j;
+            acc[t] += x[xi] * w0 + x[xi + 1u] * w1;
+          }
+        }
+      }
+    } else {
+      let wbase = n * p.K;
+      for (var k = lane; k < p.K; k += LANES) {
+        let wk = weightAt(wbase + k);
+        for (var t = 0u; t < TMAX; t++) {
+          if (t < p.T) { acc[t] += x[t * p.K + k] * wk; }
+        }
+      }
+    }
+  }
+  for (var t = 0u; t < TMAX; t++) { red[(t * ROWS + row) * LANES + lane] = acc[t]; }
+  workgroupBarrier();
+  for (var s = LANES / 2u; s > 0u; s >>= 1u) {
+    if (lane < s) {
+      for (var t = 0u; t < TMAX; t++) {
+        let i = (t * ROWS + row) * LANES + lane;
+        red[i] += red[i + s];
+      }
+    }
+    workgroupBarrier();
+  }
+  // Lane l writes tokens l, l + LANES, ... of this row.
+  if (n < p.N) {
+    for (var t = lane; t < p.T; t += LANES) { store(t * p.N + n, red[(t * ROWS + row) * LANES]); }
+  }
+}
+
+// ---- tiled (large T) ------------------------------------------------------------------------
+
+const BM = 64u; // tokens per tile
+const BN = 64u; // output features per tile
+const BK = 16u; // K step
+
+var<workgroup> xs: array<f32, BK * BM>; // (BK, BM): x tile, transposed so reads are broadcasts
+var<workgroup> ws: array<f32, BK * BN>; // (BK, BN): w tile, n contiguous so reads are conflict-free
+
+@compute @workgroup_size(16, 16)
+fn matmul_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid3: vec3u,
+                @builtin(local_invocation_index) lid: u32) {
+  let n0 = wid.x * BN;
+  let m0 = wid.y * BM;
+  let tx = lid3.x; // output columns n0 + tx + 16 j
+  let ty = lid3.y; // output rows m0 + 4 ty + i
+  var acc: array<f32, 16>;
+  for (var k0 = 0u; k0 < p.K; k0 += BK) {
+    // 1024 elements of each tile, 4 per thread; a thread's loads walk along K (contiguous).
+    for (var r = 0u; r < 4u; r++) {
+      let e = lid + r * 256u;
+      let m = e / BK;
+      let k = e % BK;
+      let gk = k0 + k;
+      var xv = 0.0;
+      if (m0 + m < p.T && gk < p.K) { xv = x[(m0 + m) * p.K + gk]; }
+      xs[k * BM + m] = xv;
+      var wv = 0.0;
+      if (n0 + m < p.N && gk < p.K) { wv = weightAt((n0 + m) * p.K + gk); }
+      ws[k * BN + m] = wv;
+    }
+    workgroupBarrier();
+    for (var k = 0u; k < BK; k++) {
+      var a: array<f32, 4>;
+      var b: array<f32, 4>;
+      for (var i = 0u; i < 4u; i++) { a[i] = xs[k * BM + 4u * ty + i]; }
+      for (var j = 0u; j < 4u; j++) { b[j] = ws[k * BN + tx + 16u * j]; }
+      for (var i = 0u; i < 4u; i++) {
+        for (var j = 0u; j < 4u; j++) { acc[i * 4u + j] += a[i] * b[j]; }
+      }
+    }
+    workgroupBarrier();
+  }
+  for (var i = 0u; i < 4u; i++) {
+    let m = m0 + 4u * ty + i;
+    for (var j = 0u; j < 4u; j++) {
+      let n = n0 + tx + 16u * j;
+      if (m < p.T && n < p.N) { store(m * p.N + n, acc[i * 4u + j]); }
+    }
+  }
+}

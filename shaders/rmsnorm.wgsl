@@ -1,0 +1,44 @@
+// RMSNorm (Qwen3RMSNorm): out = w * (x * rsqrt(mean(x^2) + eps)). One workgroup per row.
+
+struct RmsNormParams {
+  R: u32,
+  D: u32,
+  eps: f32,
+}
+
+const WG = {{WG}}u; // threads per row: 64 for head-dim rows, 256 for hidden rows
+
+@group(0) @binding(0) var<uniform> p: RmsNormParams;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>; // (R, D) f32
+@group(0) @binding(2) var<storage, read> x: array<f32>;         // (R, D) f32
+@group(0) @binding(3) var<storage, read> w: array<u32>;         // (D) bf16, two per u32
+
+var<workgroup> partial: array<f32, WG>;
+
+fn weightAt(i: u32) -> f32 {
+  let word = w[i >> 1u];
+  return bitcast<f32>(select(word << 16u, word & 0xffff0000u, (i & 1u) == 1u));
+}
+
+@compute @workgroup_size(WG)
+fn rmsnorm_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                   @builtin(local_invocation_index) lid: u32) {
+  let r = wid.x + wid.y * nwg.x;
+  if (r >= p.R) { return; } // uniform: the whole workgroup leaves together
+  let base = r * p.D;
+  var ss = 0.0;
+  for (var i = lid; i < p.D; i += WG) {
+    let v = x[base + i];
+    ss += v * v;
+  }
+  partial[lid] = ss;
+  workgroupBarrier();
+  for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    if (lid < s) { partial[lid] += partial[lid + s]; }
+    workgroupBarrier();
+  }
+  let scale = inverseSqrt(partial[0] / f32(p.D) + p.eps);
+  for (var i = lid; i < p.D; i += WG) {
+    out[base + i] = weightAt(i) * (x[base + i] * scale);
+  }
+}

@@ -1,0 +1,50 @@
+// Rotary position embedding, Hugging Face rotate-half layout, in place on x (T, H, HD):
+//   for i < HD/2: (x_i, x_{i+HD/2}) <- (x_i cos - x_{i+HD/2} sin, x_{i+HD/2} cos + x_i sin)
+//   angle = f32(pos) * inv_freq_i, the same f32 product HF computes; inv_freq comes from the CPU.
+// sin/cos are our own: WGSL only promises 2^-11 absolute error for the builtins, and only on
+// [-pi, pi], while angles reach pos (~4e4 rad). We reduce mod pi/2 in three parts (Cody-Waite)
+// and evaluate Cephes' single-precision polynomials: ~1e-6 absolute error up to pos ~1e5.
+
+struct RopeParams {
+  T: u32,
+  H: u32,
+  HD: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: RopeParams;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;    // (T, H, HD) f32, in place
+@group(0) @binding(2) var<storage, read> pos: array<u32>;        // (T) u32
+@group(0) @binding(3) var<storage, read> invFreq: array<f32>;    // (HD/2) f32
+
+// (cos a, sin a) for a >= 0.
+fn cosSin(a: f32) -> vec2f {
+  let k = round(a * 0.63661977236758134);
+  // pi/2 = 1.5703125 + 4.837512969970703125e-4 + 7.54978995489188216e-8; k * 1.5703125 is exact.
+  let r = ((a - k * 1.5703125) - k * 4.837512969970703125e-4) - k * 7.54978995489188216e-8;
+  let z = r * r;
+  let s = r + r * z * (-1.6666654611e-1 + z * (8.3321608736e-3 + z * -1.9515295891e-4));
+  let c = 1.0 - 0.5 * z + z * z * (4.166664568298827e-2 + z * (-1.388731625493765e-3 + z * 2.443315711809948e-5));
+  switch (u32(k) & 3u) {
+    case 0u: { return vec2f(c, s); }
+    case 1u: { return vec2f(-s, c); }
+    case 2u: { return vec2f(-c, -s); }
+    default: { return vec2f(s, -c); }
+  }
+}
+
+@compute @workgroup_size(256)
+fn rope_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                @builtin(local_invocation_index) lid: u32) {
+  let half = p.HD / 2u;
+  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+  if (i >= p.T * p.H * half) { return; }
+  let j = i % half;
+  let th = i / half; // t * H + h
+  let t = th / p.H;
+  let cs = cosSin(f32(pos[t]) * invFreq[j]);
+  let base = th * p.HD;
+  let a = x[base + j];
+  let b = x[base + j + half];
+  x[base + j] = a * cs.x - b * cs.y;
+  x[base + j + half] = b * cs.x + a * cs.y;
+}

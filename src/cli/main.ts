@@ -1,0 +1,265 @@
+// `spyrl`: the same engine as the app, from a terminal.
+//   spyrl tiny-model --out DIR [...]            a random Qwen3 checkpoint in Hugging Face layout
+//   spyrl logits --model DIR (--tokens|--text)  float32 logits [T, V] for every position
+//   spyrl generate --model DIR --prompt STR     streamed text
+// Bad input: one line `spyrl: error: ...` on stderr, exit code 1, nothing written.
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { createWriteStream } from 'node:fs';
+import { rename, rm, stat } from 'node:fs/promises';
+import { ModelLoadError } from '../model/errors.ts';
+
+export class UsageError extends Error {
+  override name = 'UsageError';
+}
+
+const HELP = `spyrl: Qwen3 on your GPU in our own WebGPU kernels
+
+Usage:
+  spyrl tiny-model --out DIR [--layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16
+                   --intermediate 128 --vocab 151936 --tied true --shards 1 --seed 0]
+  spyrl logits --model DIR (--tokens 1,2,3 | --text STR) --out FILE
+  spyrl generate --model DIR (--prompt STR [--chat] | --prompt-tokens 1,2,3)
+                 [--max-new-tokens 128] [--temperature X] [--top-p X] [--top-k N] [--seed N]
+                 [--print-tokens]
+
+Sampling defaults come from the model's generation_config.json (temperature 0 = greedy).
+Environment: VK_ICD_FILENAMES picks the Vulkan driver (SwiftShader is used when no GPU is found).`;
+
+type Flags = Record<string, string | boolean | undefined>;
+
+function parse(args: string[], options: ParseArgsConfig['options']): Flags {
+  try {
+    return parseArgs({ args, options, strict: true, allowPositionals: false }).values as Flags;
+  } catch (e) {
+    throw new UsageError((e as Error).message.replace(/\. To specify a positional.*$/s, ''));
+  }
+}
+
+function str(flags: Flags, name: string, required = false): string | undefined {
+  const v = flags[name];
+  if (v === undefined || v === '') {
+    if (required) throw new UsageError(`--${name} is required`);
+    return undefined;
+  }
+  return String(v);
+}
+
+function int(flags: Flags, name: string, fallback: number, min = 0): number {
+  const v = str(flags, name);
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < min) throw new UsageError(`--${name} must be an integer >= ${min} (got "${v}")`);
+  return n;
+}
+
+function num(flags: Flags, name: string, fallback: number): number {
+  const v = str(flags, name);
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new UsageError(`--${name} must be a number (got "${v}")`);
+  return n;
+}
+
+function bool(flags: Flags, name: string, fallback: boolean): boolean {
+  const v = str(flags, name);
+  if (v === undefined) return fallback;
+  if (v === 'true' || v === '1') return true;
+  if (v === 'false' || v === '0') return false;
+  throw new UsageError(`--${name} must be true or false (got "${v}")`);
+}
+
+function tokenList(v: string, flag: string): number[] {
+  const parts = v.split(',').map((s) => s.trim()).filter(Boolean);
+  if (parts.length === 0) throw new UsageError(`--${flag} is empty`);
+  return parts.map((p) => {
+    const n = Number(p);
+    if (!Number.isSafeInteger(n) || n < 0) throw new UsageError(`--${flag}: "${p}" is not a token id`);
+    return n;
+  });
+}
+
+async function requireDir(dir: string): Promise<void> {
+  const s = await stat(dir).catch(() => null);
+  if (!s) throw new ModelLoadError(dir, 'model folder not found');
+  if (!s.isDirectory()) throw new ModelLoadError(dir, 'is not a folder');
+}
+
+function checkIds(ids: number[], V: number): void {
+  const bad = ids.findIndex((id) => id >= V);
+  if (bad >= 0) throw new UsageError(`token id ${ids[bad]} (index ${bad}) is out of range: the model's vocabulary has ${V} tokens (0..${V - 1})`);
+}
+
+// ---- commands -------------------------------------------------------------------------------
+
+async function tinyModel(args: string[], out: NodeJS.WritableStream): Promise<void> {
+  const f = parse(args, {
+    out: { type: 'string' }, layers: { type: 'string' }, hidden: { type: 'string' }, heads: { type: 'string' },
+    'kv-heads': { type: 'string' }, 'head-dim': { type: 'string' }, intermediate: { type: 'string' }, vocab: { type: 'string' },
+    tied: { type: 'string' }, shards: { type: 'string' }, seed: { type: 'string' },
+  });
+  const dir = str(f, 'out', true)!;
+  const opts = {
+    layers: int(f, 'layers', 2, 1), hidden: int(f, 'hidden', 64, 2), heads: int(f, 'heads', 4, 1), kvHeads: int(f, 'kv-heads', 2, 1),
+    headDim: int(f, 'head-dim', 16, 2), intermediate: int(f, 'intermediate', 128, 2), vocab: int(f, 'vocab', 151936, 2),
+    tied: bool(f, 'tied', true), shards: int(f, 'shards', 1, 1), seed: int(f, 'seed', 0, 0),
+  };
+  if (opts.heads % opts.kvHeads !== 0) throw new UsageError(`--heads (${opts.heads}) must be a multiple of --kv-heads (${opts.kvHeads})`);
+  for (const [k, v] of [['hidden', opts.hidden], ['head-dim', opts.headDim], ['intermediate', opts.intermediate]] as const) {
+    if (v % 2 !== 0) throw new UsageError(`--${k} must be even (bf16 weights are packed in pairs)`);
+  }
+  const { writeTinyCheckpoint } = await import('../model/tinyModel.node.ts');
+  const ckpt = await writeTinyCheckpoint(dir, opts);
+  out.write(JSON.stringify({ out: dir, files: [...ckpt.files.keys()] }) + '\n');
+}
+
+async function openModel(dir: string) {
+  await requireDir(dir);
+  const [{ createGpu }, { nodeFolderSource }, { loadQwen3WithTokenizer }] = await Promise.all([
+    import('../gpu/index.ts'), import('../model/sources.node.ts'), import('../model/load.ts'),
+  ]);
+  const gpu = await createGpu();
+  try {
+    return { gpu, ...(await loadQwen3WithTokenizer(gpu, nodeFolderSource(dir))) };
+  } catch (e) {
+    gpu.destroy();
+    throw e;
+  }
+}
+
+async function logits(args: string[], out: NodeJS.WritableStream): Promise<void> {
+  const f = parse(args, { model: { type: 'string' }, tokens: { type: 'string' }, text: { type: 'string' }, out: { type: 'string' } });
+  const dir = str(f, 'model', true)!;
+  const file = str(f, 'out', true)!;
+  const tokensArg = str(f, 'tokens');
+  const text = f.text === undefined ? undefined : String(f.text);
+  if ((tokensArg === undefined) === (text === undefined)) throw new UsageError('give exactly one of --tokens or --text');
+  const { gpu, model, cfg, tokenizer } = await openModel(dir);
+  try {
+    let ids: number[];
+    if (tokensArg !== undefined) ids = tokenList(tokensArg, 'tokens');
+    else {
+      if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}: --text needs the tokenizer files (or use --tokens)`);
+      ids = tokenizer.encode(text!);
+      if (ids.length === 0) throw new UsageError('--text encodes to no tokens');
+    }
+    checkIds(ids, cfg.vocabSize);
+    const T = ids.length, V = cfg.vocabSize;
+    const cache = model.createCache(1, T);
+    const tmp = `${file}.partial-${process.pid}`;
+    const sink = createWriteStream(tmp);
+    const sinkDone = new Promise<void>((res, rej) => { sink.on('finish', res); sink.on('error', rej); });
+    try {
+      // Streams the logits out chunk by chunk: [T, V] f32 never has to fit in memory at once.
+      const step = Math.max(1, Math.min(model.chunk, Math.floor((64 << 20) / (V * 4))));
+      for (let t0 = 0; t0 < T; t0 += step) {
+        const n = Math.min(step, T - t0);
+        const rows = Array.from({ length: n }, (_, i) => i);
+        const buf = model.forward({ ids: ids.slice(t0, t0 + n), slots: rows.map(() => 0), positions: rows.map((i) => t0 + i), logitRows: rows }, cache);
+        const bytes = await gpu.read(buf, n * V * 4);
+        gpu.releaseBuffer(buf);
+        if (!sink.write(new Uint8Array(bytes))) await new Promise<void>((r) => sink.once('drain', () => r()));
+      }
+      sink.end();
+      await sinkDone;
+      await rename(tmp, file);
+    } catch (e) {
+      sink.destroy();
+      await rm(tmp, { force: true });
+      throw e;
+    } finally {
+      cache.destroy();
+    }
+    out.write(JSON.stringify({ tokens: ids, shape: [T, V] }) + '\n');
+  } finally {
+    gpu.destroy();
+  }
+}
+
+async function generateCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
+  const f = parse(args, {
+    model: { type: 'string' }, prompt: { type: 'string' }, 'prompt-tokens': { type: 'string' }, chat: { type: 'boolean' },
+    'max-new-tokens': { type: 'string' }, temperature: { type: 'string' }, 'top-p': { type: 'string' }, 'top-k': { type: 'string' },
+    seed: { type: 'string' }, 'print-tokens': { type: 'boolean' },
+  });
+  const dir = str(f, 'model', true)!;
+  const prompt = f.prompt === undefined ? undefined : String(f.prompt);
+  const promptTokens = str(f, 'prompt-tokens');
+  if ((prompt === undefined) === (promptTokens === undefined)) throw new UsageError('give exactly one of --prompt or --prompt-tokens');
+  if (f.chat && prompt === undefined) throw new UsageError('--chat needs --prompt');
+  const maxNewTokens = int(f, 'max-new-tokens', 128, 1);
+  await requireDir(dir);
+  const [{ generate, validateSampling, samplingDefaults }, { nodeFolderSource }] = await Promise.all([import('../model/generate.ts'), import('../model/sources.node.ts')]);
+  const defaults = await samplingDefaults(nodeFolderSource(dir));
+  const sampling = {
+    temperature: num(f, 'temperature', defaults.temperature),
+    topP: num(f, 'top-p', defaults.topP),
+    topK: int(f, 'top-k', defaults.topK, 0),
+    seed: int(f, 'seed', 0, 0),
+  };
+  try { validateSampling(sampling); } catch (e) { throw new UsageError((e as Error).message); }
+
+  const { gpu, model, cfg, tokenizer } = await openModel(dir);
+  try {
+    let ids: number[];
+    if (promptTokens !== undefined) ids = tokenList(promptTokens, 'prompt-tokens');
+    else {
+      if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}: --prompt needs the tokenizer files (or use --prompt-tokens)`);
+      const text = f.chat ? tokenizer.applyChatTemplate([{ role: 'user', content: prompt! }], { addGenerationPrompt: true }) : prompt!;
+      ids = tokenizer.encode(text);
+      if (ids.length === 0) throw new UsageError('--prompt encodes to no tokens');
+    }
+    checkIds(ids, cfg.vocabSize);
+    const stopIds = tokenizer?.stopIds ?? cfg.eosTokenIds;
+    const { TextStreamer } = await import('../model/tokenizer.ts');
+    const streamer = tokenizer ? new TextStreamer(tokenizer, { skipSpecial: true }) : null;
+    const generated: number[] = [];
+    const started = performance.now();
+    let firstAt = 0;
+    for await (const step of generate(model, [ids], { ...sampling, maxNewTokens, stopIds })) {
+      const tok = step[0];
+      if (!firstAt) firstAt = performance.now();
+      generated.push(tok.id);
+      if (streamer && !f['print-tokens'] && !(tok.reason === 'stop')) out.write(streamer.push(tok.id));
+    }
+    if (f['print-tokens']) out.write(JSON.stringify({ prompt: ids, tokens: generated }) + '\n');
+    else {
+      if (streamer) out.write(streamer.flush());
+      out.write('\n');
+      const decodeS = (performance.now() - firstAt) / 1000;
+      process.stderr.write(`[${ids.length} prompt tokens, ${generated.length} generated; prefill+first token ${((firstAt - started) / 1000).toFixed(2)} s, decode ${generated.length > 1 ? ((generated.length - 1) / decodeS).toFixed(2) : '-'} tok/s on ${gpu.info.description || gpu.info.architecture || 'GPU'}]\n`);
+    }
+  } finally {
+    gpu.destroy();
+  }
+}
+
+// ---- entry ------------------------------------------------------------------------------------
+
+const COMMANDS: Record<string, (args: string[], out: NodeJS.WritableStream) => Promise<void>> = {
+  'tiny-model': tinyModel,
+  logits,
+  generate: generateCmd,
+};
+
+/** Runs one command; returns the process exit code. Errors become one line on stderr. */
+export async function main(argv: string[], out: NodeJS.WritableStream = process.stdout, err: NodeJS.WritableStream = process.stderr): Promise<number> {
+  const [cmd, ...args] = argv;
+  if (!cmd || cmd === '--help' || cmd === '-h' || cmd === 'help') {
+    out.write(HELP + '\n');
+    return cmd ? 0 : 1;
+  }
+  const run = COMMANDS[cmd];
+  if (!run) {
+    err.write(`spyrl: error: unknown command "${cmd}" (commands: ${Object.keys(COMMANDS).join(', ')}; see spyrl --help)\n`);
+    return 2;
+  }
+  try {
+    await run(args, out);
+    return 0;
+  } catch (e) {
+    const error = e as Error;
+    err.write(`spyrl: error: ${error.message}\n`);
+    if (process.env.SPYRL_DEBUG) err.write(`${error.stack}\n`);
+    return e instanceof UsageError ? 2 : 1;
+  }
+}

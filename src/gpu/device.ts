@@ -1,0 +1,334 @@
+// The Gpu object: device creation (browser or Node), buffers, upload/readback, the pending
+// command encoder, error capture, and the two launch verbs kernel() and dispatch().
+
+import { shaderSource } from '#shaders';
+import { BufferPool } from './pool.ts';
+import { GpuDeviceLostError, GpuError, GpuOutOfMemoryError, GpuUnavailableError, fromGpuError } from './errors.ts';
+import { PipelineCache, UniformArena, splitGrid, type Defines, type Kernel, type Param, type Workgroups } from './launch.ts';
+
+export interface GpuFeatures {
+  f16: boolean;
+  subgroups: boolean;
+  timestampQuery: boolean;
+}
+
+export interface GpuInfo {
+  vendor: string;
+  architecture: string;
+  description: string;
+}
+
+export interface CreateGpuOptions {
+  powerPreference?: GPUPowerPreference;
+  /** Leave these optional features off even when offered (to test fallback paths). */
+  disableFeatures?: ('shader-f16' | 'subgroups' | 'timestamp-query')[];
+  /** Override where shader text comes from (tests, bundles). */
+  shaderSource?: (name: string) => string;
+}
+
+/** Limits we raise to the adapter's maximum: big weights, big bindings, big workgroups. */
+const RAISED_LIMITS = [
+  'maxBufferSize',
+  'maxStorageBufferBindingSize',
+  'maxStorageBuffersPerShaderStage',
+  'maxComputeWorkgroupStorageSize',
+  'maxComputeInvocationsPerWorkgroup',
+  'maxComputeWorkgroupSizeX',
+  'maxComputeWorkgroupSizeY',
+  'maxComputeWorkgroupSizeZ',
+  'maxComputeWorkgroupsPerDimension',
+] as const;
+
+const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+
+export async function createGpu(opts: CreateGpuOptions = {}): Promise<Gpu> {
+  const gpuApi = await getNavigatorGpu();
+  const adapter = await gpuApi.requestAdapter({ powerPreference: opts.powerPreference ?? 'high-performance' });
+  if (!adapter) throw new GpuUnavailableError('WebGPU is present but no adapter was found');
+
+  const off = new Set(opts.disableFeatures ?? []);
+  const wanted: GPUFeatureName[] = [];
+  for (const f of ['shader-f16', 'subgroups', 'timestamp-query'] as const) {
+    if (adapter.features.has(f) && !off.has(f)) wanted.push(f as GPUFeatureName);
+  }
+  const requiredLimits: Record<string, number> = {};
+  for (const name of RAISED_LIMITS) requiredLimits[name] = adapter.limits[name];
+
+  let device: GPUDevice;
+  try {
+    device = await adapter.requestDevice({ requiredFeatures: wanted, requiredLimits, label: 'spyrl' });
+  } catch (e) {
+    throw new GpuUnavailableError(`requestDevice failed: ${(e as Error).message}`);
+  }
+  const info = adapter.info as GPUAdapterInfo | undefined;
+  return new Gpu(device, {
+    vendor: info?.vendor ?? '',
+    architecture: info?.architecture ?? '',
+    description: info?.description ?? '',
+  }, opts.shaderSource ?? shaderSource);
+}
+
+let nodeGpuInstance: GPU | undefined;
+
+async function getNavigatorGpu(): Promise<GPU> {
+  if (typeof navigator !== 'undefined' && navigator.gpu) return navigator.gpu;
+  if (typeof process === 'undefined' || !process.versions?.node) {
+    throw new GpuUnavailableError('This browser has no WebGPU (navigator.gpu is missing)');
+  }
+  // A variable specifier keeps bundlers from pulling the Node-only package into the browser build.
+  const mod = 'webgpu';
+  let lib: { create: (opts: string[]) => GPU; globals: object };
+  try {
+    lib = await import(/* @vite-ignore */ mod);
+  } catch (e) {
+    throw new GpuUnavailableError(`the 'webgpu' package could not be loaded: ${(e as Error).message}`);
+  }
+  Object.assign(globalThis, lib.globals);
+  // Dawn's instance must outlive every device made from it: a collected instance stalls or crashes mapAsync.
+  nodeGpuInstance ??= lib.create([]);
+  return nodeGpuInstance;
+}
+
+export class Gpu {
+  readonly features: GpuFeatures;
+  readonly limits: GPUSupportedLimits;
+  private readonly pool: BufferPool;
+  private readonly readPool: BufferPool;
+  private readonly pipelines: PipelineCache;
+  private readonly params: UniformArena;
+  private encoder: GPUCommandEncoder | null = null;
+  private pass: GPUComputePassEncoder | null = null;
+  private errors: GpuError[] = [];
+  private scopes = new Set<Promise<void>>();
+  private lost: GpuDeviceLostError | null = null;
+  private destroyed = false;
+  /** Dispatches encoded since creation (for benchmarks and tests). */
+  dispatchCount = 0;
+
+  constructor(
+    readonly device: GPUDevice,
+    readonly info: GpuInfo,
+    source: (name: string) => string,
+  ) {
+    this.features = {
+      f16: device.features.has('shader-f16'),
+      subgroups: device.features.has('subgroups'),
+      timestampQuery: device.features.has('timestamp-query'),
+    };
+    this.limits = device.limits;
+    this.pool = new BufferPool(device);
+    this.readPool = new BufferPool(device);
+    this.params = new UniformArena(device, Math.max(256, device.limits.minUniformBufferOffsetAlignment));
+    this.pipelines = new PipelineCache(device, source, (scope, ctx) => this.track(scope, ctx));
+    device.addEventListener('uncapturederror', (ev) => {
+      this.errors.push(fromGpuError((ev as GPUUncapturedErrorEvent).error, 'uncaptured'));
+    });
+    void device.lost.then((lostInfo) => {
+      if (this.destroyed) return;
+      this.lost = new GpuDeviceLostError(`GPU device lost: ${lostInfo.message}`, lostInfo.reason);
+    });
+  }
+
+  // ---- 1. buffers -------------------------------------------------------------------------
+
+  /** A STORAGE | COPY_SRC | COPY_DST buffer of `bytes` (rounded up to 4), from the pool when possible. */
+  createBuffer(bytes: number, label: string): GPUBuffer {
+    this.throwIfLost();
+    if (bytes > this.limits.maxBufferSize) {
+      throw new GpuOutOfMemoryError(`${label}: ${bytes} bytes exceeds maxBufferSize ${this.limits.maxBufferSize}`);
+    }
+    this.device.pushErrorScope('out-of-memory');
+    const buf = this.pool.acquire(bytes, STORAGE(), label);
+    this.track(this.device.popErrorScope(), `allocating ${label} (${bytes} bytes)`);
+    return buf;
+  }
+
+  /** Returns a buffer from createBuffer to the pool; pending work that uses it stays valid. */
+  releaseBuffer(buf: GPUBuffer): void {
+    this.pool.release(buf);
+  }
+
+  /** Uploads data; ordered after all work encoded so far (flushes it first). */
+  write(buf: GPUBuffer, data: ArrayBufferView | ArrayBuffer, byteOffset = 0): void {
+    this.throwIfLost();
+    if (this.encoder) this.submit();
+    const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    if (bytes.byteLength % 4 === 0) {
+      this.device.queue.writeBuffer(buf, byteOffset, bytes as Uint8Array<ArrayBuffer>);
+    } else {
+      const padded = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4);
+      padded.set(bytes);
+      this.device.queue.writeBuffer(buf, byteOffset, padded);
+    }
+  }
+
+  /** Reads `bytes` (default: whole buffer) back; submits pending work first; throws recorded errors. */
+  async read(buf: GPUBuffer, bytes = buf.size - 0, byteOffset = 0): Promise<ArrayBuffer> {
+    this.throwIfLost();
+    const size = Math.ceil(bytes / 4) * 4;
+    const staging = this.readPool.acquire(size, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST, `read:${buf.label}`);
+    this.endPass();
+    this.getEncoder().copyBufferToBuffer(buf, byteOffset, staging, 0, size);
+    this.submit();
+    try {
+      await staging.mapAsync(GPUMapMode.READ, 0, size);
+    } catch (e) {
+      await this.settle();
+      this.throwIfLost();
+      this.throwRecorded();
+      throw new GpuError(`mapAsync failed reading ${buf.label}: ${(e as Error).message}`);
+    }
+    const out = staging.getMappedRange(0, size).slice(0, bytes);
+    staging.unmap();
+    this.readPool.release(staging);
+    await this.settle();
+    this.throwIfLost();
+    this.throwRecorded();
+    return out;
+  }
+
+  async readF32(buf: GPUBuffer, count?: number): Promise<Float32Array> {
+    return new Float32Array(await this.read(buf, count === undefined ? buf.size : count * 4));
+  }
+
+  async readU32(buf: GPUBuffer, count?: number): Promise<Uint32Array> {
+    return new Uint32Array(await this.read(buf, count === undefined ? buf.size : count * 4));
+  }
+
+  /** Encodes a buffer-to-buffer copy (in order with dispatches); argument order as copyBufferToBuffer. */
+  copy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, bytes: number): void {
+    this.endPass();
+    this.getEncoder().copyBufferToBuffer(src, srcOffset, dst, dstOffset, bytes);
+  }
+
+  /** Encodes zero-filling a buffer range (in order with dispatches). */
+  clear(buf: GPUBuffer, byteOffset = 0, bytes?: number): void {
+    this.endPass();
+    this.getEncoder().clearBuffer(buf, byteOffset, bytes);
+  }
+
+  // ---- 2. launch ----------------------------------------------------------------------------
+
+  /** The compute pipeline for `entry` in shaders/<shader>.wgsl with `{{defines}}` filled; cached. */
+  kernel(shader: string, entry: string, defines?: Defines): Kernel {
+    this.throwIfLost();
+    return this.pipelines.get(shader, entry, defines);
+  }
+
+  /**
+   * Encodes one dispatch into the pending encoder. `buffers` bind to @binding(1..n) in order;
+   * `params` (u32 numbers, f32() for floats) bind to @binding(0) as a uniform when given.
+   * A 1-D workgroup count is split into an (x, y) grid when above the per-dimension limit.
+   */
+  dispatch(kernel: Kernel, buffers: readonly GPUBuffer[], workgroups: Workgroups, params?: readonly Param[]): void {
+    this.throwIfLost();
+    const entries: GPUBindGroupEntry[] = buffers.map((buffer, i) => ({ binding: i + 1, resource: { buffer } }));
+    if (params) entries.push({ binding: 0, resource: this.params.slot(params, kernel.label) });
+    const maxDim = this.limits.maxComputeWorkgroupsPerDimension;
+    const [x, y, z] = typeof workgroups === 'number' ? splitGrid(workgroups, maxDim) : [workgroups[0], workgroups[1] ?? 1, workgroups[2] ?? 1];
+    if (x === 0 || y === 0 || z === 0) return;
+    const pass = this.getPass();
+    const bindGroup = this.device.createBindGroup({ layout: kernel.pipeline.getBindGroupLayout(0), entries, label: kernel.label });
+    pass.setPipeline(kernel.pipeline);
+    pass.setBindGroup(0, bindGroup);
+    pass.dispatchWorkgroups(x, y, z);
+    this.dispatchCount++;
+  }
+
+  /** Submits the pending command encoder; throws errors recorded so far (typed). */
+  flush(): void {
+    this.throwIfLost();
+    if (this.encoder) this.submit();
+    this.throwRecorded();
+  }
+
+  /** flush() and wait until the GPU is idle and all error scopes have answered. */
+  async sync(): Promise<void> {
+    this.throwIfLost();
+    if (this.encoder) this.submit();
+    await this.device.queue.onSubmittedWorkDone();
+    await this.settle();
+    this.throwIfLost();
+    this.throwRecorded();
+  }
+
+  destroy(): void {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    this.pass?.end();
+    this.pass = null;
+    this.encoder = null;
+    this.pool.destroyAll();
+    this.readPool.destroyAll();
+    this.params.destroy();
+    this.device.destroy();
+  }
+
+  get memory(): { live: number; free: number; liveBytes: number } {
+    return this.pool.stats;
+  }
+
+  // ---- 3. internals -------------------------------------------------------------------------
+
+  private getEncoder(): GPUCommandEncoder {
+    if (!this.encoder) {
+      // One validation scope per submitted batch: errors in bind groups, dispatches and the submit
+      // itself come back with a deterministic promise instead of only as an uncaptured event.
+      this.device.pushErrorScope('validation');
+      this.encoder = this.device.createCommandEncoder({ label: 'spyrl-batch' });
+    }
+    return this.encoder;
+  }
+
+  private getPass(): GPUComputePassEncoder {
+    if (!this.pass) this.pass = this.getEncoder().beginComputePass();
+    return this.pass;
+  }
+
+  private endPass(): void {
+    if (this.pass) {
+      this.pass.end();
+      this.pass = null;
+    }
+  }
+
+  private submit(): void {
+    if (!this.encoder) return;
+    this.endPass();
+    const cmd = this.encoder.finish();
+    this.encoder = null;
+    this.params.upload(this.device.queue);
+    this.device.queue.submit([cmd]);
+    this.track(this.device.popErrorScope(), 'command batch');
+  }
+
+  private track(scope: Promise<GPUError | null>, context: string): void {
+    const p: Promise<void> = scope.then(
+      (err) => {
+        if (err) this.errors.push(fromGpuError(err, context));
+      },
+      (e: unknown) => {
+        this.errors.push(new GpuError(`${context}: popErrorScope failed: ${(e as Error).message}`));
+      },
+    ).finally(() => this.scopes.delete(p));
+    this.scopes.add(p);
+  }
+
+  private async settle(): Promise<void> {
+    while (this.scopes.size) await Promise.all([...this.scopes]);
+  }
+
+  private throwIfLost(): void {
+    if (this.lost) throw this.lost;
+    if (this.destroyed) throw new GpuDeviceLostError('Gpu was destroyed', 'destroyed');
+  }
+
+  /** Throws (and clears) the first recorded error so a caller can recover from a bad call. */
+  private throwRecorded(): void {
+    if (this.errors.length === 0) return;
+    const [first, ...rest] = this.errors;
+    this.errors = [];
+    if (rest.length) first.message += ` (+${rest.length} more: ${rest.map((e) => e.message).join(' | ')})`;
+    throw first;
+  }
+}

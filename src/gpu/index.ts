@@ -1,0 +1,4 @@
+export { createGpu, Gpu, type CreateGpuOptions, type GpuFeatures, type GpuInfo } from './device.ts';
+export { GpuError, GpuUnavailableError, GpuValidationError, GpuOutOfMemoryError, GpuDeviceLostError } from './errors.ts';
+export { f32, F32, splitGrid, type Param, type Defines, type Kernel, type Workgroups } from './launch.ts';
+export { BufferPool } from './pool.ts';

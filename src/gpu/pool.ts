@@ -1,0 +1,58 @@
+// Buffer pool: released buffers are kept per (usage, size) and handed out again, so per-step
+// activations and staging buffers are not re-allocated on every call.
+// Reuse is safe without waiting for the GPU because every later use of a recycled buffer is
+// encoded or queued after the work that used it before (see Gpu.write, which flushes first).
+
+export class BufferPool {
+  private free = new Map<string, GPUBuffer[]>();
+  private live = new Set<GPUBuffer>();
+
+  constructor(private readonly device: GPUDevice) {}
+
+  /** A buffer of exactly `bytes` (rounded up to 4) with `usage`, recycled when one is free. */
+  acquire(bytes: number, usage: GPUBufferUsageFlags, label: string): GPUBuffer {
+    const size = Math.max(4, Math.ceil(bytes / 4) * 4);
+    const list = this.free.get(key(usage, size));
+    const reused = list?.pop();
+    if (reused) {
+      reused.label = label;
+      this.live.add(reused);
+      return reused;
+    }
+    const buf = this.device.createBuffer({ size, usage, label });
+    this.live.add(buf);
+    return buf;
+  }
+
+  release(buf: GPUBuffer): void {
+    if (!this.live.delete(buf)) return; // not ours or released twice
+    const k = key(buf.usage, buf.size);
+    const list = this.free.get(k);
+    if (list) list.push(buf);
+    else this.free.set(k, [buf]);
+  }
+
+  /** Destroys the free buffers (keeps live ones). */
+  trim(): void {
+    for (const list of this.free.values()) for (const b of list) b.destroy();
+    this.free.clear();
+  }
+
+  destroyAll(): void {
+    this.trim();
+    for (const b of this.live) b.destroy();
+    this.live.clear();
+  }
+
+  get stats(): { live: number; free: number; liveBytes: number } {
+    let free = 0;
+    for (const l of this.free.values()) free += l.length;
+    let liveBytes = 0;
+    for (const b of this.live) liveBytes += b.size;
+    return { live: this.live.size, free, liveBytes };
+  }
+}
+
+function key(usage: number, size: number): string {
+  return `${usage}:${size}`;
+}

@@ -1,0 +1,14 @@
+// Shader text in Node: read shaders/<name>.wgsl from the repository (cached).
+import { readFileSync } from 'node:fs';
+
+const dir = new URL('../../shaders/', import.meta.url);
+const cache = new Map<string, string>();
+
+export function shaderSource(name: string): string {
+  let text = cache.get(name);
+  if (text === undefined) {
+    text = readFileSync(new URL(`${name}.wgsl`, dir), 'utf8');
+    cache.set(name, text);
+  }
+  return text;
+}

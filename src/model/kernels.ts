@@ -1,0 +1,148 @@
+// One TS function per op (docs/ENGINE.md). Each checks its sizes, then encodes one dispatch into
+// gpu's pending encoder: no GPU sync, no allocation except cached constant tables.
+// Argument order (llm.c): outputs, inputs/weights, sizes.
+
+import type { Gpu } from '../gpu/device.ts';
+import { f32 } from '../gpu/launch.ts';
+
+const ELEMS_PER_WG = 256; // elementwise kernels: one thread per element, 256 per workgroup
+
+/** Decode-path cutoff: at most this many tokens go through the GEMV kernel. */
+export const GEMV_MAX_T = 8;
+
+function check(cond: boolean, msg: string): void {
+  if (!cond) throw new RangeError(msg);
+}
+
+function checkSize(buf: GPUBuffer, bytes: number, what: string): void {
+  check(buf.size >= bytes, `${what}: buffer '${buf.label}' has ${buf.size} bytes, needs ${bytes}`);
+}
+
+const bf16Bytes = (n: number) => Math.ceil(n / 2) * 4;
+
+/** out (T, C) f32 = table[ids] ; ids (T) u32 ; table (V, C) bf16 */
+export function embed(gpu: Gpu, out: GPUBuffer, ids: GPUBuffer, table: GPUBuffer, T: number, C: number): void {
+  checkSize(out, T * C * 4, 'embed out');
+  checkSize(ids, T * 4, 'embed ids');
+  gpu.dispatch(gpu.kernel('embed', 'embed_forward'), [out, ids, table], Math.ceil((T * C) / ELEMS_PER_WG), [T, C]);
+}
+
+/** out (R, D) f32 = w * x * rsqrt(mean(x^2) + eps) ; x (R, D) f32 ; w (D) bf16 */
+export function rmsNorm(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R: number, D: number, eps: number): void {
+  checkSize(out, R * D * 4, 'rmsNorm out');
+  checkSize(x, R * D * 4, 'rmsNorm x');
+  checkSize(w, bf16Bytes(D), 'rmsNorm w');
+  check(out !== x, 'rmsNorm: out and x must differ');
+  const WG = D <= 512 ? 64 : 256;
+  gpu.dispatch(gpu.kernel('rmsnorm', 'rmsnorm_forward', { WG }), [out, x, w], R, [R, D, f32(eps)]);
+}
+
+/** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) bf16 ^T */
+export function matmul(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, T: number, N: number, K: number, accumulate = false): void {
+  checkSize(out, T * N * 4, 'matmul out');
+  checkSize(x, T * K * 4, 'matmul x');
+  checkSize(w, bf16Bytes(N * K), 'matmul w');
+  check(out !== x, 'matmul: out and x must differ');
+  check(T * Math.max(N, K) < 2 ** 32 && N * K < 2 ** 33, 'matmul: sizes overflow u32 indexing');
+  if (T === 0) return;
+  const params = [T, N, K, accumulate ? 1 : 0];
+  if (T <= GEMV_MAX_T) {
+    const TMAX = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
+    // ~4+ weight words per lane: 64 lanes from K >= 512; tiny K gets more rows per workgroup.
+    const LANES = Math.min(64, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, K / 8)))));
+    gpu.dispatch(gpu.kernel('matmul', 'matmul_gemv', { TMAX, LANES }), [out, x, w], Math.ceil(N / (256 / LANES)), params);
+  } else {
+    gpu.dispatch(gpu.kernel('matmul', 'matmul_tiled', { TMAX: 1, LANES: 64 }), [out, x, w], [Math.ceil(N / 64), Math.ceil(T / 64)], params);
+  }
+}
+
+// inv_freq_i = 1 / theta^(2i/HD) rounded to f32, as HF computes it; cached per (Gpu, HD, theta).
+const invFreqCache = new WeakMap<Gpu, Map<string, GPUBuffer>>();
+
+export function ropeInvFreq(HD: number, theta: number): Float32Array {
+  const inv = new Float32Array(HD / 2);
+  for (let i = 0; i < HD / 2; i++) inv[i] = 1 / Math.fround(theta ** Math.fround((2 * i) / HD));
+  return inv;
+}
+
+function invFreqBuffer(gpu: Gpu, HD: number, theta: number): GPUBuffer {
+  let perGpu = invFreqCache.get(gpu);
+  if (!perGpu) invFreqCache.set(gpu, (perGpu = new Map()));
+  const key = `${HD}:${theta}`;
+  let buf = perGpu.get(key);
+  if (!buf) {
+    buf = gpu.createBuffer((HD / 2) * 4, `ropeInvFreq.${key}`); // (HD/2) f32
+    gpu.write(buf, ropeInvFreq(HD, theta));
+    perGpu.set(key, buf);
+  }
+  return buf;
+}
+
+/** In place on x (T, H, HD) f32, HF rotate-half; pos (T) u32 */
+export function rope(gpu: Gpu, x: GPUBuffer, pos: GPUBuffer, T: number, H: number, HD: number, theta: number): void {
+  check(HD % 2 === 0, `rope: HD=${HD} must be even`);
+  checkSize(x, T * H * HD * 4, 'rope x');
+  checkSize(pos, T * 4, 'rope pos');
+  const inv = invFreqBuffer(gpu, HD, theta);
+  gpu.dispatch(gpu.kernel('rope', 'rope_forward'), [x, pos, inv], Math.ceil((T * H * HD) / 2 / ELEMS_PER_WG), [T, H, HD]);
+}
+
+/** kCache, vCache (S, maxT, NKV, HD) f32 ; k, v (T, NKV, HD) f32 ; row t -> [slot[t], pos[t]] */
+export function kvWrite(
+  gpu: Gpu, kCache: GPUBuffer, vCache: GPUBuffer, k: GPUBuffer, v: GPUBuffer, slot: GPUBuffer, pos: GPUBuffer,
+  T: number, NKV: number, HD: number, maxT: number,
+): void {
+  checkSize(k, T * NKV * HD * 4, 'kvWrite k');
+  checkSize(v, T * NKV * HD * 4, 'kvWrite v');
+  checkSize(kCache, maxT * NKV * HD * 4, 'kvWrite kCache');
+  check(kCache !== vCache, 'kvWrite: kCache and vCache must differ');
+  gpu.dispatch(gpu.kernel('attention', 'kv_write'), [kCache, vCache, k, v, slot, pos], Math.ceil((T * NKV * HD) / ELEMS_PER_WG), [T, NKV, HD, maxT]);
+}
+
+/** out, q (T, NH, HD) f32 ; token t attends to slot[t], positions 0..pos[t]; GQA h -> h / (NH/NKV) */
+export function attention(
+  gpu: Gpu, out: GPUBuffer, q: GPUBuffer, kCache: GPUBuffer, vCache: GPUBuffer, slot: GPUBuffer, pos: GPUBuffer,
+  T: number, NH: number, NKV: number, HD: number, maxT: number,
+): void {
+  check(HD <= 256, `attention: HD=${HD} > 256`);
+  check(NH % NKV === 0, `attention: NH=${NH} not a multiple of NKV=${NKV}`);
+  checkSize(out, T * NH * HD * 4, 'attention out');
+  checkSize(q, T * NH * HD * 4, 'attention q');
+  checkSize(kCache, maxT * NKV * HD * 4, 'attention kCache');
+  gpu.dispatch(gpu.kernel('attention', 'attention_forward'), [out, q, kCache, vCache, slot, pos], T * NH,
+    [T, NH, NKV, HD, maxT, f32(1 / Math.sqrt(HD))]);
+}
+
+/** out (n) f32 = silu(gate) * up */
+export function siluMul(gpu: Gpu, out: GPUBuffer, gate: GPUBuffer, up: GPUBuffer, n: number): void {
+  checkSize(out, n * 4, 'siluMul out');
+  checkSize(gate, n * 4, 'siluMul gate');
+  checkSize(up, n * 4, 'siluMul up');
+  gpu.dispatch(gpu.kernel('activation', 'silu_mul_forward'), [out, gate, up], Math.ceil(n / ELEMS_PER_WG), [n]);
+}
+
+/** out (R, C) f32 = x[rows[r], :] ; rows (R) u32 */
+export function gatherRows(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, rows: GPUBuffer, R: number, C: number): void {
+  checkSize(out, R * C * 4, 'gatherRows out');
+  checkSize(rows, R * 4, 'gatherRows rows');
+  gpu.dispatch(gpu.kernel('gather', 'gather_rows_forward'), [out, x, rows], Math.ceil((R * C) / ELEMS_PER_WG), [R, C]);
+}
+
+export interface SampleOptions {
+  /** 0 = greedy argmax. */
+  temperature: number;
+  /** Keep the k most likely tokens; 0 = off. */
+  topK: number;
+  /** Keep the smallest set with this much probability; 1 = off. */
+  topP: number;
+}
+
+/** outIds (B) u32 ; logits (B, V) f32 ; RNG = hash(seed, step, row) */
+export function sample(gpu: Gpu, outIds: GPUBuffer, logits: GPUBuffer, B: number, V: number, opts: SampleOptions, seed: number, step: number): void {
+  checkSize(outIds, B * 4, 'sample outIds');
+  checkSize(logits, B * V * 4, 'sample logits');
+  check(opts.temperature >= 0 && opts.topK >= 0 && opts.topP > 0, `sample: bad options ${JSON.stringify(opts)}`);
+  const WG = V >= 8192 ? 256 : 64;
+  gpu.dispatch(gpu.kernel('sample', 'sample_forward', { WG }), [outIds, logits], B,
+    [B, V, Math.floor(opts.topK), seed >>> 0, step >>> 0, f32(opts.temperature), f32(Math.min(opts.topP, 1))]);
+}

@@ -1,0 +1,183 @@
+// Qwen3 forward pass on our WGSL kernels: the same math as Hugging Face modeling_qwen3.py.
+// One `forward` serves prefill (many tokens of one sequence), several prompts at once and
+// batched decode (one token of each of B sequences): every token carries its KV-cache slot
+// and position, and attention reads the cache, so no T x T buffer ever exists.
+import type { Gpu } from '../gpu/index.ts';
+import * as K from './kernels.ts';
+import type { Qwen3Config } from './config.ts';
+
+export interface LayerWeights {
+  inputNorm: GPUBuffer; // (C) bf16
+  qProj: GPUBuffer; // (NH*HD, C) bf16
+  kProj: GPUBuffer; // (NKV*HD, C) bf16
+  vProj: GPUBuffer; // (NKV*HD, C) bf16
+  qNorm: GPUBuffer; // (HD) bf16
+  kNorm: GPUBuffer; // (HD) bf16
+  oProj: GPUBuffer; // (C, NH*HD) bf16
+  postNorm: GPUBuffer; // (C) bf16
+  gateProj: GPUBuffer; // (I, C) bf16
+  upProj: GPUBuffer; // (I, C) bf16
+  downProj: GPUBuffer; // (C, I) bf16
+}
+
+export interface Qwen3Weights {
+  embed: GPUBuffer; // (V, C) bf16
+  layers: LayerWeights[]; // L
+  norm: GPUBuffer; // (C) bf16
+  lmHead: GPUBuffer; // (V, C) bf16; the embedding itself when tied
+}
+
+/** Per-layer K and V caches, f32, (S, maxT, NKV, HD) each. */
+export class KVCache {
+  readonly k: GPUBuffer[] = [];
+  readonly v: GPUBuffer[] = [];
+  constructor(
+    private readonly gpu: Gpu,
+    cfg: Qwen3Config,
+    readonly slots: number,
+    readonly maxT: number,
+  ) {
+    const bytes = slots * maxT * cfg.numKvHeads * cfg.headDim * 4;
+    for (let l = 0; l < cfg.numLayers; l++) {
+      this.k.push(gpu.createBuffer(bytes, `kCache.${l}`));
+      this.v.push(gpu.createBuffer(bytes, `vCache.${l}`));
+    }
+  }
+  destroy(): void {
+    for (const b of [...this.k, ...this.v]) this.gpu.releaseBuffer(b);
+    this.k.length = 0;
+    this.v.length = 0;
+  }
+}
+
+/** Tokens per forward chunk: bounds activation memory whatever the prompt length. */
+export const DEFAULT_CHUNK = 256;
+
+export interface ForwardInput {
+  ids: ArrayLike<number>; // (T) token ids
+  slots: ArrayLike<number>; // (T) KV-cache slot of each token
+  positions: ArrayLike<number>; // (T) position of each token in its sequence
+  /** Token indices whose logits are wanted, in output-row order. */
+  logitRows: ArrayLike<number>;
+}
+
+export class Qwen3Model {
+  readonly chunk: number;
+  constructor(
+    readonly gpu: Gpu,
+    readonly cfg: Qwen3Config,
+    readonly weights: Qwen3Weights,
+    opts: { chunk?: number } = {},
+  ) {
+    this.chunk = opts.chunk ?? DEFAULT_CHUNK;
+  }
+
+  createCache(slots: number, maxT: number): KVCache {
+    return new KVCache(this.gpu, this.cfg, slots, maxT);
+  }
+
+  /**
+   * Runs the model over the given tokens, writing their K/V into `cache`, and returns a
+   * buffer with the logits of `logitRows` (R, V) f32. Tokens of one slot must come in
+   * position order; tokens of a later chunk may attend to those of an earlier one.
+   * The caller releases the returned buffer with gpu.releaseBuffer.
+   */
+  forward(input: ForwardInput, cache: KVCache): GPUBuffer {
+    const { gpu, cfg } = this;
+    const T = input.ids.length;
+    if (input.slots.length !== T || input.positions.length !== T) throw new Error('forward: ids, slots and positions differ in length');
+    const V = cfg.vocabSize;
+    for (let t = 0; t < T; t++) {
+      const id = input.ids[t], s = input.slots[t], p = input.positions[t];
+      if (!Number.isInteger(id) || id < 0 || id >= V) throw new RangeError(`token id ${id} at index ${t} is out of range for vocab size ${V}`);
+      if (s < 0 || s >= cache.slots) throw new RangeError(`slot ${s} at index ${t} is out of range (cache has ${cache.slots} slots)`);
+      if (p < 0 || p >= cache.maxT) throw new RangeError(`position ${p} at index ${t} exceeds the KV cache capacity of ${cache.maxT} tokens`);
+    }
+    const R = input.logitRows.length;
+    const logits = gpu.createBuffer(Math.max(R, 1) * V * 4, 'logits'); // (R, V) f32
+    let row = 0;
+    for (let t0 = 0; t0 < T; t0 += this.chunk) {
+      const t1 = Math.min(T, t0 + this.chunk);
+      const rows: number[] = [];
+      for (; row < R && input.logitRows[row] < t1; row++) {
+        const r = input.logitRows[row];
+        if (r < t0) throw new Error('forward: logitRows must be increasing');
+        rows.push(r - t0);
+      }
+      const outOffset = (row - rows.length) * V * 4;
+      this.forwardChunk(input, t0, t1, rows, cache, logits, outOffset);
+    }
+    if (row !== R) throw new Error('forward: logitRows out of range');
+    return logits;
+  }
+
+  private forwardChunk(input: ForwardInput, t0: number, t1: number, rows: number[], cache: KVCache, logits: GPUBuffer, logitsOffset: number): void {
+    const { gpu, cfg, weights: w } = this;
+    const T = t1 - t0;
+    const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V, rmsNormEps: eps, ropeTheta: theta } = cfg;
+    const maxT = cache.maxT;
+
+    const ids = this.u32(Array.from({ length: T }, (_, i) => input.ids[t0 + i]), 'ids'); // (T) u32
+    const slot = this.u32(Array.from({ length: T }, (_, i) => input.slots[t0 + i]), 'slots'); // (T) u32
+    const pos = this.u32(Array.from({ length: T }, (_, i) => input.positions[t0 + i]), 'positions'); // (T) u32
+
+    const x = gpu.createBuffer(T * C * 4, 'x'); // (T, C) residual stream
+    const h = gpu.createBuffer(T * C * 4, 'h'); // (T, C) normed
+    const q = gpu.createBuffer(T * NH * HD * 4, 'q'); // (T, NH, HD)
+    const qn = gpu.createBuffer(T * NH * HD * 4, 'qNormed'); // (T, NH, HD)
+    const k = gpu.createBuffer(T * NKV * HD * 4, 'k'); // (T, NKV, HD)
+    const kn = gpu.createBuffer(T * NKV * HD * 4, 'kNormed'); // (T, NKV, HD)
+    const v = gpu.createBuffer(T * NKV * HD * 4, 'v'); // (T, NKV, HD)
+    const att = gpu.createBuffer(T * NH * HD * 4, 'attn'); // (T, NH, HD)
+    const gate = gpu.createBuffer(T * I * 4, 'gate'); // (T, I)
+    const up = gpu.createBuffer(T * I * 4, 'up'); // (T, I)
+    const act = gpu.createBuffer(T * I * 4, 'act'); // (T, I)
+
+    K.embed(gpu, x, ids, w.embed, T, C);
+    for (let l = 0; l < cfg.numLayers; l++) {
+      const lw = w.layers[l];
+      // x = x + o_proj(attn(rope(q_norm(q)), rope(k_norm(k)), v))
+      K.rmsNorm(gpu, h, x, lw.inputNorm, T, C, eps);
+      K.matmul(gpu, q, h, lw.qProj, T, NH * HD, C);
+      K.matmul(gpu, k, h, lw.kProj, T, NKV * HD, C);
+      K.matmul(gpu, v, h, lw.vProj, T, NKV * HD, C);
+      K.rmsNorm(gpu, qn, q, lw.qNorm, T * NH, HD, eps);
+      K.rmsNorm(gpu, kn, k, lw.kNorm, T * NKV, HD, eps);
+      K.rope(gpu, qn, pos, T, NH, HD, theta);
+      K.rope(gpu, kn, pos, T, NKV, HD, theta);
+      K.kvWrite(gpu, cache.k[l], cache.v[l], kn, v, slot, pos, T, NKV, HD, maxT);
+      K.attention(gpu, att, qn, cache.k[l], cache.v[l], slot, pos, T, NH, NKV, HD, maxT);
+      K.matmul(gpu, x, att, lw.oProj, T, C, NH * HD, true);
+      // x = x + down(silu(gate(h)) * up(h))
+      K.rmsNorm(gpu, h, x, lw.postNorm, T, C, eps);
+      K.matmul(gpu, gate, h, lw.gateProj, T, I, C);
+      K.matmul(gpu, up, h, lw.upProj, T, I, C);
+      K.siluMul(gpu, act, gate, up, T * I);
+      K.matmul(gpu, x, act, lw.downProj, T, C, I, true);
+    }
+    if (rows.length > 0) {
+      const R = rows.length;
+      K.rmsNorm(gpu, h, x, w.norm, T, C, eps);
+      const rowIdx = this.u32(rows, 'logitRows'); // (R) u32
+      const hr = gpu.createBuffer(R * C * 4, 'hLast'); // (R, C)
+      K.gatherRows(gpu, hr, h, rowIdx, R, C);
+      if (logitsOffset === 0) {
+        K.matmul(gpu, logits, hr, w.lmHead, R, V, C);
+      } else {
+        const part = gpu.createBuffer(R * V * 4, 'logitsChunk'); // (R, V)
+        K.matmul(gpu, part, hr, w.lmHead, R, V, C);
+        gpu.copy(part, 0, logits, logitsOffset, R * V * 4);
+        gpu.releaseBuffer(part);
+      }
+      gpu.releaseBuffer(hr);
+      gpu.releaseBuffer(rowIdx);
+    }
+    for (const b of [ids, slot, pos, x, h, q, qn, k, kn, v, att, gate, up, act]) gpu.releaseBuffer(b);
+  }
+
+  private u32(values: ArrayLike<number>, label: string): GPUBuffer {
+    const buf = this.gpu.createBuffer(Math.max(values.length, 1) * 4, label);
+    this.gpu.write(buf, Uint32Array.from(values));
+    return buf;
+  }
+}

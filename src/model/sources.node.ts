@@ -1,0 +1,103 @@
+// Node-only sources: a checkpoint folder on disk, and a folder-backed hub cache.
+import { openAsBlob } from 'node:fs';
+import { open as openFile, readFile, readdir, stat, mkdir, rm, rename } from 'node:fs/promises';
+import { join, relative, sep, dirname } from 'node:path';
+import { ModelLoadError } from './errors.ts';
+import type { ByteSource } from './safetensors.ts';
+import type { HubCache, ModelSource } from './sources.ts';
+
+/** Ranged reads through a FileHandle opened per read, so no descriptor outlives a call. */
+export async function nodeFileSource(path: string, name = path): Promise<ByteSource> {
+  const size = (await stat(path)).size;
+  return {
+    name,
+    size,
+    async read(offset, length) {
+      if (offset < 0 || length < 0 || offset + length > size) {
+        throw new ModelLoadError(name, `read of ${length} bytes at offset ${offset} is past the end of the file (${size} bytes): file truncated?`);
+      }
+      const out = new Uint8Array(length);
+      const fh = await openFile(path, 'r');
+      try {
+        let done = 0;
+        while (done < length) {
+          const { bytesRead } = await fh.read(out, done, length - done, offset + done);
+          if (bytesRead === 0) throw new ModelLoadError(name, `short read at offset ${offset + done}: file shrank while reading?`);
+          done += bytesRead;
+        }
+      } finally {
+        await fh.close();
+      }
+      return out;
+    },
+  };
+}
+
+async function walk(dir: string, root: string, out: string[]): Promise<void> {
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) await walk(p, root, out);
+    else if (e.isFile()) out.push(relative(root, p).split(sep).join('/'));
+  }
+}
+
+export function nodeFolderSource(dir: string): ModelSource {
+  const path = (file: string) => join(dir, ...file.split('/'));
+  const missing = (file: string, e: unknown): never => {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new ModelLoadError(file, `not found in ${dir}`);
+    throw e;
+  };
+  return {
+    name: dir,
+    async list() {
+      const out: string[] = [];
+      await walk(dir, dir, out);
+      return out.sort();
+    },
+    open: (file) => nodeFileSource(path(file), file).catch((e) => missing(file, e)),
+    readText: (file) => readFile(path(file), 'utf8').catch((e) => missing(file, e)),
+    exists: (file) => stat(path(file)).then((s) => s.isFile(), () => false),
+  };
+}
+
+/** Hub cache for Node: files under `dir`, written to `.part` then renamed on completion. */
+export function nodeFolderHubCache(dir: string): HubCache {
+  const path = (key: string) => join(dir, ...key.split('/'));
+  return {
+    kind: 'node-folder',
+    async get(key) {
+      try {
+        return await openAsBlob(path(key)); // file-backed: nothing is read until sliced
+      } catch {
+        return null;
+      }
+    },
+    async create(key) {
+      const final = path(key);
+      const part = `${final}.part`;
+      await mkdir(dirname(final), { recursive: true });
+      const fh = await openFile(part, 'w');
+      return {
+        write: async (chunk) => void (await fh.write(chunk)),
+        close: async () => {
+          await fh.close();
+          await rename(part, final);
+        },
+        abort: async () => {
+          await fh.close().catch(() => undefined);
+          await rm(part, { force: true });
+        },
+      };
+    },
+    async entries() {
+      const files: string[] = [];
+      await walk(dir, dir, files).catch(() => undefined);
+      const out: { key: string; size: number }[] = [];
+      for (const key of files) if (!key.endsWith('.part')) out.push({ key, size: (await stat(path(key))).size });
+      return out;
+    },
+    async delete(key) {
+      await rm(path(key), { force: true });
+    },
+  };
+}
