@@ -85,6 +85,44 @@ fn matmul_gemv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
   }
 }
 
+// ---- rows (CPU adapters, any T) -------------------------------------------------------------
+// One thread per (output row, group of TMAX tokens) and no barriers: on SwiftShader-like CPU
+// implementations barriers and shared memory cost far more than the strided weight reads.
+
+@compute @workgroup_size(64)
+fn matmul_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+               @builtin(local_invocation_index) lid: u32) {
+  let n = (wid.x + wid.y * nwg.x) * 64u + lid;
+  if (n >= p.N) { return; }
+  let t0 = wid.z * TMAX;
+  let nt = min(TMAX, p.T - t0);
+  var acc: array<f32, TMAX>;
+  if ((p.K & 1u) == 0u) {
+    let words = p.K / 2u;
+    let wbase = n * words;
+    for (var j = 0u; j < words; j++) {
+      let pair = w[wbase + j];
+      let w0 = bitcast<f32>(pair << 16u);
+      let w1 = bitcast<f32>(pair & 0xffff0000u);
+      for (var t = 0u; t < TMAX; t++) {
+        if (t < nt) {
+          let xi = (t0 + t) * p.K + 2u * j;
+          acc[t] += x[xi] * w0 + x[xi + 1u] * w1;
+        }
+      }
+    }
+  } else {
+    let wbase = n * p.K;
+    for (var k = 0u; k < p.K; k++) {
+      let wk = weightAt(wbase + k);
+      for (var t = 0u; t < TMAX; t++) {
+        if (t < nt) { acc[t] += x[(t0 + t) * p.K + k] * wk; }
+      }
+    }
+  }
+  for (var t = 0u; t < nt; t++) { store((t0 + t) * p.N + n, acc[t]); }
+}
+
 // ---- tiled (large T) ------------------------------------------------------------------------
 
 const BM = 64u; // tokens per tile

@@ -1,7 +1,7 @@
 import { createGpu } from '../src/gpu/index.ts';
 import * as K from '../src/model/kernels.ts';
 const gpu = await createGpu();
-const [T, N, Kd] = process.argv.slice(2).map(Number);
+const [T, N, Kd] = process.argv.slice(2, 5).map(Number); K.tuning.matmul = (process.argv[5] ?? 'auto') as 'auto';
 const x = gpu.createBuffer(T * Kd * 4, 'x');
 const w = gpu.createBuffer(N * Kd * 2, 'w');
 const o = gpu.createBuffer(T * N * 4, 'o');
@@ -10,5 +10,5 @@ let t0 = performance.now();
 for (let i = 0; i < 3; i++) K.matmul(gpu, o, x, w, T, N, Kd);
 await gpu.sync();
 const dt = (performance.now() - t0) / 3;
-console.log(`T=${T} N=${N} K=${Kd}: ${dt.toFixed(1)} ms, ${(2 * T * N * Kd / dt / 1e6).toFixed(3)} GFLOP/s, weights ${(N * Kd * 2 / dt / 1e6).toFixed(3)} GB/s`);
+console.log(`${K.tuning.matmul} T=${T} N=${N} K=${Kd}: ${dt.toFixed(1)} ms, ${(2 * T * N * Kd / dt / 1e6).toFixed(3)} GFLOP/s, weights ${(N * Kd * 2 / dt / 1e6).toFixed(3)} GB/s`);
 gpu.destroy();

@@ -73,6 +73,39 @@ export function filesSource(files: Iterable<File>, name?: string): ModelSource {
   };
 }
 
+/**
+ * Files served over HTTP under one base URL with a known file list (the bundled demo model):
+ * each file is fetched once, whole, when first opened.
+ */
+export function urlSource(name: string, baseUrl: string, files: readonly string[], opts: { fetch?: typeof fetch } = {}): ModelSource {
+  const doFetch = opts.fetch ?? ((input, init) => fetch(input, init));
+  const known = new Set(files);
+  const blobs = new Map<string, Promise<Blob>>();
+  const get = (file: string): Promise<Blob> => {
+    if (!known.has(file)) return Promise.reject(notFound(name, file));
+    let p = blobs.get(file);
+    if (!p) {
+      const url = new URL(file, baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`).href;
+      p = doFetch(url).then(async (res) => {
+        if (!res.ok) throw new ModelLoadError(file, `HTTP ${res.status} fetching ${url}`);
+        return res.blob();
+      }, (e: unknown) => {
+        throw new ModelLoadError(file, `fetching ${url} failed: ${(e as Error).message}`);
+      });
+      p.catch(() => blobs.delete(file));
+      blobs.set(file, p);
+    }
+    return p;
+  };
+  return {
+    name,
+    list: async () => [...files],
+    open: async (file) => blobSource(await get(file), file),
+    readText: async (file) => (await get(file)).text(),
+    exists: async (file) => known.has(file),
+  };
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hugging Face Hub with a persistent cache.
 

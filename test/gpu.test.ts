@@ -1,0 +1,170 @@
+// The GPU layer (src/gpu): buffers, upload/readback, the pool, uniform params, grid splitting,
+// and typed errors. One Gpu for the file; test-only WGSL comes in through the shaderSource hook.
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { shaderSource } from '#shaders';
+import {
+  createGpu, f32, splitGrid, GpuDeviceLostError, GpuError, GpuOutOfMemoryError, GpuValidationError, type Gpu,
+} from '../src/gpu/index.ts';
+import { expandDefines } from '../src/gpu/launch.ts';
+import * as K from '../src/model/kernels.ts';
+
+const TEST_WGSL = `
+struct SetParams { i: u32, value: f32 }
+@group(0) @binding(0) var<uniform> p: SetParams;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>; // (n) f32
+
+// out[p.i] = p.value: one dispatch per element checks every dispatch got its own params slot.
+@compute @workgroup_size(1)
+fn set_one() { out[p.i] = p.value; }
+
+@group(0) @binding(1) var<storage, read_write> ids: array<u32>; // (n) u32
+
+// ids[i] = i + 1 for the linear workgroup id, so a wrong or missing part of the grid shows.
+@compute @workgroup_size(1)
+fn write_ids(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let i = wid.x + wid.y * nwg.x;
+  if (i < arrayLength(&ids)) { ids[i] = i + 1u; }
+}
+`;
+
+let gpu: Gpu;
+
+beforeAll(async () => {
+  gpu = await createGpu({ shaderSource: (name) => (name === 'test' ? TEST_WGSL : shaderSource(name)) });
+});
+
+afterAll(() => gpu?.destroy());
+
+describe('device', () => {
+  it('reports adapter info, features and raised limits', () => {
+    expect(typeof gpu.info.architecture).toBe('string');
+    expect(typeof gpu.features.subgroups).toBe('boolean');
+    expect(typeof gpu.features.f16).toBe('boolean');
+    expect(gpu.limits.maxStorageBufferBindingSize).toBeGreaterThanOrEqual(128 * 2 ** 20);
+    expect(gpu.limits.maxComputeWorkgroupsPerDimension).toBeGreaterThanOrEqual(65535);
+  });
+});
+
+describe('buffers', () => {
+  it('write/read round trip, with offsets and odd byte counts', async () => {
+    const buf = gpu.createBuffer(64, 'roundtrip');
+    gpu.write(buf, Float32Array.from({ length: 16 }, (_, i) => i * 0.5));
+    gpu.write(buf, Uint32Array.from([0xdeadbeef]), 8);
+    const all = new Float32Array(await gpu.read(buf));
+    expect(all[0]).toBe(0);
+    expect(all[15]).toBe(7.5);
+    expect(new Uint32Array(all.buffer)[2]).toBe(0xdeadbeef);
+    expect(Array.from(await gpu.readF32(buf, 2))).toEqual([0, 0.5]);
+    expect(Array.from(new Float32Array(await gpu.read(buf, 8, 12)))).toEqual([1.5, 2]);
+    gpu.write(buf, Uint8Array.from([1, 2, 3])); // padded to 4 bytes
+    expect(Array.from(new Uint8Array(await gpu.read(buf, 4)))).toEqual([1, 2, 3, 0]);
+  });
+
+  it('pool recycles released buffers of the same size', () => {
+    const a = gpu.createBuffer(1000, 'a');
+    gpu.releaseBuffer(a);
+    const b = gpu.createBuffer(1000, 'b');
+    expect(b).toBe(a);
+    expect(b.label).toBe('b');
+    const c = gpu.createBuffer(1004, 'c');
+    expect(c).not.toBe(a);
+    gpu.releaseBuffer(b);
+    gpu.releaseBuffer(c);
+  });
+
+  it('copy and clear are ordered with dispatches', async () => {
+    const src = gpu.createBuffer(16, 'src');
+    const dst = gpu.createBuffer(16, 'dst');
+    gpu.write(src, Float32Array.from([1, 2, 3, 4]));
+    gpu.copy(src, 4, dst, 0, 12);
+    gpu.clear(src);
+    expect(Array.from(await gpu.readF32(dst))).toEqual([2, 3, 4, 0]);
+    expect(Array.from(await gpu.readF32(src))).toEqual([0, 0, 0, 0]);
+  });
+
+  it('a write after encoded work does not overtake it (flushes first)', async () => {
+    const gate = gpu.createBuffer(16, 'gate');
+    const up = gpu.createBuffer(16, 'up');
+    const out = gpu.createBuffer(16, 'out');
+    gpu.write(gate, Float32Array.from([0, 0, 0, 0]));
+    gpu.write(up, Float32Array.from([2, 2, 2, 2]));
+    K.siluMul(gpu, out, gate, up, 4); // silu(0) * 2 = 0
+    gpu.write(gate, Float32Array.from([50, 50, 50, 50])); // would give 100 if run before the dispatch
+    expect(Array.from(await gpu.readF32(out))).toEqual([0, 0, 0, 0]);
+  });
+});
+
+describe('launch', () => {
+  it('gives every dispatch its own params across uniform chunks (600 dispatches, one flush)', async () => {
+    const n = 600; // > 256 slots of one 64 KiB chunk
+    const out = gpu.createBuffer(n * 4, 'set');
+    const k = gpu.kernel('test', 'set_one');
+    for (let i = 0; i < n; i++) gpu.dispatch(k, [out], 1, [i, f32(i * 0.25 - 3)]);
+    const got = await gpu.readF32(out, n);
+    expect(Array.from(got)).toEqual(Array.from({ length: n }, (_, i) => i * 0.25 - 3));
+    // Next flush reuses the same uniform buffers with new values.
+    for (let i = 0; i < n; i++) gpu.dispatch(k, [out], 1, [i, f32(i)]);
+    expect(Array.from(await gpu.readF32(out, n))).toEqual(Array.from({ length: n }, (_, i) => i));
+  });
+
+  it('splits more than 65535 workgroups over an x/y grid', async () => {
+    expect(splitGrid(100, 65535)).toEqual([100, 1, 1]);
+    expect(splitGrid(70000, 65535)).toEqual([35000, 2, 1]);
+    expect(splitGrid(151936, 65535)).toEqual([50646, 3, 1]);
+    expect(() => splitGrid(65536 * 65536, 65535)).toThrow();
+    const n = 70001;
+    const ids = gpu.createBuffer(n * 4, 'ids');
+    gpu.dispatch(gpu.kernel('test', 'write_ids'), [ids], n);
+    const got = await gpu.readU32(ids, n);
+    let bad = 0;
+    for (let i = 0; i < n; i++) if (got[i] !== i + 1) bad++;
+    expect(bad).toBe(0);
+  });
+
+  it('caches pipelines by (shader, entry, defines)', () => {
+    expect(gpu.kernel('test', 'set_one')).toBe(gpu.kernel('test', 'set_one'));
+    expect(gpu.kernel('rmsnorm', 'rmsnorm_forward', { WG: 64 })).not.toBe(gpu.kernel('rmsnorm', 'rmsnorm_forward', { WG: 256 }));
+    expect(() => expandDefines('const A = {{A}}u;', {}, 'x')).toThrow(/missing define/);
+    expect(expandDefines('const A = {{A}}u; const B = {{B}};', { A: 3, B: true }, 'x')).toBe('const A = 3u; const B = true;');
+  });
+});
+
+describe('errors', () => {
+  it('a dispatch with a missing binding surfaces as GpuValidationError on read; the Gpu stays usable', async () => {
+    const gate = gpu.createBuffer(16, 'gate');
+    const out = gpu.createBuffer(16, 'out');
+    gpu.write(gate, Float32Array.from([1, 2, 3, 4]));
+    // siluMul needs (out, gate, up): leave out `up`.
+    gpu.dispatch(gpu.kernel('activation', 'silu_mul_forward'), [out, gate], 1, [4]);
+    const err = await gpu.readF32(out).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(GpuValidationError);
+    expect(err).toBeInstanceOf(GpuError);
+    expect((err as Error).name).toBe('GpuValidationError');
+    // Recovered: the next correct call works and throws nothing.
+    K.siluMul(gpu, out, gate, gate === out ? out : gpu.createBuffer(16, 'up'), 4);
+    await expect(gpu.readF32(out)).resolves.toHaveLength(4);
+  });
+
+  it('a uniform binding too small for the params struct is a GpuValidationError', async () => {
+    const out = gpu.createBuffer(16, 'out');
+    // set_one reads an 8-byte struct; a dispatch without params leaves binding 0 unbound.
+    gpu.dispatch(gpu.kernel('test', 'set_one'), [out], 1);
+    await expect(gpu.sync()).rejects.toBeInstanceOf(GpuValidationError);
+  });
+
+  it('a WGSL compile error is a GpuValidationError from sync()', async () => {
+    gpu.kernel('test', 'no_such_entry');
+    await expect(gpu.sync()).rejects.toBeInstanceOf(GpuValidationError);
+  });
+
+  it('allocations beyond maxBufferSize throw GpuOutOfMemoryError', () => {
+    expect(() => gpu.createBuffer(gpu.limits.maxBufferSize + 4, 'huge')).toThrow(GpuOutOfMemoryError);
+  });
+
+  it('after destroy(), calls throw GpuDeviceLostError', async () => {
+    gpu.destroy();
+    expect(() => gpu.createBuffer(4, 'x')).toThrow(GpuDeviceLostError);
+    expect(() => gpu.flush()).toThrow(GpuDeviceLostError);
+  });
+});
