@@ -10,7 +10,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const out = join(root, 'public', 'tiny-demo');
 // The demo model: Qwen3-shaped, random weights, real tokenizer and vocabulary.
 const args = ['--layers', '2', '--hidden', '64', '--heads', '4', '--kv-heads', '2', '--head-dim', '16', '--intermediate', '128', '--tied', 'true', '--shards', '1', '--seed', '0'];
-const stamp = JSON.stringify({ args, version: 1 });
+const stamp = JSON.stringify({ args, version: 2 });
 const manifestPath = join(out, 'manifest.json');
 
 if (existsSync(manifestPath)) {

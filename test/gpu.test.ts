@@ -31,7 +31,8 @@ fn write_ids(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
 let gpu: Gpu;
 
 beforeAll(async () => {
-  gpu = await createGpu({ shaderSource: (name) => (name === 'test' ? TEST_WGSL : shaderSource(name)) });
+  const testShaders: Record<string, string> = { test: TEST_WGSL, broken: '@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }' };
+  gpu = await createGpu({ shaderSource: (name) => testShaders[name] ?? shaderSource(name) });
 });
 
 afterAll(() => gpu?.destroy());
@@ -142,18 +143,22 @@ describe('errors', () => {
     expect(err).toBeInstanceOf(GpuError);
     expect((err as Error).name).toBe('GpuValidationError');
     // Recovered: the next correct call works and throws nothing.
-    K.siluMul(gpu, out, gate, gate === out ? out : gpu.createBuffer(16, 'up'), 4);
+    K.siluMul(gpu, out, gate, gpu.createBuffer(16, 'up'), 4);
     await expect(gpu.readF32(out)).resolves.toHaveLength(4);
   });
 
-  it('a uniform binding too small for the params struct is a GpuValidationError', async () => {
+  it('a dispatch without the params its shader reads is a GpuValidationError', async () => {
     const out = gpu.createBuffer(16, 'out');
-    // set_one reads an 8-byte struct; a dispatch without params leaves binding 0 unbound.
+    // set_one reads a uniform struct; a dispatch without params leaves binding 0 unbound.
     gpu.dispatch(gpu.kernel('test', 'set_one'), [out], 1);
     await expect(gpu.sync()).rejects.toBeInstanceOf(GpuValidationError);
   });
 
-  it('a WGSL compile error is a GpuValidationError from sync()', async () => {
+  it('a WGSL compile error or a missing entry point is a GpuValidationError from sync()', async () => {
+    gpu.kernel('broken', 'main');
+    const err = await gpu.sync().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(GpuValidationError);
+    expect((err as Error).message).toMatch(/broken\.main/);
     gpu.kernel('test', 'no_such_entry');
     await expect(gpu.sync()).rejects.toBeInstanceOf(GpuValidationError);
   });

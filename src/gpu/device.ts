@@ -163,8 +163,9 @@ export class Gpu {
   }
 
   /** Reads `bytes` (default: whole buffer) back; submits pending work first; throws recorded errors. */
-  async read(buf: GPUBuffer, bytes = buf.size - 0, byteOffset = 0): Promise<ArrayBuffer> {
+  async read(buf: GPUBuffer, bytes?: number, byteOffset = 0): Promise<ArrayBuffer> {
     this.throwIfLost();
+    bytes ??= buf.size - byteOffset;
     const size = Math.ceil(bytes / 4) * 4;
     const staging = this.readPool.acquire(size, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST, `read:${buf.label}`);
     this.endPass();
@@ -188,11 +189,11 @@ export class Gpu {
   }
 
   async readF32(buf: GPUBuffer, count?: number): Promise<Float32Array> {
-    return new Float32Array(await this.read(buf, count === undefined ? buf.size : count * 4));
+    return new Float32Array(await this.read(buf, count === undefined ? undefined : count * 4));
   }
 
   async readU32(buf: GPUBuffer, count?: number): Promise<Uint32Array> {
-    return new Uint32Array(await this.read(buf, count === undefined ? buf.size : count * 4));
+    return new Uint32Array(await this.read(buf, count === undefined ? undefined : count * 4));
   }
 
   /** Encodes a buffer-to-buffer copy (in order with dispatches); argument order as copyBufferToBuffer. */

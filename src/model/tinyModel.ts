@@ -64,11 +64,14 @@ function bf16Tensor(shape: number[], sample: () => number): Uint8Array {
 /**
  * Init keeps hidden states O(1): embeddings ~N(0,1), each Linear ~N(0, 1/K) so outputs stay unit-scale,
  * and norm weights 1 + 0.1*N(0,1) so a kernel that ignores or misapplies them is caught.
+ * The residual writers (o_proj, down_proj) are 4x larger: with tied random embeddings a weak
+ * residual update makes every next token equal the current one, and the demo would only echo.
  */
 function initStd(name: string, shape: number[]): number | 'norm' {
   if (name.endsWith('norm.weight')) return 'norm';
   if (name === 'model.embed_tokens.weight') return 1;
-  return 1 / Math.sqrt(shape[1]!);
+  const residualWriter = name.endsWith('o_proj.weight') || name.endsWith('down_proj.weight');
+  return (residualWriter ? 4 : 1) / Math.sqrt(shape[1]!);
 }
 
 export function makeTinyCheckpoint(opts: TinyCheckpointOptions = {}): TinyCheckpoint {
