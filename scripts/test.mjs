@@ -18,11 +18,12 @@ function isDebianRoot() {
 }
 
 let chrome = findChrome();
-if (!chrome || !existsSync(SWIFTSHADER_ICD)) {
+const hasVulkanLoader = ['/usr/lib/x86_64-linux-gnu/libvulkan.so.1', '/usr/lib/aarch64-linux-gnu/libvulkan.so.1', '/usr/lib/libvulkan.so.1'].some((p) => existsSync(p));
+if (!chrome || !existsSync(SWIFTSHADER_ICD) || !hasVulkanLoader) {
   if (isDebianRoot()) {
     console.log('npm test: installing Debian chromium (browser for e2e, SwiftShader for WebGPU tests) with apt-get');
     execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit' });
-    execFileSync('apt-get', ['install', '-y', '-qq', 'chromium'], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+    execFileSync('apt-get', ['install', '-y', '-qq', 'chromium', 'libvulkan1'], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
     chrome = findChrome();
   }
   if (!chrome) {

@@ -154,6 +154,13 @@ describe('errors', () => {
     await expect(gpu.sync()).rejects.toBeInstanceOf(GpuValidationError);
   });
 
+  it('an uncaptured error (raw device call outside our scopes) is thrown from the next read', async () => {
+    gpu.device.createBuffer({ size: 4, usage: 0, label: 'bad-usage' });
+    const b = gpu.createBuffer(16, 'b');
+    await expect(gpu.readF32(b)).rejects.toBeInstanceOf(GpuValidationError);
+    await expect(gpu.readF32(b)).resolves.toHaveLength(4);
+  });
+
   it('a WGSL compile error or a missing entry point is a GpuValidationError from sync()', async () => {
     gpu.kernel('broken', 'main');
     const err = await gpu.sync().catch((e: unknown) => e);

@@ -48,12 +48,13 @@ describe('makeTinyCheckpoint', () => {
     expect(a).not.toEqual(c);
   });
 
-  it('initialises unit-scale embeddings, 1/sqrt(K) matrices and norms near (not at) 1', async () => {
+  it('initialises unit-scale embeddings, 1/sqrt(K) matrices (4x for residual writers) and norms near (not at) 1', async () => {
     const { files } = makeTinyCheckpoint({ vocab: 4096 });
     const model = await openSafetensorsModel(memorySource('tiny', files));
     const read = async (n: string) => stats(bf16BytesToF32(await model.readTensor(n)));
     expect((await read('model.embed_tokens.weight')).std).toBeCloseTo(1, 1);
-    expect((await read('model.layers.0.mlp.down_proj.weight')).std).toBeCloseTo(1 / Math.sqrt(128), 2);
+    expect((await read('model.layers.0.mlp.gate_proj.weight')).std).toBeCloseTo(1 / Math.sqrt(64), 2);
+    expect((await read('model.layers.0.mlp.down_proj.weight')).std).toBeCloseTo(4 / Math.sqrt(128), 1);
     const norm = await read('model.layers.1.self_attn.k_norm.weight');
     expect(Math.abs(norm.mean - 1)).toBeLessThan(0.1);
     expect(norm.std).toBeGreaterThan(0.05);
