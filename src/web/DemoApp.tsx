@@ -1,5 +1,5 @@
 import { useEffect, useRef, useState } from 'react';
-import { loadDemoModel, runGeneration, type DemoModel, type GenerationStats } from './demoEngine.ts';
+import { DEFAULT_HUB_REPO, loadModel, runGeneration, type DemoModel, type GenerationStats, type ModelChoice } from './demoEngine.ts';
 
 type Phase = 'idle' | 'loading' | 'ready' | 'generating' | 'error';
 
@@ -34,11 +34,12 @@ export function DemoApp() {
 
   useEffect(() => () => model.current?.gpu.destroy(), []);
 
-  async function load() {
+  const [repo, setRepo] = useState(DEFAULT_HUB_REPO);
+  async function load(choice: ModelChoice) {
     setPhase('loading');
     setError('');
     try {
-      model.current = await loadDemoModel((fraction, text) => setProgress({ fraction, text }));
+      model.current = await loadModel(choice, (fraction, text) => setProgress({ fraction, text }));
       setTemperature(model.current.defaults.temperature);
       setPhase('ready');
     } catch (e) {
@@ -87,7 +88,27 @@ export function DemoApp() {
             <h2>Model</h2>
             {phase === 'idle' || phase === 'loading' || (phase === 'error' && !m) ? (
               <>
-                <button onClick={load} disabled={phase === 'loading'}>Load model</button>
+                <div className="row">
+                  <button onClick={() => load({ kind: 'demo' })} disabled={phase === 'loading'}>Load model</button>
+                  <span>the bundled tiny demo model (offline)</span>
+                </div>
+                <div className="row">
+                  <label>Hugging Face repo <input value={repo} onChange={(e) => setRepo(e.target.value)} size={32} /></label>
+                  <button onClick={() => load({ kind: 'hub', repo: repo.trim() })} disabled={phase === 'loading' || !repo.trim()}>Load from Hub</button>
+                </div>
+                <div className="row">
+                  <label>
+                    Local folder{' '}
+                    <input
+                      type="file"
+                      aria-label="Model folder"
+                      {...{ webkitdirectory: '', directory: '' }}
+                      multiple
+                      disabled={phase === 'loading'}
+                      onChange={(e) => e.target.files?.length && load({ kind: 'files', files: [...e.target.files] })}
+                    />
+                  </label>
+                </div>
                 {phase === 'loading' && (
                   <div className="progress">
                     <progress max={1} value={progress.fraction} aria-label="Loading progress" />
@@ -98,7 +119,7 @@ export function DemoApp() {
             ) : (
               m && (
                 <p data-testid="model-status">
-                  Loaded <strong>{m.cfg.numLayers}-layer Qwen3</strong> (hidden {m.cfg.hiddenSize}, {m.cfg.numHeads} heads / {m.cfg.numKvHeads} KV, vocab {m.cfg.vocabSize.toLocaleString()}) on{' '}
+                  Loaded <strong>{m.name}</strong>: <strong>{m.cfg.numLayers}-layer Qwen3</strong> (hidden {m.cfg.hiddenSize}, {m.cfg.numHeads} heads / {m.cfg.numKvHeads} KV, vocab {m.cfg.vocabSize.toLocaleString()}) on{' '}
                   <strong>{m.gpu.info.description || m.gpu.info.architecture || 'GPU'}</strong>
                   {m.gpu.features.f16 ? ', shader-f16' : ''}{m.gpu.features.subgroups ? ', subgroups' : ''}.
                 </p>

@@ -2,7 +2,7 @@
 // (The full app moves this behind a Web Worker; the engine code is the same.)
 import { createGpu, type Gpu } from '../gpu/index.ts';
 import { loadQwen3WithTokenizer } from '../model/load.ts';
-import { urlSource } from '../model/sources.ts';
+import { DEFAULT_HUB_REPO, filesSource, hubSource, urlSource, type DownloadProgress, type ModelSource } from '../model/sources.ts';
 import { generate, samplingDefaults, type SamplingOptions } from '../model/generate.ts';
 import { TextStreamer, type Qwen3Tokenizer } from '../model/tokenizer.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
@@ -19,18 +19,48 @@ export interface DemoModel {
 
 export const DEMO_MODEL_URL = new URL('tiny-demo/', new URL(import.meta.env.BASE_URL, location.href)).href;
 
-export async function loadDemoModel(onProgress: (fraction: number, text: string) => void): Promise<DemoModel> {
-  const manifest = (await (await fetch(new URL('manifest.json', DEMO_MODEL_URL))).json()) as { name: string; files: string[] };
-  const source = urlSource(manifest.name, DEMO_MODEL_URL, manifest.files);
+export type ModelChoice = { kind: 'demo' } | { kind: 'hub'; repo: string } | { kind: 'files'; files: File[] };
+
+export { DEFAULT_HUB_REPO };
+
+function mib(n: number): string {
+  return `${(n / 2 ** 20).toFixed(1)} MiB`;
+}
+
+/** One line for a download: bytes, speed, ETA. */
+export function describeDownload(p: DownloadProgress): string {
+  const total = p.total ? ` of ${mib(p.total)}` : '';
+  const eta = Number.isFinite(p.etaSeconds) ? `, ${Math.ceil(p.etaSeconds)} s left` : '';
+  return `Downloading ${p.file}: ${mib(p.loaded)}${total} at ${mib(p.bytesPerSecond)}/s${eta}`;
+}
+
+export async function loadModel(choice: ModelChoice, onProgress: (fraction: number, text: string) => void): Promise<DemoModel> {
+  let source: ModelSource;
+  let name: string;
+  if (choice.kind === 'demo') {
+    const manifest = (await (await fetch(new URL('manifest.json', DEMO_MODEL_URL))).json()) as { name: string; files: string[] };
+    source = urlSource(manifest.name, DEMO_MODEL_URL, manifest.files);
+    name = manifest.name;
+  } else if (choice.kind === 'hub') {
+    source = hubSource(choice.repo, { onProgress: (p) => onProgress(p.total ? 0.05 * (p.loaded / p.total) : 0, describeDownload(p)) });
+    name = choice.repo;
+  } else {
+    source = filesSource(choice.files);
+    name = source.name;
+  }
+  return loadFrom(source, name, onProgress);
+}
+
+async function loadFrom(source: ModelSource, name: string, onProgress: (fraction: number, text: string) => void): Promise<DemoModel> {
   onProgress(0, 'Requesting the GPU');
   const gpu = await createGpu();
   try {
-    onProgress(0.05, 'Downloading the bundled demo model');
+    onProgress(0.05, `Reading ${name}`);
     const { model, cfg, tokenizer } = await loadQwen3WithTokenizer(gpu, source, {
       onProgress: (p) => onProgress(0.1 + 0.9 * (p.loaded / p.total), `Uploading ${p.tensor}`),
     });
-    if (!tokenizer) throw new Error('the demo model has no tokenizer');
-    return { gpu, model, cfg, tokenizer, defaults: await samplingDefaults(source), name: manifest.name };
+    if (!tokenizer) throw new Error(`${name} has no tokenizer.json: the checkpoint needs its tokenizer files`);
+    return { gpu, model, cfg, tokenizer, defaults: await samplingDefaults(source), name };
   } catch (e) {
     gpu.destroy();
     throw e;
