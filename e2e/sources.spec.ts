@@ -1,0 +1,29 @@
+import { expect, test } from '@playwright/test';
+import { cpSync, mkdtempSync, statSync, truncateSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const DEMO = join(import.meta.dirname, '../public/tiny-demo');
+
+test('loads a model from a local folder picked in the browser', async ({ page }) => {
+  await page.goto('/');
+  await page.getByLabel('Model folder').setInputFiles(DEMO);
+  await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
+  await page.getByLabel('Max new tokens').fill('2');
+  await page.getByRole('button', { name: 'Generate' }).click();
+  await expect(page.getByTestId('generated-count')).toHaveText(/^[12]$/);
+});
+
+test('a truncated safetensors file gives one clear error and the page stays usable', async ({ page }) => {
+  const dir = join(mkdtempSync(join(tmpdir(), 'spyrl-e2e-')), 'broken-model');
+  cpSync(DEMO, dir, { recursive: true });
+  const st = join(dir, 'model.safetensors');
+  truncateSync(st, statSync(st).size - 4096);
+  await page.goto('/');
+  await page.getByLabel('Model folder').setInputFiles(dir);
+  await expect(page.getByRole('alert')).toContainText('model.safetensors');
+  await expect(page.getByRole('alert')).toContainText('truncated');
+  // Still usable: the bundled model loads after the failure.
+  await page.getByRole('button', { name: 'Load model' }).click();
+  await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
+});
