@@ -71,13 +71,18 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
   let t = th / p.NH;
   let h = th - t * p.NH;
   let kvh = h / (p.NH / p.NKV);
-  let rowStride = p.NKV * p.HD;
-  let cacheBase = slot[t] * p.maxT * rowStride + kvh * p.HD; // + key * rowStride
+  let cacheBase = slot[t] * p.maxT * p.NKV * p.HD + kvh * p.HD; // + key * NKV * HD
   for (var d = lid; d < p.HD; d += BLK) { qs[d] = q[th * p.HD + d] * p.scale; }
   if (lid == 0u) { nKeysShared = min(pos[t] + 1u, p.maxT); }
   // The key count comes from a buffer; workgroupUniformLoad makes the block loop provably uniform.
   let nKeys = workgroupUniformLoad(&nKeysShared);
+  attendKeys(th, cacheBase, nKeys, lid);
+}
 
+// Query row th (scaled, already in qs) against keys/values kCache/vCache[kvBase + j * NKV * HD]
+// for j < nKeys: writes out[th] and returns the log-sum-exp of the scaled scores.
+fn attendKeys(th: u32, kvBase: u32, nKeys: u32, lid: u32) -> f32 {
+  let rowStride = p.NKV * p.HD;
   var m = -3.40282346e38;
   var l = 0.0;
   var acc: array<f32, DPT>;
@@ -85,7 +90,7 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
     let j = b0 + lid;
     var s = -3.40282346e38;
     if (j < nKeys) {
-      let kb = cacheBase + j * rowStride;
+      let kb = kvBase + j * rowStride;
       var dot = 0.0;
       for (var d = 0u; d < p.HD; d++) { dot += qs[d] * kCache[kb + d]; }
       s = dot;
@@ -106,7 +111,7 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
       let d = lid + e * BLK;
       if (d < p.HD) {
         var a = acc[e] * corr;
-        for (var i = 0u; i < nb; i++) { a += ps[i] * vCache[cacheBase + (b0 + i) * rowStride + d]; }
+        for (var i = 0u; i < nb; i++) { a += ps[i] * vCache[kvBase + (b0 + i) * rowStride + d]; }
         acc[e] = a;
       }
     }
@@ -116,5 +121,163 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
   for (var e = 0u; e < DPT; e++) {
     let d = lid + e * BLK;
     if (d < p.HD) { out[th * p.HD + d] = acc[e] / l; }
+  }
+  return m + log(l);
+}
+
+// ---- training path: one causal sequence of T tokens at positions 0..T-1, no cache ----------
+// k and v (T, NKV, HD) are bound where the cache goes (one slot, maxT = T), so the kernels below
+// share q, kCache, vCache and the params with attention_forward.
+
+@group(0) @binding(5) var<storage, read_write> lse: array<f32>; // (T, NH) f32
+
+// As attention_forward, also saving lse = log sum_j exp(scale q.k_j) for the backward.
+@compute @workgroup_size(BLK)
+fn attention_forward_lse(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                         @builtin(local_invocation_index) lid: u32) {
+  let th = wid.x + wid.y * nwg.x; // t * NH + h
+  if (th >= p.T * p.NH) { return; }
+  let t = th / p.NH;
+  let kvh = (th - t * p.NH) / (p.NH / p.NKV);
+  for (var d = lid; d < p.HD; d += BLK) { qs[d] = q[th * p.HD + d] * p.scale; }
+  workgroupBarrier();
+  let m = attendKeys(th, kvh * p.HD, t + 1u, lid);
+  if (lid == 0u) { lse[th] = m; }
+}
+
+// Backward (FlashAttention-2 recurrences, probabilities recomputed from lse, no T x T buffer):
+//   P_ij = exp(scale q_i.k_j - lse_i), dP_ij = dout_i.v_j, D_i = dout_i.out_i,
+//   dS_ij = P_ij (dP_ij - D_i),
+//   dq_i += scale sum_j dS_ij k_j,  dk_j += scale sum_i dS_ij q_i,  dv_j += sum_i P_ij dout_i
+// (i over queries >= j and over the query heads sharing j's KV head). Two kernels, no atomics:
+// attention_backward_dq (one workgroup per query row; also writes D) then
+// attention_backward_dkv (one workgroup per key row and KV head; reads D).
+
+@group(0) @binding(1) var<storage, read_write> dq: array<f32>;    // (T, NH, HD) f32
+@group(0) @binding(1) var<storage, read_write> dk: array<f32>;    // (T, NKV, HD) f32
+@group(0) @binding(5) var<storage, read> dout: array<f32>;        // (T, NH, HD) f32
+@group(0) @binding(6) var<storage, read> lseIn: array<f32>;       // (T, NH) f32
+@group(0) @binding(7) var<storage, read_write> rowDot: array<f32>; // (T, NH) f32: D, written by _dq
+@group(0) @binding(7) var<storage, read> rowDotIn: array<f32>;    // (T, NH) f32: D, read by _dkv
+@group(0) @binding(8) var<storage, read> outSaved: array<f32>;    // (T, NH, HD) f32
+@group(0) @binding(8) var<storage, read_write> dv: array<f32>;    // (T, NKV, HD) f32
+
+var<workgroup> os: array<f32, HDMAX>; // dout_i (dq) or v_j (dkv)
+var<workgroup> dss: array<f32, BLK>;  // dS of the current block
+var<workgroup> rows: array<u32, BLK>; // query row (t * NH + h) of each pair in the block (dkv)
+
+@compute @workgroup_size(BLK)
+fn attention_backward_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                         @builtin(local_invocation_index) lid: u32) {
+  let th = wid.x + wid.y * nwg.x; // i * NH + h
+  if (th >= p.T * p.NH) { return; }
+  let i = th / p.NH;
+  let kvBase = ((th - i * p.NH) / (p.NH / p.NKV)) * p.HD;
+  let rowStride = p.NKV * p.HD;
+  for (var d = lid; d < p.HD; d += BLK) {
+    qs[d] = q[th * p.HD + d] * p.scale;
+    os[d] = dout[th * p.HD + d];
+  }
+  workgroupBarrier();
+  var di = 0.0; // every thread sums the same row: HD reads, no extra barrier
+  for (var d = 0u; d < p.HD; d++) { di += os[d] * outSaved[th * p.HD + d]; }
+  if (lid == 0u) { rowDot[th] = di; }
+  let lseI = lseIn[th];
+  let nKeys = i + 1u;
+  var acc: array<f32, DPT>;
+  for (var b0 = 0u; b0 < nKeys; b0 += BLK) {
+    let j = b0 + lid;
+    var ds = 0.0;
+    if (j < nKeys) {
+      let kb = kvBase + j * rowStride;
+      var s = 0.0;
+      var dp = 0.0;
+      for (var d = 0u; d < p.HD; d++) {
+        s += qs[d] * kCache[kb + d];
+        dp += os[d] * vCache[kb + d];
+      }
+      ds = exp(s - lseI) * (dp - di);
+    }
+    dss[lid] = ds;
+    workgroupBarrier();
+    let nb = min(BLK, nKeys - b0);
+    for (var e = 0u; e < DPT; e++) {
+      let d = lid + e * BLK;
+      if (d < p.HD) {
+        var a = acc[e];
+        for (var u = 0u; u < nb; u++) { a += dss[u] * kCache[kvBase + (b0 + u) * rowStride + d]; }
+        acc[e] = a;
+      }
+    }
+    workgroupBarrier(); // the block's dS is consumed before the next block overwrites it
+  }
+  for (var e = 0u; e < DPT; e++) {
+    let d = lid + e * BLK;
+    if (d < p.HD) { dq[th * p.HD + d] = dq[th * p.HD + d] + p.scale * acc[e]; }
+  }
+}
+
+@compute @workgroup_size(BLK)
+fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                          @builtin(local_invocation_index) lid: u32) {
+  let jk = wid.x + wid.y * nwg.x; // j * NKV + kvh
+  if (jk >= p.T * p.NKV) { return; }
+  let j = jk / p.NKV;
+  let kvh = jk - j * p.NKV;
+  let G = p.NH / p.NKV; // query heads per KV head
+  for (var d = lid; d < p.HD; d += BLK) {
+    qs[d] = kCache[jk * p.HD + d] * p.scale; // scaled k_j
+    os[d] = vCache[jk * p.HD + d];
+  }
+  workgroupBarrier();
+  // Pairs (query i >= j, head h of the group), e = (i - j) * G + (h - kvh * G).
+  let nPairs = (p.T - j) * G;
+  var accK: array<f32, DPT>;
+  var accV: array<f32, DPT>;
+  for (var b0 = 0u; b0 < nPairs; b0 += BLK) {
+    let e = b0 + lid;
+    var pij = 0.0;
+    var ds = 0.0;
+    var th = 0u;
+    if (e < nPairs) {
+      th = (j + e / G) * p.NH + kvh * G + e % G;
+      let qb = th * p.HD;
+      var s = 0.0;
+      var dp = 0.0;
+      for (var d = 0u; d < p.HD; d++) {
+        s += q[qb + d] * qs[d];
+        dp += dout[qb + d] * os[d];
+      }
+      pij = exp(s - lseIn[th]);
+      ds = pij * (dp - rowDotIn[th]);
+    }
+    ps[lid] = pij;
+    dss[lid] = ds;
+    rows[lid] = th;
+    workgroupBarrier();
+    let nb = min(BLK, nPairs - b0);
+    for (var c = 0u; c < DPT; c++) {
+      let d = lid + c * BLK;
+      if (d < p.HD) {
+        var ak = accK[c];
+        var av = accV[c];
+        for (var u = 0u; u < nb; u++) {
+          let qb = rows[u] * p.HD + d;
+          ak += dss[u] * q[qb];
+          av += ps[u] * dout[qb];
+        }
+        accK[c] = ak;
+        accV[c] = av;
+      }
+    }
+    workgroupBarrier(); // the block is consumed before the next one overwrites it
+  }
+  for (var c = 0u; c < DPT; c++) {
+    let d = lid + c * BLK;
+    if (d < p.HD) {
+      let o = jk * p.HD + d;
+      dk[o] = dk[o] + p.scale * accK[c];
+      dv[o] = dv[o] + accV[c];
+    }
   }
 }

@@ -174,3 +174,109 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id)
     }
   }
 }
+
+// ---- gemm: the LoRA matmuls and the backward -------------------------------------------------
+// out (M, N) (+)= scale * sum_r A(m, r) B(n, r), with A f32 and B f32 or bf16 read through
+// strides, so one kernel serves every layout (docs/ENGINE.md, Training additions):
+//   matmulF32                x . w^T     A = x (T,K)   B = w (N,K)      M=T  N=N  R=K
+//   matmulBackwardInput(F32) dy . w      A = dy (T,N)  B = w^T of (N,K) M=T  N=K  R=N
+//   matmulBackwardWeightF32  dy^T . x    A = dy^T      B = x^T          M=N  N=K  R=T
+// Same two shapes as above: gemm_rows (CPU adapters, no barriers) and gemm_tiled (64x64 tiles).
+
+struct GemmParams {
+  M: u32,
+  N: u32,
+  R: u32,
+  accumulate: u32, // 1: out += ..., 0: out = ...
+  aM: u32,         // A(m, r) = gA[m * aM + r * aR]
+  aR: u32,
+  bN: u32,         // B(n, r) = element n * bN + r * bR of gB
+  bR: u32,
+  bBf16: u32,      // 1: gB holds bf16 pairs, 0: gB holds f32 bits
+  scale: f32,
+}
+
+@group(0) @binding(0) var<uniform> g: GemmParams;
+@group(0) @binding(1) var<storage, read_write> gOut: array<f32>; // (M, N) f32
+@group(0) @binding(2) var<storage, read> gA: array<f32>;         // A, f32
+@group(0) @binding(3) var<storage, read> gB: array<u32>;         // B, bf16 pairs or f32 bits
+
+fn gemmB(i: u32) -> f32 {
+  if (g.bBf16 != 0u) {
+    let word = gB[i >> 1u];
+    return bitcast<f32>(select(word << 16u, word & 0xffff0000u, (i & 1u) == 1u));
+  }
+  return bitcast<f32>(gB[i]);
+}
+
+fn gemmStore(o: u32, v: f32) {
+  if (g.accumulate != 0u) { gOut[o] = gOut[o] + g.scale * v; } else { gOut[o] = g.scale * v; }
+}
+
+// One thread per (output column n, TMAX consecutive rows m); consecutive threads take
+// consecutive n, so B reads with bN = 1 are contiguous across threads.
+@compute @workgroup_size(64)
+fn gemm_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+             @builtin(local_invocation_index) lid: u32) {
+  let id = (wid.x + wid.y * nwg.x) * 64u + lid;
+  let n = id % g.N;
+  let m0 = (id / g.N) * TMAX;
+  if (m0 >= g.M) { return; }
+  let nm = min(TMAX, g.M - m0);
+  var acc: array<f32, TMAX>;
+  for (var r = 0u; r < g.R; r++) {
+    let b = gemmB(n * g.bN + r * g.bR);
+    let ai = m0 * g.aM + r * g.aR;
+    for (var t = 0u; t < TMAX; t++) {
+      if (t < nm) { acc[t] += gA[ai + t * g.aM] * b; }
+    }
+  }
+  for (var t = 0u; t < nm; t++) { gemmStore((m0 + t) * g.N + n, acc[t]); }
+}
+
+// matmul_tiled with strided operands. Tile loads walk along r when it is contiguous in memory
+// (stride 1), else along m / n, so global reads stay coalesced for every layout above.
+@compute @workgroup_size(16, 16)
+fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid3: vec3u,
+              @builtin(local_invocation_index) lid: u32) {
+  let n0 = wid.x * BN;
+  let m0 = wid.y * BM;
+  let tx = lid3.x; // output columns n0 + tx + 16 j
+  let ty = lid3.y; // output rows m0 + 4 ty + i
+  var acc: array<f32, 16>;
+  for (var r0 = 0u; r0 < g.R; r0 += BK) {
+    for (var i = 0u; i < 4u; i++) {
+      let e = lid + i * 256u;
+      var m = e / BK;
+      var k = e % BK;
+      if (g.aR != 1u) { m = e % BM; k = e / BM; }
+      var av = 0.0;
+      if (m0 + m < g.M && r0 + k < g.R) { av = gA[(m0 + m) * g.aM + (r0 + k) * g.aR]; }
+      xs[k * BM + m] = av;
+      var n = e / BK;
+      var kb = e % BK;
+      if (g.bR != 1u) { n = e % BN; kb = e / BN; }
+      var bv = 0.0;
+      if (n0 + n < g.N && r0 + kb < g.R) { bv = gemmB((n0 + n) * g.bN + (r0 + kb) * g.bR); }
+      ws[kb * BN + n] = bv;
+    }
+    workgroupBarrier();
+    for (var k = 0u; k < BK; k++) {
+      var a: array<f32, 4>;
+      var b: array<f32, 4>;
+      for (var i = 0u; i < 4u; i++) { a[i] = xs[k * BM + 4u * ty + i]; }
+      for (var j = 0u; j < 4u; j++) { b[j] = ws[k * BN + tx + 16u * j]; }
+      for (var i = 0u; i < 4u; i++) {
+        for (var j = 0u; j < 4u; j++) { acc[i * 4u + j] += a[i] * b[j]; }
+      }
+    }
+    workgroupBarrier();
+  }
+  for (var i = 0u; i < 4u; i++) {
+    let m = m0 + 4u * ty + i;
+    for (var j = 0u; j < 4u; j++) {
+      let n = n0 + tx + 16u * j;
+      if (m < g.M && n < g.N) { gemmStore(m * g.N + n, acc[i * 4u + j]); }
+    }
+  }
+}

@@ -32,19 +32,35 @@ fn cosSin(a: f32) -> vec2f {
   }
 }
 
-@compute @workgroup_size(256)
-fn rope_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                @builtin(local_invocation_index) lid: u32) {
+// Rotates pair i (row i / (HD/2), element i % (HD/2)) by +angle (sign 1) or -angle (sign -1).
+fn rotatePair(i: u32, sign: f32) {
   let half = p.HD / 2u;
-  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
-  if (i >= p.T * p.H * half) { return; }
   let j = i % half;
   let th = i / half; // t * H + h
   let t = th / p.H;
   let cs = cosSin(f32(pos[t]) * invFreq[j]);
+  let sn = sign * cs.y;
   let base = th * p.HD;
   let a = x[base + j];
   let b = x[base + j + half];
-  x[base + j] = a * cs.x - b * cs.y;
-  x[base + j + half] = b * cs.x + a * cs.y;
+  x[base + j] = a * cs.x - b * sn;
+  x[base + j + half] = b * cs.x + a * sn;
+}
+
+@compute @workgroup_size(256)
+fn rope_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                @builtin(local_invocation_index) lid: u32) {
+  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+  if (i >= p.T * p.H * (p.HD / 2u)) { return; }
+  rotatePair(i, 1.0);
+}
+
+// Backward, in place on dx (bound as x): the rotation is orthogonal, so its transpose is the
+// rotation by -angle.
+@compute @workgroup_size(256)
+fn rope_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                 @builtin(local_invocation_index) lid: u32) {
+  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+  if (i >= p.T * p.H * (p.HD / 2u)) { return; }
+  rotatePair(i, -1.0);
 }

@@ -40,11 +40,14 @@ export function unpackBf16(packed: Uint32Array, n: number): Float32Array {
 
 // ---- ops (weights given as already-unpacked f32 values) ------------------------------------
 
+/** f32 for comparisons with kernels, f64 for finite differences (test/backward.test.ts). */
+export type Vec = Float32Array | Float64Array;
+
 export function embed(out: Float32Array, ids: Uint32Array, table: Float32Array, T: number, C: number): void {
   for (let t = 0; t < T; t++) for (let c = 0; c < C; c++) out[t * C + c] = table[ids[t] * C + c];
 }
 
-export function rmsNorm(out: Float32Array, x: Float32Array, w: Float32Array, R: number, D: number, eps: number): void {
+export function rmsNorm(out: Vec, x: Vec, w: Vec, R: number, D: number, eps: number): void {
   for (let r = 0; r < R; r++) {
     let ss = 0;
     for (let i = 0; i < D; i++) ss += x[r * D + i] ** 2;
@@ -53,7 +56,7 @@ export function rmsNorm(out: Float32Array, x: Float32Array, w: Float32Array, R: 
   }
 }
 
-export function matmul(out: Float32Array, x: Float32Array, w: Float32Array, T: number, N: number, K: number, accumulate = false): void {
+export function matmul(out: Vec, x: Vec, w: Vec, T: number, N: number, K: number, accumulate = false): void {
   for (let t = 0; t < T; t++) {
     for (let n = 0; n < N; n++) {
       let s = 0;
@@ -71,7 +74,7 @@ export function ropeInvFreq(HD: number, theta: number): Float32Array {
 }
 
 /** Angle = the f32 product pos * inv_freq (as HF), then cos/sin in f64. */
-export function rope(x: Float32Array, pos: Uint32Array, T: number, H: number, HD: number, theta: number): void {
+export function rope(x: Vec, pos: Uint32Array, T: number, H: number, HD: number, theta: number): void {
   const inv = ropeInvFreq(HD, theta);
   const half = HD / 2;
   for (let t = 0; t < T; t++) {
@@ -135,8 +138,155 @@ export function attention(
   }
 }
 
-export function siluMul(out: Float32Array, gate: Float32Array, up: Float32Array, n: number): void {
+export function siluMul(out: Vec, gate: Vec, up: Vec, n: number): void {
   for (let i = 0; i < n; i++) out[i] = (gate[i] / (1 + Math.exp(-gate[i]))) * up[i];
+}
+
+// ---- training: LoRA matmuls, backward ops, attention with lse (f64 accumulation) -------------
+// Each backward adds into its gradient arrays, like the kernels.
+
+export function matmulF32(out: Vec, x: Vec, w: Vec, T: number, N: number, K: number, accumulate = false, scale = 1): void {
+  for (let t = 0; t < T; t++) {
+    for (let n = 0; n < N; n++) {
+      let s = 0;
+      for (let k = 0; k < K; k++) s += x[t * K + k] * w[n * K + k];
+      out[t * N + n] = (accumulate ? out[t * N + n] : 0) + scale * s;
+    }
+  }
+}
+
+/** dx (T, K) (+)= scale * dy (T, N) . w (N, K): matmulBackwardInput (bf16 w unpacked) and ...F32. */
+export function matmulBackwardInput(dx: Vec, dy: Vec, w: Vec, T: number, N: number, K: number, accumulate = true, scale = 1): void {
+  for (let t = 0; t < T; t++) {
+    for (let k = 0; k < K; k++) {
+      let s = 0;
+      for (let n = 0; n < N; n++) s += dy[t * N + n] * w[n * K + k];
+      dx[t * K + k] = (accumulate ? dx[t * K + k] : 0) + scale * s;
+    }
+  }
+}
+
+/** dw (N, K) += scale * dy^T (N, T) . x (T, K) */
+export function matmulBackwardWeight(dw: Vec, dy: Vec, x: Vec, T: number, N: number, K: number, scale = 1): void {
+  for (let n = 0; n < N; n++) {
+    for (let k = 0; k < K; k++) {
+      let s = 0;
+      for (let t = 0; t < T; t++) s += dy[t * N + n] * x[t * K + k];
+      dw[n * K + k] += scale * s;
+    }
+  }
+}
+
+/** dx (R, D) += w dy rstd - x rstd^3 mean(w dy x) */
+export function rmsNormBackward(dx: Vec, dy: Vec, x: Vec, w: Vec, R: number, D: number, eps: number): void {
+  for (let r = 0; r < R; r++) {
+    let ss = 0;
+    let wdyx = 0;
+    for (let i = 0; i < D; i++) {
+      ss += x[r * D + i] ** 2;
+      wdyx += w[i] * dy[r * D + i] * x[r * D + i];
+    }
+    const rstd = 1 / Math.sqrt(ss / D + eps);
+    const c = rstd ** 3 * (wdyx / D);
+    for (let i = 0; i < D; i++) dx[r * D + i] += w[i] * dy[r * D + i] * rstd - x[r * D + i] * c;
+  }
+}
+
+/** In place on dx (T, H, HD): rotation by -angle (the transpose of rope). */
+export function ropeBackward(dx: Vec, pos: Uint32Array, T: number, H: number, HD: number, theta: number): void {
+  const inv = ropeInvFreq(HD, theta);
+  const half = HD / 2;
+  for (let t = 0; t < T; t++) {
+    for (let h = 0; h < H; h++) {
+      const base = (t * H + h) * HD;
+      for (let i = 0; i < half; i++) {
+        const angle = Math.fround(pos[t] * inv[i]);
+        const c = Math.cos(angle);
+        const s = Math.sin(angle);
+        const a = dx[base + i];
+        const b = dx[base + i + half];
+        dx[base + i] = a * c + b * s;
+        dx[base + i + half] = b * c - a * s;
+      }
+    }
+  }
+}
+
+/** One causal sequence, no cache: q (T, NH, HD), k/v (T, NKV, HD); lse (T, NH) of the scaled scores. */
+export function attentionForwardLse(out: Vec, lse: Vec, q: Vec, k: Vec, v: Vec, T: number, NH: number, NKV: number, HD: number): void {
+  const scale = 1 / Math.sqrt(HD);
+  const G = NH / NKV;
+  const p = new Float64Array(T);
+  for (let t = 0; t < T; t++) {
+    for (let h = 0; h < NH; h++) {
+      const qb = (t * NH + h) * HD;
+      const kvh = Math.floor(h / G);
+      let m = -Infinity;
+      for (let j = 0; j <= t; j++) {
+        let s = 0;
+        for (let d = 0; d < HD; d++) s += q[qb + d] * k[(j * NKV + kvh) * HD + d];
+        p[j] = s * scale;
+        m = Math.max(m, p[j]);
+      }
+      let l = 0;
+      for (let j = 0; j <= t; j++) l += (p[j] = Math.exp(p[j] - m));
+      lse[t * NH + h] = m + Math.log(l);
+      for (let d = 0; d < HD; d++) {
+        let acc = 0;
+        for (let j = 0; j <= t; j++) acc += p[j] * v[(j * NKV + kvh) * HD + d];
+        out[qb + d] = acc / l;
+      }
+    }
+  }
+}
+
+/**
+ * dq, dk, dv += gradients of attentionForwardLse given dout, from the saved out and lse:
+ * P = exp(scale q.k - lse), dS = P (dout.v - dout.out); dq = scale dS k, dk = scale dS^T q, dv = P^T dout.
+ */
+export function attentionBackward(
+  dq: Vec, dk: Vec, dv: Vec, dout: Vec, out: Vec, lse: Vec, q: Vec, k: Vec, v: Vec, T: number, NH: number, NKV: number, HD: number,
+): void {
+  const scale = 1 / Math.sqrt(HD);
+  const G = NH / NKV;
+  for (let i = 0; i < T; i++) {
+    for (let h = 0; h < NH; h++) {
+      const qb = (i * NH + h) * HD;
+      const kvh = Math.floor(h / G);
+      let D = 0;
+      for (let d = 0; d < HD; d++) D += dout[qb + d] * out[qb + d];
+      for (let j = 0; j <= i; j++) {
+        const kb = (j * NKV + kvh) * HD;
+        let s = 0;
+        let dp = 0;
+        for (let d = 0; d < HD; d++) {
+          s += q[qb + d] * k[kb + d];
+          dp += dout[qb + d] * v[kb + d];
+        }
+        const P = Math.exp(s * scale - lse[i * NH + h]);
+        const dS = P * (dp - D);
+        for (let d = 0; d < HD; d++) {
+          dq[qb + d] += scale * dS * k[kb + d];
+          dk[kb + d] += scale * dS * q[qb + d];
+          dv[kb + d] += P * dout[qb + d];
+        }
+      }
+    }
+  }
+}
+
+/** dgate += dout up silu'(gate), dup += dout silu(gate); silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). */
+export function siluMulBackward(dgate: Vec, dup: Vec, dout: Vec, gate: Vec, up: Vec, n: number): void {
+  for (let i = 0; i < n; i++) {
+    const g = gate[i];
+    const s = 1 / (1 + Math.exp(-g));
+    dgate[i] += dout[i] * up[i] * s * (1 + g * (1 - s));
+    dup[i] += dout[i] * g * s;
+  }
+}
+
+export function add(out: Vec, a: Vec, n: number): void {
+  for (let i = 0; i < n; i++) out[i] += a[i];
 }
 
 export function gatherRows(out: Float32Array, x: Float32Array, rows: Uint32Array, R: number, C: number): void {

@@ -1,6 +1,7 @@
 // One TS function per op (docs/ENGINE.md). Each checks its sizes, then encodes one dispatch into
 // gpu's pending encoder: no GPU sync, no allocation except cached constant tables.
-// Argument order (llm.c): outputs, inputs/weights, sizes.
+// Argument order (llm.c): outputs/gradients, saved tensors, inputs/weights, sizes. Each backward
+// sits right below its forward and adds into its gradient buffers.
 
 import type { Gpu } from '../gpu/device.ts';
 import { f32, splitGrid } from '../gpu/launch.ts';
@@ -31,6 +32,11 @@ function checkSize(buf: GPUBuffer, bytes: number, what: string): void {
 
 const bf16Bytes = (n: number) => Math.ceil(n / 2) * 4;
 
+/** WGSL never binds one buffer twice in a dispatch. */
+function distinct(op: string, ...bufs: GPUBuffer[]): void {
+  check(new Set(bufs).size === bufs.length, `${op}: the same buffer is passed twice`);
+}
+
 /** out (T, C) f32 = table[ids] ; ids (T) u32 ; table (V, C) bf16 */
 export function embed(gpu: Gpu, out: GPUBuffer, ids: GPUBuffer, table: GPUBuffer, T: number, C: number): void {
   checkSize(out, T * C * 4, 'embed out');
@@ -46,6 +52,17 @@ export function rmsNorm(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R:
   check(out !== x, 'rmsNorm: out and x must differ');
   const WG = D <= 512 ? 64 : 256;
   gpu.dispatch(gpu.kernel('rmsnorm', 'rmsnorm_forward', { WG }), [out, x, w], R, [R, D, f32(eps)]);
+}
+
+/** dx (R, D) += d/dx of rmsNorm given dy (R, D) ; x (R, D) f32 ; w (D) bf16 frozen (no dw) */
+export function rmsNormBackward(gpu: Gpu, dx: GPUBuffer, dy: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R: number, D: number, eps: number): void {
+  checkSize(dx, R * D * 4, 'rmsNormBackward dx');
+  checkSize(dy, R * D * 4, 'rmsNormBackward dy');
+  checkSize(x, R * D * 4, 'rmsNormBackward x');
+  checkSize(w, bf16Bytes(D), 'rmsNormBackward w');
+  distinct('rmsNormBackward', dx, dy, x);
+  const WG = D <= 512 ? 64 : 256;
+  gpu.dispatch(gpu.kernel('rmsnorm', 'rmsnorm_backward', { WG }), [dx, x, w, dy], R, [R, D, f32(eps)]);
 }
 
 /** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) bf16 ^T */
@@ -71,6 +88,62 @@ export function matmul(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, T: 
   } else {
     gpu.dispatch(gpu.kernel('matmul', 'matmul_tiled', { TMAX: 1, LANES: 64 }), [out, x, w], [Math.ceil(N / 64), Math.ceil(T / 64)], params);
   }
+}
+
+/**
+ * out (M, N) (+)= scale * sum_r A(m, r) B(n, r) through strides (shaders/matmul.wgsl, gemm):
+ * A(m, r) = a[m * aM + r * aR] f32, B(n, r) = element n * bN + r * bR of b (bf16 or f32).
+ */
+function gemm(
+  gpu: Gpu, op: string, out: GPUBuffer, a: GPUBuffer, b: GPUBuffer, bBf16: boolean,
+  M: number, N: number, R: number, strides: readonly [number, number, number, number], accumulate: boolean, scale: number,
+): void {
+  distinct(op, out, a, b);
+  check(M * Math.max(N, R) < 2 ** 32 && N * R < 2 ** 32, `${op}: sizes overflow u32 indexing`);
+  if (M === 0 || N === 0) return;
+  const params = [M, N, R, accumulate ? 1 : 0, ...strides, bBf16 ? 1 : 0, f32(scale)];
+  // No gemv variant here: 'gemv' (forced by tests) runs 'rows', as does a GPU with M <= GEMV_MAX_T.
+  const variant = tuning.matmul === 'auto' ? (isCpuAdapter(gpu) || M <= GEMV_MAX_T ? 'rows' : 'tiled') : tuning.matmul;
+  if (variant === 'tiled') {
+    gpu.dispatch(gpu.kernel('matmul', 'gemm_tiled', { TMAX: 1, LANES: 64 }), [out, a, b], [Math.ceil(N / 64), Math.ceil(M / 64)], params);
+  } else {
+    const TMAX = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
+    gpu.dispatch(gpu.kernel('matmul', 'gemm_rows', { TMAX, LANES: 64 }), [out, a, b], Math.ceil((N * Math.ceil(M / TMAX)) / 64), params);
+  }
+}
+
+/** out (T, N) f32 (+)= scale * x (T, K) f32 . w (N, K) f32 ^T  (the LoRA A and B products) */
+export function matmulF32(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, T: number, N: number, K: number, accumulate = false, scale = 1): void {
+  checkSize(out, T * N * 4, 'matmulF32 out');
+  checkSize(x, T * K * 4, 'matmulF32 x');
+  checkSize(w, N * K * 4, 'matmulF32 w');
+  gemm(gpu, 'matmulF32', out, x, w, false, T, N, K, [K, 1, K, 1], accumulate, scale);
+}
+
+/** dx (T, K) f32 (+)= dy (T, N) f32 . w (N, K) bf16 */
+export function matmulBackwardInput(gpu: Gpu, dx: GPUBuffer, dy: GPUBuffer, w: GPUBuffer, T: number, N: number, K: number, accumulate = true): void {
+  checkSize(dx, T * K * 4, 'matmulBackwardInput dx');
+  checkSize(dy, T * N * 4, 'matmulBackwardInput dy');
+  checkSize(w, bf16Bytes(N * K), 'matmulBackwardInput w');
+  gemm(gpu, 'matmulBackwardInput', dx, dy, w, true, T, K, N, [N, 1, 1, K], accumulate, 1);
+}
+
+/** dx (T, K) f32 (+)= scale * dy (T, N) f32 . w (N, K) f32 */
+export function matmulBackwardInputF32(
+  gpu: Gpu, dx: GPUBuffer, dy: GPUBuffer, w: GPUBuffer, T: number, N: number, K: number, accumulate = true, scale = 1,
+): void {
+  checkSize(dx, T * K * 4, 'matmulBackwardInputF32 dx');
+  checkSize(dy, T * N * 4, 'matmulBackwardInputF32 dy');
+  checkSize(w, N * K * 4, 'matmulBackwardInputF32 w');
+  gemm(gpu, 'matmulBackwardInputF32', dx, dy, w, false, T, K, N, [N, 1, 1, K], accumulate, scale);
+}
+
+/** dw (N, K) f32 += scale * dy^T (N, T) . x (T, K) ; the reduction runs over T */
+export function matmulBackwardWeightF32(gpu: Gpu, dw: GPUBuffer, dy: GPUBuffer, x: GPUBuffer, T: number, N: number, K: number, scale = 1): void {
+  checkSize(dw, N * K * 4, 'matmulBackwardWeightF32 dw');
+  checkSize(dy, T * N * 4, 'matmulBackwardWeightF32 dy');
+  checkSize(x, T * K * 4, 'matmulBackwardWeightF32 x');
+  gemm(gpu, 'matmulBackwardWeightF32', dw, dy, x, false, N, K, T, [1, N, 1, K], true, scale);
 }
 
 // inv_freq_i = 1 / theta^(2i/HD) rounded to f32, as HF computes it; cached per (Gpu, HD, theta).
@@ -104,6 +177,15 @@ export function rope(gpu: Gpu, x: GPUBuffer, pos: GPUBuffer, T: number, H: numbe
   gpu.dispatch(gpu.kernel('rope', 'rope_forward'), [x, pos, inv], Math.ceil((T * H * HD) / 2 / ELEMS_PER_WG), [T, H, HD]);
 }
 
+/** In place on dx (T, H, HD) f32: the transpose of rope, a rotation by -angle ; pos (T) u32 */
+export function ropeBackward(gpu: Gpu, dx: GPUBuffer, pos: GPUBuffer, T: number, H: number, HD: number, theta: number): void {
+  check(HD % 2 === 0, `ropeBackward: HD=${HD} must be even`);
+  checkSize(dx, T * H * HD * 4, 'ropeBackward dx');
+  checkSize(pos, T * 4, 'ropeBackward pos');
+  const inv = invFreqBuffer(gpu, HD, theta);
+  gpu.dispatch(gpu.kernel('rope', 'rope_backward'), [dx, pos, inv], Math.ceil((T * H * HD) / 2 / ELEMS_PER_WG), [T, H, HD]);
+}
+
 /** kCache, vCache (S, maxT, NKV, HD) f32 ; k, v (T, NKV, HD) f32 ; row t -> [slot[t], pos[t]] */
 export function kvWrite(
   gpu: Gpu, kCache: GPUBuffer, vCache: GPUBuffer, k: GPUBuffer, v: GPUBuffer, slot: GPUBuffer, pos: GPUBuffer,
@@ -130,12 +212,75 @@ export function attention(
     [T, NH, NKV, HD, maxT, f32(1 / Math.sqrt(HD))]);
 }
 
+function checkTrainingAttention(op: string, T: number, NH: number, NKV: number, HD: number): void {
+  check(HD <= 256, `${op}: HD=${HD} > 256`);
+  check(NH % NKV === 0, `${op}: NH=${NH} not a multiple of NKV=${NKV}`);
+  check(T * NH * HD < 2 ** 32, `${op}: sizes overflow u32 indexing`);
+}
+
+/**
+ * Training path, one causal sequence (positions 0..T-1), no cache: out, q (T, NH, HD) f32 ;
+ * k, v (T, NKV, HD) f32 ; lse (T, NH) f32 = log sum_j exp(q.k_j / sqrt(HD)), saved for the backward.
+ */
+export function attentionForwardLse(
+  gpu: Gpu, out: GPUBuffer, lse: GPUBuffer, q: GPUBuffer, k: GPUBuffer, v: GPUBuffer, T: number, NH: number, NKV: number, HD: number,
+): void {
+  checkTrainingAttention('attentionForwardLse', T, NH, NKV, HD);
+  checkSize(out, T * NH * HD * 4, 'attentionForwardLse out');
+  checkSize(lse, T * NH * 4, 'attentionForwardLse lse');
+  checkSize(q, T * NH * HD * 4, 'attentionForwardLse q');
+  checkSize(k, T * NKV * HD * 4, 'attentionForwardLse k');
+  checkSize(v, T * NKV * HD * 4, 'attentionForwardLse v');
+  distinct('attentionForwardLse', out, lse, q, k, v);
+  gpu.dispatch(gpu.kernel('attention', 'attention_forward_lse'), [out, q, k, v, lse], T * NH,
+    [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))]);
+}
+
+/**
+ * dq (T, NH, HD), dk, dv (T, NKV, HD) += gradients of attentionForwardLse given dout (T, NH, HD);
+ * saved out (T, NH, HD) and lse (T, NH); probabilities are recomputed, never stored (T x T).
+ * Encodes two dispatches and uses a pooled (T, NH) scratch buffer for D = rowsum(dout * out).
+ */
+export function attentionBackward(
+  gpu: Gpu, dq: GPUBuffer, dk: GPUBuffer, dv: GPUBuffer, dout: GPUBuffer, out: GPUBuffer, lse: GPUBuffer,
+  q: GPUBuffer, k: GPUBuffer, v: GPUBuffer, T: number, NH: number, NKV: number, HD: number,
+): void {
+  checkTrainingAttention('attentionBackward', T, NH, NKV, HD);
+  for (const [buf, n, what] of [[dq, NH, 'dq'], [dk, NKV, 'dk'], [dv, NKV, 'dv'], [dout, NH, 'dout'], [out, NH, 'out'],
+    [q, NH, 'q'], [k, NKV, 'k'], [v, NKV, 'v']] as const) checkSize(buf, T * n * HD * 4, `attentionBackward ${what}`);
+  checkSize(lse, T * NH * 4, 'attentionBackward lse');
+  distinct('attentionBackward', dq, dk, dv, dout, out, lse, q, k, v);
+  if (T === 0) return;
+  const params = [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))];
+  const rowDot = gpu.createBuffer(T * NH * 4, 'attentionBackward.D'); // (T, NH) f32
+  gpu.dispatch(gpu.kernel('attention', 'attention_backward_dq'), [dq, q, k, v, dout, lse, rowDot, out], T * NH, params);
+  gpu.dispatch(gpu.kernel('attention', 'attention_backward_dkv'), [dk, q, k, v, dout, lse, rowDot, dv], T * NKV, params);
+  gpu.releaseBuffer(rowDot); // safe: later users of the recycled buffer are encoded after these reads
+}
+
 /** out (n) f32 = silu(gate) * up */
 export function siluMul(gpu: Gpu, out: GPUBuffer, gate: GPUBuffer, up: GPUBuffer, n: number): void {
   checkSize(out, n * 4, 'siluMul out');
   checkSize(gate, n * 4, 'siluMul gate');
   checkSize(up, n * 4, 'siluMul up');
   gpu.dispatch(gpu.kernel('activation', 'silu_mul_forward'), [out, gate, up], Math.ceil(n / ELEMS_PER_WG), [n]);
+}
+
+/** dgate, dup (n) f32 += gradients of out = silu(gate) * up given dout (n) f32 */
+export function siluMulBackward(gpu: Gpu, dgate: GPUBuffer, dup: GPUBuffer, dout: GPUBuffer, gate: GPUBuffer, up: GPUBuffer, n: number): void {
+  for (const [buf, what] of [[dgate, 'dgate'], [dup, 'dup'], [dout, 'dout'], [gate, 'gate'], [up, 'up']] as const) {
+    checkSize(buf, n * 4, `siluMulBackward ${what}`);
+  }
+  distinct('siluMulBackward', dgate, dup, dout, gate, up);
+  gpu.dispatch(gpu.kernel('activation', 'silu_mul_backward'), [dgate, gate, up, dup, dout], Math.ceil(n / ELEMS_PER_WG), [n]);
+}
+
+/** out (n) f32 += a (n) f32 */
+export function add(gpu: Gpu, out: GPUBuffer, a: GPUBuffer, n: number): void {
+  checkSize(out, n * 4, 'add out');
+  checkSize(a, n * 4, 'add a');
+  distinct('add', out, a);
+  gpu.dispatch(gpu.kernel('elementwise', 'add_inplace'), [out, a], Math.ceil(n / ELEMS_PER_WG), [n]);
 }
 
 /** out (R, C) f32 = x[rows[r], :] ; rows (R) u32 */

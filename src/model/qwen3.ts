@@ -5,6 +5,7 @@
 import type { Gpu } from '../gpu/index.ts';
 import * as K from './kernels.ts';
 import type { Qwen3Config } from './config.ts';
+import { loraForward, type LoraAdapter, type LoraTarget } from './lora.ts';
 
 export interface LayerWeights {
   inputNorm: GPUBuffer; // (C) bf16
@@ -63,6 +64,8 @@ export interface ForwardInput {
 
 export class Qwen3Model {
   readonly chunk: number;
+  /** Applied in every forward while set and enabled (the policy); null or disabled = the base model. */
+  lora: LoraAdapter | null = null;
   constructor(
     readonly gpu: Gpu,
     readonly cfg: Qwen3Config,
@@ -133,28 +136,39 @@ export class Qwen3Model {
     const up = gpu.createBuffer(T * I * 4, 'up'); // (T, I)
     const act = gpu.createBuffer(T * I * 4, 'act'); // (T, I)
 
+    const lora = this.lora?.enabled ? this.lora : null;
+    const u = lora ? gpu.createBuffer(T * lora.settings.r * 4, 'loraU') : null; // (T, r) x A^T scratch
+    let l = 0;
+    // y (+)= x W^T, plus the LoRA branch s (x A^T) B^T when the adapter targets this projection.
+    const proj = (y: GPUBuffer, xIn: GPUBuffer, wt: GPUBuffer, target: LoraTarget, N: number, Kd: number, accumulate = false) => {
+      K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate);
+      const p = lora?.get(l, target);
+      if (p) loraForward(gpu, y, u!, xIn, p, T, lora!.settings.r, lora!.scale);
+    };
+
     K.embed(gpu, x, ids, w.embed, T, C);
-    for (let l = 0; l < cfg.numLayers; l++) {
+    for (l = 0; l < cfg.numLayers; l++) {
       const lw = w.layers[l];
       // x = x + o_proj(attn(rope(q_norm(q)), rope(k_norm(k)), v))
       K.rmsNorm(gpu, h, x, lw.inputNorm, T, C, eps);
-      K.matmul(gpu, q, h, lw.qProj, T, NH * HD, C);
-      K.matmul(gpu, k, h, lw.kProj, T, NKV * HD, C);
-      K.matmul(gpu, v, h, lw.vProj, T, NKV * HD, C);
+      proj(q, h, lw.qProj, 'q_proj', NH * HD, C);
+      proj(k, h, lw.kProj, 'k_proj', NKV * HD, C);
+      proj(v, h, lw.vProj, 'v_proj', NKV * HD, C);
       K.rmsNorm(gpu, qn, q, lw.qNorm, T * NH, HD, eps);
       K.rmsNorm(gpu, kn, k, lw.kNorm, T * NKV, HD, eps);
       K.rope(gpu, qn, pos, T, NH, HD, theta);
       K.rope(gpu, kn, pos, T, NKV, HD, theta);
       K.kvWrite(gpu, cache.k[l], cache.v[l], kn, v, slot, pos, T, NKV, HD, maxT);
       K.attention(gpu, att, qn, cache.k[l], cache.v[l], slot, pos, T, NH, NKV, HD, maxT);
-      K.matmul(gpu, x, att, lw.oProj, T, C, NH * HD, true);
+      proj(x, att, lw.oProj, 'o_proj', C, NH * HD, true);
       // x = x + down(silu(gate(h)) * up(h))
       K.rmsNorm(gpu, h, x, lw.postNorm, T, C, eps);
-      K.matmul(gpu, gate, h, lw.gateProj, T, I, C);
-      K.matmul(gpu, up, h, lw.upProj, T, I, C);
+      proj(gate, h, lw.gateProj, 'gate_proj', I, C);
+      proj(up, h, lw.upProj, 'up_proj', I, C);
       K.siluMul(gpu, act, gate, up, T * I);
-      K.matmul(gpu, x, act, lw.downProj, T, C, I, true);
+      proj(x, act, lw.downProj, 'down_proj', C, I, true);
     }
+    if (u) gpu.releaseBuffer(u);
     if (rows.length > 0) {
       const R = rows.length;
       K.rmsNorm(gpu, h, x, w.norm, T, C, eps);
