@@ -3,91 +3,28 @@
 //   spyrl logits --model DIR (--tokens|--text)  float32 logits [T, V] for every position
 //   spyrl generate --model DIR --prompt STR     streamed text
 // Bad input: one line `spyrl: error: ...` on stderr, exit code 1, nothing written.
-import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { createWriteStream } from 'node:fs';
-import { rename, rm, stat } from 'node:fs/promises';
+import { rename, rm } from 'node:fs/promises';
 import { ModelLoadError } from '../model/errors.ts';
-
-export class UsageError extends Error {
-  override name = 'UsageError';
-}
+import { bool, checkIds, int, num, parse, str, tokenList, UsageError } from './args.ts';
+import { inputIds, openModel, requireDir } from './open.ts';
 
 const HELP = `spyrl: Qwen3 on your GPU in our own WebGPU kernels
 
 Usage:
   spyrl tiny-model --out DIR [--layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16
                    --intermediate 128 --vocab 151936 --tied true --shards 1 --seed 0]
-  spyrl logits --model DIR (--tokens 1,2,3 | --text STR) --out FILE
+  spyrl logits --model DIR (--tokens 1,2,3 | --text STR) --out FILE [--adapter DIR]
   spyrl generate --model DIR (--prompt STR [--chat] | --prompt-tokens 1,2,3)
                  [--max-new-tokens 128] [--temperature X] [--top-p X] [--top-k N] [--seed N]
-                 [--print-tokens]
+                 [--print-tokens] [--adapter DIR]
+  spyrl grad --model DIR --adapter DIR (--tokens 1,2,3 | --text STR) --out FILE.safetensors
+  spyrl sft --model DIR --text-file F --steps N --out DIR [--lr 2e-4 --r 8 --alpha 16 --rslora false
+            --targets q_proj,...,down_proj --seq-len 128 --batch 1 --schedule constant|cosine --warmup 0
+            --max-grad-norm 1 --weight-decay 0 --seed 0 --resume DIR --gpu-memory GIB]
 
 Sampling defaults come from the model's generation_config.json (temperature 0 = greedy).
 Environment: VK_ICD_FILENAMES picks the Vulkan driver (SwiftShader is used when no GPU is found).`;
-
-type Flags = Record<string, string | boolean | undefined>;
-
-function parse(args: string[], options: ParseArgsConfig['options']): Flags {
-  try {
-    return parseArgs({ args, options, strict: true, allowPositionals: false }).values as Flags;
-  } catch (e) {
-    throw new UsageError((e as Error).message.replace(/\. To specify a positional.*$/s, ''));
-  }
-}
-
-function str(flags: Flags, name: string, required = false): string | undefined {
-  const v = flags[name];
-  if (v === undefined || v === '') {
-    if (required) throw new UsageError(`--${name} is required`);
-    return undefined;
-  }
-  return String(v);
-}
-
-function int(flags: Flags, name: string, fallback: number, min = 0): number {
-  const v = str(flags, name);
-  if (v === undefined) return fallback;
-  const n = Number(v);
-  if (!Number.isSafeInteger(n) || n < min) throw new UsageError(`--${name} must be an integer >= ${min} (got "${v}")`);
-  return n;
-}
-
-function num(flags: Flags, name: string, fallback: number): number {
-  const v = str(flags, name);
-  if (v === undefined) return fallback;
-  const n = Number(v);
-  if (!Number.isFinite(n)) throw new UsageError(`--${name} must be a number (got "${v}")`);
-  return n;
-}
-
-function bool(flags: Flags, name: string, fallback: boolean): boolean {
-  const v = str(flags, name);
-  if (v === undefined) return fallback;
-  if (v === 'true' || v === '1') return true;
-  if (v === 'false' || v === '0') return false;
-  throw new UsageError(`--${name} must be true or false (got "${v}")`);
-}
-
-function tokenList(v: string, flag: string): number[] {
-  const parts = v.split(',').map((s) => s.trim()).filter(Boolean);
-  if (parts.length === 0) throw new UsageError(`--${flag} is empty`);
-  return parts.map((p) => {
-    const n = Number(p);
-    if (!Number.isSafeInteger(n) || n < 0) throw new UsageError(`--${flag}: "${p}" is not a token id`);
-    return n;
-  });
-}
-
-async function requireDir(dir: string): Promise<void> {
-  const s = await stat(dir).catch(() => null);
-  if (!s) throw new ModelLoadError(dir, 'model folder not found');
-  if (!s.isDirectory()) throw new ModelLoadError(dir, 'is not a folder');
-}
-
-function checkIds(ids: number[], V: number): void {
-  const bad = ids.findIndex((id) => id >= V);
-  if (bad >= 0) throw new UsageError(`token id ${ids[bad]} (index ${bad}) is out of range: the model's vocabulary has ${V} tokens (0..${V - 1})`);
-}
 
 // ---- commands -------------------------------------------------------------------------------
 
@@ -112,37 +49,14 @@ async function tinyModel(args: string[], out: NodeJS.WritableStream): Promise<vo
   out.write(JSON.stringify({ out: dir, files: [...ckpt.files.keys()] }) + '\n');
 }
 
-async function openModel(dir: string) {
-  await requireDir(dir);
-  const [{ createGpu }, { nodeFolderSource }, { loadQwen3WithTokenizer }] = await Promise.all([
-    import('../gpu/index.ts'), import('../model/sources.node.ts'), import('../model/load.ts'),
-  ]);
-  const gpu = await createGpu();
-  try {
-    return { gpu, ...(await loadQwen3WithTokenizer(gpu, nodeFolderSource(dir))) };
-  } catch (e) {
-    gpu.destroy();
-    throw e;
-  }
-}
-
 async function logits(args: string[], out: NodeJS.WritableStream): Promise<void> {
-  const f = parse(args, { model: { type: 'string' }, tokens: { type: 'string' }, text: { type: 'string' }, out: { type: 'string' } });
+  const f = parse(args, { model: { type: 'string' }, tokens: { type: 'string' }, text: { type: 'string' }, out: { type: 'string' }, adapter: { type: 'string' } });
   const dir = str(f, 'model', true)!;
   const file = str(f, 'out', true)!;
-  const tokensArg = str(f, 'tokens');
-  const text = f.text === undefined ? undefined : String(f.text);
-  if ((tokensArg === undefined) === (text === undefined)) throw new UsageError('give exactly one of --tokens or --text');
-  const { gpu, model, cfg, tokenizer } = await openModel(dir);
+  if ((str(f, 'tokens') === undefined) === (f.text === undefined)) throw new UsageError('give exactly one of --tokens or --text');
+  const { gpu, model, cfg, tokenizer } = await openModel(dir, str(f, 'adapter'));
   try {
-    let ids: number[];
-    if (tokensArg !== undefined) ids = tokenList(tokensArg, 'tokens');
-    else {
-      if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}: --text needs the tokenizer files (or use --tokens)`);
-      ids = tokenizer.encode(text!);
-      if (ids.length === 0) throw new UsageError('--text encodes to no tokens');
-    }
-    checkIds(ids, cfg.vocabSize);
+    const ids = inputIds(f, tokenizer, dir, cfg.vocabSize);
     const T = ids.length, V = cfg.vocabSize;
     const cache = model.createCache(1, T);
     const tmp = `${file}.partial-${process.pid}`;
@@ -179,7 +93,7 @@ async function generateCmd(args: string[], out: NodeJS.WritableStream): Promise<
   const f = parse(args, {
     model: { type: 'string' }, prompt: { type: 'string' }, 'prompt-tokens': { type: 'string' }, chat: { type: 'boolean' },
     'max-new-tokens': { type: 'string' }, temperature: { type: 'string' }, 'top-p': { type: 'string' }, 'top-k': { type: 'string' },
-    seed: { type: 'string' }, 'print-tokens': { type: 'boolean' },
+    seed: { type: 'string' }, 'print-tokens': { type: 'boolean' }, adapter: { type: 'string' },
   });
   const dir = str(f, 'model', true)!;
   const prompt = f.prompt === undefined ? undefined : String(f.prompt);
@@ -198,7 +112,7 @@ async function generateCmd(args: string[], out: NodeJS.WritableStream): Promise<
   };
   try { validateSampling(sampling); } catch (e) { throw new UsageError((e as Error).message); }
 
-  const { gpu, model, cfg, tokenizer } = await openModel(dir);
+  const { gpu, model, cfg, tokenizer } = await openModel(dir, str(f, 'adapter'));
   try {
     let ids: number[];
     if (promptTokens !== undefined) ids = tokenList(promptTokens, 'prompt-tokens');
@@ -239,6 +153,8 @@ const COMMANDS: Record<string, (args: string[], out: NodeJS.WritableStream) => P
   'tiny-model': tinyModel,
   logits,
   generate: generateCmd,
+  grad: (args, out) => import('./train.ts').then((m) => m.gradCmd(args, out)),
+  sft: (args, out) => import('./train.ts').then((m) => m.sftCmd(args, out)),
 };
 
 /** Runs one command; returns the process exit code. Errors become one line on stderr. */

@@ -94,32 +94,32 @@ export class LoraAdamW {
     return { step: next, lr, gradNorm, skipped: false };
   }
 
-  /** First and second moments under PEFT-style keys (`<prefix>.lora_A.weight.exp_avg`, ...). */
-  async getState(): Promise<{ step: number; tensors: Map<string, Float32Array> }> {
-    const out = new Map<string, Float32Array>();
+  /** First and second moments keyed like the adapter's tensors (`<prefix>.lora_A.weight`). */
+  async getState(): Promise<{ step: number; m: Map<string, Float32Array>; v: Map<string, Float32Array> }> {
+    const m = new Map<string, Float32Array>(), v = new Map<string, Float32Array>();
     const r = this.lora.settings.r;
     for (const [i, p] of this.lora.pairs.entries()) {
-      const pre = loraPrefix(p.layer, p.target), m = this.moments[i];
-      out.set(`${pre}.lora_A.weight.exp_avg`, await this.gpu.readF32(m.mA, r * p.K));
-      out.set(`${pre}.lora_A.weight.exp_avg_sq`, await this.gpu.readF32(m.vA, r * p.K));
-      out.set(`${pre}.lora_B.weight.exp_avg`, await this.gpu.readF32(m.mB, p.N * r));
-      out.set(`${pre}.lora_B.weight.exp_avg_sq`, await this.gpu.readF32(m.vB, p.N * r));
+      const pre = loraPrefix(p.layer, p.target), mo = this.moments[i];
+      m.set(`${pre}.lora_A.weight`, await this.gpu.readF32(mo.mA, r * p.K));
+      v.set(`${pre}.lora_A.weight`, await this.gpu.readF32(mo.vA, r * p.K));
+      m.set(`${pre}.lora_B.weight`, await this.gpu.readF32(mo.mB, p.N * r));
+      v.set(`${pre}.lora_B.weight`, await this.gpu.readF32(mo.vB, p.N * r));
     }
-    return { step: this.step, tensors: out };
+    return { step: this.step, m, v };
   }
 
-  setState(state: { step: number; tensors: ReadonlyMap<string, Float32Array> }): void {
+  setState(state: { step: number; m: ReadonlyMap<string, Float32Array>; v: ReadonlyMap<string, Float32Array> }): void {
     for (const [i, p] of this.lora.pairs.entries()) {
-      const pre = loraPrefix(p.layer, p.target), m = this.moments[i];
-      const put = (buf: GPUBuffer, key: string) => {
-        const t = state.tensors.get(key);
-        if (!t || t.byteLength !== buf.size) throw new Error(`optimizer state: ${key} is missing or has the wrong size`);
+      const pre = loraPrefix(p.layer, p.target), mo = this.moments[i];
+      const put = (buf: GPUBuffer, from: ReadonlyMap<string, Float32Array>, key: string, what: string) => {
+        const t = from.get(key);
+        if (!t || t.byteLength !== buf.size) throw new Error(`optimizer state: ${what} of ${key} is missing or has the wrong size`);
         this.gpu.write(buf, t);
       };
-      put(m.mA, `${pre}.lora_A.weight.exp_avg`);
-      put(m.vA, `${pre}.lora_A.weight.exp_avg_sq`);
-      put(m.mB, `${pre}.lora_B.weight.exp_avg`);
-      put(m.vB, `${pre}.lora_B.weight.exp_avg_sq`);
+      put(mo.mA, state.m, `${pre}.lora_A.weight`, 'exp_avg');
+      put(mo.vA, state.v, `${pre}.lora_A.weight`, 'exp_avg_sq');
+      put(mo.mB, state.m, `${pre}.lora_B.weight`, 'exp_avg');
+      put(mo.vB, state.v, `${pre}.lora_B.weight`, 'exp_avg_sq');
     }
     this.step = state.step;
   }

@@ -1,0 +1,64 @@
+// Flag parsing for the spyrl command: one UsageError per bad flag.
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+
+export class UsageError extends Error {
+  override name = 'UsageError';
+}
+
+export type Flags = Record<string, string | boolean | undefined>;
+
+export function parse(args: string[], options: ParseArgsConfig['options']): Flags {
+  try {
+    return parseArgs({ args, options, strict: true, allowPositionals: false }).values as Flags;
+  } catch (e) {
+    throw new UsageError((e as Error).message.replace(/\. To specify a positional.*$/s, ''));
+  }
+}
+
+export function str(flags: Flags, name: string, required = false): string | undefined {
+  const v = flags[name];
+  if (v === undefined || v === '') {
+    if (required) throw new UsageError(`--${name} is required`);
+    return undefined;
+  }
+  return String(v);
+}
+
+export function int(flags: Flags, name: string, fallback: number, min = 0): number {
+  const v = str(flags, name);
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < min) throw new UsageError(`--${name} must be an integer >= ${min} (got "${v}")`);
+  return n;
+}
+
+export function num(flags: Flags, name: string, fallback: number): number {
+  const v = str(flags, name);
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new UsageError(`--${name} must be a number (got "${v}")`);
+  return n;
+}
+
+export function bool(flags: Flags, name: string, fallback: boolean): boolean {
+  const v = str(flags, name);
+  if (v === undefined) return fallback;
+  if (v === 'true' || v === '1') return true;
+  if (v === 'false' || v === '0') return false;
+  throw new UsageError(`--${name} must be true or false (got "${v}")`);
+}
+
+export function tokenList(v: string, flag: string): number[] {
+  const parts = v.split(',').map((s) => s.trim()).filter(Boolean);
+  if (parts.length === 0) throw new UsageError(`--${flag} is empty`);
+  return parts.map((p) => {
+    const n = Number(p);
+    if (!Number.isSafeInteger(n) || n < 0) throw new UsageError(`--${flag}: "${p}" is not a token id`);
+    return n;
+  });
+}
+
+export function checkIds(ids: number[], V: number): void {
+  const bad = ids.findIndex((id) => id >= V);
+  if (bad >= 0) throw new UsageError(`token id ${ids[bad]} (index ${bad}) is out of range: the model's vocabulary has ${V} tokens (0..${V - 1})`);
+}
