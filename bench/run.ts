@@ -9,6 +9,10 @@ import { createGpu, type Gpu } from '../src/gpu/index.ts';
 import { QWEN3_PRESETS, type Qwen3Config } from '../src/model/config.ts';
 import { Qwen3Model, type Qwen3Weights } from '../src/model/qwen3.ts';
 import * as K from '../src/model/kernels.ts';
+import { LoraAdapter } from '../src/model/lora.ts';
+import { initLora, loraConfig } from '../src/model/peft.ts';
+import { TrainingPass } from '../src/model/backward.ts';
+import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -17,6 +21,8 @@ const { values: args } = parseArgs({
     prompt: { type: 'string', default: '128' },
     decode: { type: 'string', default: '16' },
     batch: { type: 'string', default: '1,4' },
+    'train-len': { type: 'string' },
+    'lora-r': { type: 'string', default: '16' },
     'peak-gbs': { type: 'string' },
     'peak-tflops': { type: 'string' },
   },
@@ -151,6 +157,33 @@ async function benchModel(gpu: Gpu, name: string, full: Qwen3Config, peak: { gbs
       const kvBytes = B * c.numLayers * 2 * (P + 1) * c.numKvHeads * c.headDim * 4;
       report(`decode batch ${B} @ctx ${P}`, tDec, B, B * tokenFlops(c, P + 1, true), weightBytes(c) + kvBytes + B * c.vocabSize * 4 * 2);
     }
+
+    // LoRA training step: forward keeping layer inputs, then backward with per-layer recompute.
+    // FLOPs: the forward's matmuls run 3 times (forward, recompute, input gradients) plus the
+    // LM head 3 times on every target row; LoRA's own matmuls are counted separately (small).
+    const TT = Number(args['train-len'] ?? (slow ? (name === 'tiny' ? 64 : 16) : 512));
+    const lcfg = loraConfig({ r: Number(args['lora-r']), alpha: 2 * Number(args['lora-r']) });
+    const adapter = new LoraAdapter(gpu, c, lcfg);
+    adapter.setWeights(initLora(c, lcfg, 0));
+    const tIds = Array.from({ length: TT }, (_, i) => (i * 104729) % c.vocabSize);
+    const trainStep = async () => {
+      const pass = new TrainingPass(model, adapter, tIds, [...tIds.slice(1), -1]);
+      pass.backward(crossEntropyLoss(await pass.forward()).dlogp);
+      await gpu.sync();
+      pass.release();
+    };
+    await trainStep(); // warm-up: pipelines compiled, pool filled
+    const reps = slow ? 1 : 3;
+    const t0 = performance.now();
+    for (let i = 0; i < reps; i++) await trainStep();
+    const tTrain = (performance.now() - t0) / reps / 1000;
+    let trainFlops = 0;
+    for (let t = 0; t < TT; t++) trainFlops += 3 * tokenFlops(c, t + 1, false);
+    trainFlops += 3 * 2 * (TT - 1) * c.vocabSize * c.hiddenSize;
+    const loraFlops = 6 * TT * adapter.numParams; // forward, recompute, backward (dA, dB, dx): ~6 flops per param per token
+    const trainBytes = weightBytes(c) * 3 + 4 * (c.numLayers + 2) * TT * c.hiddenSize * 2;
+    report(`LoRA step ${TT} tok (r=${lcfg.r})`, tTrain, TT, trainFlops + loraFlops, trainBytes);
+    adapter.destroy();
   } finally {
     cache.destroy();
     for (const b of new Set(buffers)) gpu.releaseBuffer(b);
