@@ -22,6 +22,8 @@ Usage:
   spyrl sft --model DIR --text-file F --steps N --out DIR [--lr 2e-4 --r 8 --alpha 16 --rslora false
             --targets q_proj,...,down_proj --seq-len 128 --batch 1 --schedule constant|cosine --warmup 0
             --max-grad-norm 1 --weight-decay 0 --seed 0 --resume DIR --gpu-memory GIB]
+  spyrl train --model DIR --docs FILE|bundled --rounds N --out DIR [--config FILE.json] [--seed S] [--resume DIR]
+  spyrl eval --model DIR [--adapter DIR] [--docs FILE|bundled] [--config FILE.json]
 
 Sampling defaults come from the model's generation_config.json (temperature 0 = greedy).
 Environment: VK_ICD_FILENAMES picks the Vulkan driver (SwiftShader is used when no GPU is found).`;
@@ -155,6 +157,8 @@ const COMMANDS: Record<string, (args: string[], out: NodeJS.WritableStream) => P
   generate: generateCmd,
   grad: (args, out) => import('./train.ts').then((m) => m.gradCmd(args, out)),
   sft: (args, out) => import('./train.ts').then((m) => m.sftCmd(args, out)),
+  train: (args, out) => import('./spyrl.ts').then((m) => m.trainCmd(args, out)),
+  eval: (args, out) => import('./spyrl.ts').then((m) => m.evalCmd(args, out)),
 };
 
 /** Runs one command; returns the process exit code. Errors become one line on stderr. */

@@ -40,7 +40,10 @@ export class TrainingPass {
   private readonly targets: GPUBuffer; // (M) u32 target ids of the rows with a target
   private readonly lse: GPUBuffer; // (M) f32 log-sum-exp of the LM-head rows
   private readonly M: number;
+  private readonly targetList: number[];
   private released = false;
+  /** Restricted mode: softmax over the candidates of each target row (M x nc), kept for the backward. */
+  private candidateProbs: Float64Array | null = null;
 
   /**
    * @param ids (T) token ids
@@ -51,6 +54,11 @@ export class TrainingPass {
     readonly lora: LoraAdapter | null,
     readonly ids: readonly number[],
     targets: readonly number[],
+    /**
+     * When set, log p(target) is taken over these token ids only (renormalised), as a vote
+     * restricted to the other players' labels is; every target must be one of them.
+     */
+    readonly restrictTo: readonly number[] | null = null,
   ) {
     this.gpu = model.gpu;
     const { cfg } = model;
@@ -69,6 +77,11 @@ export class TrainingPass {
       tgt.push(targets[t]);
     }
     this.M = tgt.length;
+    this.targetList = tgt;
+    if (restrictTo) {
+      if (restrictTo.length === 0) throw new RangeError('restrictTo is empty');
+      for (const t of tgt) if (!restrictTo.includes(t)) throw new RangeError(`target ${t} is not among the restricted candidates`);
+    }
     const C = cfg.hiddenSize;
     for (let l = 0; l <= cfg.numLayers; l++) this.xs.push(this.alloc(T * C * 4, `x.${l}`));
     this.hN = this.alloc(T * C * 4, 'hN');
@@ -153,6 +166,7 @@ export class TrainingPass {
     gpu.releaseBuffer(idsBuf);
     K.rmsNorm(gpu, this.hN, this.xs[cfg.numLayers], weights.norm, T, C, cfg.rmsNormEps);
     if (this.M === 0) return new Float32Array(0);
+    if (this.restrictTo) return this.restrictedLogp();
     const logp = gpu.createBuffer(this.M * 4, 'logp'); // (M)
     this.headChunks((r0, R, off, hr, logits) => {
       const tg = gpu.createBuffer(R * 4, 'tgtChunk');
@@ -167,6 +181,33 @@ export class TrainingPass {
     });
     const out = await gpu.readF32(logp, this.M);
     gpu.releaseBuffer(logp);
+    return out;
+  }
+
+  /** log p(target) renormalised over `restrictTo`: only the candidates' logits come back. */
+  private async restrictedLogp(): Promise<Float32Array> {
+    const { gpu } = this;
+    const V = this.model.cfg.vocabSize;
+    const cands = this.restrictTo!;
+    const nc = cands.length;
+    const picked = gpu.createBuffer(this.M * nc * 4, 'candidateLogits'); // (M, nc)
+    this.headChunks((_r0, R, off, _hr, logits) => {
+      for (let i = 0; i < R; i++) for (let j = 0; j < nc; j++) gpu.copy(logits, (i * V + cands[j]) * 4, picked, ((off + i) * nc + j) * 4, 4);
+    });
+    const z = await gpu.readF32(picked, this.M * nc);
+    gpu.releaseBuffer(picked);
+    const targets = this.targetList;
+    const probs = new Float64Array(this.M * nc);
+    const out = new Float32Array(this.M);
+    for (let m = 0; m < this.M; m++) {
+      let mx = -Infinity;
+      for (let j = 0; j < nc; j++) mx = Math.max(mx, z[m * nc + j]);
+      let sum = 0;
+      for (let j = 0; j < nc; j++) sum += Math.exp(z[m * nc + j] - mx);
+      for (let j = 0; j < nc; j++) probs[m * nc + j] = Math.exp(z[m * nc + j] - mx) / sum;
+      out[m] = Math.log(probs[m * nc + cands.indexOf(targets[m])]);
+    }
+    this.candidateProbs = probs;
     return out;
   }
 
@@ -216,7 +257,8 @@ export class TrainingPass {
       gpu.copy(this.targets, off * 4, tg, 0, R * 4);
       gpu.copy(this.lse, off * 4, ls, 0, R * 4);
       gpu.copy(dlogpBuf, off * 4, dl, 0, R * 4);
-      TK.logSoftmaxBackward(gpu, dlogits, dl, logits, ls, tg, R, V);
+      if (this.candidateProbs) this.restrictedDlogits(dlogits, dlogp, off, R);
+      else TK.logSoftmaxBackward(gpu, dlogits, dl, logits, ls, tg, R, V);
       K.matmulBackwardInput(gpu, dhr, dlogits, weights.lmHead, R, V, C, false);
       gpu.copy(dhr, 0, dhN, r0 * C * 4, R * C * 4);
       for (const x of [tg, ls, dl]) gpu.releaseBuffer(x);
@@ -269,6 +311,21 @@ export class TrainingPass {
     }
     this.releaseLayerBuffers(b);
     for (const x of [dAct, dGate, dUp, dh, dAtt, dqr, dkr, dv, dq, dk, du, xOut, dx]) gpu.releaseBuffer(x);
+  }
+
+  /** dlogits rows: dlogp * (onehot - p) on the candidates, zero elsewhere. */
+  private restrictedDlogits(dlogits: GPUBuffer, dlogp: ArrayLike<number>, off: number, R: number): void {
+    const { gpu } = this;
+    const V = this.model.cfg.vocabSize;
+    const cands = this.restrictTo!, nc = cands.length, probs = this.candidateProbs!, targets = this.targetList;
+    gpu.clear(dlogits, 0, R * V * 4);
+    for (let i = 0; i < R; i++) {
+      const m = off + i;
+      for (let j = 0; j < nc; j++) {
+        const g = dlogp[m] * ((cands[j] === targets[m] ? 1 : 0) - probs[m * nc + j]);
+        gpu.write(dlogits, new Float32Array([g]), (i * V + cands[j]) * 4);
+      }
+    }
   }
 
   release(): void {
