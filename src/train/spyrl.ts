@@ -132,7 +132,7 @@ export class SpyRLTrainer {
       type: 'round-start', round, documentId: doc.id, fullText: preview.full, spyText: preview.spyText,
       span: { charStart: preview.span.charStart, charEnd: preview.span.charEnd },
       spyMarkAt: preview.span.charStart,
-      cut: budget.cut ? { keptTokens: budget.tokenIds.length, totalTokens: this.tokenizer.encode(doc.report).length } : null,
+      cut: budget.cut ? { keptTokens: budget.cut.tokensKept, totalTokens: budget.cut.tokensTotal } : null,
       groupSize: c.groupSize, labels: roles.labels, spySeat: roles.spySeat,
     });
 

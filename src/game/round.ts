@@ -1,0 +1,321 @@
+// One round of Who Is the Spy?: budget and mask the report, seat the players, generate the
+// summaries (one batch), read the votes, score and compute advantages. The model sits behind
+// the Policy interface (the GPU engine implements it; tests use a scripted one), so this file
+// is the whole game and knows nothing about GPUs.
+import { computeRewards, summaryFormat, type FormatFlags, type RoundRewards } from './rewards.ts';
+import { roundAdvantages, type SpyBaselineState } from './advantages.ts';
+import type { SpyRLConfig } from './config.ts';
+import { fitToBudget, type BudgetedText, type DocumentCut, type SpyDocument } from './documents.ts';
+import { maskSpan, type MaskedSpan, type MaskMode } from './masking.ts';
+import { cleanReason, labelTokenIds, reasonPrompts, summaryPrompts, votePrompts, type ChatPrompt } from './prompts.ts';
+import { Rng, type RngState } from './rng.ts';
+import { assignRoles, seatsByLabel } from './roles.ts';
+import { normalizeText, type GameTokenizer } from './text.ts';
+import { castVotes } from './votes.ts';
+
+// ---------------------------------------------------------------------------------------------
+// 1. The policy the game plays against.
+
+export interface GenerateOptions {
+  maxTokens: number;
+  temperature: number;
+  topP: number;
+  /** 0 = off. */
+  topK: number;
+  /** One seed per prompt: a completion must be a pure function of (prompt, seed, weights), for exact resume. */
+  seeds: number[];
+}
+
+export interface Generation {
+  /** The completion decoded, without the stop token. */
+  text: string;
+  /** Sampled ids, ending with the stop token when generation stopped (so the policy learns to stop). */
+  tokenIds: number[];
+  /** Log-prob of each sampled id under the distribution it was sampled from (logits / temperature). */
+  logprobs: number[];
+  /** maxTokens reached before a stop token. */
+  truncated: boolean;
+}
+
+export interface Policy {
+  /** Batched sampling; prompts[i].kvShare says which prompts share a prefix (civilians share all of it). */
+  generate(prompts: ChatPrompt[], opts: GenerateOptions): Promise<Generation[]>;
+  /** out[i][j] = log softmax(next-token logits after prompts[i])[candidateTokenIds[i][j]], temperature 1. */
+  voteLogprobs(prompts: ChatPrompt[], candidateTokenIds: number[][]): Promise<number[][]>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. What a round produces.
+
+export interface SummaryRecord {
+  seat: number;
+  label: number;
+  role: 'civilian' | 'spy';
+  text: string;
+  tokens: number;
+  truncated: boolean;
+  sumLogprob: number;
+  format: FormatFlags;
+}
+
+export interface VoteRecord {
+  seat: number;
+  label: number;
+  /** Labels the voter could name, ascending. */
+  candidates: number[];
+  /** Vote distribution over `candidates`. */
+  probs: number[];
+  chosenLabel: number;
+  chosenSeat: number;
+  /** Renormalised log-prob of the chosen label (the vote's policy-gradient term). */
+  logprob: number;
+  /** The free-text reason before the vote (voteReason mode), else null. */
+  reason: string | null;
+}
+
+export interface RoundRecord {
+  round: number;
+  documentId: string;
+  /** The round's rng state before any draw (reproduces the round with the same model). */
+  rngState: RngState;
+  groupSize: number;
+  spySeat: number;
+  spyLabel: number;
+  /** labels[seat] = k of "Player k". */
+  labels: number[];
+  /** The per-agent token budget's cut of the report; null when it fit. */
+  cut: DocumentCut | null;
+  mask: { mode: MaskMode; totalTokens: number; targetTokens: number; ratio: number; span: MaskedSpan };
+  prompts: {
+    civilianSummaryTokens: number;
+    spySummaryTokens: number;
+    /** Tokens the spy's summary prompt shares with the civilians' (KV cache shared up to the removed span). */
+    sharedPrefixTokens: number;
+    voteTokens: number[];
+    /** The full prompt texts; omitted from run-log lines unless asked (they repeat the report N+2 times). */
+    texts?: { civilianSummary: string; spySummary: string; votes: string[] };
+  };
+  summaries: SummaryRecord[];
+  votes: VoteRecord[];
+  rewards: RoundRewards;
+  advantages: { summary: number[]; vote: (number | null)[]; spyBaseline: number; spyBaselineCount: number };
+  metrics: {
+    /** The spy got strictly more votes than any other player. */
+    spyCaught: boolean;
+    /** Share of civilian votes naming the spy. */
+    voteAccuracy: number;
+    meanCivilianSuspicion: number;
+    spySuspicion: number;
+    meanSummaryTokens: number;
+  };
+  /** Filled by the trainer after the update that used this round. */
+  train: { loss: number | null; kl: number | null; gradNorm: number | null; lr: number | null };
+  /** Milliseconds; null without a clock (RoundContext.now) or until the trainer fills them. */
+  timings: { summarizeMs: number | null; voteMs: number | null; updateMs: number | null; totalMs: number | null };
+}
+
+/** One trainable sequence. */
+export interface PolicySample {
+  stage: 'summary' | 'vote';
+  seat: number;
+  promptTokenIds: number[];
+  completionTokenIds: number[];
+  /** Behaviour-policy log-prob of each completion token (for the PPO ratio). */
+  oldLogprobs: number[];
+  advantage: number;
+  /**
+   * Votes only: the label tokens the vote distribution is renormalised over. The vote's
+   * log-prob is log softmax over these candidates' logits, not over the whole vocabulary.
+   */
+  candidateTokenIds: number[] | null;
+}
+
+export interface RoundResult {
+  record: RoundRecord;
+  samples: PolicySample[];
+  /** Spy baseline after this round: pass it to the next round and store it in checkpoints. */
+  spyBaseline: SpyBaselineState;
+}
+
+export interface RoundContext {
+  config: SpyRLConfig;
+  tokenizer: GameTokenizer;
+  document: SpyDocument;
+  round: number;
+  /** This round's own stream, e.g. roundRng(config.seed, round); playRound only forks it. */
+  rng: Rng;
+  spyBaseline: SpyBaselineState;
+  /** A millisecond clock for timings; leave it out for byte-identical records. */
+  now?: () => number;
+}
+
+/** The rng of round `round`: a function of (seed, round) alone, so a resumed run replays it. */
+export function roundRng(seed: number | string, round: number): Rng {
+  return Rng.fromSeed(seed).fork(`round/${round}`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Playing it.
+
+const budgetCache = new WeakMap<SpyDocument, Map<string, BudgetedText>>();
+
+function budgeted(doc: SpyDocument, tokenizer: GameTokenizer, budget: number): BudgetedText {
+  let perDoc = budgetCache.get(doc);
+  if (!perDoc) budgetCache.set(doc, (perDoc = new Map()));
+  const key = `${budget}`;
+  let hit = perDoc.get(key);
+  if (!hit) perDoc.set(key, (hit = fitToBudget(normalizeText(doc.report), tokenizer, budget))); // parseDocuments output is already NFC
+  return hit;
+}
+
+function seeds(rng: Rng, n: number): number[] {
+  return Array.from({ length: n }, () => rng.nextUint32());
+}
+
+function checkGenerations(gens: Generation[], n: number, what: string): void {
+  if (gens.length !== n) throw new RangeError(`policy.generate returned ${gens.length} ${what} for ${n} prompts`);
+  gens.forEach((g, i) => {
+    if (g.tokenIds.length !== g.logprobs.length) throw new RangeError(`${what}[${i}]: ${g.tokenIds.length} tokens but ${g.logprobs.length} log-probs`);
+  });
+}
+
+const mean = (xs: readonly number[]) => (xs.length === 0 ? 0 : xs.reduce((a, b) => a + b, 0) / xs.length);
+
+export async function playRound(ctx: RoundContext, policy: Policy): Promise<RoundResult> {
+  const { config: cfg, tokenizer, rng } = ctx;
+  const clock = ctx.now;
+  const t0 = clock?.();
+  const N = cfg.groupSize;
+
+  const doc = budgeted(ctx.document, tokenizer, cfg.docTokenBudget);
+  const masked = maskSpan(doc.text, tokenizer, { maskRatio: cfg.maskRatio, mode: cfg.maskMode, rng: rng.fork('mask'), placeholder: cfg.maskPlaceholder });
+  const roles = assignRoles(N, rng.fork('roles'));
+  const { spySeat, labels } = roles;
+
+  // Performing stage.
+  const sp = summaryPrompts(tokenizer, roles, masked.full, masked.spyText, cfg.prompts);
+  const sampling = { temperature: cfg.sampling.temperature, topP: cfg.sampling.topP, topK: cfg.sampling.topK };
+  const gens = await policy.generate(sp.prompts, { maxTokens: cfg.summaryMaxTokens, ...sampling, seeds: seeds(rng.fork('summary-seeds'), N) });
+  checkGenerations(gens, N, 'summaries');
+  const t1 = clock?.();
+  const texts = gens.map((g) => g.text);
+  const formats = gens.map((g) => summaryFormat(g.text, g.truncated));
+
+  // Voting stage.
+  const voteInput = { roles, civilianText: masked.full, spyText: masked.spyText, summaries: texts };
+  let reasons: string[] | null = null;
+  if (cfg.voteReason) {
+    const rp = reasonPrompts(tokenizer, voteInput, cfg.prompts);
+    const rg = await policy.generate(rp, { maxTokens: cfg.voteReasonMaxTokens, ...sampling, seeds: seeds(rng.fork('reason-seeds'), N) });
+    checkGenerations(rg, N, 'reasons');
+    reasons = rg.map((g) => cleanReason(g.text));
+  }
+  const vp = votePrompts(tokenizer, { ...voteInput, reasons }, cfg.prompts);
+  const labelTokens = labelTokenIds(tokenizer, N);
+  const listed = seatsByLabel(roles);
+  const eligible = listed.map((_, v) => listed.filter((s) => s !== v));
+  const candidateTokenIds = eligible.map((seats) => seats.map((s) => labelTokens[labels[s]! - 1]!));
+  const lps = await policy.voteLogprobs(vp, candidateTokenIds);
+  if (lps.length !== N || lps.some((row, v) => row.length !== candidateTokenIds[v]!.length)) {
+    throw new RangeError('policy.voteLogprobs must return one log-prob per candidate per prompt');
+  }
+  const votes = castVotes(lps, eligible, { choice: cfg.voteChoice, rng: rng.fork('votes') });
+  const t2 = clock?.();
+
+  // Scoring.
+  const rewards = computeRewards(votes, spySeat, formats, cfg.rewards);
+  const adv = roundAdvantages(rewards.summary, rewards.vote, spySeat, cfg.advantages, ctx.spyBaseline);
+  const voteCounts = labels.map((_, s) => votes.filter((v) => v.chosen === s).length);
+  const civilianVotes = votes.filter((v) => v.voter !== spySeat);
+  const civilianSeats = labels.map((_, s) => s).filter((s) => s !== spySeat);
+
+  const record: RoundRecord = {
+    round: ctx.round,
+    documentId: ctx.document.id,
+    rngState: rng.state(),
+    groupSize: N,
+    spySeat,
+    spyLabel: labels[spySeat]!,
+    labels: [...labels],
+    cut: doc.cut,
+    mask: { mode: masked.mode, totalTokens: masked.totalTokens, targetTokens: masked.targetTokens, ratio: masked.ratio, span: masked.span },
+    prompts: {
+      civilianSummaryTokens: sp.prompts[spySeat === 0 ? 1 : 0]!.tokenIds.length,
+      spySummaryTokens: sp.prompts[spySeat]!.tokenIds.length,
+      sharedPrefixTokens: sp.sharedPrefixTokens,
+      voteTokens: vp.map((p) => p.tokenIds.length),
+      texts: { civilianSummary: sp.prompts[spySeat === 0 ? 1 : 0]!.text, spySummary: sp.prompts[spySeat]!.text, votes: vp.map((p) => p.text) },
+    },
+    summaries: gens.map((g, seat) => ({
+      seat,
+      label: labels[seat]!,
+      role: seat === spySeat ? 'spy' : 'civilian',
+      text: g.text,
+      tokens: g.tokenIds.length,
+      truncated: g.truncated,
+      sumLogprob: g.logprobs.reduce((a, b) => a + b, 0),
+      format: formats[seat]!,
+    })),
+    votes: votes.map((v) => ({
+      seat: v.voter,
+      label: labels[v.voter]!,
+      candidates: v.candidates.map((s) => labels[s]!),
+      probs: v.probs,
+      chosenLabel: labels[v.chosen]!,
+      chosenSeat: v.chosen,
+      logprob: v.logprob,
+      reason: reasons ? reasons[v.voter]! : null,
+    })),
+    rewards,
+    advantages: { summary: adv.summary, vote: adv.vote, spyBaseline: adv.spyBaseline, spyBaselineCount: ctx.spyBaseline.count },
+    metrics: {
+      spyCaught: voteCounts.every((c, s) => s === spySeat || c < voteCounts[spySeat]!),
+      voteAccuracy: mean(civilianVotes.map((v) => (v.chosen === spySeat ? 1 : 0))),
+      meanCivilianSuspicion: mean(civilianSeats.map((s) => rewards.suspicion[s]!)),
+      spySuspicion: rewards.suspicion[spySeat]!,
+      meanSummaryTokens: mean(gens.map((g) => g.tokenIds.length)),
+    },
+    train: { loss: null, kl: null, gradNorm: null, lr: null },
+    timings: {
+      summarizeMs: t0 === undefined || t1 === undefined ? null : t1 - t0,
+      voteMs: t1 === undefined || t2 === undefined ? null : t2 - t1,
+      updateMs: null,
+      totalMs: t0 === undefined || t2 === undefined ? null : t2 - t0,
+    },
+  };
+
+  const samples: PolicySample[] = [];
+  gens.forEach((g, seat) =>
+    samples.push({
+      stage: 'summary',
+      seat,
+      promptTokenIds: sp.prompts[seat]!.tokenIds,
+      completionTokenIds: g.tokenIds,
+      oldLogprobs: g.logprobs,
+      advantage: adv.summary[seat]!,
+      candidateTokenIds: null,
+    }),
+  );
+  votes.forEach((v) => {
+    const a = adv.vote[v.voter];
+    if (a === null || a === undefined) return; // an untrained vote (the spy's, by default)
+    const idx = v.candidates.indexOf(v.chosen);
+    samples.push({
+      stage: 'vote',
+      seat: v.voter,
+      promptTokenIds: vp[v.voter]!.tokenIds,
+      completionTokenIds: [candidateTokenIds[v.voter]![idx]!],
+      oldLogprobs: [v.logprob],
+      advantage: a,
+      candidateTokenIds: candidateTokenIds[v.voter]!,
+    });
+  });
+  return { record, samples, spyBaseline: adv.nextSpyBaseline };
+}
+
+/** One JSONL line of the run log (no trailing newline); prompt texts only when asked. */
+export function runLogLine(record: RoundRecord, opts: { includePromptTexts?: boolean } = {}): string {
+  if (opts.includePromptTexts) return JSON.stringify(record);
+  const { texts: _omitted, ...prompts } = record.prompts;
+  return JSON.stringify({ ...record, prompts });
+}
