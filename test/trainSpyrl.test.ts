@@ -78,4 +78,13 @@ describe('spyrl train', () => {
       expect(Buffer.compare(await readFile(join(full, f)), await readFile(join(resumed, f))), f).toBe(0);
     }
   });
+
+  it('eval prints ROUGE-L per held-out document and the mean', async () => {
+    const r = await spyrl('eval', '--model', model, '--config', config);
+    expect(r.code, r.stderr).toBe(0);
+    const lines = r.stdout.trim().split('\n');
+    expect(lines).toHaveLength(3); // the last GAO and the last CRS report, then the mean
+    for (const l of lines.slice(0, 2)) expect(l).toMatch(/^\S+\tROUGE-L \d\.\d{4}$/);
+    expect(lines[2]).toMatch(/^mean\tROUGE-L \d\.\d{4}  \(2 documents, base model\)$/);
+  });
 });
