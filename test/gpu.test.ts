@@ -180,3 +180,26 @@ describe('errors', () => {
     expect(() => gpu.flush()).toThrow(GpuDeviceLostError);
   });
 });
+
+describe('buffer pool trimming', () => {
+  it('keeps at most poolFreeBytes of released buffers after a submit, destroying the oldest', async () => {
+    const g = await createGpu();
+    try {
+      g.poolFreeBytes = 12288;
+      const bufs = [1024, 2048, 4096, 8192].map((n, i) => g.createBuffer(n, `b${i}`));
+      for (const b of bufs) g.releaseBuffer(b);
+      expect(g.memory.freeBytes).toBe(1024 + 2048 + 4096 + 8192);
+      const x = g.createBuffer(16, 'x');
+      g.write(x, new Uint32Array([1, 2, 3, 4]));
+      g.clear(x); // something to submit
+      await g.sync();
+      expect(g.memory.freeBytes).toBe(4096 + 8192); // the two oldest (1024, 2048) were destroyed
+      // A survivor is reused.
+      const again = g.createBuffer(8192, 'again');
+      expect(again).toBe(bufs[3]);
+      expect(Array.from(await g.readU32(x))).toEqual([0, 0, 0, 0]);
+    } finally {
+      g.destroy();
+    }
+  });
+});

@@ -104,6 +104,8 @@ export class Gpu {
   private destroyed = false;
   /** Dispatches encoded since creation (for benchmarks and tests). */
   dispatchCount = 0;
+  /** Bytes of released buffers kept for reuse; older ones are destroyed after each submit. */
+  poolFreeBytes = 512 * 2 ** 20;
 
   constructor(
     readonly device: GPUDevice,
@@ -265,7 +267,7 @@ export class Gpu {
     this.device.destroy();
   }
 
-  get memory(): { live: number; free: number; liveBytes: number } {
+  get memory(): { live: number; free: number; liveBytes: number; freeBytes: number } {
     return this.pool.stats;
   }
 
@@ -301,6 +303,7 @@ export class Gpu {
     this.params.upload(this.device.queue);
     this.device.queue.submit([cmd]);
     this.track(this.device.popErrorScope(), 'command batch');
+    this.pool.trimTo(this.poolFreeBytes); // safe now: no unsubmitted command refers to a free buffer
   }
 
   private track(scope: Promise<GPUError | null>, context: string): void {

@@ -6,6 +6,9 @@
 export class BufferPool {
   private free = new Map<string, GPUBuffer[]>();
   private live = new Set<GPUBuffer>();
+  /** Free buffers in release order, for trimming the oldest first. */
+  private freeOrder = new Set<GPUBuffer>();
+  private freeBytes = 0;
 
   constructor(private readonly device: GPUDevice) {}
 
@@ -15,6 +18,8 @@ export class BufferPool {
     const list = this.free.get(key(usage, size));
     const reused = list?.pop();
     if (reused) {
+      this.freeOrder.delete(reused);
+      this.freeBytes -= reused.size;
       reused.label = label;
       this.live.add(reused);
       return reused;
@@ -30,12 +35,32 @@ export class BufferPool {
     const list = this.free.get(k);
     if (list) list.push(buf);
     else this.free.set(k, [buf]);
+    this.freeOrder.add(buf);
+    this.freeBytes += buf.size;
+  }
+
+  /**
+   * Destroys the oldest free buffers until at most `maxFreeBytes` stay pooled, so sequences of
+   * ever-new lengths do not pile up GPU memory. Call it only when no pending (unsubmitted)
+   * command uses a free buffer, i.e. right after a submit.
+   */
+  trimTo(maxFreeBytes: number): void {
+    for (const buf of this.freeOrder) {
+      if (this.freeBytes <= maxFreeBytes) break;
+      const list = this.free.get(key(buf.usage, buf.size))!;
+      list.splice(list.indexOf(buf), 1);
+      this.freeOrder.delete(buf);
+      this.freeBytes -= buf.size;
+      buf.destroy();
+    }
   }
 
   /** Destroys the free buffers (keeps live ones). */
   trim(): void {
     for (const list of this.free.values()) for (const b of list) b.destroy();
     this.free.clear();
+    this.freeOrder.clear();
+    this.freeBytes = 0;
   }
 
   destroyAll(): void {
@@ -44,12 +69,10 @@ export class BufferPool {
     this.live.clear();
   }
 
-  get stats(): { live: number; free: number; liveBytes: number } {
-    let free = 0;
-    for (const l of this.free.values()) free += l.length;
+  get stats(): { live: number; free: number; liveBytes: number; freeBytes: number } {
     let liveBytes = 0;
     for (const b of this.live) liveBytes += b.size;
-    return { live: this.live.size, free, liveBytes };
+    return { live: this.live.size, free: this.freeOrder.size, liveBytes, freeBytes: this.freeBytes };
   }
 }
 
