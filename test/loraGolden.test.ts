@@ -87,4 +87,25 @@ describe.each(['tied-all', 'untied-rslora'])('LoRA vs PyTorch autograd: %s', (va
     console.log(`${variant}: loss ${loss.toFixed(6)} vs ${ref.loss.toFixed(6)}; worst per-tensor gradient error ${worst.toExponential(2)} x max|g_ref|`);
     adapter.destroy();
   });
+
+  it('with the adapter switched off (the KL reference policy) log-probs are the base model\'s', async () => {
+    const { ref, adapter, model } = await setup(variant);
+    const baseDir = join(ROOT, ref.model_dir);
+    const base = JSON.parse(await readFile(join(baseDir, 'expected.json'), 'utf8')) as { tokens: number[]; shape: [number, number] };
+    const logits = new Float32Array((await readFile(join(baseDir, 'logits.f32'))).buffer.slice(0));
+    const [T, V] = base.shape;
+    const ids = base.tokens;
+    adapter.enabled = false;
+    const pass = new TrainingPass(model, adapter, ids, [...ids.slice(1), -1]);
+    const logp = await pass.forward();
+    pass.release();
+    for (let t = 0; t < T - 1; t++) {
+      const row = logits.subarray(t * V, (t + 1) * V);
+      const mx = row.reduce((a, b) => Math.max(a, b), -Infinity);
+      const lse = mx + Math.log(row.reduce((a, b) => a + Math.exp(b - mx), 0));
+      expect(Math.abs(logp[t] - (row[ids[t + 1]] - lse)), `t=${t}`).toBeLessThanOrEqual(1e-3 * Math.max(1, Math.abs(row[ids[t + 1]] - lse)));
+    }
+    adapter.enabled = true;
+    adapter.destroy();
+  });
 });
