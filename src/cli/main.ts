@@ -22,7 +22,7 @@ Usage:
   spyrl sft --model DIR --text-file F --steps N --out DIR [--lr 2e-4 --r 8 --alpha 16 --rslora false
             --targets q_proj,...,down_proj --seq-len 128 --batch 1 --schedule constant|cosine --warmup 0
             --max-grad-norm 1 --weight-decay 0 --seed 0 --resume DIR --gpu-memory GIB]
-  spyrl train --model DIR --docs FILE|bundled --rounds N --out DIR [--config FILE.json] [--seed S] [--resume DIR]
+  spyrl train --model DIR --docs FILE|bundled --rounds N --out DIR [--config FILE.json] [--seed S] [--resume DIR] [--gpu-memory GIB]
   spyrl eval --model DIR [--adapter DIR] [--docs FILE|bundled] [--config FILE.json]
 
 Sampling defaults come from the model's generation_config.json (temperature 0 = greedy).

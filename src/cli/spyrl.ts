@@ -2,7 +2,7 @@
 import { mkdir, readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ModelLoadError } from '../model/errors.ts';
-import { int, parse, str, UsageError } from './args.ts';
+import { int, num, parse, str, UsageError } from './args.ts';
 import { openModel, requireDir } from './open.ts';
 import type { SpyDocument } from '../game/documents.ts';
 
@@ -55,10 +55,11 @@ const fmtTime = (s: number) => (!Number.isFinite(s) ? '?' : s >= 60 ? `${Math.fl
 export async function trainCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
   const f = parse(args, {
     model: { type: 'string' }, docs: { type: 'string' }, rounds: { type: 'string' }, out: { type: 'string' },
-    config: { type: 'string' }, seed: { type: 'string' }, resume: { type: 'string' },
+    config: { type: 'string' }, seed: { type: 'string' }, resume: { type: 'string' }, 'gpu-memory': { type: 'string' },
   });
   const dir = str(f, 'model', true)!;
   const outDir = str(f, 'out', true)!;
+  const budget = str(f, 'gpu-memory') === undefined ? undefined : num(f, 'gpu-memory', 0) * 2 ** 30;
   if (!str(f, 'rounds')) throw new UsageError('--rounds is required');
   const rounds = int(f, 'rounds', 1, 1);
   const config = await readConfig(str(f, 'config'), str(f, 'seed') === undefined ? undefined : int(f, 'seed', 0, 0));
@@ -71,6 +72,12 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
   const { gpu, model, tokenizer } = await openModel(dir);
   try {
     if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}: the game needs the tokenizer and chat template`);
+    // The longest sequence of a round: a vote prompt (report + N summaries + instructions) and its answer.
+    const { trainingMemoryBytes, checkTrainingFits } = await import('../train/memory.ts');
+    const { loraConfig } = await import('../model/peft.ts');
+    const seqLen = config.docTokenBudget + config.groupSize * config.summaryMaxTokens + 256;
+    const lora = loraConfig({ r: config.lora.r, alpha: config.lora.alpha, targetModules: config.lora.targetModules });
+    checkTrainingFits(trainingMemoryBytes(model.cfg, lora, { seqLen, kvSlots: config.groupSize, kvMaxT: seqLen }), gpu.limits, seqLen, budget);
     const tty = (process.stderr as { isTTY?: boolean }).isTTY;
     const trainer = await SpyRLTrainer.create({
       model, tokenizer, config, train, evalDocs, resume, baseModel: dir,
