@@ -1,9 +1,17 @@
+{{ENABLE}}
 // out (T, N) f32 (+)= x (T, K) f32 . w (N, K) bf16 ^T  -- every nn.Linear of the model.
-// Two entry points:
+// Entry points:
 //   matmul_gemv  (decode, T <= TMAX <= 8): memory-bound, so each weight word is read once for all
 //                T rows; LANES (<= 64) threads reduce one output row over K, 256/LANES rows per workgroup.
+//   matmul_rows  (CPU adapters, any T): one thread per output row, no barriers.
 //   matmul_tiled (prefill, any T): 64x64 output tile per 16x16 workgroup, 4x4 per thread, K in
 //                steps of 16 through shared memory.
+//   gemm_rows, gemm_tiled: the LoRA and backward products (below).
+//
+// matmul_gemv comes in two variants, picked by src/model/kernels.ts (subgroupDefines): with the
+// device's `subgroups` feature the ENABLE define is `enable subgroups;` and the IF_SUBGROUPS /
+// ELSE / END defines are comment delimiters that keep only the subgroup section below; without it
+// ENABLE is empty and only the shared-memory section compiles. The other entries use neither.
 
 struct MatmulParams {
   T: u32,
@@ -34,12 +42,8 @@ const ROWS = 256u / LANES; // output rows per workgroup
 
 var<workgroup> red: array<f32, TMAX * ROWS * LANES>; // (TMAX, ROWS, LANES)
 
-@compute @workgroup_size(256)
-fn matmul_gemv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-               @builtin(local_invocation_index) lid: u32) {
-  let row = lid / LANES;
-  let lane = lid % LANES;
-  let n = (wid.x + wid.y * nwg.x) * ROWS + row;
+// This lane's partial dot products for output row n (zeros past N), one per token.
+fn gemvPartial(n: u32, lane: u32) -> array<f32, TMAX> {
   var acc: array<f32, TMAX>;
   if (n < p.N) {
     if ((p.K & 1u) == 0u) {
@@ -68,6 +72,57 @@ fn matmul_gemv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
       }
     }
   }
+  return acc;
+}
+
+{{IF_SUBGROUPS}}
+// Subgroup reduction. A row's LANES threads are consecutive invocations (subgroups are assumed
+// packed in local_invocation_index order), so a subgroupShuffleXor butterfly over
+// span = min(LANES, subgroup size) lanes sums each row's partials within its subgroup, in
+// registers. With LANES <= subgroup size that is the row total; otherwise each of the row's
+// LANES / sgSize subgroups stores its sum and one shared-memory step adds them. sgSize is
+// uniform, so the loops and branches on it keep the subgroup ops in uniform control flow.
+@compute @workgroup_size(256)
+fn matmul_gemv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+               @builtin(local_invocation_index) lid: u32,
+               @builtin(subgroup_size) sgSize: u32, @builtin(subgroup_invocation_id) sgLane: u32) {
+  let row = lid / LANES;
+  let lane = lid % LANES;
+  let n = (wid.x + wid.y * nwg.x) * ROWS + row;
+  var acc = gemvPartial(n, lane);
+  let span = min(LANES, sgSize);
+  for (var m = span / 2u; m > 0u; m >>= 1u) {
+    for (var t = 0u; t < TMAX; t++) { acc[t] += subgroupShuffleXor(acc[t], m); }
+  }
+  if (LANES <= sgSize) {
+    // Every lane holds its row's totals; lane l writes tokens l, l + LANES, ...
+    if (n < p.N) {
+      for (var t = lane; t < p.T; t += LANES) { store(t * p.N + n, acc[t]); }
+    }
+  } else {
+    let parts = LANES / sgSize; // subgroups per row
+    if (sgLane == 0u) {
+      for (var t = 0u; t < TMAX; t++) { red[(t * ROWS + row) * parts + lane / sgSize] = acc[t]; }
+    }
+    workgroupBarrier();
+    if (n < p.N) {
+      for (var t = lane; t < p.T; t += LANES) {
+        var s = 0.0;
+        for (var j = 0u; j < parts; j++) { s += red[(t * ROWS + row) * parts + j]; }
+        store(t * p.N + n, s);
+      }
+    }
+  }
+}
+{{ELSE}}
+// Shared-memory tree over each row's LANES partials.
+@compute @workgroup_size(256)
+fn matmul_gemv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+               @builtin(local_invocation_index) lid: u32) {
+  let row = lid / LANES;
+  let lane = lid % LANES;
+  let n = (wid.x + wid.y * nwg.x) * ROWS + row;
+  let acc = gemvPartial(n, lane);
   for (var t = 0u; t < TMAX; t++) { red[(t * ROWS + row) * LANES + lane] = acc[t]; }
   workgroupBarrier();
   for (var s = LANES / 2u; s > 0u; s >>= 1u) {
@@ -84,6 +139,7 @@ fn matmul_gemv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
     for (var t = lane; t < p.T; t += LANES) { store(t * p.N + n, red[(t * ROWS + row) * LANES]); }
   }
 }
+{{END}}
 
 // ---- rows (CPU adapters, any T) -------------------------------------------------------------
 // One thread per (output row, group of TMAX tokens) and no barriers: on SwiftShader-like CPU

@@ -1,3 +1,4 @@
+{{ENABLE}}
 // Token sampling, one workgroup per row of logits (B, V); only the ids leave the GPU.
 //   temperature <= 0: argmax, lowest index on ties.
 //   otherwise: softmax(logits / temperature) restricted to the top-k tokens (topK 0 = off), then
@@ -8,6 +9,13 @@
 // Thread j owns tokens j, j+WG, j+2WG, ...; the draw walks threads' masses in order, then the
 // chosen thread's tokens: a fixed order over the kept set, so the draw is exact and reproducible.
 // RNG: counter-based hash of (seed, step, row), so the same inputs give the same ids.
+//
+// The workgroup reductions come in two variants, picked by src/model/kernels.ts (subgroupDefines):
+// with the device's `subgroups` feature the ENABLE define is `enable subgroups;` and the
+// IF_SUBGROUPS / ELSE / END defines are comment delimiters that keep only the subgroup section
+// (subgroupAdd / subgroupMax, then one shared-memory step across subgroups); without it only the
+// shared-memory tree section compiles. Both sections define the entry point and the same helpers
+// (sumF, sumU, maxF, argmaxIndex); the row's algorithm, sampleRow, is shared.
 
 struct SampleParams {
   B: u32,
@@ -27,8 +35,10 @@ const WG = {{WG}}u;
 
 var<workgroup> redF: array<f32, WG>;
 var<workgroup> redU: array<u32, WG>;
+var<workgroup> redU2: array<u32, WG>; // subgroup argmax: the index next to the key in redU
 
 const LOWEST = -3.40282346e38; // -FLT_MAX (an -inf literal is rejected by const evaluation)
+const NONE = 0xffffffffu;      // no token
 
 // Monotone map f32 -> u32: a < b  <=>  key(a) < key(b) (for non-NaN values).
 fn orderedKey(v: f32) -> u32 {
@@ -48,7 +58,81 @@ fn uniform01(seed: u32, step: u32, row: u32) -> f32 {
   return f32(h >> 8u) * (1.0 / 16777216.0);
 }
 
-fn sumF(lid: u32, v: f32) -> f32 {
+{{IF_SUBGROUPS}}
+// Subgroup reductions. Subgroup id = lid / sgSize: assumes the workgroup is packed into subgroups
+// in local_invocation_index order, as GPUs do. Each subgroup's lane 0 stores its subgroup's result,
+// then every subgroup reduces those partials in the same lanes, so all invocations get the same
+// value. sgSize is uniform, so every subgroup op here sits in uniform control flow. The trailing
+// barrier keeps the next call from overwriting partials that are still being read.
+fn sumF(lid: u32, sgSize: u32, sgLane: u32, v: f32) -> f32 {
+  let s = subgroupAdd(v);
+  if (sgLane == 0u) { redF[lid / sgSize] = s; }
+  workgroupBarrier();
+  var t = 0.0;
+  for (var j = sgLane; j < (WG + sgSize - 1u) / sgSize; j += sgSize) { t += redF[j]; }
+  let r = subgroupAdd(t);
+  workgroupBarrier();
+  return r;
+}
+
+fn sumU(lid: u32, sgSize: u32, sgLane: u32, v: u32) -> u32 {
+  let s = subgroupAdd(v);
+  if (sgLane == 0u) { redU[lid / sgSize] = s; }
+  workgroupBarrier();
+  var t = 0u;
+  for (var j = sgLane; j < (WG + sgSize - 1u) / sgSize; j += sgSize) { t += redU[j]; }
+  let r = subgroupAdd(t);
+  workgroupBarrier();
+  return r;
+}
+
+fn maxF(lid: u32, sgSize: u32, sgLane: u32, v: f32) -> f32 {
+  let s = subgroupMax(v);
+  if (sgLane == 0u) { redF[lid / sgSize] = s; }
+  workgroupBarrier();
+  var t = LOWEST;
+  for (var j = sgLane; j < (WG + sgSize - 1u) / sgSize; j += sgSize) { t = max(t, redF[j]); }
+  let r = subgroupMax(t);
+  workgroupBarrier();
+  return r;
+}
+
+// Index of the largest v, lowest index on ties; i = NONE marks a thread without tokens. Compares
+// order-preserving keys (u32 max/min are exact), with -0 taken as +0 so they tie as in the float
+// comparison; a thread without tokens gets key 0, below every real value including -inf.
+fn argmaxIndex(lid: u32, sgSize: u32, sgLane: u32, v: f32, i: u32) -> u32 {
+  let key = select(0u, orderedKey(select(v, 0.0, v == 0.0)), i != NONE);
+  let k = subgroupMax(key);
+  let ki = subgroupMin(select(NONE, i, key == k));
+  if (sgLane == 0u) {
+    redU[lid / sgSize] = k;
+    redU2[lid / sgSize] = ki;
+  }
+  workgroupBarrier();
+  var bk = 0u;
+  var bi = NONE;
+  for (var j = sgLane; j < (WG + sgSize - 1u) / sgSize; j += sgSize) {
+    let ok = redU[j];
+    let oi = redU2[j];
+    if (ok > bk || (ok == bk && oi < bi)) {
+      bk = ok;
+      bi = oi;
+    }
+  }
+  let mk = subgroupMax(bk);
+  let r = subgroupMin(select(NONE, bi, bk == mk));
+  workgroupBarrier();
+  return r;
+}
+
+@compute @workgroup_size(WG)
+fn sample_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                  @builtin(local_invocation_index) lid: u32,
+                  @builtin(subgroup_size) sgSize: u32, @builtin(subgroup_invocation_id) sgLane: u32) {
+  sampleRow(wid.x + wid.y * nwg.x, lid, sgSize, sgLane);
+}
+{{ELSE}}
+fn sumF(lid: u32, sgSize: u32, sgLane: u32, v: f32) -> f32 {
   redF[lid] = v;
   workgroupBarrier();
   for (var s = WG / 2u; s > 0u; s >>= 1u) {
@@ -60,7 +144,7 @@ fn sumF(lid: u32, v: f32) -> f32 {
   return r;
 }
 
-fn sumU(lid: u32, v: u32) -> u32 {
+fn sumU(lid: u32, sgSize: u32, sgLane: u32, v: u32) -> u32 {
   redU[lid] = v;
   workgroupBarrier();
   for (var s = WG / 2u; s > 0u; s >>= 1u) {
@@ -72,7 +156,7 @@ fn sumU(lid: u32, v: u32) -> u32 {
   return r;
 }
 
-fn maxF(lid: u32, v: f32) -> f32 {
+fn maxF(lid: u32, sgSize: u32, sgLane: u32, v: f32) -> f32 {
   redF[lid] = v;
   workgroupBarrier();
   for (var s = WG / 2u; s > 0u; s >>= 1u) {
@@ -84,10 +168,37 @@ fn maxF(lid: u32, v: f32) -> f32 {
   return r;
 }
 
+// Index of the largest v, lowest index on ties; i = NONE marks a thread without tokens. The
+// result is meaningful in invocation 0.
+fn argmaxIndex(lid: u32, sgSize: u32, sgLane: u32, v: f32, i: u32) -> u32 {
+  redF[lid] = v;
+  redU[lid] = i;
+  workgroupBarrier();
+  for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    if (lid < s) {
+      let ov = redF[lid + s];
+      let oi = redU[lid + s];
+      let mv = redF[lid];
+      let mi = redU[lid];
+      if (oi != 0xffffffffu && (mi == 0xffffffffu || ov > mv || (ov == mv && oi < mi))) {
+        redF[lid] = ov;
+        redU[lid] = oi;
+      }
+    }
+    workgroupBarrier();
+  }
+  return redU[0];
+}
+
 @compute @workgroup_size(WG)
 fn sample_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                   @builtin(local_invocation_index) lid: u32) {
-  let row = wid.x + wid.y * nwg.x;
+  sampleRow(wid.x + wid.y * nwg.x, lid, 0u, 0u);
+}
+{{END}}
+
+// One row per workgroup; sgSize and sgLane are the subgroup builtins (0 in the tree variant).
+fn sampleRow(row: u32, lid: u32, sgSize: u32, sgLane: u32) {
   if (row >= p.B) { return; }
   let base = row * p.V;
 
@@ -99,30 +210,15 @@ fn sample_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nw
       let v = logits[base + i];
       if (bestI == 0xffffffffu || v > bestV) { bestV = v; bestI = i; }
     }
-    redF[lid] = bestV;
-    redU[lid] = bestI;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-      if (lid < s) {
-        let ov = redF[lid + s];
-        let oi = redU[lid + s];
-        let mv = redF[lid];
-        let mi = redU[lid];
-        if (oi != 0xffffffffu && (mi == 0xffffffffu || ov > mv || (ov == mv && oi < mi))) {
-          redF[lid] = ov;
-          redU[lid] = oi;
-        }
-      }
-      workgroupBarrier();
-    }
-    if (lid == 0u) { outIds[row] = redU[0]; }
+    let best = argmaxIndex(lid, sgSize, sgLane, bestV, bestI);
+    if (lid == 0u) { outIds[row] = best; }
     return;
   }
 
   // 1. Row max of z = logits / temperature, for a stable exp.
   var mx = LOWEST;
   for (var i = lid; i < p.V; i += WG) { mx = max(mx, logits[base + i] / p.temperature); }
-  mx = maxF(lid, mx);
+  mx = maxF(lid, sgSize, sgLane, mx);
 
   // 2. Top-k: the largest key u with count(key(z) >= u) >= topK, i.e. the k-th largest logit.
   var kLo = 0u;
@@ -136,7 +232,7 @@ fn sample_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nw
       for (var i = lid; i < p.V; i += WG) {
         if (orderedKey(logits[base + i] / p.temperature) >= mid) { c++; }
       }
-      if (sumU(lid, c) >= p.topK) { lo = mid; } else { hi = mid - 1u; }
+      if (sumU(lid, sgSize, sgLane, c) >= p.topK) { lo = mid; } else { hi = mid - 1u; }
     }
     kLo = lo;
   }
@@ -150,7 +246,7 @@ fn sample_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nw
       let z = logits[base + i] / p.temperature;
       if (orderedKey(z) >= kLo) { total += exp(z - mx); }
     }
-    let want = p.topP * sumF(lid, total);
+    let want = p.topP * sumF(lid, sgSize, sgLane, total);
     var lo = kLo;
     var hi = orderedKey(mx);
     for (var it = 0u; it < 32u; it++) {
@@ -161,7 +257,7 @@ fn sample_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nw
         let z = logits[base + i] / p.temperature;
         if (orderedKey(z) >= mid) { s += exp(z - mx); }
       }
-      if (sumF(lid, s) >= want) { lo = mid; } else { hi = mid - 1u; }
+      if (sumF(lid, sgSize, sgLane, s) >= want) { lo = mid; } else { hi = mid - 1u; }
     }
     thr = lo;
   }

@@ -4,7 +4,7 @@
 // sits right below its forward and adds into its gradient buffers.
 
 import type { Gpu } from '../gpu/device.ts';
-import { f32, splitGrid } from '../gpu/launch.ts';
+import { f32, splitGrid, type Defines, type Kernel } from '../gpu/launch.ts';
 
 const ELEMS_PER_WG = 256; // elementwise kernels: one thread per element, 256 per workgroup
 
@@ -21,6 +21,49 @@ export function isCpuAdapter(gpu: Gpu): boolean {
   const id = `${gpu.info.architecture} ${gpu.info.description}`.toLowerCase();
   return /swiftshader|llvmpipe|lavapipe|warp/.test(id);
 }
+
+// ---- subgroup variants -----------------------------------------------------------------------
+// The reduction-heavy kernels (rmsNorm and its backward, the GEMV matmul, sample, and
+// logSoftmaxGather in src/train/kernels.ts) have a variant that reduces with subgroupAdd /
+// subgroupMax and one shared-memory step across subgroups, used whenever the device has the
+// `subgroups` feature; the barrier/shared-memory tree is the fallback. rmsNorm's variant is its own
+// file (shaders/rmsnorm_subgroups.wgsl); the others are sections of one file switched by defines.
+
+/** Whether the subgroup variants run on this Gpu. */
+export function useSubgroups(gpu: Gpu): boolean {
+  return gpu.features.subgroups;
+}
+
+/**
+ * Defines that pick a shader's variant: ENABLE is the `enable subgroups;` directive or nothing;
+ * IF_SUBGROUPS / ELSE / END become comment delimiters around `{{IF_SUBGROUPS}} subgroup code
+ * {{ELSE}} shared-memory code {{END}}` so that exactly one of the two sections compiles.
+ */
+export function subgroupDefines(on: boolean): Defines {
+  return on
+    ? { ENABLE: 'enable subgroups;', IF_SUBGROUPS: '', ELSE: '/*', END: '*/' }
+    : { ENABLE: '', IF_SUBGROUPS: '/*', ELSE: '*/', END: '' };
+}
+
+const launched = new WeakMap<Gpu, Map<string, { subgroups: boolean; label: string }>>();
+
+/** gpu.kernel(...), remembering for kernelVariant which pipeline `op` last got. */
+export function opKernel(gpu: Gpu, op: string, shader: string, entry: string, defines: Defines): Kernel {
+  const kernel = gpu.kernel(shader, entry, defines);
+  let perGpu = launched.get(gpu);
+  if (!perGpu) launched.set(gpu, (perGpu = new Map()));
+  // Read from the pipeline's label ("shader.entry[defines]"), i.e. from what was compiled.
+  const subgroups = /^\w+_subgroups\./.test(kernel.label) || kernel.label.includes('ENABLE=enable subgroups;');
+  perGpu.set(op, { subgroups, label: kernel.label });
+  return kernel;
+}
+
+/** The pipeline the last call of `op` ('rmsNorm', 'matmul', 'sample', ...) encoded on gpu (tests). */
+export function kernelVariant(gpu: Gpu, op: string): { subgroups: boolean; label: string } | undefined {
+  return launched.get(gpu)?.get(op);
+}
+
+const NO_SUBGROUPS = subgroupDefines(false);
 
 function check(cond: boolean, msg: string): void {
   if (!cond) throw new RangeError(msg);
@@ -51,7 +94,8 @@ export function rmsNorm(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R:
   checkSize(w, bf16Bytes(D), 'rmsNorm w');
   check(out !== x, 'rmsNorm: out and x must differ');
   const WG = D <= 512 ? 64 : 256;
-  gpu.dispatch(gpu.kernel('rmsnorm', 'rmsnorm_forward', { WG }), [out, x, w], R, [R, D, f32(eps)]);
+  const shader = useSubgroups(gpu) ? 'rmsnorm_subgroups' : 'rmsnorm';
+  gpu.dispatch(opKernel(gpu, 'rmsNorm', shader, 'rmsnorm_forward', { WG }), [out, x, w], R, [R, D, f32(eps)]);
 }
 
 /** dx (R, D) += d/dx of rmsNorm given dy (R, D) ; x (R, D) f32 ; w (D) bf16 frozen (no dw) */
@@ -62,7 +106,8 @@ export function rmsNormBackward(gpu: Gpu, dx: GPUBuffer, dy: GPUBuffer, x: GPUBu
   checkSize(w, bf16Bytes(D), 'rmsNormBackward w');
   distinct('rmsNormBackward', dx, dy, x);
   const WG = D <= 512 ? 64 : 256;
-  gpu.dispatch(gpu.kernel('rmsnorm', 'rmsnorm_backward', { WG }), [dx, x, w, dy], R, [R, D, f32(eps)]);
+  const shader = useSubgroups(gpu) ? 'rmsnorm_subgroups' : 'rmsnorm';
+  gpu.dispatch(opKernel(gpu, 'rmsNormBackward', shader, 'rmsnorm_backward', { WG }), [dx, x, w, dy], R, [R, D, f32(eps)]);
 }
 
 /** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) bf16 ^T */
@@ -78,15 +123,15 @@ export function matmul(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, T: 
   if (variant === 'rows') {
     const TMAX = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
     const [x0, y0] = splitGrid(Math.ceil(N / 64), gpu.limits.maxComputeWorkgroupsPerDimension);
-    gpu.dispatch(gpu.kernel('matmul', 'matmul_rows', { TMAX, LANES: 64 }), [out, x, w], [x0, y0, Math.ceil(T / TMAX)], params);
+    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'matmul_rows', { TMAX, LANES: 64, ...NO_SUBGROUPS }), [out, x, w], [x0, y0, Math.ceil(T / TMAX)], params);
   } else if (variant === 'gemv') {
     check(T <= GEMV_MAX_T, `matmul: gemv variant needs T <= ${GEMV_MAX_T}`);
     const TMAX = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
     // ~4+ weight words per lane: 64 lanes from K >= 512; tiny K gets more rows per workgroup.
     const LANES = Math.min(64, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, K / 8)))));
-    gpu.dispatch(gpu.kernel('matmul', 'matmul_gemv', { TMAX, LANES }), [out, x, w], Math.ceil(N / (256 / LANES)), params);
+    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'matmul_gemv', { TMAX, LANES, ...subgroupDefines(useSubgroups(gpu)) }), [out, x, w], Math.ceil(N / (256 / LANES)), params);
   } else {
-    gpu.dispatch(gpu.kernel('matmul', 'matmul_tiled', { TMAX: 1, LANES: 64 }), [out, x, w], [Math.ceil(N / 64), Math.ceil(T / 64)], params);
+    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'matmul_tiled', { TMAX: 1, LANES: 64, ...NO_SUBGROUPS }), [out, x, w], [Math.ceil(N / 64), Math.ceil(T / 64)], params);
   }
 }
 
@@ -105,10 +150,10 @@ function gemm(
   // No gemv variant here: 'gemv' (forced by tests) runs 'rows', as does a GPU with M <= GEMV_MAX_T.
   const variant = tuning.matmul === 'auto' ? (isCpuAdapter(gpu) || M <= GEMV_MAX_T ? 'rows' : 'tiled') : tuning.matmul;
   if (variant === 'tiled') {
-    gpu.dispatch(gpu.kernel('matmul', 'gemm_tiled', { TMAX: 1, LANES: 64 }), [out, a, b], [Math.ceil(N / 64), Math.ceil(M / 64)], params);
+    gpu.dispatch(gpu.kernel('matmul', 'gemm_tiled', { TMAX: 1, LANES: 64, ...NO_SUBGROUPS }), [out, a, b], [Math.ceil(N / 64), Math.ceil(M / 64)], params);
   } else {
     const TMAX = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
-    gpu.dispatch(gpu.kernel('matmul', 'gemm_rows', { TMAX, LANES: 64 }), [out, a, b], Math.ceil((N * Math.ceil(M / TMAX)) / 64), params);
+    gpu.dispatch(gpu.kernel('matmul', 'gemm_rows', { TMAX, LANES: 64, ...NO_SUBGROUPS }), [out, a, b], Math.ceil((N * Math.ceil(M / TMAX)) / 64), params);
   }
 }
 
@@ -306,6 +351,6 @@ export function sample(gpu: Gpu, outIds: GPUBuffer, logits: GPUBuffer, B: number
   check(opts.temperature >= 0 && opts.topK >= 0 && opts.topP > 0, `sample: bad options ${JSON.stringify(opts)}`);
   // Barrier count is 32-64 bisection rounds x log2(WG); a small vocabulary needs few threads.
   const WG = V >= 8192 ? 256 : V >= 512 ? 64 : 16;
-  gpu.dispatch(gpu.kernel('sample', 'sample_forward', { WG }), [outIds, logits], B,
+  gpu.dispatch(opKernel(gpu, 'sample', 'sample', 'sample_forward', { WG, ...subgroupDefines(useSubgroups(gpu)) }), [outIds, logits], B,
     [B, V, Math.floor(opts.topK), seed >>> 0, step >>> 0, f32(opts.temperature), f32(Math.min(opts.topP, 1))]);
 }

@@ -5,6 +5,7 @@
 
 import type { Gpu } from '../gpu/device.ts';
 import { f32 } from '../gpu/launch.ts';
+import { opKernel, subgroupDefines, useSubgroups } from '../model/kernels.ts';
 
 const ELEMS_PER_WG = 256; // elementwise kernels: one thread per element, 256 per workgroup
 
@@ -34,8 +35,9 @@ export function logSoftmaxGather(
   check(logp !== lse, 'logSoftmaxGather: logp and lse must differ');
   if (R === 0) return;
   // A whole vocabulary row per workgroup; small rows need few threads (fewer tree levels).
+  // Subgroup reduction when the device has `subgroups` (shaders/loss.wgsl), else a shared-memory tree.
   const WG = V >= 8192 ? 256 : 64;
-  gpu.dispatch(gpu.kernel('loss', 'log_softmax_gather', { WG }), [logp, lse, logits, targets], R, [R, V]);
+  gpu.dispatch(opKernel(gpu, 'logSoftmaxGather', 'loss', 'log_softmax_gather', { WG, ...subgroupDefines(useSubgroups(gpu)) }), [logp, lse, logits, targets], R, [R, V]);
 }
 
 /**
@@ -52,7 +54,7 @@ export function logSoftmaxBackward(
   checkSize(targets, R * 4, 'logSoftmaxBackward targets');
   check(R * V < 2 ** 32, 'logSoftmaxBackward: R*V overflows u32 indexing');
   check(dlogits !== logits, 'logSoftmaxBackward: dlogits and logits must differ');
-  gpu.dispatch(gpu.kernel('loss', 'log_softmax_backward', { WG: ELEMS_PER_WG }), [dlogits, dlogp, logits, lse, targets],
+  gpu.dispatch(gpu.kernel('loss', 'log_softmax_backward', { WG: ELEMS_PER_WG, ...subgroupDefines(false) }), [dlogits, dlogp, logits, lse, targets],
     Math.ceil((R * V) / ELEMS_PER_WG), [R, V]);
 }
 
