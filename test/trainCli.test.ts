@@ -102,7 +102,7 @@ describe('spyrl sft', () => {
     const a = await tensors(join(tmp, 'full'), 'adapter_model.safetensors');
     const b = await tensors(join(tmp, 'resumed'), 'adapter_model.safetensors');
     for (const [k, t] of a) expect(Buffer.compare(Buffer.from(t.data.buffer), Buffer.from(b.get(k)!.data.buffer)), k).toBe(0);
-  });
+  }, 600_000);
 
   it('logits --adapter applies the trained adapter', async () => {
     const base = join(tmp, 'base.f32'), tuned = join(tmp, 'tuned.f32');

@@ -77,7 +77,7 @@ describe('spyrl train', () => {
     for (const f of ['adapter_model.safetensors', 'optimizer.safetensors']) {
       expect(Buffer.compare(await readFile(join(full, f)), await readFile(join(resumed, f))), f).toBe(0);
     }
-  });
+  }, 600_000); // three runs of a few rounds each on SwiftShader
 
   it('eval prints ROUGE-L per held-out document and the mean', async () => {
     const r = await spyrl('eval', '--model', model, '--config', config);
