@@ -1,0 +1,166 @@
+// Model slice: WebGPU availability, which model to load, the memory check before loading,
+// load/download progress, and the Hub cache.
+import type { StateCreator } from 'zustand';
+import { QWEN3_PRESETS, type Qwen3Config, type Qwen3PresetName } from '../model/config.ts';
+import type { CachedModel } from '../model/sources.ts';
+import { planMemory, type MemoryPlan } from '../worker/memoryPlan.ts';
+import type { DownloadProgress, GpuProbe, LoadedModelInfo, LoadProgress, ModelChoice } from '../worker/protocol.ts';
+import { errorMessage } from '../worker/protocol.ts';
+import type { AppState, StoreDeps } from './store.ts';
+
+export const DEFAULT_MODEL_OPTION = 'preset:Qwen/Qwen3-4B-Instruct-2507';
+
+/** 'preset:<repo>' | 'hub' (any repo id) | 'demo' (the bundled tiny model). */
+export type ModelOption = `preset:${Qwen3PresetName}` | 'hub' | 'demo';
+
+export interface ModelSlice {
+  webgpu: boolean;
+  probe: GpuProbe | null;
+  modelOption: ModelOption;
+  customRepo: string;
+  /** The user's GPU memory in GiB (WebGPU does not report it); '' = check hard limits only. */
+  gpuBudgetGiB: string;
+  /** config.json of the selected option, once known (presets: immediately). */
+  optionCfg: { option: string; cfg: Qwen3Config } | null;
+  loadStatus: 'idle' | 'loading' | 'ready' | 'error';
+  loadProgress: LoadProgress | null;
+  downloads: Record<string, DownloadProgress>;
+  model: LoadedModelInfo | null;
+  modelError: string | null;
+  cached: CachedModel[];
+  lastChoice: ModelChoice | null;
+
+  probeGpu(): Promise<void>;
+  selectModelOption(option: ModelOption): void;
+  setCustomRepo(repo: string): void;
+  setGpuBudget(gib: string): void;
+  inspectOption(): Promise<void>;
+  loadModel(choice?: ModelChoice): Promise<boolean>;
+  refreshCache(): Promise<void>;
+  deleteCached(repo: string, revision: string): Promise<void>;
+}
+
+export function choiceForOption(option: ModelOption, customRepo: string): ModelChoice {
+  if (option === 'demo') return { kind: 'demo' };
+  if (option === 'hub') return { kind: 'hub', repo: customRepo.trim() };
+  return { kind: 'hub', repo: option.slice('preset:'.length) };
+}
+
+function optionKey(option: ModelOption, customRepo: string): string {
+  return option === 'hub' ? `hub:${customRepo.trim()}` : option;
+}
+
+/** What the memory check of the selected option depends on (stable references, for shallow selection). */
+export function selectMemoryInputs(s: AppState) {
+  const key = optionKey(s.modelOption, s.customRepo);
+  const cfg = s.modelOption.startsWith('preset:') ? QWEN3_PRESETS[s.modelOption.slice(7) as Qwen3PresetName] : s.optionCfg?.option === key ? s.optionCfg.cfg : null;
+  return { cfg: cfg as Qwen3Config | null, run: s.configResult.config ?? s.runConfig, probe: s.probe, budget: s.gpuBudgetGiB };
+}
+
+/** The memory plan of the selected option under the current config, when its config.json is known. */
+export function memoryPlanOf(i: ReturnType<typeof selectMemoryInputs>): MemoryPlan | null {
+  if (!i.cfg || !i.run || !i.probe?.available) return null;
+  return planMemory(i.cfg, i.run, i.probe.limits, budgetBytes(i.budget));
+}
+
+function budgetBytes(gib: string): number | undefined {
+  const n = Number(gib);
+  return gib.trim() !== '' && Number.isFinite(n) && n > 0 ? n * 2 ** 30 : undefined;
+}
+
+export const createModelSlice = (deps: StoreDeps): StateCreator<AppState, [], [], ModelSlice> => (set, get) => ({
+  webgpu: deps.hasWebGpu,
+  probe: null,
+  modelOption: DEFAULT_MODEL_OPTION,
+  customRepo: '',
+  gpuBudgetGiB: '',
+  optionCfg: null,
+  loadStatus: 'idle',
+  loadProgress: null,
+  downloads: {},
+  model: null,
+  modelError: null,
+  cached: [],
+  lastChoice: null,
+
+  async probeGpu() {
+    try {
+      set({ probe: await deps.engine.probeGpu() });
+    } catch (e) {
+      set({ probe: { available: false, reason: errorMessage(e), description: '', limits: { maxBufferSize: 0, maxStorageBufferBindingSize: 0 }, features: [] } });
+    }
+  },
+
+  selectModelOption(option) {
+    set({ modelOption: option });
+    if (option === 'demo') void get().inspectOption();
+  },
+
+  setCustomRepo: (repo) => set({ customRepo: repo }),
+  setGpuBudget: (gib) => set({ gpuBudgetGiB: gib }),
+
+  async inspectOption() {
+    const { modelOption, customRepo } = get();
+    if (modelOption.startsWith('preset:')) return;
+    const key = optionKey(modelOption, customRepo);
+    try {
+      const { cfg } = await deps.engine.inspectModel(choiceForOption(modelOption, customRepo));
+      set({ optionCfg: { option: key, cfg }, modelError: null });
+    } catch (e) {
+      set({ modelError: errorMessage(e) });
+    }
+  },
+
+  async loadModel(choice) {
+    const s = get();
+    if (s.loadStatus === 'loading') return false;
+    if (!['none', 'paused', 'lost'].includes(s.runStatus)) {
+      set({ modelError: 'Pause the run before loading another model.' });
+      return false;
+    }
+    const c = choice ?? choiceForOption(s.modelOption, s.customRepo);
+    set({ loadStatus: 'loading', loadProgress: { stage: 'gpu', fraction: 0, text: 'Reading config.json' }, downloads: {}, modelError: null });
+    let loadStarted = false;
+    try {
+      // The memory check before any weight moves: refuse what cannot fit the adapter's limits.
+      const { cfg, name } = await deps.engine.inspectModel(c);
+      const run = get().configResult.config ?? get().runConfig;
+      const probe = get().probe;
+      if (run && probe?.available) {
+        const plan = planMemory(cfg, run, probe.limits, budgetBytes(get().gpuBudgetGiB));
+        if (plan.blocking) throw new Error(`${name} cannot train on this GPU: ${plan.problem}`);
+      }
+      loadStarted = true;
+      const info = await deps.engine.loadModel(
+        c,
+        deps.callback((p: LoadProgress) => set((st) => ({ loadProgress: p, downloads: p.download ? { ...st.downloads, [p.download.file]: p.download } : st.downloads }))),
+      );
+      // A new model ends the run that was on the old one (the worker already dropped it).
+      get().clearRunView();
+      set({ loadStatus: 'ready', model: info, loadProgress: null, lastChoice: c });
+      void get().refreshCache();
+      return true;
+    } catch (e) {
+      // The worker drops the old model (and its run) as soon as a load starts.
+      if (loadStarted) {
+        set({ model: null });
+        get().clearRunView();
+      }
+      set({ loadStatus: get().model ? 'ready' : 'error', loadProgress: null, modelError: errorMessage(e) });
+      return false;
+    }
+  },
+
+  async refreshCache() {
+    try {
+      set({ cached: await deps.engine.listCachedModels() });
+    } catch {
+      set({ cached: [] });
+    }
+  },
+
+  async deleteCached(repo, revision) {
+    await deps.engine.deleteCachedModel(repo, revision);
+    await get().refreshCache();
+  },
+});

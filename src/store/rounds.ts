@@ -1,0 +1,177 @@
+// Rounds and metrics as the event stream builds them: pure reducers from TrainEvent to the
+// round views the UI shows and the small append-only series the charts draw.
+import type { TrainEvent } from '../train/events.ts';
+
+export interface VoteView {
+  voterSeat: number;
+  candidateSeats: number[];
+  probs: number[];
+  chosenSeat: number;
+}
+
+export interface RoundView {
+  round: number;
+  documentId: string;
+  fullText: string;
+  spyText: string;
+  span: { charStart: number; charEnd: number };
+  spyMarkAt: number;
+  cut: { keptTokens: number; totalTokens: number } | null;
+  groupSize: number;
+  /** labels[seat] = k of "Player k". */
+  labels: number[];
+  /** Known from the start; the UI keeps it hidden until `reveal`. */
+  spySeat: number;
+  summaries: string[];
+  truncated: boolean[];
+  summariesDone: boolean;
+  votes: VoteView[];
+  reveal: { caught: boolean; rewards: number[] } | null;
+  /** Per seat: the summary's reward (from the round record). */
+  summaryRewards: number[] | null;
+  tokensPerSecond: number | null;
+  done: boolean;
+}
+
+export interface RoundPoint {
+  /** Rounds completed (1 = the first round). */
+  round: number;
+  civilianReward: number;
+  spyReward: number;
+  caught: number;
+  /** Share of the last CAUGHT_WINDOW rounds in which the spy was caught. */
+  caughtRate: number;
+  voteAccuracy: number;
+  tokensPerSecond: number;
+}
+
+export interface UpdatePoint {
+  round: number;
+  step: number;
+  loss: number;
+  kl: number;
+  gradNorm: number;
+  lr: number;
+  skipped: boolean;
+}
+
+export interface EvalPoint {
+  round: number;
+  base: number;
+  adapter: number;
+}
+
+export interface Series {
+  rounds: RoundPoint[];
+  updates: UpdatePoint[];
+  evals: EvalPoint[];
+}
+
+export const EMPTY_SERIES: Series = { rounds: [], updates: [], evals: [] };
+export const CAUGHT_WINDOW = 10;
+/** Round views kept for browsing (texts are a few KB each). */
+export const MAX_ROUND_VIEWS = 200;
+
+export interface RoundsState {
+  rounds: Record<number, RoundView>;
+  /** Round numbers held, ascending. */
+  order: number[];
+}
+
+export const EMPTY_ROUNDS: RoundsState = { rounds: {}, order: [] };
+
+function patch(state: RoundsState, round: number, f: (r: RoundView) => Partial<RoundView>): RoundsState {
+  const r = state.rounds[round];
+  if (!r) return state; // an event of a round whose start we never saw (e.g. after a resume)
+  return { ...state, rounds: { ...state.rounds, [round]: { ...r, ...f(r) } } };
+}
+
+export function reduceRounds(state: RoundsState, e: TrainEvent): RoundsState {
+  switch (e.type) {
+    case 'round-start': {
+      const view: RoundView = {
+        round: e.round,
+        documentId: e.documentId,
+        fullText: e.fullText,
+        spyText: e.spyText,
+        span: e.span,
+        spyMarkAt: e.spyMarkAt,
+        cut: e.cut,
+        groupSize: e.groupSize,
+        labels: e.labels,
+        spySeat: e.spySeat,
+        summaries: e.labels.map(() => ''),
+        truncated: e.labels.map(() => false),
+        summariesDone: false,
+        votes: [],
+        reveal: null,
+        summaryRewards: null,
+        tokensPerSecond: null,
+        done: false,
+      };
+      const order = [...state.order.filter((n) => n !== e.round), e.round];
+      const rounds = { ...state.rounds, [e.round]: view };
+      while (order.length > MAX_ROUND_VIEWS) delete rounds[order.shift()!];
+      return { rounds, order };
+    }
+    case 'summary-delta':
+      return patch(state, e.round, (r) => ({ summaries: r.summaries.map((s, seat) => (seat === e.seat ? s + e.text : s)) }));
+    case 'summaries-done':
+      return patch(state, e.round, (r) => {
+        const summaries = [...r.summaries];
+        const truncated = [...r.truncated];
+        for (const s of e.summaries) {
+          summaries[s.seat] = s.text;
+          truncated[s.seat] = s.truncated;
+        }
+        return { summaries, truncated, summariesDone: true };
+      });
+    case 'vote':
+      return patch(state, e.round, (r) => ({ votes: [...r.votes, { voterSeat: e.voterSeat, candidateSeats: e.candidateSeats, probs: e.probs, chosenSeat: e.chosenSeat }] }));
+    case 'reveal':
+      return patch(state, e.round, () => ({ reveal: { caught: e.caught, rewards: e.rewards } }));
+    case 'round-done':
+      return patch(state, e.round, () => ({ done: true, tokensPerSecond: e.tokensPerSecond, summaryRewards: e.record.rewards.summary }));
+    default:
+      return state;
+  }
+}
+
+export function reduceSeries(s: Series, e: TrainEvent): Series {
+  switch (e.type) {
+    case 'round-done': {
+      const r = e.record;
+      const civ = r.rewards.summary.filter((_, seat) => seat !== r.spySeat);
+      const caught = r.metrics.spyCaught ? 1 : 0;
+      const recent = [...s.rounds.slice(-(CAUGHT_WINDOW - 1)).map((p) => p.caught), caught];
+      const point: RoundPoint = {
+        round: e.round + 1,
+        civilianReward: civ.reduce((a, b) => a + b, 0) / Math.max(1, civ.length),
+        spyReward: r.rewards.summary[r.spySeat] ?? 0,
+        caught,
+        caughtRate: recent.reduce((a, b) => a + b, 0) / recent.length,
+        voteAccuracy: r.metrics.voteAccuracy,
+        tokensPerSecond: e.tokensPerSecond,
+      };
+      return { ...s, rounds: [...s.rounds, point] };
+    }
+    case 'update':
+      return { ...s, updates: [...s.updates, { round: e.round + 1, step: e.step, loss: e.loss, kl: e.kl, gradNorm: e.gradNorm, lr: e.lr, skipped: e.skipped }] };
+    case 'eval':
+      return { ...s, evals: [...s.evals, { round: e.round + 1, base: e.base, adapter: e.adapter }] };
+    default:
+      return s;
+  }
+}
+
+/** Seats ordered by their public label (Player 1, Player 2, ...). */
+export function seatsInLabelOrder(labels: number[]): number[] {
+  return labels.map((label, seat) => ({ label, seat })).sort((a, b) => a.label - b.label).map((x) => x.seat);
+}
+
+/** Votes received per seat among the first `n` votes. */
+export function tallies(view: Pick<RoundView, 'labels' | 'votes'>, n = view.votes.length): number[] {
+  const t = view.labels.map(() => 0);
+  for (const v of view.votes.slice(0, n)) t[v.chosenSeat] = (t[v.chosenSeat] ?? 0) + 1;
+  return t;
+}

@@ -1,0 +1,351 @@
+// The playground engine: everything that touches the GPU, behind the worker boundary
+// (engine.worker.ts exposes one instance with comlink). The UI calls these methods; rounds,
+// progress and errors come back as plain objects and events. The only file that uses the
+// trainer (src/train/spyrl.ts), so integrating it happens here.
+//
+// 1. model: probe, inspect, load, cache
+// 2. run: start, step, reset, adapter to continue from
+// 3. autosave and resume
+// 4. exports: adapter zip, run log
+import { createGpu, type Gpu } from '../gpu/index.ts';
+import { loadQwen3WithTokenizer } from '../model/load.ts';
+import { deleteCachedModel, defaultHubCache, listCachedModels, type CachedModel, type HubCache } from '../model/sources.ts';
+import { memorySource } from '../model/sources.ts';
+import { readAdapter, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, OPTIMIZER_FILE, TRAINER_STATE_FILE } from '../model/peft.ts';
+import type { Qwen3Model } from '../model/qwen3.ts';
+import type { Qwen3Tokenizer } from '../model/tokenizer.ts';
+import type { SpyRLConfig } from '../game/config.ts';
+import type { SpyDocument } from '../game/documents.ts';
+import type { RoundRecord } from '../game/round.ts';
+import type { TrainEvent, TrainListener } from '../train/events.ts';
+import { SpyRLTrainer } from '../train/spyrl.ts';
+import { modelCard, readAdapterUpload, RunSummarizer, zipFiles } from './adapterZip.ts';
+import { describeDownload, readModelConfig, resolveSource, sameModel } from './modelSources.ts';
+import { defaultRunStorage, type RunFiles, type RunStorage } from './runStorage.ts';
+import type { GpuProbe, LoadedModelInfo, LoadProgress, ModelChoice, ModelRef, PendingAdapterInfo, RunOptions, SavedRunMeta, StepResult } from './protocol.ts';
+
+/** What the engine needs of a trainer (SpyRLTrainer's public surface). */
+export interface TrainerLike {
+  readonly round: number;
+  runRound(): Promise<RoundRecord>;
+  checkpointFiles(): Promise<RunFiles>;
+  adapterFiles(): Promise<RunFiles>;
+  runLogJsonl(): string;
+  destroy(): void;
+}
+
+export interface TrainerCreateOptions {
+  model: Qwen3Model;
+  tokenizer: Qwen3Tokenizer;
+  config: SpyRLConfig;
+  train: SpyDocument[];
+  evalDocs: SpyDocument[];
+  resume?: RunFiles;
+  onEvent?: TrainListener;
+  now?: () => number;
+  /** Base model name written into adapter_config.json. */
+  baseModel?: string;
+}
+
+export interface EngineDeps {
+  createGpu: () => Promise<Gpu>;
+  createTrainer: (opts: TrainerCreateOptions) => Promise<TrainerLike>;
+  storage: RunStorage;
+  hubCache: () => HubCache;
+  demoUrl: () => string;
+  fetch?: typeof fetch;
+  gpuApi: () => GPU | undefined;
+}
+
+/** The documents of a run, saved beside the checkpoint so a resumed run plays the same rounds. */
+const DOCUMENTS_FILE = 'documents.json';
+const ADAPTER_README = 'README.md';
+
+function browserDeps(): EngineDeps {
+  return {
+    createGpu: () => createGpu(),
+    createTrainer: (opts) => SpyRLTrainer.create(opts),
+    storage: defaultRunStorage(),
+    hubCache: () => defaultHubCache(),
+    demoUrl: () => new URL('tiny-demo/', new URL(import.meta.env.BASE_URL, globalThis.location.href)).href,
+    gpuApi: () => (typeof navigator !== 'undefined' ? navigator.gpu : undefined),
+  };
+}
+
+interface LoadedModel {
+  gpu: Gpu;
+  model: Qwen3Model;
+  tokenizer: Qwen3Tokenizer;
+  info: LoadedModelInfo;
+}
+
+interface ActiveRun {
+  trainer: TrainerLike;
+  options: RunOptions;
+  summarizer: RunSummarizer;
+}
+
+export class PlaygroundEngine {
+  private readonly deps: EngineDeps;
+  private loaded: LoadedModel | null = null;
+  private run: ActiveRun | null = null;
+  private pendingAdapter: { info: PendingAdapterInfo; files: RunFiles } | null = null;
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(deps: Partial<EngineDeps> = {}) {
+    this.deps = { ...browserDeps(), ...deps };
+  }
+
+  // ---- 1. model ------------------------------------------------------------------------------
+
+  /** The adapter's name and limits, without creating a device. */
+  async probeGpu(): Promise<GpuProbe> {
+    const none = (reason: string): GpuProbe => ({ available: false, reason, description: '', limits: { maxBufferSize: 0, maxStorageBufferBindingSize: 0 }, features: [] });
+    const api = this.deps.gpuApi();
+    if (!api) return none('navigator.gpu is missing in the worker');
+    const adapter = await api.requestAdapter({ powerPreference: 'high-performance' }).catch(() => null);
+    if (!adapter) return none('WebGPU is present but no GPU adapter was found');
+    const info = adapter.info as GPUAdapterInfo | undefined;
+    return {
+      available: true,
+      description: info?.description || [info?.vendor, info?.architecture].filter(Boolean).join(' ') || 'GPU',
+      limits: { maxBufferSize: adapter.limits.maxBufferSize, maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize },
+      features: [...adapter.features].map(String).sort(),
+    };
+  }
+
+  /** config.json of a choice (for the memory check before loading). */
+  async inspectModel(choice: ModelChoice): Promise<{ name: string; cfg: LoadedModelInfo['cfg'] }> {
+    const { source, name } = await resolveSource(choice, this.sourceDeps());
+    return { name, cfg: await readModelConfig(source) };
+  }
+
+  async loadModel(choice: ModelChoice, onProgress?: (p: LoadProgress) => void): Promise<LoadedModelInfo> {
+    return this.exclusive(async () => {
+      this.dropRun();
+      this.unload();
+      const report = (p: LoadProgress) => void onProgress?.(p);
+      const resolved = await resolveSource(choice, this.sourceDeps(), (d) => report({ stage: 'download', fraction: 0, text: describeDownload(d), download: d }));
+      report({ stage: 'gpu', fraction: 0, text: 'Requesting the GPU' });
+      const gpu = await this.deps.createGpu();
+      try {
+        const { model, cfg, tokenizer } = await loadQwen3WithTokenizer(gpu, resolved.source, {
+          onProgress: (p) => report({ stage: 'upload', fraction: p.loaded / p.total, text: `Uploading ${p.tensor} to the GPU` }),
+        });
+        if (!tokenizer) throw new Error(`${resolved.name} has no tokenizer.json: the checkpoint needs its tokenizer files`);
+        const info: LoadedModelInfo = {
+          name: resolved.name,
+          ref: resolved.ref,
+          cfg,
+          gpu: { description: gpu.info.description || gpu.info.architecture || gpu.info.vendor || 'GPU', f16: gpu.features.f16, subgroups: gpu.features.subgroups },
+        };
+        this.loaded = { gpu, model, tokenizer, info };
+        return info;
+      } catch (e) {
+        gpu.destroy();
+        throw e;
+      }
+    });
+  }
+
+  modelInfo(): LoadedModelInfo | null {
+    return this.loaded?.info ?? null;
+  }
+
+  async listCachedModels(): Promise<CachedModel[]> {
+    return listCachedModels(this.deps.hubCache());
+  }
+
+  async deleteCachedModel(repo: string, revision: string): Promise<void> {
+    await deleteCachedModel(repo, revision, this.deps.hubCache());
+  }
+
+  // ---- 2. run --------------------------------------------------------------------------------
+
+  /** A PEFT adapter (folder or zip) to continue from; checked against the loaded model now, used by the next startRun. */
+  async loadAdapter(files: File[]): Promise<PendingAdapterInfo> {
+    const m = this.requireModel();
+    const read = await readAdapterUpload(files);
+    for (const need of [ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE]) {
+      if (!(need in read)) throw new Error(`the adapter needs ${need}; found ${Object.keys(read).join(', ') || 'no files'}`);
+    }
+    const { lora } = await readAdapter(memorySource('adapter', new Map(Object.entries(read))), m.info.cfg);
+    const name = files.length === 1 ? files[0]!.name : (files[0]?.webkitRelativePath.split('/')[0] ?? 'adapter');
+    const info: PendingAdapterInfo = {
+      name,
+      files: Object.keys(read).sort(),
+      r: lora.r,
+      alpha: lora.alpha,
+      targetModules: [...lora.targetModules],
+      hasOptimizerState: OPTIMIZER_FILE in read && TRAINER_STATE_FILE in read,
+    };
+    this.pendingAdapter = { info, files: read };
+    return info;
+  }
+
+  clearAdapter(): void {
+    this.pendingAdapter = null;
+  }
+
+  /** Creates the trainer (continuing from a loaded adapter when one is pending). */
+  async startRun(options: RunOptions, onEvent: TrainListener): Promise<{ round: number }> {
+    return this.exclusive(async () => {
+      const m = this.requireModel();
+      this.dropRun();
+      const resume = this.pendingAdapter ? trainerFiles(this.pendingAdapter.files) : undefined;
+      const trainer = await this.createTrainer(m, options, onEvent, resume);
+      this.pendingAdapter = null;
+      return { round: trainer.round };
+    });
+  }
+
+  hasRun(): boolean {
+    return this.run !== null;
+  }
+
+  /** Plays one round (and the update/eval it makes due). */
+  async step(): Promise<StepResult> {
+    return this.exclusive(async () => {
+      const run = this.run;
+      if (!run) throw new Error('no run: start one first');
+      const record = await run.trainer.runRound();
+      return { round: run.trainer.round, record };
+    });
+  }
+
+  /** Ends the run and forgets its autosave. */
+  async resetRun(): Promise<void> {
+    return this.exclusive(async () => {
+      this.dropRun();
+      await this.deps.storage.clear();
+    });
+  }
+
+  // ---- 3. autosave and resume ----------------------------------------------------------------
+
+  async autosave(ui: unknown): Promise<SavedRunMeta> {
+    return this.exclusive(async () => {
+      const run = this.run;
+      const m = this.loaded;
+      if (!run || !m) throw new Error('no run to save');
+      const files: RunFiles = { ...(await run.trainer.checkpointFiles()), [DOCUMENTS_FILE]: JSON.stringify({ train: run.options.train, evalDocs: run.options.evalDocs }) };
+      return this.deps.storage.save(files, { savedAt: Date.now(), round: run.trainer.round, model: m.info.ref, modelName: m.info.name, config: run.options.config, ui });
+    });
+  }
+
+  async savedRun(): Promise<SavedRunMeta | null> {
+    return this.deps.storage.meta();
+  }
+
+  async discardSavedRun(): Promise<void> {
+    await this.deps.storage.clear();
+  }
+
+  /** Continues the autosaved run on the loaded model (which must be the one it was trained on). */
+  async resumeSavedRun(onEvent: TrainListener): Promise<{ round: number; meta: SavedRunMeta; options: RunOptions }> {
+    return this.exclusive(async () => {
+      const m = this.requireModel();
+      const meta = await this.deps.storage.meta();
+      if (!meta) throw new Error('there is no autosaved run to resume');
+      if (!sameModel(meta.model, m.info.ref)) throw new Error(`the autosaved run was trained on ${meta.modelName}; load that model to resume it (loaded: ${m.info.name})`);
+      const files = await this.deps.storage.files();
+      const docs = JSON.parse(String(files[DOCUMENTS_FILE] ?? '{}')) as { train?: SpyDocument[]; evalDocs?: SpyDocument[] };
+      if (!docs.train?.length) throw new Error(`the autosave has no ${DOCUMENTS_FILE}: it cannot be resumed`);
+      const options: RunOptions = { config: meta.config, train: docs.train, evalDocs: docs.evalDocs ?? [] };
+      this.dropRun();
+      const trainer = await this.createTrainer(m, options, onEvent, trainerFiles(files));
+      return { round: trainer.round, meta, options };
+    });
+  }
+
+  // ---- 4. exports ----------------------------------------------------------------------------
+
+  /** adapter_model.safetensors, adapter_config.json and README.md, zipped. */
+  async adapterZip(): Promise<Uint8Array> {
+    return this.exclusive(async () => {
+      const run = this.run;
+      const m = this.loaded;
+      if (!run || !m) throw new Error('no adapter yet: start a run first');
+      const files = await run.trainer.adapterFiles();
+      const card = modelCard({
+        baseModel: m.info.ref.kind === 'hub' ? m.info.ref.repo : m.info.name,
+        baseIsHub: m.info.ref.kind === 'hub',
+        config: run.options.config,
+        summary: run.summarizer.summary(),
+        date: new Date(),
+      });
+      return zipFiles({ ...files, [ADAPTER_README]: card });
+    });
+  }
+
+  runLogJsonl(): string {
+    if (!this.run) throw new Error('no run yet');
+    return this.run.trainer.runLogJsonl();
+  }
+
+  /** Frees the GPU (page unload). */
+  dispose(): void {
+    this.dropRun();
+    this.unload();
+  }
+
+  // ---- internals -----------------------------------------------------------------------------
+
+  private async createTrainer(m: LoadedModel, options: RunOptions, onEvent: TrainListener, resume?: RunFiles): Promise<TrainerLike> {
+    let summarizer = new RunSummarizer();
+    const listener = (e: TrainEvent) => {
+      summarizer.add(e);
+      onEvent(e);
+    };
+    const trainer = await this.deps.createTrainer({
+      model: m.model,
+      tokenizer: m.tokenizer,
+      config: options.config,
+      train: options.train,
+      evalDocs: options.evalDocs,
+      resume,
+      onEvent: listener,
+      now: () => performance.now(),
+      baseModel: m.info.ref.kind === 'hub' ? m.info.ref.repo : m.info.name,
+    });
+    if (trainer.round > 0) summarizer = new RunSummarizer(trainer.round);
+    this.run = { trainer, options, summarizer };
+    return trainer;
+  }
+
+  private sourceDeps() {
+    return { demoUrl: this.deps.demoUrl(), fetch: this.deps.fetch, hubCache: this.deps.hubCache() };
+  }
+
+  private requireModel(): LoadedModel {
+    if (!this.loaded) throw new Error('no model loaded: load one first');
+    return this.loaded;
+  }
+
+  private dropRun(): void {
+    this.run?.trainer.destroy();
+    this.run = null;
+  }
+
+  private unload(): void {
+    this.loaded?.gpu.destroy();
+    this.loaded = null;
+  }
+
+  /** GPU jobs run one after another (a download asked for mid-round waits for the round). */
+  private exclusive<T>(job: () => Promise<T>): Promise<T> {
+    const next = this.queue.then(job, job);
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+}
+
+/** The files the trainer resumes from (the run's own extras stripped). */
+function trainerFiles(files: RunFiles): RunFiles {
+  const out = { ...files };
+  delete out[DOCUMENTS_FILE];
+  delete out[ADAPTER_README];
+  return out;
+}
+
+export type { ModelRef };

@@ -1,0 +1,86 @@
+// What crosses the worker boundary: plain, structured-cloneable types shared by the engine
+// (src/worker/engine.ts) and the UI store. No DOM, no React, no GPU objects.
+import type { Qwen3Config } from '../model/config.ts';
+import type { DownloadProgress } from '../model/sources.ts';
+import type { SpyRLConfig } from '../game/config.ts';
+import type { SpyDocument } from '../game/documents.ts';
+import type { RoundRecord } from '../game/round.ts';
+
+export type { DownloadProgress };
+
+/** Where a model comes from. Files are File objects from a folder pick (they clone into the worker). */
+export type ModelChoice =
+  | { kind: 'demo' }
+  | { kind: 'hub'; repo: string; revision?: string }
+  | { kind: 'files'; files: File[] };
+
+/** A ModelChoice without its bytes: what an autosaved run remembers about its base model. */
+export type ModelRef = { kind: 'demo' } | { kind: 'hub'; repo: string; revision: string } | { kind: 'files'; name: string };
+
+export interface LoadProgress {
+  stage: 'gpu' | 'download' | 'upload';
+  /** 0..1 over the whole load. */
+  fraction: number;
+  text: string;
+  /** Per-file Hub download progress (bytes, speed, ETA). */
+  download?: DownloadProgress;
+}
+
+export interface GpuProbe {
+  available: boolean;
+  /** Why no adapter, when unavailable. */
+  reason?: string;
+  description: string;
+  limits: { maxBufferSize: number; maxStorageBufferBindingSize: number };
+  features: string[];
+}
+
+export interface LoadedModelInfo {
+  name: string;
+  ref: ModelRef;
+  cfg: Qwen3Config;
+  gpu: { description: string; f16: boolean; subgroups: boolean };
+}
+
+/** An adapter picked by the user to continue from (PEFT folder or zip), validated against the loaded model. */
+export interface PendingAdapterInfo {
+  name: string;
+  files: string[];
+  r: number;
+  alpha: number;
+  targetModules: string[];
+  /** optimizer.safetensors + trainer_state.json present: the run continues exactly. */
+  hasOptimizerState: boolean;
+}
+
+export interface RunOptions {
+  config: SpyRLConfig;
+  train: SpyDocument[];
+  evalDocs: SpyDocument[];
+}
+
+/** The autosave's index: written last, so a present meta means a complete save. */
+export interface SavedRunMeta {
+  savedAt: number;
+  round: number;
+  model: ModelRef;
+  modelName: string;
+  config: SpyRLConfig;
+  files: { name: string; size: number }[];
+  /** The UI's chart series (opaque to the worker) so a resumed run keeps its curves. */
+  ui: unknown;
+}
+
+export interface StepResult {
+  round: number;
+  record: RoundRecord;
+}
+
+/** An error from the worker keeps its name (comlink copies name and message). */
+export function errorName(e: unknown): string {
+  return e instanceof Error || (typeof e === 'object' && e !== null && 'name' in e) ? String((e as { name: unknown }).name) : 'Error';
+}
+
+export function errorMessage(e: unknown): string {
+  return e instanceof Error || (typeof e === 'object' && e !== null && 'message' in e) ? String((e as { message: unknown }).message) : String(e);
+}
