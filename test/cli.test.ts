@@ -1,34 +1,14 @@
 // The `spyrl` command as a user runs it: real processes, real files, PyTorch fixtures.
-import { execFile } from 'node:child_process';
 import { cp, mkdtemp, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spyrl, type SpyrlResult } from './helpers/spyrl.ts';
 
-const run = promisify(execFile);
-const BIN = join(import.meta.dirname, '../bin/spyrl.mjs');
 const GOLDEN = join(import.meta.dirname, 'fixtures/golden');
 
-interface Result { code: number; stdout: string; stderr: string }
-
-async function spyrl(...args: string[]): Promise<Result> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], { maxBuffer: 64 << 20 });
-    return { code: 0, stdout, stderr: clean(stderr) };
-  } catch (e) {
-    const err = e as { code: number; stdout: string; stderr: string };
-    return { code: err.code, stdout: err.stdout, stderr: clean(err.stderr) };
-  }
-}
-
-/** Drops the Vulkan loader's XDG_RUNTIME_DIR notices, which are not ours. */
-function clean(stderr: string): string {
-  return stderr.split('\n').filter((l) => l && !l.includes('XDG_RUNTIME_DIR')).join('\n');
-}
-
 /** One line, our prefix, no stack trace. */
-function expectOneErrorLine(r: Result, ...mustContain: string[]): void {
+function expectOneErrorLine(r: SpyrlResult, ...mustContain: string[]): void {
   expect(r.code).not.toBe(0);
   const lines = r.stderr.split('\n');
   expect(lines, r.stderr).toHaveLength(1);

@@ -1,27 +1,12 @@
 // `spyrl grad` against PyTorch autograd, and `spyrl sft`: it lowers the loss, writes a PEFT
 // adapter with PEFT's exact keys, and a resumed run continues exactly where it stopped.
-import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openSafetensorsModel } from '../src/model/safetensors.ts';
 import { nodeFolderSource } from '../src/model/sources.node.ts';
-
-const run = promisify(execFile);
-const ROOT = join(import.meta.dirname, '..');
-const BIN = join(ROOT, 'bin/spyrl.mjs');
-
-async function spyrl(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], { maxBuffer: 64 << 20 });
-    return { code: 0, stdout, stderr };
-  } catch (e) {
-    const err = e as { code: number; stdout: string; stderr: string };
-    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
-  }
-}
+import { ROOT, spyrl } from './helpers/spyrl.ts';
 
 async function tensors(dir: string, file: string): Promise<Map<string, { shape: number[]; data: Float32Array }>> {
   const src = nodeFolderSource(dir);

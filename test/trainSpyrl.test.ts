@@ -1,29 +1,14 @@
 // `spyrl train` on the tiny model from a clean clone: 2 rounds, a PEFT adapter that moved away
 // from its initialisation, a run log with every field, a checkpoint; resuming after round 1
 // reproduces the uninterrupted run's round 2 exactly.
-import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initLora, readAdapter } from '../src/model/peft.ts';
 import { nodeFolderSource } from '../src/model/sources.node.ts';
 import { loadQwen3Config } from '../src/model/config.ts';
-
-const run = promisify(execFile);
-const ROOT = join(import.meta.dirname, '..');
-const BIN = join(ROOT, 'bin/spyrl.mjs');
-
-async function spyrl(...args: string[]) {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], { maxBuffer: 64 << 20 });
-    return { code: 0, stdout, stderr };
-  } catch (e) {
-    const err = e as { code: number; stdout: string; stderr: string };
-    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
-  }
-}
+import { spyrl } from './helpers/spyrl.ts';
 
 let tmp: string, model: string, config: string;
 beforeAll(async () => {

@@ -5,6 +5,7 @@ import type { Qwen3Config } from './config.ts';
 import { ModelLoadError } from './errors.ts';
 import { bf16BytesToF32, readSafetensorsHeader, readTensor, writeSafetensors, type SafetensorsFile } from './safetensors.ts';
 import { readJson, type ModelSource } from './sources.ts';
+import { mulberry32 } from './prng.ts';
 
 export const ADAPTER_CONFIG_FILE = 'adapter_config.json';
 export const ADAPTER_WEIGHTS_FILE = 'adapter_model.safetensors';
@@ -373,18 +374,6 @@ export async function readAdapter(source: Pick<ModelSource, 'open' | 'readText'>
 
 // ---------------------------------------------------------------------------------------------
 // 4. Initialisation
-
-/** mulberry32: a seeded u32 stream, uniform in [0, 1). */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /**
  * PEFT's default init (init_lora_weights=True): A ~ kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)),

@@ -1,6 +1,7 @@
 // A deterministic random Qwen3 checkpoint in Hugging Face layout, for tests and the offline demo.
 import { parseQwen3Config, weightNames, type Qwen3Config } from './config.ts';
 import { f32ToBf16, writeSafetensors, type TensorToWrite } from './safetensors.ts';
+import { mulberry32 } from './prng.ts';
 
 export interface TinyCheckpointOptions {
   layers?: number; // L
@@ -23,18 +24,6 @@ export interface TinyCheckpointOptions {
 export interface TinyCheckpoint {
   files: Map<string, Uint8Array | string>;
   config: Qwen3Config;
-}
-
-/** mulberry32: small, fast, seedable. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** Standard normal via Box-Muller. */

@@ -5,6 +5,7 @@ import type { LoraAdapter } from '../model/lora.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
 import type { LoraAdamW, StepReport } from './optimizer.ts';
 import { crossEntropyLoss } from './pgLoss.ts';
+import { mulberry32 } from '../model/prng.ts';
 
 /** Consecutive windows of `seqLen` tokens (a last, shorter window kept when it has 2+ tokens). */
 export function packSequences(ids: readonly number[], seqLen: number): number[][] {
@@ -19,14 +20,7 @@ export function packSequences(ids: readonly number[], seqLen: number): number[][
 
 /** Seeded order of the windows for one epoch (mulberry32 Fisher-Yates). */
 export function epochOrder(n: number, seed: number, epoch: number): number[] {
-  let s = (seed * 0x9e3779b1 + epoch * 0x85ebca6b) >>> 0;
-  const rand = () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const rand = mulberry32(seed * 0x9e3779b1 + epoch * 0x85ebca6b);
   const order = Array.from({ length: n }, (_, i) => i);
   for (let i = n - 1; i > 0; i--) {
     const j = Math.floor(rand() * (i + 1));

@@ -1,0 +1,25 @@
+// Runs the `spyrl` command as a user would: a real process, its exit code and output.
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+export const ROOT = join(import.meta.dirname, '../..');
+const BIN = join(ROOT, 'bin/spyrl.mjs');
+
+export interface SpyrlResult { code: number; stdout: string; stderr: string }
+
+/** Drops the Vulkan loader's XDG_RUNTIME_DIR notices, which are not ours. */
+function clean(stderr: string): string {
+  return stderr.split('\n').filter((l) => l && !l.includes('XDG_RUNTIME_DIR')).join('\n');
+}
+
+export async function spyrl(...args: string[]): Promise<SpyrlResult> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], { maxBuffer: 64 << 20 });
+    return { code: 0, stdout, stderr: clean(stderr) };
+  } catch (e) {
+    const err = e as { code: number; stdout: string; stderr: string };
+    return { code: err.code, stdout: err.stdout, stderr: clean(err.stderr) };
+  }
+}
