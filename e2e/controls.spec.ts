@@ -2,7 +2,7 @@ import { expect, test, type Page } from '@playwright/test';
 
 const played = async (page: Page) => Number((await page.locator('body').innerText()).match(/(\d+) rounds? played/)?.[1] ?? NaN);
 
-test('Start runs rounds until Pause; keyboard shortcuts; a pasted document is added to the run's documents', async ({ page }) => {
+test('Start runs rounds until Pause; keyboard shortcuts; a pasted document is added to the documents', async ({ page }) => {
   test.setTimeout(420_000);
   await page.goto('/');
   await page.getByRole('radio', { name: /Tiny demo model/ }).check();
