@@ -19,39 +19,27 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
 import * as K from '../src/model/kernels.ts';
 import * as ref from './reference.ts';
+import { gpuHarness } from './helpers/gpuHarness.ts';
 
 let gpu: Gpu;
-const measured: Record<string, string> = {};
+const h = gpuHarness(() => gpu);
+const { measured, f32Buf, u32Buf, bf16Buf, expectClose } = h;
 
 beforeAll(async () => {
   gpu = await createGpu();
 });
 
 afterAll(() => {
-  console.log(`backward errors on ${gpu?.info.architecture || gpu?.info.description}:\n` +
-    Object.entries(measured).map(([k, v]) => `  ${k}: ${v}`).join('\n'));
+  h.report('backward errors');
   gpu?.destroy();
 });
 
-function upload(data: Float32Array | Uint32Array, label: string): GPUBuffer {
-  const buf = gpu.createBuffer(Math.max(4, data.byteLength), label);
-  gpu.write(buf, data);
-  return buf;
-}
-const f32Buf = (data: ArrayLike<number>, label = 'f32') => upload(Float32Array.from(data), label);
-const u32Buf = (data: ArrayLike<number>, label = 'u32') => upload(Uint32Array.from(data), label);
-const bf16Buf = (data: Float32Array, label = 'bf16') => upload(ref.packBf16(data), label);
 
 const REL = 1e-5;
 const ABS = 1e-6;
 const FD_REL = 1e-6;
 const FD_ABS = 1e-9;
 
-function expectClose(name: string, got: ArrayLike<number>, want: ArrayLike<number>, rel: number, abs: number): void {
-  const d = ref.compare(got, want, rel, abs);
-  measured[name] = `max|err| ${d.maxAbs.toExponential(2)}  max|ref| ${d.maxRef.toExponential(2)}  rel ${(d.maxAbs / (d.maxRef || 1)).toExponential(2)}`;
-  expect(d.ok, `${name}: max|err| ${d.maxAbs} at ${d.worst} (got ${got[d.worst]}, want ${want[d.worst]}) > ${rel}*${d.maxRef}+${abs}`).toBe(true);
-}
 
 /** The comparator must reject `wrong`, and by a wide margin (> 10x its tolerance). */
 function expectRejected(name: string, got: ArrayLike<number>, wrong: ArrayLike<number>, rel: number, abs: number): void {

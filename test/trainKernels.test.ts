@@ -17,34 +17,22 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
 import * as TK from '../src/train/kernels.ts';
 import * as ref from './reference.ts';
+import { gpuHarness } from './helpers/gpuHarness.ts';
 
 let gpu: Gpu;
-const measured: Record<string, string> = {};
+const h = gpuHarness(() => gpu);
+const { measured, f32Buf, u32Buf, outBuf, expectClose } = h;
 
 beforeAll(async () => {
   gpu = await createGpu();
 });
 
 afterAll(() => {
-  console.log(`train kernel errors on ${gpu?.info.architecture || gpu?.info.description}:\n` +
-    Object.entries(measured).map(([k, v]) => `  ${k}: ${v}`).join('\n'));
+  h.report('train kernel errors');
   gpu?.destroy();
 });
 
-function upload(data: Float32Array | Uint32Array, label: string): GPUBuffer {
-  const buf = gpu.createBuffer(Math.max(4, data.byteLength), label);
-  gpu.write(buf, data);
-  return buf;
-}
-const f32Buf = (data: ArrayLike<number>, label = 'f32') => upload(Float32Array.from(data), label);
-const u32Buf = (data: ArrayLike<number>, label = 'u32') => upload(Uint32Array.from(data), label);
-const outBuf = (n: number, label = 'out') => gpu.createBuffer(Math.max(4, n * 4), label);
 
-function expectClose(name: string, got: ArrayLike<number>, want: ArrayLike<number>, rel: number, abs: number): void {
-  const d = ref.compare(got, want, rel, abs);
-  measured[name] = `max|err| ${d.maxAbs.toExponential(2)}  max|ref| ${d.maxRef.toExponential(2)}  rel ${(d.maxAbs / (d.maxRef || 1)).toExponential(2)}`;
-  expect(d.ok, `${name}: max|err| ${d.maxAbs} at ${d.worst} (got ${got[d.worst]}, want ${want[d.worst]}) > ${rel}*${d.maxRef}+${abs}`).toBe(true);
-}
 
 // ---- CPU references (f64) -------------------------------------------------------------------
 
