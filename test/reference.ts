@@ -73,8 +73,8 @@ export function ropeInvFreq(HD: number, theta: number): Float32Array {
   return inv;
 }
 
-/** Angle = the f32 product pos * inv_freq (as HF), then cos/sin in f64. */
-export function rope(x: Vec, pos: Uint32Array, T: number, H: number, HD: number, theta: number): void {
+/** Rotates each (i, i + HD/2) pair by `sign` x angle; angle = the f32 product pos * inv_freq (as HF), cos/sin in f64. */
+function rotateHalf(x: Vec, pos: Uint32Array, T: number, H: number, HD: number, theta: number, sign: 1 | -1): void {
   const inv = ropeInvFreq(HD, theta);
   const half = HD / 2;
   for (let t = 0; t < T; t++) {
@@ -83,7 +83,7 @@ export function rope(x: Vec, pos: Uint32Array, T: number, H: number, HD: number,
       for (let i = 0; i < half; i++) {
         const angle = Math.fround(pos[t] * inv[i]);
         const c = Math.cos(angle);
-        const s = Math.sin(angle);
+        const s = sign * Math.sin(angle);
         const a = x[base + i];
         const b = x[base + i + half];
         x[base + i] = a * c - b * s;
@@ -91,6 +91,10 @@ export function rope(x: Vec, pos: Uint32Array, T: number, H: number, HD: number,
       }
     }
   }
+}
+
+export function rope(x: Vec, pos: Uint32Array, T: number, H: number, HD: number, theta: number): void {
+  rotateHalf(x, pos, T, H, HD, theta, 1);
 }
 
 export function kvWrite(
@@ -194,22 +198,7 @@ export function rmsNormBackward(dx: Vec, dy: Vec, x: Vec, w: Vec, R: number, D: 
 
 /** In place on dx (T, H, HD): rotation by -angle (the transpose of rope). */
 export function ropeBackward(dx: Vec, pos: Uint32Array, T: number, H: number, HD: number, theta: number): void {
-  const inv = ropeInvFreq(HD, theta);
-  const half = HD / 2;
-  for (let t = 0; t < T; t++) {
-    for (let h = 0; h < H; h++) {
-      const base = (t * H + h) * HD;
-      for (let i = 0; i < half; i++) {
-        const angle = Math.fround(pos[t] * inv[i]);
-        const c = Math.cos(angle);
-        const s = Math.sin(angle);
-        const a = dx[base + i];
-        const b = dx[base + i + half];
-        dx[base + i] = a * c + b * s;
-        dx[base + i + half] = b * c - a * s;
-      }
-    }
-  }
+  rotateHalf(dx, pos, T, H, HD, theta, -1);
 }
 
 /** One causal sequence, no cache: q (T, NH, HD), k/v (T, NKV, HD); lse (T, NH) of the scaled scores. */

@@ -9,19 +9,10 @@ export interface VoteView {
   chosenSeat: number;
 }
 
-export interface RoundView {
-  round: number;
-  documentId: string;
-  fullText: string;
-  spyText: string;
-  span: { charStart: number; charEnd: number };
-  spyMarkAt: number;
-  cut: { keptTokens: number; totalTokens: number } | null;
-  groupSize: number;
-  /** labels[seat] = k of "Player k". */
-  labels: number[];
-  /** Known from the start; the UI keeps it hidden until `reveal`. */
-  spySeat: number;
+/** What a round-start event says about the round, kept as the round's view. */
+type RoundStart = Omit<Extract<TrainEvent, { type: 'round-start' }>, 'type'>;
+
+export interface RoundView extends RoundStart {
   summaries: string[];
   truncated: boolean[];
   summariesDone: boolean;
