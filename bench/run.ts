@@ -8,10 +8,10 @@ import { parseArgs } from 'node:util';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
 import { QWEN3_PRESETS, type Qwen3Config } from '../src/model/config.ts';
 import { Qwen3Model, type Qwen3Weights } from '../src/model/qwen3.ts';
-import * as K from '../src/model/kernels.ts';
+import * as K from '../src/ops/index.ts';
 import { LoraAdapter } from '../src/model/lora.ts';
 import { initLora, loraConfig } from '../src/model/peft.ts';
-import { TrainingPass } from '../src/model/backward.ts';
+import { TrainingPass } from '../src/train/trainingPass.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 
 const { values: args } = parseArgs({

@@ -9,10 +9,12 @@ struct SiluMulParams {
 @group(0) @binding(2) var<storage, read> gate: array<f32>;      // (n) f32
 @group(0) @binding(3) var<storage, read> up: array<f32>;        // (n) f32
 
+#include "common/grid.wgsl"
+
 @compute @workgroup_size(256)
 fn silu_mul_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                     @builtin(local_invocation_index) lid: u32) {
-  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+  let i = linearGroup(wid, nwg) * 256u + lid;
   if (i >= p.n) { return; }
   let g = gate[i];
   // g / (1 + e^-g): for g << 0 the exp overflows to inf and the result is -0, the right limit.
@@ -30,7 +32,7 @@ fn silu_mul_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) 
 @compute @workgroup_size(256)
 fn silu_mul_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                      @builtin(local_invocation_index) lid: u32) {
-  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+  let i = linearGroup(wid, nwg) * 256u + lid;
   if (i >= p.n) { return; }
   let g = gate[i];
   let s = 1.0 / (1.0 + exp(-g)); // g << 0: exp overflows to inf, s = 0, both terms -> 0

@@ -18,11 +18,13 @@ struct KvWriteParams {
 @group(0) @binding(5) var<storage, read> kwSlot: array<u32>;         // (T) u32
 @group(0) @binding(6) var<storage, read> kwPos: array<u32>;          // (T) u32
 
+#include "common/grid.wgsl"
+
 @compute @workgroup_size(256)
 fn kv_write(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
             @builtin(local_invocation_index) lid: u32) {
   let row = kw.NKV * kw.HD;
-  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+  let i = linearGroup(wid, nwg) * 256u + lid;
   if (i >= kw.T * row) { return; }
   let t = i / row;
   let pt = kwPos[t];
@@ -66,7 +68,7 @@ var<workgroup> nKeysShared: u32;
 @compute @workgroup_size(BLK)
 fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                      @builtin(local_invocation_index) lid: u32) {
-  let th = wid.x + wid.y * nwg.x; // t * NH + h
+  let th = linearGroup(wid, nwg); // t * NH + h
   if (th >= p.T * p.NH) { return; }
   let t = th / p.NH;
   let h = th - t * p.NH;
@@ -135,7 +137,7 @@ fn attendKeys(th: u32, kvBase: u32, nKeys: u32, lid: u32) -> f32 {
 @compute @workgroup_size(BLK)
 fn attention_forward_lse(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                          @builtin(local_invocation_index) lid: u32) {
-  let th = wid.x + wid.y * nwg.x; // t * NH + h
+  let th = linearGroup(wid, nwg); // t * NH + h
   if (th >= p.T * p.NH) { return; }
   let t = th / p.NH;
   let kvh = (th - t * p.NH) / (p.NH / p.NKV);
@@ -169,7 +171,7 @@ var<workgroup> rows: array<u32, BLK>; // query row (t * NH + h) of each pair in 
 @compute @workgroup_size(BLK)
 fn attention_backward_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                          @builtin(local_invocation_index) lid: u32) {
-  let th = wid.x + wid.y * nwg.x; // i * NH + h
+  let th = linearGroup(wid, nwg); // i * NH + h
   if (th >= p.T * p.NH) { return; }
   let i = th / p.NH;
   let kvBase = ((th - i * p.NH) / (p.NH / p.NKV)) * p.HD;
@@ -220,7 +222,7 @@ fn attention_backward_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgro
 @compute @workgroup_size(BLK)
 fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                           @builtin(local_invocation_index) lid: u32) {
-  let jk = wid.x + wid.y * nwg.x; // j * NKV + kvh
+  let jk = linearGroup(wid, nwg); // j * NKV + kvh
   if (jk >= p.T * p.NKV) { return; }
   let j = jk / p.NKV;
   let kvh = jk - j * p.NKV;

@@ -10,10 +10,12 @@ struct GatherParams {
 @group(0) @binding(2) var<storage, read> x: array<f32>;         // (T, C) f32
 @group(0) @binding(3) var<storage, read> rows: array<u32>;      // (R) u32, each < T
 
+#include "common/grid.wgsl"
+
 @compute @workgroup_size(256)
 fn gather_rows_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                        @builtin(local_invocation_index) lid: u32) {
-  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+  let i = linearGroup(wid, nwg) * 256u + lid;
   if (i >= p.R * p.C) { return; }
   let r = i / p.C;
   let c = i - r * p.C;

@@ -24,6 +24,8 @@ struct PartialParams {
 var<workgroup> redSum: array<f32, WG>;
 var<workgroup> redBad: array<u32, WG>;
 
+#include "common/grid.wgsl"
+
 @compute @workgroup_size(WG)
 fn sum_squares_partial(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
   let g = wid.x;
@@ -103,7 +105,7 @@ struct AdamWParams {
 @compute @workgroup_size(WG)
 fn adamw_step(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
               @builtin(local_invocation_index) lid: u32) {
-  let i = (wid.x + wid.y * nwg.x) * WG + lid;
+  let i = linearGroup(wid, nwg) * WG + lid;
   if (i >= ap.n) { return; }
   let g = grad[i] * ap.gradScale;
   let mi = ap.beta1 * m[i] + ap.oneMinusBeta1 * g;

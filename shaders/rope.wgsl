@@ -47,10 +47,12 @@ fn rotatePair(i: u32, sign: f32) {
   x[base + j + half] = b * cs.x + a * sn;
 }
 
+#include "common/grid.wgsl"
+
 @compute @workgroup_size(256)
 fn rope_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                 @builtin(local_invocation_index) lid: u32) {
-  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+  let i = linearGroup(wid, nwg) * 256u + lid;
   if (i >= p.T * p.H * (p.HD / 2u)) { return; }
   rotatePair(i, 1.0);
 }
@@ -60,7 +62,7 @@ fn rope_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
 @compute @workgroup_size(256)
 fn rope_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                  @builtin(local_invocation_index) lid: u32) {
-  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+  let i = linearGroup(wid, nwg) * 256u + lid;
   if (i >= p.T * p.H * (p.HD / 2u)) { return; }
   rotatePair(i, -1.0);
 }

@@ -1,4 +1,6 @@
-{{ENABLE}}
+#ifdef SUBGROUPS
+enable subgroups;
+#endif
 // Token sampling, one workgroup per row of logits (B, V); only the ids leave the GPU.
 //   temperature <= 0: argmax, lowest index on ties.
 //   otherwise: softmax(logits / temperature) restricted to the top-k tokens (topK 0 = off), then
@@ -10,12 +12,8 @@
 // chosen thread's tokens: a fixed order over the kept set, so the draw is exact and reproducible.
 // RNG: counter-based hash of (seed, step, row), so the same inputs give the same ids.
 //
-// The workgroup reductions come in two variants, picked by src/model/kernels.ts (subgroupDefines):
-// with the device's `subgroups` feature the ENABLE define is `enable subgroups;` and the
-// IF_SUBGROUPS / ELSE / END defines are comment delimiters that keep only the subgroup section
-// (subgroupAdd / subgroupMax, then one shared-memory step across subgroups); without it only the
-// shared-memory tree section compiles. Both sections define the entry point and the same helpers
-// (sumF, sumU, maxF, argmaxIndex); the row's algorithm, sampleRow, is shared.
+// The workgroup reductions are common/reduce.wgsl's: subgroup ops when the device has them
+// (define SUBGROUPS), else a shared-memory tree.
 
 struct SampleParams {
   B: u32,
@@ -27,15 +25,14 @@ struct SampleParams {
   topP: f32,
 }
 
-const WG = {{WG}}u;
+override WG: u32 = 256;
 
 @group(0) @binding(0) var<uniform> p: SampleParams;
 @group(0) @binding(1) var<storage, read_write> outIds: array<u32>; // (B) u32
 @group(0) @binding(2) var<storage, read> logits: array<f32>;       // (B, V) f32
 
-var<workgroup> redF: array<f32, WG>;
-var<workgroup> redU: array<u32, WG>;
-var<workgroup> redU2: array<u32, WG>; // subgroup argmax: the index next to the key in redU
+#include "common/grid.wgsl"
+
 
 const LOWEST = -3.40282346e38; // -FLT_MAX (an -inf literal is rejected by const evaluation)
 const NONE = 0xffffffffu;      // no token
@@ -58,147 +55,32 @@ fn uniform01(seed: u32, step: u32, row: u32) -> f32 {
   return f32(h >> 8u) * (1.0 / 16777216.0);
 }
 
-{{IF_SUBGROUPS}}
-// Subgroup reductions. Subgroup id = lid / sgSize: assumes the workgroup is packed into subgroups
-// in local_invocation_index order, as GPUs do. Each subgroup's lane 0 stores its subgroup's result,
-// then every subgroup reduces those partials in the same lanes, so all invocations get the same
-// value. sgSize is uniform, so every subgroup op here sits in uniform control flow. The trailing
-// barrier keeps the next call from overwriting partials that are still being read.
-fn sumF(lid: u32, sgSize: u32, sgLane: u32, v: f32) -> f32 {
-  let s = subgroupAdd(v);
-  if (sgLane == 0u) { redF[lid / sgSize] = s; }
-  workgroupBarrier();
-  var t = 0.0;
-  for (var j = sgLane; j < (WG + sgSize - 1u) / sgSize; j += sgSize) { t += redF[j]; }
-  let r = subgroupAdd(t);
-  workgroupBarrier();
-  return r;
-}
+var<workgroup> redF: array<f32, WG>;
+var<workgroup> redU: array<u32, WG>;
+#include "common/reduce.wgsl" (NAME=sumF, T=f32, OP=Add, IDENTITY=0.0, SCRATCH=redF)
+#include "common/reduce.wgsl" (NAME=maxF, T=f32, OP=Max, IDENTITY=LOWEST, SCRATCH=redF)
+#include "common/reduce.wgsl" (NAME=sumU, T=u32, OP=Add, IDENTITY=0u, SCRATCH=redU)
+#include "common/reduce.wgsl" (NAME=maxU, T=u32, OP=Max, IDENTITY=0u, SCRATCH=redU)
+#include "common/reduce.wgsl" (NAME=minU, T=u32, OP=Min, IDENTITY=NONE, SCRATCH=redU)
 
-fn sumU(lid: u32, sgSize: u32, sgLane: u32, v: u32) -> u32 {
-  let s = subgroupAdd(v);
-  if (sgLane == 0u) { redU[lid / sgSize] = s; }
-  workgroupBarrier();
-  var t = 0u;
-  for (var j = sgLane; j < (WG + sgSize - 1u) / sgSize; j += sgSize) { t += redU[j]; }
-  let r = subgroupAdd(t);
-  workgroupBarrier();
-  return r;
-}
-
-fn maxF(lid: u32, sgSize: u32, sgLane: u32, v: f32) -> f32 {
-  let s = subgroupMax(v);
-  if (sgLane == 0u) { redF[lid / sgSize] = s; }
-  workgroupBarrier();
-  var t = LOWEST;
-  for (var j = sgLane; j < (WG + sgSize - 1u) / sgSize; j += sgSize) { t = max(t, redF[j]); }
-  let r = subgroupMax(t);
-  workgroupBarrier();
-  return r;
-}
-
-// Index of the largest v, lowest index on ties; i = NONE marks a thread without tokens. Compares
-// order-preserving keys (u32 max/min are exact), with -0 taken as +0 so they tie as in the float
-// comparison; a thread without tokens gets key 0, below every real value including -inf.
-fn argmaxIndex(lid: u32, sgSize: u32, sgLane: u32, v: f32, i: u32) -> u32 {
+// Index of the largest v, lowest index on ties; i = NONE marks a thread without tokens. Two
+// exact u32 reductions: the largest order-preserving key (-0 taken as +0 so they tie as in the
+// float comparison; a thread without tokens has key 0, below every real value including -inf),
+// then the lowest index among the threads holding it.
+fn argmaxIndex(v: f32, i: u32, l: Lanes) -> u32 {
   let key = select(0u, orderedKey(select(v, 0.0, v == 0.0)), i != NONE);
-  let k = subgroupMax(key);
-  let ki = subgroupMin(select(NONE, i, key == k));
-  if (sgLane == 0u) {
-    redU[lid / sgSize] = k;
-    redU2[lid / sgSize] = ki;
-  }
-  workgroupBarrier();
-  var bk = 0u;
-  var bi = NONE;
-  for (var j = sgLane; j < (WG + sgSize - 1u) / sgSize; j += sgSize) {
-    let ok = redU[j];
-    let oi = redU2[j];
-    if (ok > bk || (ok == bk && oi < bi)) {
-      bk = ok;
-      bi = oi;
-    }
-  }
-  let mk = subgroupMax(bk);
-  let r = subgroupMin(select(NONE, bi, bk == mk));
-  workgroupBarrier();
-  return r;
+  let best = maxU(key, l);
+  return minU(select(NONE, i, key == best), l);
 }
 
 @compute @workgroup_size(WG)
-fn sample_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                  @builtin(local_invocation_index) lid: u32,
-                  @builtin(subgroup_size) sgSize: u32, @builtin(subgroup_invocation_id) sgLane: u32) {
-  sampleRow(wid.x + wid.y * nwg.x, lid, sgSize, sgLane);
-}
-{{ELSE}}
-fn sumF(lid: u32, sgSize: u32, sgLane: u32, v: f32) -> f32 {
-  redF[lid] = v;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) { redF[lid] += redF[lid + s]; }
-    workgroupBarrier();
-  }
-  let r = workgroupUniformLoad(&redF[0]);
-  workgroupBarrier(); // nobody refills redF before everyone has read the total
-  return r;
+fn sample_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, l: Lanes) {
+  sampleRow(linearGroup(wid, nwg), l);
 }
 
-fn sumU(lid: u32, sgSize: u32, sgLane: u32, v: u32) -> u32 {
-  redU[lid] = v;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) { redU[lid] += redU[lid + s]; }
-    workgroupBarrier();
-  }
-  let r = workgroupUniformLoad(&redU[0]);
-  workgroupBarrier();
-  return r;
-}
-
-fn maxF(lid: u32, sgSize: u32, sgLane: u32, v: f32) -> f32 {
-  redF[lid] = v;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) { redF[lid] = max(redF[lid], redF[lid + s]); }
-    workgroupBarrier();
-  }
-  let r = workgroupUniformLoad(&redF[0]);
-  workgroupBarrier();
-  return r;
-}
-
-// Index of the largest v, lowest index on ties; i = NONE marks a thread without tokens. The
-// result is meaningful in invocation 0.
-fn argmaxIndex(lid: u32, sgSize: u32, sgLane: u32, v: f32, i: u32) -> u32 {
-  redF[lid] = v;
-  redU[lid] = i;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) {
-      let ov = redF[lid + s];
-      let oi = redU[lid + s];
-      let mv = redF[lid];
-      let mi = redU[lid];
-      if (oi != 0xffffffffu && (mi == 0xffffffffu || ov > mv || (ov == mv && oi < mi))) {
-        redF[lid] = ov;
-        redU[lid] = oi;
-      }
-    }
-    workgroupBarrier();
-  }
-  return redU[0];
-}
-
-@compute @workgroup_size(WG)
-fn sample_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                  @builtin(local_invocation_index) lid: u32) {
-  sampleRow(wid.x + wid.y * nwg.x, lid, 0u, 0u);
-}
-{{END}}
-
-// One row per workgroup; sgSize and sgLane are the subgroup builtins (0 in the tree variant).
-fn sampleRow(row: u32, lid: u32, sgSize: u32, sgLane: u32) {
+// One row per workgroup.
+fn sampleRow(row: u32, l: Lanes) {
+  let lid = l.lid;
   if (row >= p.B) { return; }
   let base = row * p.V;
 
@@ -210,7 +92,7 @@ fn sampleRow(row: u32, lid: u32, sgSize: u32, sgLane: u32) {
       let v = logits[base + i];
       if (bestI == 0xffffffffu || v > bestV) { bestV = v; bestI = i; }
     }
-    let best = argmaxIndex(lid, sgSize, sgLane, bestV, bestI);
+    let best = argmaxIndex(bestV, bestI, l);
     if (lid == 0u) { outIds[row] = best; }
     return;
   }
@@ -218,7 +100,7 @@ fn sampleRow(row: u32, lid: u32, sgSize: u32, sgLane: u32) {
   // 1. Row max of z = logits / temperature, for a stable exp.
   var mx = LOWEST;
   for (var i = lid; i < p.V; i += WG) { mx = max(mx, logits[base + i] / p.temperature); }
-  mx = maxF(lid, sgSize, sgLane, mx);
+  mx = maxF(mx, l);
 
   // 2. Top-k: the largest key u with count(key(z) >= u) >= topK, i.e. the k-th largest logit.
   var kLo = 0u;
@@ -232,7 +114,7 @@ fn sampleRow(row: u32, lid: u32, sgSize: u32, sgLane: u32) {
       for (var i = lid; i < p.V; i += WG) {
         if (orderedKey(logits[base + i] / p.temperature) >= mid) { c++; }
       }
-      if (sumU(lid, sgSize, sgLane, c) >= p.topK) { lo = mid; } else { hi = mid - 1u; }
+      if (sumU(c, l) >= p.topK) { lo = mid; } else { hi = mid - 1u; }
     }
     kLo = lo;
   }
@@ -246,7 +128,7 @@ fn sampleRow(row: u32, lid: u32, sgSize: u32, sgLane: u32) {
       let z = logits[base + i] / p.temperature;
       if (orderedKey(z) >= kLo) { total += exp(z - mx); }
     }
-    let want = p.topP * sumF(lid, sgSize, sgLane, total);
+    let want = p.topP * sumF(total, l);
     var lo = kLo;
     var hi = orderedKey(mx);
     for (var it = 0u; it < 32u; it++) {
@@ -257,7 +139,7 @@ fn sampleRow(row: u32, lid: u32, sgSize: u32, sgLane: u32) {
         let z = logits[base + i] / p.temperature;
         if (orderedKey(z) >= mid) { s += exp(z - mx); }
       }
-      if (sumF(lid, sgSize, sgLane, s) >= want) { lo = mid; } else { hi = mid - 1u; }
+      if (sumF(s, l) >= want) { lo = mid; } else { hi = mid - 1u; }
     }
     thr = lo;
   }

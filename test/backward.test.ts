@@ -17,7 +17,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
-import * as K from '../src/model/kernels.ts';
+import * as K from '../src/ops/index.ts';
 import * as ref from './reference.ts';
 import { gpuHarness } from './helpers/gpuHarness.ts';
 

@@ -6,8 +6,7 @@ import { shaderSource } from '#shaders';
 import {
   createGpu, f32, splitGrid, GpuDeviceLostError, GpuError, GpuOutOfMemoryError, GpuValidationError, type Gpu,
 } from '../src/gpu/index.ts';
-import { expandDefines } from '../src/gpu/launch.ts';
-import * as K from '../src/model/kernels.ts';
+import * as K from '../src/ops/index.ts';
 
 const TEST_WGSL = `
 struct SetParams { i: u32, value: f32 }
@@ -123,11 +122,16 @@ describe('launch', () => {
     expect(bad).toBe(0);
   });
 
-  it('caches pipelines by (shader, entry, defines)', () => {
+  it('caches pipelines by (shader, entry, defines, constants) and records the variant on the kernel', () => {
     expect(gpu.kernel('test', 'set_one')).toBe(gpu.kernel('test', 'set_one'));
-    expect(gpu.kernel('rmsnorm', 'rmsnorm_forward', { WG: 64 })).not.toBe(gpu.kernel('rmsnorm', 'rmsnorm_forward', { WG: 256 }));
-    expect(() => expandDefines('const A = {{A}}u;', {}, 'x')).toThrow(/missing define/);
-    expect(expandDefines('const A = {{A}}u; const B = {{B}};', { A: 3, B: true }, 'x')).toBe('const A = 3u; const B = true;');
+    const k64 = gpu.kernel('rmsnorm', 'rmsnorm_forward', {}, { WG: 64 });
+    expect(k64).toBe(gpu.kernel('rmsnorm', 'rmsnorm_forward', {}, { WG: 64 }));
+    expect(k64).not.toBe(gpu.kernel('rmsnorm', 'rmsnorm_forward', {}, { WG: 256 }));
+    const q4 = gpu.kernel('matmul', 'matmul_rows', { WEIGHTS: 'q4', TMAX: 2 });
+    expect(q4).not.toBe(gpu.kernel('matmul', 'matmul_rows', { WEIGHTS: 'bf16', TMAX: 2 }));
+    expect(q4.defines).toEqual({ WEIGHTS: 'q4', TMAX: 2 });
+    expect(k64.constants).toEqual({ WG: 64 });
+    expect(() => gpu.kernel('matmul', 'matmul_rows', { TMAX: 2 })).toThrow(/'WEIGHTS' is not defined/);
   });
 });
 

@@ -1,4 +1,4 @@
-// Every op in src/model/kernels.ts against test/reference.ts at small, odd shapes.
+// Every op in src/ops (forward and backward) against test/reference.ts at small, odd shapes.
 // Run: npx vitest run test/kernels.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 //
 // Tolerances: |gpu - ref|max <= rel * |ref|max + abs. The reference accumulates in f64 on the
@@ -9,7 +9,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
-import * as K from '../src/model/kernels.ts';
+import * as K from '../src/ops/index.ts';
 import * as ref from './reference.ts';
 import { gpuHarness } from './helpers/gpuHarness.ts';
 
@@ -80,7 +80,7 @@ describe('embed', () => {
     const table = ref.roundBf16(ref.randn(V * C, rand));
     const ids = Array.from({ length: T }, (_, i) => (i * 7 + 3) % V);
     const out = outBuf(T * C);
-    K.embed(gpu, out, u32Buf(ids), bf16Buf(table), T, C);
+    K.embed(gpu, out, u32Buf(ids), bf16Buf(table), T, C, V);
     const want = new Float32Array(T * C);
     ref.embed(want, Uint32Array.from(ids), table, T, C);
     expectClose(`embed T=${T} C=${C}`, await gpu.readF32(out, T * C), want, 0, 0);

@@ -10,7 +10,7 @@ import { nodeFolderSource } from '../src/model/sources.node.ts';
 import { loadQwen3 } from '../src/model/load.ts';
 import { readAdapter } from '../src/model/peft.ts';
 import { LoraAdapter } from '../src/model/lora.ts';
-import { TrainingPass } from '../src/model/backward.ts';
+import { TrainingPass } from '../src/train/trainingPass.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 import { openSafetensorsModel } from '../src/model/safetensors.ts';
 import { memorySource } from '../src/model/sources.ts';

@@ -7,7 +7,7 @@ import { nodeFolderSource } from '../src/model/sources.node.ts';
 import { loadQwen3 } from '../src/model/load.ts';
 import { LoraAdapter } from '../src/model/lora.ts';
 import { initLora, loraConfig } from '../src/model/peft.ts';
-import { TrainingPass } from '../src/model/backward.ts';
+import { TrainingPass } from '../src/train/trainingPass.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 import { LoraAdamW, DEFAULT_ADAMW } from '../src/train/optimizer.ts';
 

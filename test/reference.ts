@@ -1,4 +1,4 @@
-// Plain-TypeScript f32 references of every op in src/model/kernels.ts (same argument order,
+// Plain-TypeScript f32 references of every op in src/ops (forward and backward) (same argument order,
 // arrays instead of buffers), plus bf16 helpers. Accumulation is f64 where that is free, so the
 // reference is at least as accurate as the kernels it checks.
 

@@ -8,8 +8,8 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
-import * as K from '../src/model/kernels.ts';
-import * as TK from '../src/train/kernels.ts';
+import * as K from '../src/ops/index.ts';
+import * as TK from '../src/ops/index.ts';
 import * as ref from './reference.ts';
 
 const REL = 1e-5; // reductions: test/kernels.test.ts

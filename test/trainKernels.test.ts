@@ -1,4 +1,4 @@
-// The loss and optimizer ops of src/train/kernels.ts against f64 CPU references.
+// The loss and optimizer ops of src/ops (loss.ts, optimizer.ts) against f64 CPU references.
 // Run: npx vitest run test/trainKernels.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 //
 // Tolerances (|gpu - ref|max <= rel * |ref|max + abs, test/reference.ts compare), each with what
@@ -15,7 +15,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
-import * as TK from '../src/train/kernels.ts';
+import * as TK from '../src/ops/index.ts';
 import * as ref from './reference.ts';
 import { gpuHarness } from './helpers/gpuHarness.ts';
 

@@ -62,3 +62,22 @@ export function checkIds(ids: number[], V: number): void {
   const bad = ids.findIndex((id) => id >= V);
   if (bad >= 0) throw new UsageError(`token id ${ids[bad]} (index ${bad}) is out of range: the model's vocabulary has ${V} tokens (0..${V - 1})`);
 }
+
+/** The engine's storage choices, shared by every command that loads a model. */
+export interface EngineOptions {
+  /** Base weights on the GPU: bf16 as in the checkpoint, or q4 (docs/ENGINE.md, "q4 weights"). */
+  weights: 'bf16' | 'q4';
+  /** KV-cache element type. */
+  kv: 'f32' | 'f16';
+}
+
+export const ENGINE_FLAGS = { weights: { type: 'string' }, kv: { type: 'string' } } as const;
+
+/** --weights bf16|q4 and --kv f32|f16; the CLI defaults stay bf16 and f32. */
+export function engineOptions(flags: Flags): EngineOptions {
+  const weights = str(flags, 'weights') ?? 'bf16';
+  if (weights !== 'bf16' && weights !== 'q4') throw new UsageError(`--weights must be bf16 or q4 (got "${weights}")`);
+  const kv = str(flags, 'kv') ?? 'f32';
+  if (kv !== 'f32' && kv !== 'f16') throw new UsageError(`--kv must be f32 or f16 (got "${kv}")`);
+  return { weights, kv };
+}

@@ -6,7 +6,7 @@
 import { createWriteStream } from 'node:fs';
 import { rename, rm } from 'node:fs/promises';
 import { ModelLoadError } from '../model/errors.ts';
-import { bool, checkIds, int, num, parse, str, tokenList, UsageError } from './args.ts';
+import { bool, checkIds, ENGINE_FLAGS, engineOptions, int, num, parse, str, tokenList, UsageError } from './args.ts';
 import { inputIds, openModel, requireDir } from './open.ts';
 
 const HELP = `spyrl: Qwen3 on your GPU in our own WebGPU kernels
@@ -52,11 +52,11 @@ async function tinyModel(args: string[], out: NodeJS.WritableStream): Promise<vo
 }
 
 async function logits(args: string[], out: NodeJS.WritableStream): Promise<void> {
-  const f = parse(args, { model: { type: 'string' }, tokens: { type: 'string' }, text: { type: 'string' }, out: { type: 'string' }, adapter: { type: 'string' } });
+  const f = parse(args, { model: { type: 'string' }, tokens: { type: 'string' }, text: { type: 'string' }, out: { type: 'string' }, adapter: { type: 'string' }, ...ENGINE_FLAGS });
   const dir = str(f, 'model', true)!;
   const file = str(f, 'out', true)!;
   if ((str(f, 'tokens') === undefined) === (f.text === undefined)) throw new UsageError('give exactly one of --tokens or --text');
-  const { gpu, model, cfg, tokenizer } = await openModel(dir, str(f, 'adapter'));
+  const { gpu, model, cfg, tokenizer } = await openModel(dir, str(f, 'adapter'), engineOptions(f));
   try {
     const ids = inputIds(f, tokenizer, dir, cfg.vocabSize);
     const T = ids.length, V = cfg.vocabSize;
@@ -95,7 +95,7 @@ async function generateCmd(args: string[], out: NodeJS.WritableStream): Promise<
   const f = parse(args, {
     model: { type: 'string' }, prompt: { type: 'string' }, 'prompt-tokens': { type: 'string' }, chat: { type: 'boolean' },
     'max-new-tokens': { type: 'string' }, temperature: { type: 'string' }, 'top-p': { type: 'string' }, 'top-k': { type: 'string' },
-    seed: { type: 'string' }, 'print-tokens': { type: 'boolean' }, adapter: { type: 'string' },
+    seed: { type: 'string' }, 'print-tokens': { type: 'boolean' }, adapter: { type: 'string' }, ...ENGINE_FLAGS,
   });
   const dir = str(f, 'model', true)!;
   const prompt = f.prompt === undefined ? undefined : String(f.prompt);
@@ -114,7 +114,7 @@ async function generateCmd(args: string[], out: NodeJS.WritableStream): Promise<
   };
   try { validateSampling(sampling); } catch (e) { throw new UsageError((e as Error).message); }
 
-  const { gpu, model, cfg, tokenizer } = await openModel(dir, str(f, 'adapter'));
+  const { gpu, model, cfg, tokenizer } = await openModel(dir, str(f, 'adapter'), engineOptions(f));
   try {
     let ids: number[];
     if (promptTokens !== undefined) ids = tokenList(promptTokens, 'prompt-tokens');

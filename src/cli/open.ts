@@ -1,7 +1,7 @@
 // Opening a model folder (and optionally a PEFT adapter) for a command.
 import { stat } from 'node:fs/promises';
 import { ModelLoadError } from '../model/errors.ts';
-import { checkIds, str, tokenList, UsageError, type Flags } from './args.ts';
+import { checkIds, str, tokenList, UsageError, type EngineOptions, type Flags } from './args.ts';
 
 export async function requireDir(dir: string, what = 'model folder'): Promise<void> {
   const s = await stat(dir).catch(() => null);
@@ -9,7 +9,7 @@ export async function requireDir(dir: string, what = 'model folder'): Promise<vo
   if (!s.isDirectory()) throw new ModelLoadError(dir, 'is not a folder');
 }
 
-export async function openModel(dir: string, adapterDir?: string) {
+export async function openModel(dir: string, adapterDir?: string, engine?: EngineOptions) {
   await requireDir(dir);
   if (adapterDir) await requireDir(adapterDir, 'adapter folder');
   const [{ createGpu }, { nodeFolderSource }, { loadQwen3WithTokenizer }] = await Promise.all([
@@ -17,7 +17,7 @@ export async function openModel(dir: string, adapterDir?: string) {
   ]);
   const gpu = await createGpu();
   try {
-    const loaded = await loadQwen3WithTokenizer(gpu, nodeFolderSource(dir));
+    const loaded = await loadQwen3WithTokenizer(gpu, nodeFolderSource(dir), { weights: engine?.weights, kv: engine?.kv });
     if (adapterDir) {
       const [{ readAdapter }, { LoraAdapter }] = await Promise.all([import('../model/peft.ts'), import('../model/lora.ts')]);
       const { lora, tensors } = await readAdapter(nodeFolderSource(adapterDir), loaded.cfg);

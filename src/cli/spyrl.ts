@@ -2,7 +2,7 @@
 import { mkdir, readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ModelLoadError } from '../model/errors.ts';
-import { int, num, parse, str, UsageError } from './args.ts';
+import { ENGINE_FLAGS, engineOptions, int, num, parse, str, UsageError } from './args.ts';
 import { openModel, requireDir } from './open.ts';
 import type { SpyDocument } from '../game/documents.ts';
 
@@ -55,7 +55,7 @@ const fmtTime = (s: number) => (!Number.isFinite(s) ? '?' : s >= 60 ? `${Math.fl
 export async function trainCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
   const f = parse(args, {
     model: { type: 'string' }, docs: { type: 'string' }, rounds: { type: 'string' }, out: { type: 'string' },
-    config: { type: 'string' }, seed: { type: 'string' }, resume: { type: 'string' }, 'gpu-memory': { type: 'string' },
+    config: { type: 'string' }, seed: { type: 'string' }, resume: { type: 'string' }, 'gpu-memory': { type: 'string' }, ...ENGINE_FLAGS,
   });
   const dir = str(f, 'model', true)!;
   const outDir = str(f, 'out', true)!;
@@ -69,7 +69,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
   const resume = resumeDir ? await readFolder(resumeDir) : undefined;
 
   const [{ SpyRLTrainer, CONFIG_FILE }, { writeFolder }] = await Promise.all([import('../train/spyrl.ts'), import('../model/peft.node.ts')]);
-  const { gpu, model, tokenizer } = await openModel(dir);
+  const { gpu, model, tokenizer } = await openModel(dir, undefined, engineOptions(f));
   try {
     if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}: the game needs the tokenizer and chat template`);
     // The longest sequence of a round: a vote prompt (report + N summaries + instructions) and its answer.
@@ -119,7 +119,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
 }
 
 export async function evalCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
-  const f = parse(args, { model: { type: 'string' }, adapter: { type: 'string' }, docs: { type: 'string' }, config: { type: 'string' } });
+  const f = parse(args, { model: { type: 'string' }, adapter: { type: 'string' }, docs: { type: 'string' }, config: { type: 'string' }, ...ENGINE_FLAGS });
   const dir = str(f, 'model', true)!;
   const config = await readConfig(str(f, 'config'), undefined);
   const { train, evalDocs } = await loadDocs(str(f, 'docs'));
@@ -128,7 +128,7 @@ export async function evalCmd(args: string[], out: NodeJS.WritableStream): Promi
   const [{ GpuPolicy }, { renderPrompt, summaryMessages }, { fitToBudget }, { rougeL }] = await Promise.all([
     import('../train/policy.ts'), import('../game/prompts.ts'), import('../game/documents.ts'), import('../game/rouge.ts'),
   ]);
-  const { gpu, model, tokenizer } = await openModel(dir, str(f, 'adapter'));
+  const { gpu, model, tokenizer } = await openModel(dir, str(f, 'adapter'), engineOptions(f));
   try {
     if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}`);
     const policy = new GpuPolicy(model, tokenizer);

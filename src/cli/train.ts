@@ -1,21 +1,21 @@
 // `spyrl grad` and `spyrl sft`: LoRA gradients and a supervised LoRA fine-tune on the same engine.
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { ModelLoadError } from '../model/errors.ts';
-import { bool, int, num, parse, str, UsageError, type Flags } from './args.ts';
+import { bool, ENGINE_FLAGS, engineOptions, int, num, parse, str, UsageError, type Flags } from './args.ts';
 import { inputIds, openModel, requireDir } from './open.ts';
 
 export async function gradCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
-  const f = parse(args, { model: { type: 'string' }, adapter: { type: 'string' }, tokens: { type: 'string' }, text: { type: 'string' }, out: { type: 'string' } });
+  const f = parse(args, { model: { type: 'string' }, adapter: { type: 'string' }, tokens: { type: 'string' }, text: { type: 'string' }, out: { type: 'string' }, ...ENGINE_FLAGS });
   const dir = str(f, 'model', true)!;
   const adapterDir = str(f, 'adapter', true)!;
   const file = str(f, 'out', true)!;
   if ((str(f, 'tokens') === undefined) === (f.text === undefined)) throw new UsageError('give exactly one of --tokens or --text');
-  const { gpu, model, cfg, tokenizer } = await openModel(dir, adapterDir);
+  const { gpu, model, cfg, tokenizer } = await openModel(dir, adapterDir, engineOptions(f));
   try {
     const ids = inputIds(f, tokenizer, dir, cfg.vocabSize);
     if (ids.length < 2) throw new UsageError('the loss needs at least 2 tokens (each predicts the next)');
     const [{ TrainingPass }, { crossEntropyLoss }, { writeSafetensors }, { loraPrefix }] = await Promise.all([
-      import('../model/backward.ts'), import('../train/pgLoss.ts'), import('../model/safetensors.ts'), import('../model/peft.ts'),
+      import('../train/trainingPass.ts'), import('../train/pgLoss.ts'), import('../model/safetensors.ts'), import('../model/peft.ts'),
     ]);
     const adapter = model.lora!;
     const pass = new TrainingPass(model, adapter, ids, [...ids.slice(1), -1]);
@@ -56,7 +56,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
     lr: { type: 'string' }, r: { type: 'string' }, alpha: { type: 'string' }, rslora: { type: 'string' }, targets: { type: 'string' },
     'seq-len': { type: 'string' }, batch: { type: 'string' }, schedule: { type: 'string' }, warmup: { type: 'string' },
     'max-grad-norm': { type: 'string' }, 'weight-decay': { type: 'string' }, seed: { type: 'string' }, resume: { type: 'string' },
-    'gpu-memory': { type: 'string' },
+    'gpu-memory': { type: 'string' }, ...ENGINE_FLAGS,
   });
   const dir = str(f, 'model', true)!;
   const textFile = str(f, 'text-file', true)!;
@@ -86,7 +86,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
       import('../train/memory.ts'), import('../model/sources.node.ts'), import('../model/peft.node.ts'),
     ]);
 
-  const { gpu, model, cfg, tokenizer } = await openModel(dir);
+  const { gpu, model, cfg, tokenizer } = await openModel(dir, undefined, engineOptions(f));
   try {
     if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}: sft needs the tokenizer files`);
     let lora;

@@ -4,7 +4,7 @@
 import { shaderSource } from '#shaders';
 import { BufferPool } from './pool.ts';
 import { GpuDeviceLostError, GpuError, GpuOutOfMemoryError, GpuUnavailableError, fromGpuError } from './errors.ts';
-import { PipelineCache, UniformArena, splitGrid, type Defines, type Kernel, type Param, type Workgroups } from './launch.ts';
+import { PipelineCache, UniformArena, splitGrid, type Constants, type Defines, type Kernel, type Param, type Workgroups } from './launch.ts';
 
 export interface GpuFeatures {
   f16: boolean;
@@ -212,10 +212,13 @@ export class Gpu {
 
   // ---- 2. launch ----------------------------------------------------------------------------
 
-  /** The compute pipeline for `entry` in shaders/<shader>.wgsl with `{{defines}}` filled; cached. */
-  kernel(shader: string, entry: string, defines?: Defines): Kernel {
+  /**
+   * The compute pipeline for `entry` in shaders/<shader>.wgsl, preprocessed with `defines`
+   * (src/gpu/preprocess.ts) and with `constants` for its `override`s; cached per variant.
+   */
+  kernel(shader: string, entry: string, defines?: Defines, constants?: Constants): Kernel {
     this.throwIfLost();
-    return this.pipelines.get(shader, entry, defines);
+    return this.pipelines.get(shader, entry, defines, constants);
   }
 
   /**

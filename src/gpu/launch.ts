@@ -1,4 +1,4 @@
-// Launch API pieces: WGSL templating, the pipeline cache, uniform params and grid splitting.
+// Launch API pieces: the pipeline cache (over the WGSL preprocessor), uniform params and grid splitting.
 //
 // Shader convention (every shaders/*.wgsl entry point):
 //   @group(0) @binding(0) var<uniform> p: SomeParams;   // bound only when dispatch gets params
@@ -6,6 +6,8 @@
 // Storage bindings always start at 1, so a kernel without params simply has no binding 0.
 // Several entry points share a file; each declares its own bindings (WGSL allows the same
 // binding numbers on variables used by different entry points).
+
+import { preprocess, type Defines } from './preprocess.ts';
 
 /** A kernel parameter: a plain number is a u32; wrap floats with f32(). */
 export type Param = number | F32;
@@ -15,25 +17,25 @@ export class F32 {
 }
 export const f32 = (value: number): F32 => new F32(value);
 
-/** `{{NAME}}` placeholders in the WGSL text, filled per pipeline variant. */
-export type Defines = Readonly<Record<string, string | number | boolean>>;
+export type { Defines } from './preprocess.ts';
+
+/** Pipeline-overridable constants (WGSL `override`), e.g. workgroup sizes. */
+export type Constants = Readonly<Record<string, number>>;
 
 /** Workgroup counts: a 1-D count (split over x/y when above the per-dimension limit) or [x, y, z]. */
 export type Workgroups = number | readonly [number, number?, number?];
 
+/** A compiled entry point and the variant it was built for (defines and override constants). */
 export interface Kernel {
   readonly pipeline: GPUComputePipeline;
   readonly label: string;
+  readonly shader: string;
+  readonly entry: string;
+  readonly defines: Defines;
+  readonly constants: Constants;
 }
 
-export function expandDefines(source: string, defines: Defines, label: string): string {
-  const text = source.replace(/\{\{(\w+)\}\}/g, (_, name: string) => {
-    const v = defines[name];
-    if (v === undefined) throw new Error(`${label}: missing define {{${name}}}`);
-    return typeof v === 'boolean' ? (v ? 'true' : 'false') : String(v);
-  });
-  return text;
-}
+const keyOf = (o: Readonly<Record<string, unknown>>) => Object.keys(o).sort().map((k) => `${k}=${o[k]}`).join(',');
 
 /**
  * Splits a 1-D workgroup count into an (x, y) grid within maxPerDim. Shaders recover the linear
@@ -46,7 +48,10 @@ export function splitGrid(n: number, maxPerDim: number): [number, number, number
   return [Math.ceil(n / y), y, 1];
 }
 
-/** Pipelines cached by (shader, entry, defines); shader modules cached by expanded text. */
+/**
+ * Pipelines cached by (shader, entry, defines, constants); shader modules cached by their
+ * preprocessed text, so variants that expand to the same WGSL share one module.
+ */
 export class PipelineCache {
   private pipelines = new Map<string, Kernel>();
   private modules = new Map<string, GPUShaderModule>();
@@ -58,23 +63,27 @@ export class PipelineCache {
     private readonly track: (scope: Promise<GPUError | null>, context: string) => void,
   ) {}
 
-  get(shader: string, entry: string, defines: Defines = {}): Kernel {
-    const defKey = Object.keys(defines).sort().map((k) => `${k}=${defines[k]}`).join(',');
-    const key = `${shader}:${entry}:${defKey}`;
+  get(shader: string, entry: string, defines: Defines = {}, constants: Constants = {}): Kernel {
+    const defKey = keyOf(defines);
+    const constKey = keyOf(constants);
+    const key = `${shader}:${entry}:${defKey}:${constKey}`;
     const hit = this.pipelines.get(key);
     if (hit) return hit;
 
-    const label = defKey ? `${shader}.${entry}[${defKey}]` : `${shader}.${entry}`;
-    const code = expandDefines(this.source(shader), defines, label);
+    const variant = [defKey, constKey].filter(Boolean).join(';');
+    const label = variant ? `${shader}.${entry}[${variant}]` : `${shader}.${entry}`;
+    const code = preprocess(this.source(shader), { defines, include: this.source, label });
     let module = this.modules.get(code);
     this.device.pushErrorScope('validation');
     if (!module) {
       module = this.device.createShaderModule({ code, label: `${shader}[${defKey}]` });
       this.modules.set(code, module);
     }
-    const pipeline = this.device.createComputePipeline({ layout: 'auto', compute: { module, entryPoint: entry }, label });
+    const compute: GPUProgrammableStage = { module, entryPoint: entry };
+    if (constKey) compute.constants = { ...constants };
+    const pipeline = this.device.createComputePipeline({ layout: 'auto', compute, label });
     this.track(this.device.popErrorScope(), `creating pipeline ${label}`);
-    const kernel: Kernel = { pipeline, label };
+    const kernel: Kernel = { pipeline, label, shader, entry, defines: { ...defines }, constants: { ...constants } };
     this.pipelines.set(key, kernel);
     return kernel;
   }

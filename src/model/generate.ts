@@ -1,7 +1,7 @@
 // Batched generation: all prompts are prefilled in one forward (each in its own KV-cache
 // slot), then every decode step runs one token of each unfinished sequence together and
 // samples on the GPU; only the sampled ids (B x u32) come back to the CPU.
-import * as K from './kernels.ts';
+import * as K from '../ops/index.ts';
 import type { Qwen3Model, KVCache } from './qwen3.ts';
 import { readJson, type ModelSource } from './sources.ts';
 

@@ -19,6 +19,10 @@ export interface LoadOptions {
   onProgress?: (p: UploadProgress) => void;
   /** Tokens per forward chunk (activation memory bound). */
   chunk?: number;
+  /** Base weights on the GPU (default bf16): q4 quantizes Linear weights and the embedding while loading. */
+  weights?: 'bf16' | 'q4';
+  /** KV-cache element type (default f32). */
+  kv?: 'f32' | 'f16';
 }
 
 export interface LoadedModel {
@@ -87,7 +91,7 @@ export async function loadQwen3(gpu: Gpu, source: ModelSource, opts: LoadOptions
     const head = lmHead === EMBED ? embed : await up(lmHead);
     await gpu.sync();
     const weights: Qwen3Weights = { embed, layers, norm, lmHead: head };
-    return { model: new Qwen3Model(gpu, cfg, weights, { chunk: opts.chunk }), cfg, source };
+    return { model: new Qwen3Model(gpu, cfg, weights, { chunk: opts.chunk, kv: opts.kv }), cfg, source };
   } catch (e) {
     for (const b of uploaded) gpu.releaseBuffer(b);
     throw e;

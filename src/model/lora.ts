@@ -3,7 +3,7 @@
 // from one table of (layer, target) entries.
 import type { Gpu } from '../gpu/index.ts';
 import type { Qwen3Config } from './config.ts';
-import * as K from './kernels.ts';
+import * as K from '../ops/index.ts';
 import { loraPrefix, loraScale, targetDims, type LoraConfig, type LoraTarget } from './peft.ts';
 
 export { LORA_TARGETS, type LoraTarget, type LoraConfig } from './peft.ts';

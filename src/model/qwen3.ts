@@ -3,7 +3,7 @@
 // batched decode (one token of each of B sequences): every token carries its KV-cache slot
 // and position, and attention reads the cache, so no T x T buffer ever exists.
 import type { Gpu } from '../gpu/index.ts';
-import * as K from './kernels.ts';
+import * as K from '../ops/index.ts';
 import type { Qwen3Config } from './config.ts';
 import { loraForward, type LoraAdapter, type LoraTarget } from './lora.ts';
 
@@ -64,15 +64,18 @@ export interface ForwardInput {
 
 export class Qwen3Model {
   readonly chunk: number;
+  /** KV-cache element type of createCache. */
+  readonly kv: 'f32' | 'f16';
   /** Applied in every forward while set and enabled (the policy); null or disabled = the base model. */
   lora: LoraAdapter | null = null;
   constructor(
     readonly gpu: Gpu,
     readonly cfg: Qwen3Config,
     readonly weights: Qwen3Weights,
-    opts: { chunk?: number } = {},
+    opts: { chunk?: number; kv?: 'f32' | 'f16' } = {},
   ) {
     this.chunk = opts.chunk ?? DEFAULT_CHUNK;
+    this.kv = opts.kv ?? 'f32';
   }
 
   createCache(slots: number, maxT: number): KVCache {
@@ -146,7 +149,7 @@ export class Qwen3Model {
       if (p) loraForward(gpu, y, u!, xIn, p, T, lora!.settings.r, lora!.scale);
     };
 
-    K.embed(gpu, x, ids, w.embed, T, C);
+    K.embed(gpu, x, ids, w.embed, T, C, V);
     for (l = 0; l < cfg.numLayers; l++) {
       const lw = w.layers[l];
       // x = x + o_proj(attn(rope(q_norm(q)), rope(k_norm(k)), v))

@@ -3,7 +3,7 @@
 import type { Gpu } from '../gpu/index.ts';
 import type { LoraAdapter } from '../model/lora.ts';
 import { loraPrefix } from '../model/peft.ts';
-import * as TK from './kernels.ts';
+import * as K from '../ops/index.ts';
 import { clipScale, learningRate, type LrSchedule } from './schedule.ts';
 
 export interface AdamWSettings {
@@ -71,8 +71,8 @@ export class LoraAdamW {
     const r = lora.settings.r;
     gpu.clear(this.norms);
     for (const p of lora.pairs) {
-      TK.sumSquares(gpu, this.norms, p.dA, r * p.K, 0);
-      TK.sumSquares(gpu, this.norms, p.dB, p.N * r, 0);
+      K.sumSquares(gpu, this.norms, p.dA, r * p.K, 0);
+      K.sumSquares(gpu, this.norms, p.dB, p.N * r, 0);
     }
     const [sumSq] = await gpu.readF32(this.norms, 1);
     const gradNorm = Math.sqrt(sumSq) / sequences;
@@ -86,8 +86,8 @@ export class LoraAdamW {
     const hp = { lr, beta1: settings.beta1, beta2: settings.beta2, eps: settings.eps, weightDecay: settings.weightDecay, step: next, gradScale };
     lora.pairs.forEach((p, i) => {
       const m = this.moments[i];
-      TK.adamw(gpu, p.A, p.dA, m.mA, m.vA, r * p.K, hp);
-      TK.adamw(gpu, p.B, p.dB, m.mB, m.vB, p.N * r, hp);
+      K.adamw(gpu, p.A, p.dA, m.mA, m.vA, r * p.K, hp);
+      K.adamw(gpu, p.B, p.dB, m.mB, m.vB, p.N * r, hp);
     });
     lora.zeroGrad();
     this.step = next;

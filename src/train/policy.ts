@@ -4,10 +4,9 @@
 // next-token distribution at the prompt's end.
 import type { Generation, GenerateOptions, Policy } from '../game/round.ts';
 import type { ChatPrompt } from '../game/prompts.ts';
-import * as K from '../model/kernels.ts';
+import * as K from '../ops/index.ts';
 import type { Qwen3Model, KVCache } from '../model/qwen3.ts';
 import { TextStreamer, type Qwen3Tokenizer } from '../model/tokenizer.ts';
-import * as TK from './kernels.ts';
 
 export interface PolicyHooks {
   /** New printable text of prompt `index`'s completion. */
@@ -101,7 +100,7 @@ export class GpuPolicy implements Policy {
         const ids = gpu.createBuffer(A * 4, 'ids');
         const lp = gpu.createBuffer(A * 4, 'lp');
         gpu.copy(picked, 0, ids, 0, A * 4);
-        TK.logSoftmaxGather(gpu, lp, lse, logits, ids, A, V);
+        K.logSoftmaxGather(gpu, lp, lse, logits, ids, A, V);
         gpu.copy(lp, 0, picked, B * 4, A * 4);
         const back = await gpu.read(picked, B * 8);
         gpu.releaseBuffer(ids);
@@ -154,7 +153,7 @@ export class GpuPolicy implements Policy {
     const firsts = gpu.createBuffer(B * 4, 'firstCandidate');
     gpu.write(firsts, Uint32Array.from(candidateTokenIds.map((c) => c[0])));
     const lp = gpu.createBuffer(B * 4, 'lp'), lse = gpu.createBuffer(B * 4, 'lse');
-    TK.logSoftmaxGather(gpu, lp, lse, logits, firsts, B, V);
+    K.logSoftmaxGather(gpu, lp, lse, logits, firsts, B, V);
     const picked = gpu.createBuffer((B * nc + B) * 4, 'candidateLogits'); // (B, nc) logits, then (B) lse
     candidateTokenIds.forEach((c, b) => c.forEach((id, j) => gpu.copy(logits, (b * V + id) * 4, picked, (b * nc + j) * 4, 4)));
     gpu.copy(lse, 0, picked, B * nc * 4, B * 4);

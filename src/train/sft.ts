@@ -1,6 +1,6 @@
 // Supervised LoRA fine-tuning on plain text: next-token cross-entropy over windows of the
 // tokenized text, gradient accumulation over `batch` windows per optimizer step.
-import { TrainingPass } from '../model/backward.ts';
+import { TrainingPass } from './trainingPass.ts';
 import type { LoraAdapter } from '../model/lora.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
 import type { LoraAdamW, StepReport } from './optimizer.ts';

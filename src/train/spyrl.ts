@@ -7,7 +7,7 @@ import type { SpyRLConfig } from '../game/config.ts';
 import { renderPrompt, summaryMessages } from '../game/prompts.ts';
 import { playRound, roundRng, runLogLine, type PolicySample, type RoundRecord } from '../game/round.ts';
 import { rougeL } from '../game/rouge.ts';
-import { TrainingPass } from '../model/backward.ts';
+import { TrainingPass } from './trainingPass.ts';
 import { LoraAdapter } from '../model/lora.ts';
 import { initLora, loraConfig, readAdapter, readOptimizerState, writeAdapter, writeOptimizerState, type LoraConfig } from '../model/peft.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';

@@ -3,10 +3,9 @@
 // that recomputes each layer's internals on the way back and adds into the LoRA gradients.
 // Positions are 0..T-1 and attention is causal over the sequence itself (no KV cache).
 import type { Gpu } from '../gpu/index.ts';
-import * as K from './kernels.ts';
-import * as TK from '../train/kernels.ts';
-import { loraBackward, loraForward, type LoraAdapter, type LoraTarget } from './lora.ts';
-import type { Qwen3Model } from './qwen3.ts';
+import * as K from '../ops/index.ts';
+import { loraBackward, loraForward, type LoraAdapter, type LoraTarget } from '../model/lora.ts';
+import type { Qwen3Model } from '../model/qwen3.ts';
 
 /** Rows of the LM head processed at once: bounds the (R, V) logits buffer. */
 const HEAD_ROWS = 64;
@@ -159,7 +158,7 @@ export class TrainingPass {
     const C = cfg.hiddenSize;
     const idsBuf = gpu.createBuffer(T * 4, 'ids');
     gpu.write(idsBuf, Uint32Array.from(this.ids));
-    K.embed(gpu, this.xs[0], idsBuf, weights.embed, T, C);
+    K.embed(gpu, this.xs[0], idsBuf, weights.embed, T, C, cfg.vocabSize);
     const b = this.layerBuffers();
     for (let l = 0; l < cfg.numLayers; l++) this.layerForward(l, this.xs[l], this.xs[l + 1], b);
     this.releaseLayerBuffers(b);
@@ -173,7 +172,7 @@ export class TrainingPass {
       const lp = gpu.createBuffer(R * 4, 'logpChunk');
       const ls = gpu.createBuffer(R * 4, 'lseChunk');
       gpu.copy(this.targets, off * 4, tg, 0, R * 4);
-      TK.logSoftmaxGather(gpu, lp, ls, logits, tg, R, cfg.vocabSize);
+      K.logSoftmaxGather(gpu, lp, ls, logits, tg, R, cfg.vocabSize);
       gpu.copy(lp, 0, logp, off * 4, R * 4);
       gpu.copy(ls, 0, this.lse, off * 4, R * 4);
       for (const x of [tg, lp, ls]) gpu.releaseBuffer(x);
@@ -258,7 +257,7 @@ export class TrainingPass {
       gpu.copy(this.lse, off * 4, ls, 0, R * 4);
       gpu.copy(dlogpBuf, off * 4, dl, 0, R * 4);
       if (this.candidateProbs) this.restrictedDlogits(dlogits, dlogp, off, R);
-      else TK.logSoftmaxBackward(gpu, dlogits, dl, logits, ls, tg, R, V);
+      else K.logSoftmaxBackward(gpu, dlogits, dl, logits, ls, tg, R, V);
       K.matmulBackwardInput(gpu, dhr, dlogits, weights.lmHead, R, V, C, false);
       gpu.copy(dhr, 0, dhN, r0 * C * 4, R * C * 4);
       for (const x of [tg, ls, dl]) gpu.releaseBuffer(x);

@@ -1,0 +1,29 @@
+// Reading a weight tensor of WEIGHTS format (define: f32, bf16 or q4) from `w: array<u32>`,
+// declared by the including shader. EPW elements per u32 word. For q4 the including shader
+// defines fn q4ScaleBase() -> u32, the word where the scales start (N*K/8 for an (N, K) tensor).
+#if WEIGHTS == bf16
+#include "common/bf16.wgsl"
+const EPW = 2u;
+fn weightAt(i: u32) -> f32 { return bf16Pick(w[i >> 1u], i); }
+fn unpackWord(wi: u32) -> array<f32, EPW> {
+  let word = w[wi];
+  return array<f32, EPW>(bf16Low(word), bf16High(word));
+}
+#elif WEIGHTS == q4
+#include "common/q4.wgsl"
+const EPW = 8u;
+// The scale of element i: group i >> 5, two groups per scale word.
+fn q4Scale(i: u32) -> f32 { return f16Pick(w[q4ScaleBase() + (i >> 6u)], i >> 5u); }
+fn weightAt(i: u32) -> f32 { return q4Nibble(w[i >> 3u], i & 7u) * q4Scale(i); }
+fn unpackWord(wi: u32) -> array<f32, EPW> {
+  let word = w[wi];
+  let s = q4Scale(wi << 3u); // the 8 elements of a word share one group (32 = 4 words)
+  var v: array<f32, EPW>;
+  for (var j = 0u; j < EPW; j++) { v[j] = q4Nibble(word, j) * s; }
+  return v;
+}
+#elif WEIGHTS == f32
+const EPW = 1u;
+fn weightAt(i: u32) -> f32 { return bitcast<f32>(w[i]); }
+fn unpackWord(wi: u32) -> array<f32, EPW> { return array<f32, EPW>(bitcast<f32>(w[wi])); }
+#endif

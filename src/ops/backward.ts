@@ -1,0 +1,122 @@
+// Backward ops of the Qwen3 model and LoRA (docs/ENGINE.md, Training additions). Each adds into
+// its gradient buffers (zeroing is the caller's gpu.clear). Argument order (llm.c): gradients,
+// saved tensors, inputs/weights, sizes.
+import type { Gpu } from '../gpu/device.ts';
+import { f32 } from '../gpu/launch.ts';
+import { ELEMS_PER_WG, bf16Bytes, check, checkSize, checkWeight, distinct, opKernel, subgroupDefines, useSubgroups, weightFormat, type Weight } from './common.ts';
+import { gemm, invFreqBuffer } from './forward.ts';
+
+/** dx (R, D) += d/dx of rmsNorm given dy (R, D) ; x (R, D) f32 ; w (D) bf16 frozen (no dw) */
+export function rmsNormBackward(gpu: Gpu, dx: GPUBuffer, dy: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R: number, D: number, eps: number): void {
+  checkSize(dx, R * D * 4, 'rmsNormBackward dx');
+  checkSize(dy, R * D * 4, 'rmsNormBackward dy');
+  checkSize(x, R * D * 4, 'rmsNormBackward x');
+  checkSize(w, bf16Bytes(D), 'rmsNormBackward w');
+  distinct('rmsNormBackward', dx, dy, x);
+  const WG = D <= 512 ? 64 : 256;
+  gpu.dispatch(opKernel(gpu, 'rmsNormBackward', 'rmsnorm', 'rmsnorm_backward', subgroupDefines(useSubgroups(gpu)), { WG }), [dx, x, w, dy], R, [R, D, f32(eps)]);
+}
+
+
+/** dx (T, K) f32 (+)= dy (T, N) f32 . w (N, K) ; w bf16 or q4 (dequantized on the fly) */
+export function matmulBackwardInput(gpu: Gpu, dx: GPUBuffer, dy: GPUBuffer, w: Weight, T: number, N: number, K: number, accumulate = true): void {
+  checkSize(dx, T * K * 4, 'matmulBackwardInput dx');
+  checkSize(dy, T * N * 4, 'matmulBackwardInput dy');
+  const wb = checkWeight(w, N, K, 'matmulBackwardInput w');
+  gemm(gpu, 'matmulBackwardInput', dx, dy, wb, weightFormat(w), T, K, N, [N, 1, 1, K], accumulate, 1);
+}
+
+/** dx (T, K) f32 (+)= scale * dy (T, N) f32 . w (N, K) f32 */
+export function matmulBackwardInputF32(
+  gpu: Gpu, dx: GPUBuffer, dy: GPUBuffer, w: GPUBuffer, T: number, N: number, K: number, accumulate = true, scale = 1,
+): void {
+  checkSize(dx, T * K * 4, 'matmulBackwardInputF32 dx');
+  checkSize(dy, T * N * 4, 'matmulBackwardInputF32 dy');
+  checkSize(w, N * K * 4, 'matmulBackwardInputF32 w');
+  gemm(gpu, 'matmulBackwardInputF32', dx, dy, w, 'f32', T, K, N, [N, 1, 1, K], accumulate, scale);
+}
+
+/** dw (N, K) f32 += scale * dy^T (N, T) . x (T, K) ; the reduction runs over T */
+export function matmulBackwardWeightF32(gpu: Gpu, dw: GPUBuffer, dy: GPUBuffer, x: GPUBuffer, T: number, N: number, K: number, scale = 1): void {
+  checkSize(dw, N * K * 4, 'matmulBackwardWeightF32 dw');
+  checkSize(dy, T * N * 4, 'matmulBackwardWeightF32 dy');
+  checkSize(x, T * K * 4, 'matmulBackwardWeightF32 x');
+  gemm(gpu, 'matmulBackwardWeightF32', dw, dy, x, 'f32', N, K, T, [1, N, 1, K], true, scale);
+}
+
+
+/** In place on dx (T, H, HD) f32: the transpose of rope, a rotation by -angle ; pos (T) u32 */
+export function ropeBackward(gpu: Gpu, dx: GPUBuffer, pos: GPUBuffer, T: number, H: number, HD: number, theta: number): void {
+  check(HD % 2 === 0, `ropeBackward: HD=${HD} must be even`);
+  checkSize(dx, T * H * HD * 4, 'ropeBackward dx');
+  checkSize(pos, T * 4, 'ropeBackward pos');
+  const inv = invFreqBuffer(gpu, HD, theta);
+  gpu.dispatch(gpu.kernel('rope', 'rope_backward'), [dx, pos, inv], Math.ceil((T * H * HD) / 2 / ELEMS_PER_WG), [T, H, HD]);
+}
+
+
+
+function checkTrainingAttention(op: string, T: number, NH: number, NKV: number, HD: number): void {
+  check(HD <= 256, `${op}: HD=${HD} > 256`);
+  check(NH % NKV === 0, `${op}: NH=${NH} not a multiple of NKV=${NKV}`);
+  check(T * NH * HD < 2 ** 32, `${op}: sizes overflow u32 indexing`);
+}
+
+/**
+ * Training path, one causal sequence (positions 0..T-1), no cache: out, q (T, NH, HD) f32 ;
+ * k, v (T, NKV, HD) f32 ; lse (T, NH) f32 = log sum_j exp(q.k_j / sqrt(HD)), saved for the backward.
+ */
+export function attentionForwardLse(
+  gpu: Gpu, out: GPUBuffer, lse: GPUBuffer, q: GPUBuffer, k: GPUBuffer, v: GPUBuffer, T: number, NH: number, NKV: number, HD: number,
+): void {
+  checkTrainingAttention('attentionForwardLse', T, NH, NKV, HD);
+  checkSize(out, T * NH * HD * 4, 'attentionForwardLse out');
+  checkSize(lse, T * NH * 4, 'attentionForwardLse lse');
+  checkSize(q, T * NH * HD * 4, 'attentionForwardLse q');
+  checkSize(k, T * NKV * HD * 4, 'attentionForwardLse k');
+  checkSize(v, T * NKV * HD * 4, 'attentionForwardLse v');
+  distinct('attentionForwardLse', out, lse, q, k, v);
+  gpu.dispatch(gpu.kernel('attention', 'attention_forward_lse'), [out, q, k, v, lse], T * NH,
+    [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))]);
+}
+
+/**
+ * dq (T, NH, HD), dk, dv (T, NKV, HD) += gradients of attentionForwardLse given dout (T, NH, HD);
+ * saved out (T, NH, HD) and lse (T, NH); probabilities are recomputed, never stored (T x T).
+ * Encodes two dispatches and uses a pooled (T, NH) scratch buffer for D = rowsum(dout * out).
+ */
+export function attentionBackward(
+  gpu: Gpu, dq: GPUBuffer, dk: GPUBuffer, dv: GPUBuffer, dout: GPUBuffer, out: GPUBuffer, lse: GPUBuffer,
+  q: GPUBuffer, k: GPUBuffer, v: GPUBuffer, T: number, NH: number, NKV: number, HD: number,
+): void {
+  checkTrainingAttention('attentionBackward', T, NH, NKV, HD);
+  for (const [buf, n, what] of [[dq, NH, 'dq'], [dk, NKV, 'dk'], [dv, NKV, 'dv'], [dout, NH, 'dout'], [out, NH, 'out'],
+    [q, NH, 'q'], [k, NKV, 'k'], [v, NKV, 'v']] as const) checkSize(buf, T * n * HD * 4, `attentionBackward ${what}`);
+  checkSize(lse, T * NH * 4, 'attentionBackward lse');
+  distinct('attentionBackward', dq, dk, dv, dout, out, lse, q, k, v);
+  if (T === 0) return;
+  const params = [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))];
+  const rowDot = gpu.createBuffer(T * NH * 4, 'attentionBackward.D'); // (T, NH) f32
+  gpu.dispatch(gpu.kernel('attention', 'attention_backward_dq'), [dq, q, k, v, dout, lse, rowDot, out], T * NH, params);
+  gpu.dispatch(gpu.kernel('attention', 'attention_backward_dkv'), [dk, q, k, v, dout, lse, rowDot, dv], T * NKV, params);
+  gpu.releaseBuffer(rowDot); // safe: later users of the recycled buffer are encoded after these reads
+}
+
+
+/** dgate, dup (n) f32 += gradients of out = silu(gate) * up given dout (n) f32 */
+export function siluMulBackward(gpu: Gpu, dgate: GPUBuffer, dup: GPUBuffer, dout: GPUBuffer, gate: GPUBuffer, up: GPUBuffer, n: number): void {
+  for (const [buf, what] of [[dgate, 'dgate'], [dup, 'dup'], [dout, 'dout'], [gate, 'gate'], [up, 'up']] as const) {
+    checkSize(buf, n * 4, `siluMulBackward ${what}`);
+  }
+  distinct('siluMulBackward', dgate, dup, dout, gate, up);
+  gpu.dispatch(gpu.kernel('activation', 'silu_mul_backward'), [dgate, gate, up, dup, dout], Math.ceil(n / ELEMS_PER_WG), [n]);
+}
+
+/** out (n) f32 += a (n) f32 */
+export function add(gpu: Gpu, out: GPUBuffer, a: GPUBuffer, n: number): void {
+  checkSize(out, n * 4, 'add out');
+  checkSize(a, n * 4, 'add a');
+  distinct('add', out, a);
+  gpu.dispatch(gpu.kernel('elementwise', 'add_inplace'), [out, a], Math.ceil(n / ELEMS_PER_WG), [n]);
+}
+

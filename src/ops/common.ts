@@ -1,0 +1,119 @@
+// Shared pieces of the ops layer (docs/ENGINE.md): size checks, the variant switches, and the
+// record of which pipeline variant each op last launched (kernelVariant, for tests).
+import type { Gpu } from '../gpu/device.ts';
+import type { Constants, Defines, Kernel } from '../gpu/launch.ts';
+
+export const ELEMS_PER_WG = 256; // elementwise kernels: one thread per element, 256 per workgroup
+
+/** Decode-path cutoff: at most this many tokens go through the GEMV kernel. */
+export const GEMV_MAX_T = 8;
+
+/**
+ * Kernel variant choice. 'auto': on CPU adapters (SwiftShader) the barrier-free 'rows' matmul,
+ * which is ~10x faster there; on GPUs 'gemv' for T <= GEMV_MAX_T, else 'tiled'. Tests force each.
+ */
+export const tuning: { matmul: 'auto' | 'rows' | 'gemv' | 'tiled' } = { matmul: 'auto' };
+
+export function isCpuAdapter(gpu: Gpu): boolean {
+  const id = `${gpu.info.architecture} ${gpu.info.description}`.toLowerCase();
+  return /swiftshader|llvmpipe|lavapipe|warp/.test(id);
+}
+
+// ---- variants -----------------------------------------------------------------------------------
+// The reduction-heavy kernels (rmsNorm and its backward, the GEMV matmul, sample and
+// logSoftmaxGather) reduce with subgroup operations when the device has the `subgroups` feature
+// (define SUBGROUPS, shaders/common/reduce.wgsl), else with a shared-memory tree.
+
+/** Whether the subgroup variants run on this Gpu. */
+export function useSubgroups(gpu: Gpu): boolean {
+  return gpu.features.subgroups;
+}
+
+/** The SUBGROUPS define when `on`. */
+export function subgroupDefines(on: boolean): Defines {
+  return on ? { SUBGROUPS: 1 } : {};
+}
+
+export interface KernelVariant {
+  subgroups: boolean;
+  label: string;
+  defines: Defines;
+  constants: Constants;
+}
+
+const launched = new WeakMap<Gpu, Map<string, KernelVariant>>();
+
+/** gpu.kernel(...), remembering for kernelVariant which pipeline variant `op` last got. */
+export function opKernel(gpu: Gpu, op: string, shader: string, entry: string, defines: Defines = {}, constants: Constants = {}): Kernel {
+  const kernel = gpu.kernel(shader, entry, defines, constants);
+  let perGpu = launched.get(gpu);
+  if (!perGpu) launched.set(gpu, (perGpu = new Map()));
+  perGpu.set(op, { subgroups: 'SUBGROUPS' in kernel.defines, label: kernel.label, defines: kernel.defines, constants: kernel.constants });
+  return kernel;
+}
+
+/** The pipeline variant the last call of `op` ('rmsNorm', 'matmul', 'sample', ...) encoded on gpu (tests). */
+export function kernelVariant(gpu: Gpu, op: string): KernelVariant | undefined {
+  return launched.get(gpu)?.get(op);
+}
+
+// ---- weights --------------------------------------------------------------------------------------
+
+/**
+ * A frozen weight on the GPU: a bare buffer is bf16 (two per u32, the safetensors bytes); q4 is
+ * the 4-bit format of docs/ENGINE.md, "q4 weights" (nibbles, then f16 group scales).
+ */
+export type Weight = GPUBuffer | Q4Weight;
+
+export interface Q4Weight {
+  readonly format: 'q4';
+  readonly buf: GPUBuffer;
+  /** Rows and last dimension of the quantized tensor (K % 32 == 0). */
+  readonly N: number;
+  readonly K: number;
+}
+
+export type WeightFormat = 'f32' | 'bf16' | 'q4';
+
+export function isQ4(w: Weight): w is Q4Weight {
+  return (w as Q4Weight).format === 'q4';
+}
+
+export function weightBuffer(w: Weight): GPUBuffer {
+  return isQ4(w) ? w.buf : w;
+}
+
+export function weightFormat(w: Weight): 'bf16' | 'q4' {
+  return isQ4(w) ? 'q4' : 'bf16';
+}
+
+/** u32 words of a q4 (N, K) tensor: N*K/8 of nibbles, then the f16 scales two per word. */
+export function q4Words(N: number, K: number): number {
+  return (N * K) / 8 + Math.ceil((N * K) / 64);
+}
+
+/** Checks that w holds an (N, K) weight and returns its buffer. */
+export function checkWeight(w: Weight, N: number, K: number, what: string): GPUBuffer {
+  if (isQ4(w)) {
+    check(w.N * w.K === N * K, `${what}: q4 weight '${w.buf.label}' is (${w.N}, ${w.K}), needs ${N} x ${K} elements`);
+    checkSize(w.buf, q4Words(w.N, w.K) * 4, what);
+    return w.buf;
+  }
+  checkSize(w, bf16Bytes(N * K), what);
+  return w;
+}
+
+export function check(cond: boolean, msg: string): void {
+  if (!cond) throw new RangeError(msg);
+}
+
+export function checkSize(buf: GPUBuffer, bytes: number, what: string): void {
+  check(buf.size >= bytes, `${what}: buffer '${buf.label}' has ${buf.size} bytes, needs ${bytes}`);
+}
+
+export const bf16Bytes = (n: number) => Math.ceil(n / 2) * 4;
+
+/** WGSL never binds one buffer twice in a dispatch. */
+export function distinct(op: string, ...bufs: GPUBuffer[]): void {
+  check(new Set(bufs).size === bufs.length, `${op}: the same buffer is passed twice`);
+}

@@ -1,0 +1,181 @@
+// Forward ops of the Qwen3 model (docs/ENGINE.md). Each checks its sizes, then encodes one
+// dispatch into gpu's pending encoder: no GPU sync, no allocation except cached constant tables.
+// Argument order (llm.c): outputs, saved tensors, inputs/weights, sizes.
+import type { Gpu } from '../gpu/device.ts';
+import { f32, splitGrid } from '../gpu/launch.ts';
+import {
+  ELEMS_PER_WG, GEMV_MAX_T, bf16Bytes, check, checkSize, checkWeight, distinct, isCpuAdapter, opKernel, subgroupDefines, tuning, useSubgroups,
+  weightFormat, type Weight, type WeightFormat,
+} from './common.ts';
+
+/** out (T, C) f32 = table[ids] ; ids (T) u32 (< V) ; table (V, C) bf16 or q4 */
+export function embed(gpu: Gpu, out: GPUBuffer, ids: GPUBuffer, table: Weight, T: number, C: number, V: number): void {
+  checkSize(out, T * C * 4, 'embed out');
+  checkSize(ids, T * 4, 'embed ids');
+  const tb = checkWeight(table, V, C, 'embed table');
+  gpu.dispatch(opKernel(gpu, 'embed', 'embed', 'embed_forward', { WEIGHTS: weightFormat(table) }), [out, ids, tb], Math.ceil((T * C) / ELEMS_PER_WG), [T, C, V]);
+}
+
+/** out (R, D) f32 = w * x * rsqrt(mean(x^2) + eps) ; x (R, D) f32 ; w (D) bf16 */
+export function rmsNorm(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R: number, D: number, eps: number): void {
+  checkSize(out, R * D * 4, 'rmsNorm out');
+  checkSize(x, R * D * 4, 'rmsNorm x');
+  checkSize(w, bf16Bytes(D), 'rmsNorm w');
+  check(out !== x, 'rmsNorm: out and x must differ');
+  const WG = D <= 512 ? 64 : 256;
+  gpu.dispatch(opKernel(gpu, 'rmsNorm', 'rmsnorm', 'rmsnorm_forward', subgroupDefines(useSubgroups(gpu)), { WG }), [out, x, w], R, [R, D, f32(eps)]);
+}
+
+
+const tmaxFor = (M: number) => (M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8);
+
+/** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) ^T ; w bf16 or q4 (dequantized on the fly) */
+export function matmul(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: Weight, T: number, N: number, K: number, accumulate = false): void {
+  checkSize(out, T * N * 4, 'matmul out');
+  checkSize(x, T * K * 4, 'matmul x');
+  const wb = checkWeight(w, N, K, 'matmul w');
+  check(out !== x, 'matmul: out and x must differ');
+  check(T * Math.max(N, K) < 2 ** 32 && N * K < 2 ** 32, 'matmul: sizes overflow u32 indexing');
+  if (T === 0) return;
+  const params = [T, N, K, accumulate ? 1 : 0, K, 1, K, 1, f32(1)];
+  const WEIGHTS = weightFormat(w);
+  const variant = tuning.matmul === 'auto' ? (isCpuAdapter(gpu) ? 'rows' : T <= GEMV_MAX_T ? 'gemv' : 'tiled') : tuning.matmul;
+  if (variant === 'rows') {
+    const TMAX = tmaxFor(T);
+    const [x0, y0] = splitGrid(Math.ceil(N / 64), gpu.limits.maxComputeWorkgroupsPerDimension);
+    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'matmul_rows', { WEIGHTS, TMAX }), [out, x, wb], [x0, y0, Math.ceil(T / TMAX)], params);
+  } else if (variant === 'gemv') {
+    check(T <= GEMV_MAX_T, `matmul: gemv variant needs T <= ${GEMV_MAX_T}`);
+    // ~4+ weight words per lane: 64 lanes from K >= 512; tiny K gets more columns per workgroup.
+    const LANES = Math.min(64, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, K / 8)))));
+    const defines = { WEIGHTS, TMAX: tmaxFor(T), LANES, ...subgroupDefines(useSubgroups(gpu)) };
+    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'matmul_gemv', defines), [out, x, wb], Math.ceil(N / (256 / LANES)), params);
+  } else {
+    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1 }), [out, x, wb], [Math.ceil(N / 64), Math.ceil(T / 64)], params);
+  }
+}
+
+/**
+ * out (M, N) (+)= scale * sum_r A(m, r) B(n, r) through strides (shaders/matmul.wgsl):
+ * A(m, r) = a[m * aM + r * aR] f32, B(n, r) = element n * bN + r * bR of b (f32, bf16 or q4).
+ */
+export function gemm(
+  gpu: Gpu, op: string, out: GPUBuffer, a: GPUBuffer, b: GPUBuffer, WEIGHTS: WeightFormat,
+  M: number, N: number, R: number, strides: readonly [number, number, number, number], accumulate: boolean, scale: number,
+): void {
+  distinct(op, out, a, b);
+  check(M * Math.max(N, R) < 2 ** 32 && N * R < 2 ** 32, `${op}: sizes overflow u32 indexing`);
+  if (M === 0 || N === 0) return;
+  const params = [M, N, R, accumulate ? 1 : 0, ...strides, f32(scale)];
+  // No gemv variant here: 'gemv' (forced by tests) runs 'rows', as does a GPU with M <= GEMV_MAX_T.
+  const variant = tuning.matmul === 'auto' ? (isCpuAdapter(gpu) || M <= GEMV_MAX_T ? 'rows' : 'tiled') : tuning.matmul;
+  if (variant === 'tiled') {
+    gpu.dispatch(opKernel(gpu, op, 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1 }), [out, a, b], [Math.ceil(N / 64), Math.ceil(M / 64)], params);
+  } else {
+    const TMAX = tmaxFor(M);
+    gpu.dispatch(opKernel(gpu, op, 'matmul', 'gemm_rows', { WEIGHTS, TMAX }), [out, a, b], Math.ceil((N * Math.ceil(M / TMAX)) / 64), params);
+  }
+}
+
+/** out (T, N) f32 (+)= scale * x (T, K) f32 . w (N, K) f32 ^T  (the LoRA A and B products) */
+export function matmulF32(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, T: number, N: number, K: number, accumulate = false, scale = 1): void {
+  checkSize(out, T * N * 4, 'matmulF32 out');
+  checkSize(x, T * K * 4, 'matmulF32 x');
+  checkSize(w, N * K * 4, 'matmulF32 w');
+  gemm(gpu, 'matmulF32', out, x, w, 'f32', T, N, K, [K, 1, K, 1], accumulate, scale);
+}
+
+
+// inv_freq_i = 1 / theta^(2i/HD) rounded to f32, as HF computes it; cached per (Gpu, HD, theta).
+const invFreqCache = new WeakMap<Gpu, Map<string, GPUBuffer>>();
+
+export function ropeInvFreq(HD: number, theta: number): Float32Array {
+  const inv = new Float32Array(HD / 2);
+  for (let i = 0; i < HD / 2; i++) inv[i] = 1 / Math.fround(theta ** Math.fround((2 * i) / HD));
+  return inv;
+}
+
+export function invFreqBuffer(gpu: Gpu, HD: number, theta: number): GPUBuffer {
+  let perGpu = invFreqCache.get(gpu);
+  if (!perGpu) invFreqCache.set(gpu, (perGpu = new Map()));
+  const key = `${HD}:${theta}`;
+  let buf = perGpu.get(key);
+  if (!buf) {
+    buf = gpu.createBuffer((HD / 2) * 4, `ropeInvFreq.${key}`); // (HD/2) f32
+    gpu.write(buf, ropeInvFreq(HD, theta));
+    perGpu.set(key, buf);
+  }
+  return buf;
+}
+
+/** In place on x (T, H, HD) f32, HF rotate-half; pos (T) u32 */
+export function rope(gpu: Gpu, x: GPUBuffer, pos: GPUBuffer, T: number, H: number, HD: number, theta: number): void {
+  check(HD % 2 === 0, `rope: HD=${HD} must be even`);
+  checkSize(x, T * H * HD * 4, 'rope x');
+  checkSize(pos, T * 4, 'rope pos');
+  const inv = invFreqBuffer(gpu, HD, theta);
+  gpu.dispatch(gpu.kernel('rope', 'rope_forward'), [x, pos, inv], Math.ceil((T * H * HD) / 2 / ELEMS_PER_WG), [T, H, HD]);
+}
+
+
+/** kCache, vCache (S, maxT, NKV, HD) f32 ; k, v (T, NKV, HD) f32 ; row t -> [slot[t], pos[t]] */
+export function kvWrite(
+  gpu: Gpu, kCache: GPUBuffer, vCache: GPUBuffer, k: GPUBuffer, v: GPUBuffer, slot: GPUBuffer, pos: GPUBuffer,
+  T: number, NKV: number, HD: number, maxT: number,
+): void {
+  checkSize(k, T * NKV * HD * 4, 'kvWrite k');
+  checkSize(v, T * NKV * HD * 4, 'kvWrite v');
+  checkSize(kCache, maxT * NKV * HD * 4, 'kvWrite kCache');
+  check(kCache !== vCache, 'kvWrite: kCache and vCache must differ');
+  gpu.dispatch(gpu.kernel('attention', 'kv_write'), [kCache, vCache, k, v, slot, pos], Math.ceil((T * NKV * HD) / ELEMS_PER_WG), [T, NKV, HD, maxT]);
+}
+
+/** out, q (T, NH, HD) f32 ; token t attends to slot[t], positions 0..pos[t]; GQA h -> h / (NH/NKV) */
+export function attention(
+  gpu: Gpu, out: GPUBuffer, q: GPUBuffer, kCache: GPUBuffer, vCache: GPUBuffer, slot: GPUBuffer, pos: GPUBuffer,
+  T: number, NH: number, NKV: number, HD: number, maxT: number,
+): void {
+  check(HD <= 256, `attention: HD=${HD} > 256`);
+  check(NH % NKV === 0, `attention: NH=${NH} not a multiple of NKV=${NKV}`);
+  checkSize(out, T * NH * HD * 4, 'attention out');
+  checkSize(q, T * NH * HD * 4, 'attention q');
+  checkSize(kCache, maxT * NKV * HD * 4, 'attention kCache');
+  gpu.dispatch(gpu.kernel('attention', 'attention_forward'), [out, q, kCache, vCache, slot, pos], T * NH,
+    [T, NH, NKV, HD, maxT, f32(1 / Math.sqrt(HD))]);
+}
+
+/** out (n) f32 = silu(gate) * up */
+export function siluMul(gpu: Gpu, out: GPUBuffer, gate: GPUBuffer, up: GPUBuffer, n: number): void {
+  checkSize(out, n * 4, 'siluMul out');
+  checkSize(gate, n * 4, 'siluMul gate');
+  checkSize(up, n * 4, 'siluMul up');
+  gpu.dispatch(gpu.kernel('activation', 'silu_mul_forward'), [out, gate, up], Math.ceil(n / ELEMS_PER_WG), [n]);
+}
+
+
+/** out (R, C) f32 = x[rows[r], :] ; rows (R) u32 */
+export function gatherRows(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, rows: GPUBuffer, R: number, C: number): void {
+  checkSize(out, R * C * 4, 'gatherRows out');
+  checkSize(rows, R * 4, 'gatherRows rows');
+  gpu.dispatch(gpu.kernel('gather', 'gather_rows_forward'), [out, x, rows], Math.ceil((R * C) / ELEMS_PER_WG), [R, C]);
+}
+
+export interface SampleOptions {
+  /** 0 = greedy argmax. */
+  temperature: number;
+  /** Keep the k most likely tokens; 0 = off. */
+  topK: number;
+  /** Keep the smallest set with this much probability; 1 = off. */
+  topP: number;
+}
+
+/** outIds (B) u32 ; logits (B, V) f32 ; RNG = hash(seed, step, row) */
+export function sample(gpu: Gpu, outIds: GPUBuffer, logits: GPUBuffer, B: number, V: number, opts: SampleOptions, seed: number, step: number): void {
+  checkSize(outIds, B * 4, 'sample outIds');
+  checkSize(logits, B * V * 4, 'sample logits');
+  check(opts.temperature >= 0 && opts.topK >= 0 && opts.topP > 0, `sample: bad options ${JSON.stringify(opts)}`);
+  // Barrier count is 32-64 bisection rounds x log2(WG); a small vocabulary needs few threads.
+  const WG = V >= 8192 ? 256 : V >= 512 ? 64 : 16;
+  gpu.dispatch(opKernel(gpu, 'sample', 'sample', 'sample_forward', subgroupDefines(useSubgroups(gpu)), { WG }), [outIds, logits], B,
+    [B, V, Math.floor(opts.topK), seed >>> 0, step >>> 0, f32(opts.temperature), f32(Math.min(opts.topP, 1))]);
+}
