@@ -1,44 +1,89 @@
-// KV cache write and causal attention over the cache (GQA).
-// Cache layout (S, maxT, NKV, HD) f32: one slot per sequence, positions along maxT.
+// KV cache write and causal attention over the cache (GQA), then the training-path attention.
+// Two modules from this file: with KV defined (f32 | f16) the cache entries kv_write and
+// attention_forward; without it the training entries (attention_forward_lse, attention_backward_*),
+// which read k and v (T, NKV, HD) f32 directly. attendKeys (the online softmax) serves both.
+//
+// Paged cache (docs/ENGINE.md, "KV cache"): per layer one K pool and one V pool of physical pages
+// of P = 2^pageShift tokens, (pages, P, NKV, HD), f32 or, with KV == f16, f16 pairs in u32
+// (element 2k in the low half). The page table (S, pagesPerSlot) u32 maps token position pos of
+// slot s to pool row table[s * pagesPerSlot + pos / P] * P + pos % P; slots sharing a prefix map
+// the same pages. Unmapped entries hold 0xffffffff.
 
-// ---- kv_write: cache[slot[t], pos[t], :, :] = k[t] / v[t] ----------------------------------
+#include "common/grid.wgsl"
+
+#if defined(KV) && KV == f16
+#include "common/f16.wgsl"
+alias KvWord = u32; // two f16 elements
+const KV_PER_WORD = 2u;
+#else
+alias KvWord = f32;
+const KV_PER_WORD = 1u;
+#endif
+
+const UNMAPPED = 0xffffffffu;
+
+#if defined(KV)
+// ---- kv_write: cache[slot[t], pos[t], :, :] = k[t] / v[t] (rounded to f16 when KV == f16) ----
+// One thread per cache word: in f16 a thread packs both halves of its u32, so no two threads
+// ever write halves of one word.
 
 struct KvWriteParams {
   T: u32,
   NKV: u32,
   HD: u32,
   maxT: u32,
+  pagesPerSlot: u32,
+  pageShift: u32,
 }
 
 @group(0) @binding(0) var<uniform> kw: KvWriteParams;
-@group(0) @binding(1) var<storage, read_write> kwKCache: array<f32>; // (S, maxT, NKV, HD) f32
-@group(0) @binding(2) var<storage, read_write> kwVCache: array<f32>; // (S, maxT, NKV, HD) f32
+@group(0) @binding(1) var<storage, read_write> kwKCache: array<KvWord>; // (pages, P, NKV, HD) KV
+@group(0) @binding(2) var<storage, read_write> kwVCache: array<KvWord>; // (pages, P, NKV, HD) KV
 @group(0) @binding(3) var<storage, read> kwK: array<f32>;            // (T, NKV, HD) f32
 @group(0) @binding(4) var<storage, read> kwV: array<f32>;            // (T, NKV, HD) f32
-@group(0) @binding(5) var<storage, read> kwSlot: array<u32>;         // (T) u32
-@group(0) @binding(6) var<storage, read> kwPos: array<u32>;          // (T) u32
+@group(0) @binding(5) var<storage, read> kwPageTable: array<u32>;    // (S, pagesPerSlot) u32
+@group(0) @binding(6) var<storage, read> kwSlot: array<u32>;         // (T) u32
+@group(0) @binding(7) var<storage, read> kwPos: array<u32>;          // (T) u32
 
-#include "common/grid.wgsl"
+#if KV == f16
+// f16 bits of x, saturated at +-65504 instead of inf (a cached key or value never becomes inf).
+fn f16Bits(x: f32) -> u32 {
+  let h = f32ToF16(x);
+  return select(h, (h & 0x8000u) | 0x7bffu, (h & 0x7fffu) == 0x7c00u);
+}
+
+// Elements 2k (low half) and 2k + 1 (high half) of one cache word.
+fn packKv(lo: f32, hi: f32) -> u32 { return f16Bits(lo) | (f16Bits(hi) << 16u); }
+#endif
 
 @compute @workgroup_size(256)
 fn kv_write(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
             @builtin(local_invocation_index) lid: u32) {
-  let row = kw.NKV * kw.HD;
-  let i = linearGroup(wid, nwg) * 256u + lid;
+  let row = kw.NKV * kw.HD / KV_PER_WORD; // words per token
+  let i = linearGroup(wid, nwg) * 256u + lid; // word index in (T, row)
   if (i >= kw.T * row) { return; }
   let t = i / row;
   let pt = kwPos[t];
-  if (pt >= kw.maxT) { return; } // past capacity: drop rather than spill into the next slot
-  let dst = (kwSlot[t] * kw.maxT + pt) * row + (i - t * row);
+  if (pt >= kw.maxT) { return; } // past capacity: drop rather than spill into another page
+  let page = kwPageTable[kwSlot[t] * kw.pagesPerSlot + (pt >> kw.pageShift)];
+  if (page == UNMAPPED) { return; }
+  let dst = ((page << kw.pageShift) + (pt & ((1u << kw.pageShift) - 1u))) * row + (i - t * row);
+#if KV == f16
+  kwKCache[dst] = packKv(kwK[2u * i], kwK[2u * i + 1u]);
+  kwVCache[dst] = packKv(kwV[2u * i], kwV[2u * i + 1u]);
+#else
   kwKCache[dst] = kwK[i];
   kwVCache[dst] = kwV[i];
+#endif
 }
+#endif
 
 // ---- attention: one workgroup per (token, head), online softmax over key blocks -------------
 // Token t's query attends to positions 0..pos[t] of cache slot slot[t] (causal by position), so
 // prefill (one slot, pos 0..T-1) and batched decode (one token per slot) are the same kernel.
 // No (T, T, NH) score buffer: each block of BLK keys is scored, folded into a running max m,
-// normalizer l and output accumulator, then discarded.
+// normalizer l and output accumulator, then discarded. K and V are read back to f32 and all
+// arithmetic is f32 whatever the cache's element type.
 
 struct AttentionParams {
   T: u32,
@@ -47,6 +92,10 @@ struct AttentionParams {
   HD: u32,
   maxT: u32,
   scale: f32, // 1/sqrt(HD)
+#if defined(KV)
+  pagesPerSlot: u32,
+  pageShift: u32,
+#endif
 }
 
 const BLK = 64u;   // keys per block = threads per workgroup
@@ -56,14 +105,30 @@ const DPT = HDMAX / BLK; // output dims per thread
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>; // (T, NH, HD) f32
 @group(0) @binding(2) var<storage, read> q: array<f32>;         // (T, NH, HD) f32
-@group(0) @binding(3) var<storage, read> kCache: array<f32>;    // (S, maxT, NKV, HD) f32
-@group(0) @binding(4) var<storage, read> vCache: array<f32>;    // (S, maxT, NKV, HD) f32
-@group(0) @binding(5) var<storage, read> slot: array<u32>;      // (T) u32
-@group(0) @binding(6) var<storage, read> pos: array<u32>;       // (T) u32
+#if defined(KV)
+@group(0) @binding(3) var<storage, read> kCache: array<KvWord>; // (pages, P, NKV, HD) KV
+@group(0) @binding(4) var<storage, read> vCache: array<KvWord>; // (pages, P, NKV, HD) KV
+@group(0) @binding(5) var<storage, read> pageTable: array<u32>; // (S, pagesPerSlot) u32
+@group(0) @binding(6) var<storage, read> slot: array<u32>;      // (T) u32
+@group(0) @binding(7) var<storage, read> pos: array<u32>;       // (T) u32
+#else
+@group(0) @binding(3) var<storage, read> kCache: array<f32>;    // training: k (T, NKV, HD) f32
+@group(0) @binding(4) var<storage, read> vCache: array<f32>;    // training: v (T, NKV, HD) f32
+#endif
 
 var<workgroup> qs: array<f32, HDMAX>; // scaled query
 var<workgroup> ps: array<f32, BLK>;   // scores, then probabilities, of the current block
+var<workgroup> keyAt: array<u32, BLK>; // element index of each key's head in the current block
 var<workgroup> nKeysShared: u32;
+
+#if defined(KV)
+var<private> tableRow: u32; // slot * pagesPerSlot of the query's sequence
+
+// Element index of key j's KV head at kvBase (= kvh * HD) in the paged pool.
+fn keyIndex(kvBase: u32, j: u32) -> u32 {
+  let page = pageTable[tableRow + (j >> p.pageShift)];
+  return ((page << p.pageShift) + (j & ((1u << p.pageShift) - 1u))) * p.NKV * p.HD + kvBase;
+}
 
 @compute @workgroup_size(BLK)
 fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
@@ -73,18 +138,45 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
   let t = th / p.NH;
   let h = th - t * p.NH;
   let kvh = h / (p.NH / p.NKV);
-  let cacheBase = slot[t] * p.maxT * p.NKV * p.HD + kvh * p.HD; // + key * NKV * HD
+  tableRow = slot[t] * p.pagesPerSlot;
   for (var d = lid; d < p.HD; d += BLK) { qs[d] = q[th * p.HD + d] * p.scale; }
   if (lid == 0u) { nKeysShared = min(pos[t] + 1u, p.maxT); }
   // The key count comes from a buffer; workgroupUniformLoad makes the block loop provably uniform.
   let nKeys = workgroupUniformLoad(&nKeysShared);
-  attendKeys(th, cacheBase, nKeys, lid);
+  attendKeys(th, kvh * p.HD, nKeys, lid);
+}
+#else
+// Element index of key j's KV head at kvBase (= kvh * HD) in k/v (T, NKV, HD).
+fn keyIndex(kvBase: u32, j: u32) -> u32 { return kvBase + j * p.NKV * p.HD; }
+#endif
+
+// q . k for the scaled query in qs and the key whose head starts at element kb (even in f16).
+fn keyDot(kb: u32) -> f32 {
+  var dot = 0.0;
+#if defined(KV) && KV == f16
+  for (var d = 0u; d < p.HD; d += 2u) {
+    let kk = unpack2x16float(kCache[(kb + d) >> 1u]);
+    dot += qs[d] * kk.x;
+    dot += qs[d + 1u] * kk.y;
+  }
+#else
+  for (var d = 0u; d < p.HD; d++) { dot += qs[d] * kCache[kb + d]; }
+#endif
+  return dot;
 }
 
-// Query row th (scaled, already in qs) against keys/values kCache/vCache[kvBase + j * NKV * HD]
-// for j < nKeys: writes out[th] and returns the log-sum-exp of the scaled scores.
+// Value element i of the cache (or of v on the training path), as f32.
+fn valueAt(i: u32) -> f32 {
+#if defined(KV) && KV == f16
+  return f16Pick(vCache[i >> 1u], i);
+#else
+  return vCache[i];
+#endif
+}
+
+// Query row th (scaled, already in qs) against keys/values j < nKeys of KV head kvBase (keyIndex):
+// writes out[th] and returns the log-sum-exp of the scaled scores.
 fn attendKeys(th: u32, kvBase: u32, nKeys: u32, lid: u32) -> f32 {
-  let rowStride = p.NKV * p.HD;
   var m = -3.40282346e38;
   var l = 0.0;
   var acc: array<f32, DPT>;
@@ -92,10 +184,9 @@ fn attendKeys(th: u32, kvBase: u32, nKeys: u32, lid: u32) -> f32 {
     let j = b0 + lid;
     var s = -3.40282346e38;
     if (j < nKeys) {
-      let kb = kvBase + j * rowStride;
-      var dot = 0.0;
-      for (var d = 0u; d < p.HD; d++) { dot += qs[d] * kCache[kb + d]; }
-      s = dot;
+      let kb = keyIndex(kvBase, j);
+      keyAt[lid] = kb;
+      s = keyDot(kb);
     }
     ps[lid] = s;
     workgroupBarrier();
@@ -113,7 +204,7 @@ fn attendKeys(th: u32, kvBase: u32, nKeys: u32, lid: u32) -> f32 {
       let d = lid + e * BLK;
       if (d < p.HD) {
         var a = acc[e] * corr;
-        for (var i = 0u; i < nb; i++) { a += ps[i] * vCache[kvBase + (b0 + i) * rowStride + d]; }
+        for (var i = 0u; i < nb; i++) { a += ps[i] * valueAt(keyAt[i] + d); }
         acc[e] = a;
       }
     }
@@ -127,9 +218,10 @@ fn attendKeys(th: u32, kvBase: u32, nKeys: u32, lid: u32) -> f32 {
   return m + log(l);
 }
 
-// ---- training path: one causal sequence of T tokens at positions 0..T-1, no cache ----------
-// k and v (T, NKV, HD) are bound where the cache goes (one slot, maxT = T), so the kernels below
-// share q, kCache, vCache and the params with attention_forward.
+#if !defined(KV)
+// ---- training path (module without KV): one causal sequence at positions 0..T-1, no cache ----
+// k and v (T, NKV, HD) f32 are bound as kCache / vCache, so the kernels below share q, the params
+// and attendKeys with attention_forward.
 
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>; // (T, NH) f32
 
@@ -283,3 +375,4 @@ fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgr
     }
   }
 }
+#endif

@@ -50,9 +50,8 @@ fn rotatePair(i: u32, sign: f32) {
 #include "common/grid.wgsl"
 
 @compute @workgroup_size(256)
-fn rope_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                @builtin(local_invocation_index) lid: u32) {
-  let i = linearGroup(wid, nwg) * 256u + lid;
+fn rope_forward(th: ElementThread) {
+  let i = elementIndex(th);
   if (i >= p.T * p.H * (p.HD / 2u)) { return; }
   rotatePair(i, 1.0);
 }
@@ -60,9 +59,8 @@ fn rope_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
 // Backward, in place on dx (bound as x): the rotation is orthogonal, so its transpose is the
 // rotation by -angle.
 @compute @workgroup_size(256)
-fn rope_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                 @builtin(local_invocation_index) lid: u32) {
-  let i = linearGroup(wid, nwg) * 256u + lid;
+fn rope_backward(th: ElementThread) {
+  let i = elementIndex(th);
   if (i >= p.T * p.H * (p.HD / 2u)) { return; }
   rotatePair(i, -1.0);
 }

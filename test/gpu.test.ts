@@ -7,6 +7,8 @@ import {
   createGpu, f32, splitGrid, GpuDeviceLostError, GpuError, GpuOutOfMemoryError, GpuValidationError, type Gpu,
 } from '../src/gpu/index.ts';
 import * as K from '../src/ops/index.ts';
+import { MAX_PARAM_DISPATCHES_PER_SUBMIT } from '../src/gpu/device.ts';
+import { UNIFORM_ARENA_BYTES } from '../src/train/memory.ts';
 
 const TEST_WGSL = `
 struct SetParams { i: u32, value: f32 }
@@ -141,7 +143,7 @@ describe('errors', () => {
     const out = gpu.createBuffer(16, 'out');
     gpu.write(gate, Float32Array.from([1, 2, 3, 4]));
     // siluMul needs (out, gate, up): leave out `up`.
-    gpu.dispatch(gpu.kernel('activation', 'silu_mul_forward'), [out, gate], 1, [4]);
+    gpu.dispatch(gpu.kernel('elementwise', 'silu_mul_forward'), [out, gate], 1, [4]);
     const err = await gpu.readF32(out).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(GpuValidationError);
     expect(err).toBeInstanceOf(GpuError);
@@ -190,10 +192,10 @@ describe('buffer pool trimming', () => {
     const g = await createGpu();
     try {
       g.poolFreeBytes = 12288;
+      const x = g.createBuffer(16, 'x'); // before the releases: a new size would drop the free buffers
       const bufs = [1024, 2048, 4096, 8192].map((n, i) => g.createBuffer(n, `b${i}`));
       for (const b of bufs) g.releaseBuffer(b);
       expect(g.memory.freeBytes).toBe(1024 + 2048 + 4096 + 8192);
-      const x = g.createBuffer(16, 'x');
       g.write(x, new Uint32Array([1, 2, 3, 4]));
       g.clear(x); // something to submit
       await g.sync();
@@ -202,6 +204,64 @@ describe('buffer pool trimming', () => {
       const again = g.createBuffer(8192, 'again');
       expect(again).toBe(bufs[3]);
       expect(Array.from(await g.readU32(x))).toEqual([0, 0, 0, 0]);
+    } finally {
+      g.destroy();
+    }
+  });
+});
+
+describe('memory accounting', () => {
+  it('counts every buffer the Gpu holds (in use, pooled free, staging, uniforms) and its peak', async () => {
+    const g = await createGpu();
+    try {
+      const m0 = g.memory;
+      expect(m0.liveBytes).toBe(0);
+      const a = g.createBuffer(1000, 'a'); // rounded up to 1000 (a multiple of 4)
+      const b = g.createBuffer(4098, 'b'); // rounded up to 4100
+      expect(g.memory).toMatchObject({ liveBytes: 5100, peakBytes: 5100, inUseBytes: 5100, freeBytes: 0 });
+      g.releaseBuffer(b); // held free in the pool: still allocated
+      expect(g.memory).toMatchObject({ liveBytes: 5100, inUseBytes: 1000, freeBytes: 4100 });
+      expect(g.createBuffer(4098, 'b again')).toBe(b); // a hit allocates nothing
+      expect(g.memory.peakBytes).toBe(5100);
+      g.releaseBuffer(b);
+      // A new size drops the free buffers before it is made: the peak is the live set 1000 + 8000,
+      // not 5100 + 8000 with b still pooled.
+      const c = g.createBuffer(8000, 'c');
+      expect(g.memory).toMatchObject({ liveBytes: 9000, peakBytes: 9000, freeBytes: 0 });
+      g.releaseBuffer(c);
+      expect(g.createBuffer(8000, 'c again')).toBe(c);
+      g.memory.resetPeak();
+      expect(g.memory.peakBytes).toBe(9000);
+      // A dispatch with params allocates one 64 KiB uniform chunk; a read allocates a 1000-byte staging buffer.
+      K.siluMul(g, a, c, g.createBuffer(1000, 'up'), 250);
+      const back = await g.readF32(a);
+      expect(back).toHaveLength(250);
+      const m = g.memory;
+      expect(m.uniformBytes).toBe(64 * 1024);
+      expect(m.stagingBytes).toBe(1000);
+      expect(m.liveBytes).toBe(1000 + 8000 + 1000 + 64 * 1024 + 1000);
+      expect(m.peakBytes).toBe(m.liveBytes);
+      g.releaseBuffer(c);
+      g.releaseBuffer(a);
+      g.releaseBuffer(g.createBuffer(12, 'tiny')); // a miss: c and a are destroyed, tiny stays pooled
+      expect(g.memory).toMatchObject({ liveBytes: 1000 + 12 + 64 * 1024 + 1000, freeBytes: 12, inUseBytes: 1000 });
+    } finally {
+      g.destroy();
+    }
+    expect(g.memory.liveBytes).toBe(0);
+  });
+
+  it('keeps the uniform arena at one 64 KiB chunk however many dispatches a batch has, each with its own params', async () => {
+    const g = await createGpu({ shaderSource: (name) => (name === 'test' ? TEST_WGSL : shaderSource(name)) });
+    try {
+      const n = 1000; // about 4 x MAX_PARAM_DISPATCHES_PER_SUBMIT
+      const out = g.createBuffer(n * 4, 'out');
+      const set = g.kernel('test', 'set_one');
+      for (let i = 0; i < n; i++) g.dispatch(set, [out], 1, [i, f32(i * 0.25)]);
+      const got = await g.readF32(out);
+      expect(Array.from(got)).toEqual(Array.from({ length: n }, (_, i) => i * 0.25));
+      expect(MAX_PARAM_DISPATCHES_PER_SUBMIT * 256).toBe(UNIFORM_ARENA_BYTES);
+      expect(g.memory.uniformBytes).toBe(UNIFORM_ARENA_BYTES);
     } finally {
       g.destroy();
     }

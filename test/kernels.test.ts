@@ -179,6 +179,10 @@ describe('kvWrite + attention', () => {
     // query per listed slot at position len-1 (decode-style) and also prefill-style on slot 0.
     const rand = ref.rng(8 + HD);
     const row = NKV * HD;
+    // Identity page table, one token per page: the pool is then exactly the (S, maxT, NKV, HD)
+    // layout of the reference (paging and f16 are tested in test/kvCache.test.ts).
+    const kv: K.KvPaging = { dtype: 'f32', pageSize: 1, pages: S * maxT, pagesPerSlot: maxT, maxT };
+    const table = u32Buf(Array.from({ length: S * maxT }, (_, i) => i), 'pageTable');
     const kC = new Float32Array(S * maxT * row);
     const vC = new Float32Array(S * maxT * row);
     const kCache = f32Buf(kC.slice(), 'kCache');
@@ -189,7 +193,7 @@ describe('kvWrite + attention', () => {
       const v = ref.randn(T * row, rand);
       const slot = new Uint32Array(T).fill(slots[si]);
       const pos = Uint32Array.from({ length: T }, (_, i) => i);
-      K.kvWrite(gpu, kCache, vCache, f32Buf(k), f32Buf(v), u32Buf(slot), u32Buf(pos), T, NKV, HD, maxT);
+      K.kvWrite(gpu, kCache, vCache, f32Buf(k), f32Buf(v), table, u32Buf(slot), u32Buf(pos), T, NKV, HD, kv);
       ref.kvWrite(kC, vC, k, v, slot, pos, T, NKV, HD, maxT);
     }
     expectClose(`kvWrite ${name}`, await gpu.readF32(kCache), kC, 0, 0);
@@ -201,7 +205,7 @@ describe('kvWrite + attention', () => {
     const slot = Uint32Array.from(slots);
     const pos = Uint32Array.from(lens, (l) => l - 1);
     const out = outBuf(B * NH * HD);
-    K.attention(gpu, out, f32Buf(q), kCache, vCache, u32Buf(slot), u32Buf(pos), B, NH, NKV, HD, maxT);
+    K.attention(gpu, out, f32Buf(q), kCache, vCache, table, u32Buf(slot), u32Buf(pos), B, NH, NKV, HD, kv);
     const want = new Float32Array(B * NH * HD);
     ref.attention(want, q, kC, vC, slot, pos, B, NH, NKV, HD, maxT);
     expectClose(`attention decode ${name}`, await gpu.readF32(out, B * NH * HD), want, REL, ABS);
@@ -212,7 +216,7 @@ describe('kvWrite + attention', () => {
     const slotP = new Uint32Array(T).fill(slots[0]);
     const posP = Uint32Array.from({ length: T }, (_, i) => i);
     const outP = outBuf(T * NH * HD);
-    K.attention(gpu, outP, f32Buf(qp), kCache, vCache, u32Buf(slotP), u32Buf(posP), T, NH, NKV, HD, maxT);
+    K.attention(gpu, outP, f32Buf(qp), kCache, vCache, table, u32Buf(slotP), u32Buf(posP), T, NH, NKV, HD, kv);
     const wantP = new Float32Array(T * NH * HD);
     ref.attention(wantP, qp, kC, vC, slotP, posP, T, NH, NKV, HD, maxT);
     expectClose(`attention prefill ${name}`, await gpu.readF32(outP, T * NH * HD), wantP, REL, ABS);

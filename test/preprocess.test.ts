@@ -66,7 +66,8 @@ describe('WGSL preprocessor', () => {
       ['rmsnorm', {}], ['rmsnorm', { SUBGROUPS: 1 }], ['sample', {}], ['sample', { SUBGROUPS: 1 }], ['loss', {}], ['loss', { SUBGROUPS: 1 }],
       ['matmul', { WEIGHTS: 'bf16', TMAX: 4, LANES: 64 }], ['matmul', { WEIGHTS: 'q4', TMAX: 1, LANES: 16, SUBGROUPS: 1 }],
       ['matmul', { WEIGHTS: 'f32', TILED: 1 }], ['embed', { WEIGHTS: 'q4' }], ['embed', { WEIGHTS: 'bf16' }],
-      ['attention', {}], ['activation', {}], ['elementwise', {}], ['gather', {}], ['optim', {}], ['rope', {}],
+      ['attention', {}], ['attention', { KV: 'f16' }], ['attention', { KV: 'f32' }], ['elementwise', {}], ['embed', { WEIGHTS: 'f32' }],
+      ['optim', {}], ['rope', {}], ['convert', { FORMAT: 'f16' }], ['convert', { FORMAT: 'bf16' }], ['quant', {}],
     ];
     for (const [shader, defines] of variants) {
       const text = preprocess(shaderSource(shader), { defines, include: shaderSource, label: shader });

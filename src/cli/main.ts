@@ -23,7 +23,13 @@ Usage:
             --targets q_proj,...,down_proj --seq-len 128 --batch 1 --schedule constant|cosine --warmup 0
             --max-grad-norm 1 --weight-decay 0 --seed 0 --resume DIR --gpu-memory GIB]
   spyrl train --model DIR --docs FILE|bundled --rounds N --out DIR [--config FILE.json] [--seed S] [--resume DIR] [--gpu-memory GIB]
+              [--report-memory]   (ends with {"peakBytes":..,"plannedBytes":..}: measured vs planned GPU memory)
   spyrl eval --model DIR [--adapter DIR] [--docs FILE|bundled] [--config FILE.json]
+  spyrl memory (--model DIR | --config config.json | --preset Qwen/Qwen3-4B-Instruct-2507) [--weights bf16|q4 --kv f32|f16
+               --players 4 --doc-tokens 2048 --summary-tokens 256 --reason-tokens 0 --lora-r 16 --lora-targets q_proj,...
+               --checkpoints bf16|f16|f32 --mlp-chunk 256 --eval-docs 0 --run-config FILE.json]
+               the GPU memory plan of a round as one JSON line (bytes), without a GPU
+  spyrl memory --table   the plan of the default round for every Qwen3 preset (the README table)
 
 Sampling defaults come from the model's generation_config.json (temperature 0 = greedy).
 Environment: VK_ICD_FILENAMES picks the Vulkan driver (SwiftShader is used when no GPU is found).`;
@@ -159,6 +165,7 @@ const COMMANDS: Record<string, (args: string[], out: NodeJS.WritableStream) => P
   sft: (args, out) => import('./train.ts').then((m) => m.sftCmd(args, out)),
   train: (args, out) => import('./spyrl.ts').then((m) => m.trainCmd(args, out)),
   eval: (args, out) => import('./spyrl.ts').then((m) => m.evalCmd(args, out)),
+  memory: (args, out) => import('./memory.ts').then((m) => m.memoryCmd(args, out)),
 };
 
 /** Runs one command; returns the process exit code. Errors become one line on stderr. */

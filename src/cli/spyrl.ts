@@ -50,12 +50,40 @@ async function readFolder(dir: string): Promise<Record<string, Uint8Array | stri
   return files;
 }
 
+/**
+ * Peaks of the GPU memory held (gpu.memory, pool included) over the whole run and over each
+ * phase of a round: play (summaries and votes, round-start .. reveal) and the update.
+ */
+function memoryPeaks(gpu: import('../gpu/index.ts').Gpu) {
+  const loadedBytes = gpu.memory.inUseBytes; // the weights, before the adapter exists
+  let overall = 0, play = 0, update = 0;
+  const take = () => {
+    const m = gpu.memory;
+    overall = Math.max(overall, m.peakBytes);
+    const peak = m.peakBytes;
+    m.resetPeak();
+    return peak;
+  };
+  return {
+    onEvent(e: { type: string }) {
+      if (e.type === 'round-start') take();
+      else if (e.type === 'reveal') play = Math.max(play, take());
+      else if (e.type === 'update') update = Math.max(update, take());
+    },
+    done() {
+      take();
+      return { peakBytes: overall, loadedBytes, play, update };
+    },
+  };
+}
+
 const fmtTime = (s: number) => (!Number.isFinite(s) ? '?' : s >= 60 ? `${Math.floor(s / 60)}m${Math.round(s % 60)}s` : `${s.toFixed(0)}s`);
 
 export async function trainCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
   const f = parse(args, {
     model: { type: 'string' }, docs: { type: 'string' }, rounds: { type: 'string' }, out: { type: 'string' },
     config: { type: 'string' }, seed: { type: 'string' }, resume: { type: 'string' }, 'gpu-memory': { type: 'string' }, ...ENGINE_FLAGS,
+    'report-memory': { type: 'boolean' },
   });
   const dir = str(f, 'model', true)!;
   const outDir = str(f, 'out', true)!;
@@ -69,19 +97,21 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
   const resume = resumeDir ? await readFolder(resumeDir) : undefined;
 
   const [{ SpyRLTrainer, CONFIG_FILE }, { writeFolder }] = await Promise.all([import('../train/spyrl.ts'), import('../model/peft.node.ts')]);
-  const { gpu, model, tokenizer } = await openModel(dir, undefined, engineOptions(f));
+  const engine = engineOptions(f);
+  const { gpu, model, tokenizer } = await openModel(dir, undefined, engine);
   try {
     if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}: the game needs the tokenizer and chat template`);
-    // The longest sequence of a round: a vote prompt (report + N summaries + instructions) and its answer.
-    const { trainingMemoryBytes, checkTrainingFits } = await import('../train/memory.ts');
-    const { loraConfig } = await import('../model/peft.ts');
-    const seqLen = config.docTokenBudget + config.groupSize * config.summaryMaxTokens + 256;
-    const lora = loraConfig({ r: config.lora.r, alpha: config.lora.alpha, targetModules: config.lora.targetModules });
-    checkTrainingFits(trainingMemoryBytes(model.cfg, lora, { seqLen, kvSlots: config.groupSize, kvMaxT: seqLen }), gpu.limits, seqLen, budget);
+    // The round's memory plan (src/train/memory.ts), the same the app checks before loading.
+    const { planRound, roundPlanOptions, checkPlanFits } = await import('../train/memory.ts');
+    const evalCount = config.evalEvery > 0 ? evalDocs.filter((d) => d.summary).length : 0;
+    const plan = planRound(model.cfg, roundPlanOptions(config, engine, { evalDocs: evalCount }));
+    checkPlanFits(plan, gpu.limits, budget);
+    const peaks = f['report-memory'] ? memoryPeaks(gpu) : null;
     const tty = (process.stderr as { isTTY?: boolean }).isTTY;
     const trainer = await SpyRLTrainer.create({
       model, tokenizer, config, train, evalDocs, resume, baseModel: dir,
       onEvent: (e) => {
+        peaks?.onEvent(e);
         if (e.type === 'update') out.write(`  update ${e.step}: loss ${e.loss.toFixed(4)}  kl ${e.kl.toFixed(4)}  grad-norm ${e.gradNorm.toPrecision(4)}  lr ${e.lr.toExponential(2)}${e.skipped ? `  SKIPPED: ${e.reason}` : ''}\n`);
         if (e.type === 'eval') out.write(`  eval: ROUGE-L base ${e.base.toFixed(4)}  adapter ${e.adapter.toFixed(4)}\n`);
       },
@@ -112,6 +142,17 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
     const files = await trainer.checkpointFiles();
     await writeFolder(outDir, files);
     out.write(`wrote ${Object.keys(files).join(', ')} to ${outDir} (${CONFIG_FILE} is the config used)\n`);
+    if (peaks) {
+      const planned = (names: string[]) => Math.max(0, ...plan.phases.filter((p) => names.includes(p.phase)).map((p) => p.total));
+      const m = peaks.done();
+      out.write(JSON.stringify({
+        peakBytes: m.peakBytes, plannedBytes: plan.total, loadedBytes: m.loadedBytes, plannedWeightsBytes: plan.weights,
+        phases: {
+          play: { peakBytes: m.play, plannedBytes: planned(['summaries', 'reasons', 'votes']) },
+          update: { peakBytes: m.update, plannedBytes: planned(['update']) },
+        },
+      }) + '\n');
+    }
     trainer.destroy();
   } finally {
     gpu.destroy();

@@ -80,13 +80,14 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
   if (!text.trim()) throw new ModelLoadError(textFile, 'is empty');
   if (resumeDir) await requireDir(resumeDir, 'resume folder');
 
-  const [{ loraConfig, initLora, readAdapter, readOptimizerState, writeAdapter, writeOptimizerState, LORA_TARGETS }, { LoraAdapter }, { LoraAdamW, DEFAULT_ADAMW }, { packSequences, epochOrder, sftStep }, { trainingMemoryBytes, checkTrainingFits }, { nodeFolderSource }, { writeFolder }] =
+  const [{ loraConfig, initLora, readAdapter, readOptimizerState, writeAdapter, writeOptimizerState, LORA_TARGETS }, { LoraAdapter }, { LoraAdamW, DEFAULT_ADAMW }, { packSequences, epochOrder, sftStep }, { planSft, checkPlanFits }, { nodeFolderSource }, { writeFolder }] =
     await Promise.all([
       import('../model/peft.ts'), import('../model/lora.ts'), import('../train/optimizer.ts'), import('../train/sft.ts'),
       import('../train/memory.ts'), import('../model/sources.node.ts'), import('../model/peft.node.ts'),
     ]);
 
-  const { gpu, model, cfg, tokenizer } = await openModel(dir, undefined, engineOptions(f));
+  const engine = engineOptions(f);
+  const { gpu, model, cfg, tokenizer } = await openModel(dir, undefined, engine);
   try {
     if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}: sft needs the tokenizer files`);
     let lora;
@@ -102,7 +103,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
       }
       weights = initLora(cfg, lora, seed);
     }
-    checkTrainingFits(trainingMemoryBytes(cfg, lora, { seqLen }), gpu.limits, seqLen, budget);
+    checkPlanFits(planSft(cfg, { weights: engine.weights, lora: { r: lora.r, targets: lora.targetModules }, seqLen }), gpu.limits, budget);
 
     const windows = packSequences(tokenizer.encode(text), seqLen);
     if (windows.length === 0) throw new ModelLoadError(textFile, 'has fewer than 2 tokens');

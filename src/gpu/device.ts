@@ -2,7 +2,7 @@
 // command encoder, error capture, and the two launch verbs kernel() and dispatch().
 
 import { shaderSource } from '#shaders';
-import { BufferPool } from './pool.ts';
+import { BufferPool, MemoryCounter } from './pool.ts';
 import { GpuDeviceLostError, GpuError, GpuOutOfMemoryError, GpuUnavailableError, fromGpuError } from './errors.ts';
 import { PipelineCache, UniformArena, splitGrid, type Constants, type Defines, type Kernel, type Param, type Workgroups } from './launch.ts';
 
@@ -16,6 +16,26 @@ export interface GpuInfo {
   vendor: string;
   architecture: string;
   description: string;
+}
+
+/** GPU memory the Gpu holds: every buffer it created and has not destroyed. */
+export interface GpuMemory {
+  /** All of it: storage buffers in use and held free in the pool, readback staging, uniform params. */
+  liveBytes: number;
+  /** The most liveBytes has been since the Gpu was created or resetPeak() was called. */
+  peakBytes: number;
+  /** Storage buffers handed out by createBuffer and not yet released. */
+  inUseBytes: number;
+  /** Released storage buffers the pool holds for reuse. */
+  freeBytes: number;
+  /** MAP_READ staging buffers of read() (in use or pooled). */
+  stagingBytes: number;
+  /** The uniform arena's 64 KiB chunks (kernel params). */
+  uniformBytes: number;
+  /** Storage buffers in use / held free (counts). */
+  live: number;
+  free: number;
+  resetPeak(): void;
 }
 
 export interface CreateGpuOptions {
@@ -38,6 +58,14 @@ const RAISED_LIMITS = [
   'maxComputeWorkgroupSizeZ',
   'maxComputeWorkgroupsPerDimension',
 ] as const;
+
+/**
+ * Dispatches with params encoded per submit: each takes a 256-byte slot of the uniform arena, so
+ * the arena stays one 64 KiB chunk (256 slots) however long a pass is; a longer batch is submitted
+ * in pieces of 256 dispatches (a submit costs microseconds). src/train/memory.ts plans
+ * UNIFORM_ARENA_BYTES from this.
+ */
+export const MAX_PARAM_DISPATCHES_PER_SUBMIT = 256;
 
 const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
 
@@ -104,8 +132,17 @@ export class Gpu {
   private destroyed = false;
   /** Dispatches encoded since creation (for benchmarks and tests). */
   dispatchCount = 0;
-  /** Bytes of released buffers kept for reuse; older ones are destroyed after each submit. */
+  /**
+   * Bytes of released buffers kept for reuse; older ones are destroyed after each submit. Besides
+   * this cap, a createBuffer that finds no free buffer of its size destroys every free buffer
+   * (see createBuffer), so pooled memory never outlives the shapes that used it.
+   */
   poolFreeBytes = 512 * 2 ** 20;
+  /** Every buffer this Gpu creates, counted once (storage pool, staging pool, uniform arena). */
+  private readonly counter = new MemoryCounter();
+  private uniformBytes = 0;
+  /** Dispatches with params encoded since the last submit (their arena slots). */
+  private paramDispatches = 0;
 
   constructor(
     readonly device: GPUDevice,
@@ -118,9 +155,18 @@ export class Gpu {
       timestampQuery: device.features.has('timestamp-query'),
     };
     this.limits = device.limits;
-    this.pool = new BufferPool(device);
-    this.readPool = new BufferPool(device);
-    this.params = new UniformArena(device, Math.max(256, device.limits.minUniformBufferOffsetAlignment));
+    this.pool = new BufferPool(device, this.counter);
+    this.readPool = new BufferPool(device, this.counter);
+    // The arena creates its own 64 KiB chunks as dispatches need them: count them through a device view.
+    const countedDevice = {
+      createBuffer: (desc: GPUBufferDescriptor) => {
+        const buf = device.createBuffer(desc);
+        this.counter.add(buf.size);
+        this.uniformBytes += buf.size;
+        return buf;
+      },
+    } as GPUDevice;
+    this.params = new UniformArena(countedDevice, Math.max(256, device.limits.minUniformBufferOffsetAlignment));
     this.pipelines = new PipelineCache(device, source, (scope, ctx) => this.track(scope, ctx));
     device.addEventListener('uncapturederror', (ev) => {
       this.errors.push(fromGpuError((ev as GPUUncapturedErrorEvent).error, 'uncaptured'));
@@ -133,16 +179,32 @@ export class Gpu {
 
   // ---- 1. buffers -------------------------------------------------------------------------
 
-  /** A STORAGE | COPY_SRC | COPY_DST buffer of `bytes` (rounded up to 4), from the pool when possible. */
+  /**
+   * A STORAGE | COPY_SRC | COPY_DST buffer of `bytes` (rounded up to 4), from the pool when one
+   * of that size is free. When none is, the work has moved to new shapes (the next phase of a
+   * round, a sequence of another length): the pending work is submitted and every free buffer
+   * destroyed before the new one is made, so the memory held is what is in use, and the peak is
+   * that of the largest set of buffers alive together, which is what src/train/memory.ts plans.
+   */
   createBuffer(bytes: number, label: string): GPUBuffer {
     this.throwIfLost();
     if (bytes > this.limits.maxBufferSize) {
       throw new GpuOutOfMemoryError(`${label}: ${bytes} bytes exceeds maxBufferSize ${this.limits.maxBufferSize}`);
     }
+    const reused = this.pool.reuse(bytes, STORAGE(), label);
+    if (reused) return reused;
+    this.releaseFreeBuffers();
     this.device.pushErrorScope('out-of-memory');
-    const buf = this.pool.acquire(bytes, STORAGE(), label);
+    const buf = this.pool.create(bytes, STORAGE(), label);
     this.track(this.device.popErrorScope(), `allocating ${label} (${bytes} bytes)`);
     return buf;
+  }
+
+  /** Destroys the pool's free buffers now (submitting pending work first, which may use them). */
+  releaseFreeBuffers(): void {
+    if (this.pool.stats.free === 0) return;
+    if (this.encoder) this.submit();
+    this.pool.trim();
   }
 
   /** Returns a buffer from createBuffer to the pool; pending work that uses it stays valid. */
@@ -169,7 +231,13 @@ export class Gpu {
     this.throwIfLost();
     bytes ??= buf.size - byteOffset;
     const size = Math.ceil(bytes / 4) * 4;
-    const staging = this.readPool.acquire(size, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST, `read:${buf.label}`);
+    const usage = GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST;
+    // Free staging buffers are unmapped and idle (every read waits for its map), so a miss may drop them.
+    let staging = this.readPool.reuse(size, usage, `read:${buf.label}`);
+    if (!staging) {
+      this.readPool.trim();
+      staging = this.readPool.create(size, usage, `read:${buf.label}`);
+    }
     this.endPass();
     this.getEncoder().copyBufferToBuffer(buf, byteOffset, staging, 0, size);
     this.submit();
@@ -228,11 +296,16 @@ export class Gpu {
    */
   dispatch(kernel: Kernel, buffers: readonly GPUBuffer[], workgroups: Workgroups, params?: readonly Param[]): void {
     this.throwIfLost();
-    const entries: GPUBindGroupEntry[] = buffers.map((buffer, i) => ({ binding: i + 1, resource: { buffer } }));
-    if (params) entries.push({ binding: 0, resource: this.params.slot(params, kernel.label) });
     const maxDim = this.limits.maxComputeWorkgroupsPerDimension;
     const [x, y, z] = typeof workgroups === 'number' ? splitGrid(workgroups, maxDim) : [workgroups[0], workgroups[1] ?? 1, workgroups[2] ?? 1];
     if (x === 0 || y === 0 || z === 0) return;
+    const entries: GPUBindGroupEntry[] = buffers.map((buffer, i) => ({ binding: i + 1, resource: { buffer } }));
+    if (params) {
+      // Bounds the uniform arena: a submitted batch's slots are reused by the next one.
+      if (this.paramDispatches >= MAX_PARAM_DISPATCHES_PER_SUBMIT && this.encoder) this.submit();
+      this.paramDispatches++;
+      entries.push({ binding: 0, resource: this.params.slot(params, kernel.label) });
+    }
     const pass = this.getPass();
     const bindGroup = this.device.createBindGroup({ layout: kernel.pipeline.getBindGroupLayout(0), entries, label: kernel.label });
     pass.setPipeline(kernel.pipeline);
@@ -267,11 +340,25 @@ export class Gpu {
     this.pool.destroyAll();
     this.readPool.destroyAll();
     this.params.destroy();
+    this.counter.sub(this.counter.bytes);
+    this.uniformBytes = 0;
     this.device.destroy();
   }
 
-  get memory(): { live: number; free: number; liveBytes: number; freeBytes: number } {
-    return this.pool.stats;
+  /** A snapshot of the GPU memory held (bytes of buffer sizes as created), with its peak. */
+  get memory(): GpuMemory {
+    const s = this.pool.stats, r = this.readPool.stats;
+    return {
+      liveBytes: this.counter.bytes,
+      peakBytes: this.counter.peakBytes,
+      inUseBytes: s.liveBytes,
+      freeBytes: s.freeBytes,
+      stagingBytes: r.liveBytes + r.freeBytes,
+      uniformBytes: this.uniformBytes,
+      live: s.live,
+      free: s.free,
+      resetPeak: () => this.counter.resetPeak(),
+    };
   }
 
   // ---- 3. internals -------------------------------------------------------------------------
@@ -304,6 +391,7 @@ export class Gpu {
     const cmd = this.encoder.finish();
     this.encoder = null;
     this.params.upload(this.device.queue);
+    this.paramDispatches = 0;
     this.device.queue.submit([cmd]);
     this.track(this.device.popErrorScope(), 'command batch');
     this.pool.trimTo(this.poolFreeBytes); // safe now: no unsubmitted command refers to a free buffer

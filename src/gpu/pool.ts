@@ -2,6 +2,28 @@
 // activations and staging buffers are not re-allocated on every call.
 // Reuse is safe without waiting for the GPU because every later use of a recycled buffer is
 // encoded or queued after the work that used it before (see Gpu.write, which flushes first).
+// Every buffer the pool creates or destroys is counted in a MemoryCounter, so the device's
+// allocated bytes (in use + held free) and their peak are known exactly.
+
+/** Bytes of GPU buffers created and not yet destroyed, and the peak of that since resetPeak(). */
+export class MemoryCounter {
+  bytes = 0;
+  peakBytes = 0;
+
+  add(n: number): void {
+    this.bytes += n;
+    if (this.bytes > this.peakBytes) this.peakBytes = this.bytes;
+  }
+
+  sub(n: number): void {
+    this.bytes -= n;
+  }
+
+  /** Starts a new peak from what is allocated now. */
+  resetPeak(): void {
+    this.peakBytes = this.bytes;
+  }
+}
 
 export class BufferPool {
   private free = new Map<string, GPUBuffer[]>();
@@ -10,21 +32,31 @@ export class BufferPool {
   private freeOrder = new Set<GPUBuffer>();
   private freeBytes = 0;
 
-  constructor(private readonly device: GPUDevice) {}
+  constructor(
+    private readonly device: GPUDevice,
+    private readonly counter: MemoryCounter = new MemoryCounter(),
+  ) {}
 
   /** A buffer of exactly `bytes` (rounded up to 4) with `usage`, recycled when one is free. */
   acquire(bytes: number, usage: GPUBufferUsageFlags, label: string): GPUBuffer {
-    const size = Math.max(4, Math.ceil(bytes / 4) * 4);
-    const list = this.free.get(key(usage, size));
-    const reused = list?.pop();
-    if (reused) {
-      this.freeOrder.delete(reused);
-      this.freeBytes -= reused.size;
-      reused.label = label;
-      this.live.add(reused);
-      return reused;
-    }
-    const buf = this.device.createBuffer({ size, usage, label });
+    return this.reuse(bytes, usage, label) ?? this.create(bytes, usage, label);
+  }
+
+  /** A free buffer of exactly this size and usage, now live; null when none is free (a miss). */
+  reuse(bytes: number, usage: GPUBufferUsageFlags, label: string): GPUBuffer | null {
+    const reused = this.free.get(key(usage, roundSize(bytes)))?.pop();
+    if (!reused) return null;
+    this.freeOrder.delete(reused);
+    this.freeBytes -= reused.size;
+    reused.label = label;
+    this.live.add(reused);
+    return reused;
+  }
+
+  /** A new live buffer (counted). */
+  create(bytes: number, usage: GPUBufferUsageFlags, label: string): GPUBuffer {
+    const buf = this.device.createBuffer({ size: roundSize(bytes), usage, label });
+    this.counter.add(buf.size);
     this.live.add(buf);
     return buf;
   }
@@ -51,13 +83,13 @@ export class BufferPool {
       list.splice(list.indexOf(buf), 1);
       this.freeOrder.delete(buf);
       this.freeBytes -= buf.size;
-      buf.destroy();
+      this.destroyBuffer(buf);
     }
   }
 
-  /** Destroys the free buffers (keeps live ones). */
+  /** Destroys the free buffers (keeps live ones). Same precondition as trimTo. */
   trim(): void {
-    for (const list of this.free.values()) for (const b of list) b.destroy();
+    for (const list of this.free.values()) for (const b of list) this.destroyBuffer(b);
     this.free.clear();
     this.freeOrder.clear();
     this.freeBytes = 0;
@@ -65,7 +97,7 @@ export class BufferPool {
 
   destroyAll(): void {
     this.trim();
-    for (const b of this.live) b.destroy();
+    for (const b of this.live) this.destroyBuffer(b);
     this.live.clear();
   }
 
@@ -74,6 +106,15 @@ export class BufferPool {
     for (const b of this.live) liveBytes += b.size;
     return { live: this.live.size, free: this.freeOrder.size, liveBytes, freeBytes: this.freeBytes };
   }
+
+  private destroyBuffer(buf: GPUBuffer): void {
+    this.counter.sub(buf.size);
+    buf.destroy();
+  }
+}
+
+function roundSize(bytes: number): number {
+  return Math.max(4, Math.ceil(bytes / 4) * 4);
 }
 
 function key(usage: number, size: number): string {

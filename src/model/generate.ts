@@ -2,7 +2,8 @@
 // slot), then every decode step runs one token of each unfinished sequence together and
 // samples on the GPU; only the sampled ids (B x u32) come back to the CPU.
 import * as K from '../ops/index.ts';
-import type { Qwen3Model, KVCache } from './qwen3.ts';
+import { kvPages, type KVCache } from './kvCache.ts';
+import type { Qwen3Model } from './qwen3.ts';
 import { readJson, type ModelSource } from './sources.ts';
 
 export interface SamplingOptions {
@@ -48,7 +49,10 @@ export async function* generate(model: Qwen3Model, prompts: readonly (readonly n
   for (const [i, p] of prompts.entries()) if (p.length === 0) throw new RangeError(`prompt ${i} is empty`);
   const { gpu, cfg } = model;
   const maxPrompt = Math.max(...prompts.map((p) => p.length));
-  const cache = opts.cache ?? model.createCache(B, maxPrompt + opts.maxNewTokens);
+  // Pages for what can be written: each prompt plus maxNewTokens - 1 fed-back tokens (the last
+  // sampled token is never fed back), not B x maxT.
+  const pages = prompts.reduce((n, p) => n + kvPages(p.length + opts.maxNewTokens - 1), 0);
+  const cache = opts.cache ?? model.createCache(B, maxPrompt + opts.maxNewTokens, { pages });
   if (cache.slots < B) throw new RangeError(`cache has ${cache.slots} slots for ${B} prompts`);
   if (cache.maxT < maxPrompt + opts.maxNewTokens) throw new RangeError(`cache holds ${cache.maxT} tokens; prompt + new tokens need ${maxPrompt + opts.maxNewTokens}`);
   const stop = new Set(opts.stopIds);

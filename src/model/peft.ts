@@ -310,6 +310,8 @@ async function readF32(file: SafetensorsFile, name: string): Promise<Float32Arra
       for (let i = 0; i < out.length; i++) out[i] = f16ToF32(bytes[2 * i]! | (bytes[2 * i + 1]! << 8));
       return out;
     }
+    default:
+      throw new ModelLoadError(file.source.name, `dtype ${info.dtype} is not a LoRA weight type (F32, BF16 or F16)`, name);
   }
 }
 

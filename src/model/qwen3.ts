@@ -5,50 +5,30 @@
 import type { Gpu } from '../gpu/index.ts';
 import * as K from '../ops/index.ts';
 import type { Qwen3Config } from './config.ts';
+import { KVCache, type KvCacheOptions } from './kvCache.ts';
 import { loraForward, type LoraAdapter, type LoraTarget } from './lora.ts';
+
+export { KVCache } from './kvCache.ts';
 
 export interface LayerWeights {
   inputNorm: GPUBuffer; // (C) bf16
-  qProj: GPUBuffer; // (NH*HD, C) bf16
-  kProj: GPUBuffer; // (NKV*HD, C) bf16
-  vProj: GPUBuffer; // (NKV*HD, C) bf16
+  qProj: K.Weight; // (NH*HD, C) bf16 or q4
+  kProj: K.Weight; // (NKV*HD, C) bf16 or q4
+  vProj: K.Weight; // (NKV*HD, C) bf16 or q4
   qNorm: GPUBuffer; // (HD) bf16
   kNorm: GPUBuffer; // (HD) bf16
-  oProj: GPUBuffer; // (C, NH*HD) bf16
+  oProj: K.Weight; // (C, NH*HD) bf16 or q4
   postNorm: GPUBuffer; // (C) bf16
-  gateProj: GPUBuffer; // (I, C) bf16
-  upProj: GPUBuffer; // (I, C) bf16
-  downProj: GPUBuffer; // (C, I) bf16
+  gateProj: K.Weight; // (I, C) bf16 or q4
+  upProj: K.Weight; // (I, C) bf16 or q4
+  downProj: K.Weight; // (C, I) bf16 or q4
 }
 
 export interface Qwen3Weights {
-  embed: GPUBuffer; // (V, C) bf16
+  embed: K.Weight; // (V, C) bf16 or q4
   layers: LayerWeights[]; // L
   norm: GPUBuffer; // (C) bf16
-  lmHead: GPUBuffer; // (V, C) bf16; the embedding itself when tied
-}
-
-/** Per-layer K and V caches, f32, (S, maxT, NKV, HD) each. */
-export class KVCache {
-  readonly k: GPUBuffer[] = [];
-  readonly v: GPUBuffer[] = [];
-  constructor(
-    private readonly gpu: Gpu,
-    cfg: Qwen3Config,
-    readonly slots: number,
-    readonly maxT: number,
-  ) {
-    const bytes = slots * maxT * cfg.numKvHeads * cfg.headDim * 4;
-    for (let l = 0; l < cfg.numLayers; l++) {
-      this.k.push(gpu.createBuffer(bytes, `kCache.${l}`));
-      this.v.push(gpu.createBuffer(bytes, `vCache.${l}`));
-    }
-  }
-  destroy(): void {
-    for (const b of [...this.k, ...this.v]) this.gpu.releaseBuffer(b);
-    this.k.length = 0;
-    this.v.length = 0;
-  }
+  lmHead: K.Weight; // (V, C) bf16 or q4; the embedding itself (same object) when tied
 }
 
 /** Tokens per forward chunk: bounds activation memory whatever the prompt length. */
@@ -78,8 +58,9 @@ export class Qwen3Model {
     this.kv = opts.kv ?? 'f32';
   }
 
-  createCache(slots: number, maxT: number): KVCache {
-    return new KVCache(this.gpu, this.cfg, slots, maxT);
+  /** A paged cache of `slots` sequences of up to maxT tokens, in this.kv (opts.pages: its memory). */
+  createCache(slots: number, maxT: number, opts: Omit<KvCacheOptions, 'dtype'> = {}): KVCache {
+    return new KVCache(this.gpu, this.cfg, slots, maxT, { ...opts, dtype: this.kv });
   }
 
   /**
@@ -99,6 +80,7 @@ export class Qwen3Model {
       if (s < 0 || s >= cache.slots) throw new RangeError(`slot ${s} at index ${t} is out of range (cache has ${cache.slots} slots)`);
       if (p < 0 || p >= cache.maxT) throw new RangeError(`position ${p} at index ${t} exceeds the KV cache capacity of ${cache.maxT} tokens`);
     }
+    cache.prepareWrite(input.slots, input.positions); // maps pages under new positions, uploads the page table
     const R = input.logitRows.length;
     const logits = gpu.createBuffer(Math.max(R, 1) * V * 4, 'logits'); // (R, V) f32
     let row = 0;
@@ -121,7 +103,7 @@ export class Qwen3Model {
     const { gpu, cfg, weights: w } = this;
     const T = t1 - t0;
     const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V, rmsNormEps: eps, ropeTheta: theta } = cfg;
-    const maxT = cache.maxT;
+    const kv = cache.paging;
 
     const ids = this.u32(Array.from({ length: T }, (_, i) => input.ids[t0 + i]), 'ids'); // (T) u32
     const slot = this.u32(Array.from({ length: T }, (_, i) => input.slots[t0 + i]), 'slots'); // (T) u32
@@ -143,7 +125,7 @@ export class Qwen3Model {
     const u = lora ? gpu.createBuffer(T * lora.settings.r * 4, 'loraU') : null; // (T, r) x A^T scratch
     let l = 0;
     // y (+)= x W^T, plus the LoRA branch s (x A^T) B^T when the adapter targets this projection.
-    const proj = (y: GPUBuffer, xIn: GPUBuffer, wt: GPUBuffer, target: LoraTarget, N: number, Kd: number, accumulate = false) => {
+    const proj = (y: GPUBuffer, xIn: GPUBuffer, wt: K.Weight, target: LoraTarget, N: number, Kd: number, accumulate = false) => {
       K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate);
       const p = lora?.get(l, target);
       if (p) loraForward(gpu, y, u!, xIn, p, T, lora!.settings.r, lora!.scale);
@@ -161,8 +143,8 @@ export class Qwen3Model {
       K.rmsNorm(gpu, kn, k, lw.kNorm, T * NKV, HD, eps);
       K.rope(gpu, qn, pos, T, NH, HD, theta);
       K.rope(gpu, kn, pos, T, NKV, HD, theta);
-      K.kvWrite(gpu, cache.k[l], cache.v[l], kn, v, slot, pos, T, NKV, HD, maxT);
-      K.attention(gpu, att, qn, cache.k[l], cache.v[l], slot, pos, T, NH, NKV, HD, maxT);
+      K.kvWrite(gpu, cache.k[l], cache.v[l], kn, v, cache.pageTable, slot, pos, T, NKV, HD, kv);
+      K.attention(gpu, att, qn, cache.k[l], cache.v[l], cache.pageTable, slot, pos, T, NH, NKV, HD, kv);
       proj(x, att, lw.oProj, 'o_proj', C, NH * HD, true);
       // x = x + down(silu(gate(h)) * up(h))
       K.rmsNorm(gpu, h, x, lw.postNorm, T, C, eps);

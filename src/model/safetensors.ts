@@ -53,8 +53,8 @@ export function blobSource(blob: Blob, name = (blob as Partial<File>).name ?? 'b
 // ---------------------------------------------------------------------------------------------
 // 2. Header parsing and validation.
 
-export type Dtype = 'BF16' | 'F16' | 'F32';
-export const DTYPE_BYTES: Record<Dtype, number> = { BF16: 2, F16: 2, F32: 4 };
+export type Dtype = 'BF16' | 'F16' | 'F32' | 'U32'; // U32: packed q4 words (src/model/q4Store.ts)
+export const DTYPE_BYTES: Record<Dtype, number> = { BF16: 2, F16: 2, F32: 4, U32: 4 };
 const MAX_HEADER_BYTES = 100 * 1024 * 1024;
 
 export interface TensorInfo {
@@ -227,7 +227,8 @@ export interface SafetensorsModel {
   readTensor(name: string): Promise<Uint8Array>;
 }
 
-function modelOf(name: string, files: SafetensorsFile[], tensors: Map<string, TensorInfo>): SafetensorsModel {
+/** A model over already-read files; `name` is the file that lists the tensors. */
+export function modelOf(name: string, files: SafetensorsFile[], tensors: Map<string, TensorInfo>): SafetensorsModel {
   const byFile = new Map(files.map((f) => [f.source.name, f]));
   const info = (t: string): TensorInfo => {
     const i = tensors.get(t);
@@ -302,27 +303,44 @@ export interface TensorToWrite {
   data: Uint8Array;
 }
 
-/** Serialises tensors in the given order; the header is space-padded to 8-byte alignment as HF does. */
-export function writeSafetensors(tensors: readonly TensorToWrite[], metadata?: Record<string, string>): Uint8Array {
+/**
+ * The first 8 + headerLength bytes of a safetensors file holding `tensors` in the given order
+ * (their data follows, back to back); the header is space-padded to 8-byte alignment as HF does.
+ * For writers that stream the data (a model-sized file need not sit in memory).
+ */
+export function safetensorsHeader(tensors: readonly Omit<TensorToWrite, 'data'>[], metadata?: Record<string, string>): Uint8Array {
   const header: Record<string, unknown> = {};
   if (metadata) header['__metadata__'] = metadata;
   let offset = 0;
+  for (const t of tensors) {
+    const bytes = numel(t.shape) * DTYPE_BYTES[t.dtype];
+    if (t.name in header) throw new RangeError(`tensor ${t.name} given twice`);
+    header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + bytes] };
+    offset += bytes;
+  }
+  const json = new TextEncoder().encode(JSON.stringify(header));
+  const headerLength = Math.ceil(json.byteLength / 8) * 8;
+  const out = new Uint8Array(8 + headerLength);
+  new DataView(out.buffer).setBigUint64(0, BigInt(headerLength), true);
+  out.set(json, 8);
+  out.fill(0x20, 8 + json.byteLength, 8 + headerLength);
+  return out;
+}
+
+/** Serialises tensors in the given order (header as safetensorsHeader). */
+export function writeSafetensors(tensors: readonly TensorToWrite[], metadata?: Record<string, string>): Uint8Array {
+  let dataBytes = 0;
   for (const t of tensors) {
     const expected = numel(t.shape) * DTYPE_BYTES[t.dtype];
     if (t.data.byteLength !== expected) {
       throw new RangeError(`tensor ${t.name}: ${t.data.byteLength} bytes given but ${t.dtype} ${JSON.stringify(t.shape)} needs ${expected}`);
     }
-    if (t.name in header) throw new RangeError(`tensor ${t.name} given twice`);
-    header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + expected] };
-    offset += expected;
+    dataBytes += expected;
   }
-  const json = new TextEncoder().encode(JSON.stringify(header));
-  const headerLength = Math.ceil(json.byteLength / 8) * 8;
-  const out = new Uint8Array(8 + headerLength + offset);
-  new DataView(out.buffer).setBigUint64(0, BigInt(headerLength), true);
-  out.set(json, 8);
-  out.fill(0x20, 8 + json.byteLength, 8 + headerLength);
-  let at = 8 + headerLength;
+  const header = safetensorsHeader(tensors, metadata);
+  const out = new Uint8Array(header.byteLength + dataBytes);
+  out.set(header);
+  let at = header.byteLength;
   for (const t of tensors) {
     out.set(t.data, at);
     at += t.data.byteLength;

@@ -126,7 +126,8 @@ export interface CacheWriter {
   abort(): Promise<void>;
 }
 
-/** Persistent store of downloaded files, one entry per key `${repo}/${revision}/${file}`. */
+/** Persistent store of downloaded files, one entry per key `${repo}/${revision}/${file}`, and of
+ *  quantized weights under `${repo}/${revision}+q4/${file}` (cacheKey). */
 export interface HubCache {
   kind: string;
   get(key: string): Promise<Blob | null>;
@@ -276,8 +277,14 @@ export function hubFileUrl(repo: string, revision: string, file: string): string
   return `${HUB}/${repo}/resolve/${encodeURIComponent(revision)}/${file}`;
 }
 
-function cacheKey(repo: string, revision: string, file: string): string {
-  return `${repo}/${encodeURIComponent(revision)}/${file}`;
+/** What a cache entry holds: the repo's files as downloaded (bf16 weights), or the weights
+ *  quantized on a first load (q4) with the small files a load needs. */
+export type CacheFormat = 'bf16' | 'q4';
+
+/** `${repo}/${revision}/${file}`, or `${repo}/${revision}+q4/${file}`: '+' cannot come from the
+ *  URI-encoded revision, so the two formats never share a prefix. */
+function cacheKey(repo: string, revision: string, file: string, format: CacheFormat = 'bf16'): string {
+  return `${repo}/${encodeURIComponent(revision)}${format === 'bf16' ? '' : `+${format}`}/${file}`;
 }
 
 export interface HubModelSource extends ModelSource {
@@ -409,6 +416,9 @@ export function hubSource(repo: string = DEFAULT_HUB_REPO, opts: HubSourceOption
 export interface CachedModel {
   repo: string;
   revision: string;
+  format: CacheFormat;
+  /** A q4 entry is complete once its manifest is written (last); bf16 files are committed one by one. */
+  complete: boolean;
   files: { file: string; size: number }[];
   bytes: number;
 }
@@ -416,22 +426,157 @@ export interface CachedModel {
 export async function listCachedModels(cache: HubCache = defaultHubCache()): Promise<CachedModel[]> {
   const models = new Map<string, CachedModel>();
   for (const { key, size } of await cache.entries()) {
-    const [owner, name, rev, ...rest] = key.split('/');
-    if (!owner || !name || rev === undefined || rest.length === 0) continue;
+    const [owner, name, revAndFormat, ...rest] = key.split('/');
+    if (!owner || !name || revAndFormat === undefined || rest.length === 0) continue;
+    const [rev = '', fmt = 'bf16'] = revAndFormat.split('+');
+    if (fmt !== 'bf16' && fmt !== 'q4') continue;
     const repo = `${owner}/${name}`;
-    const revision = decodeURIComponent(rev);
-    const id = `${repo}/${rev}`;
+    const id = `${repo}/${revAndFormat}`;
     let m = models.get(id);
-    if (!m) models.set(id, (m = { repo, revision, files: [], bytes: 0 }));
+    if (!m) models.set(id, (m = { repo, revision: decodeURIComponent(rev), format: fmt, complete: fmt === 'bf16', files: [], bytes: 0 }));
     const file = rest.join('/');
     if (file === LISTING) continue;
+    if (file === QUANTIZED_MANIFEST) {
+      m.complete = true;
+      continue;
+    }
     m.files.push({ file, size });
     m.bytes += size;
   }
-  return [...models.values()].sort((a, b) => a.repo.localeCompare(b.repo) || a.revision.localeCompare(b.revision));
+  return [...models.values()].sort((a, b) => a.repo.localeCompare(b.repo) || a.revision.localeCompare(b.revision) || a.format.localeCompare(b.format));
 }
 
-export async function deleteCachedModel(repo: string, revision = 'main', cache: HubCache = defaultHubCache()): Promise<void> {
-  const prefix = `${repo}/${encodeURIComponent(revision)}/`;
+/** Deletes one format's entry of a repo revision (the download, or the quantized weights). */
+export async function deleteCachedModel(repo: string, revision = 'main', cache: HubCache = defaultHubCache(), format: CacheFormat = 'bf16'): Promise<void> {
+  const prefix = cacheKey(repo, revision, '', format);
   for (const { key } of await cache.entries()) if (key.startsWith(prefix)) await cache.delete(key);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantized entries: the weights as the GPU holds them after a q4 load, so a later load reads
+// those (about a quarter of the bf16 bytes) and neither downloads nor quantizes.
+
+/** Written after every file of the entry: its presence is what makes the entry complete. */
+const QUANTIZED_MANIFEST = '.manifest.json';
+
+interface QuantizedManifest {
+  format: CacheFormat;
+  /** The packed layout's version: an entry written under another layout is not read. */
+  version: number;
+  files: { name: string; size: number }[];
+}
+
+/** One file of a quantized entry (the packed weights, or a small checkpoint file): its bytes
+ *  whole, or as consecutive pieces so a file of gigabytes never sits in memory. */
+export interface QuantizedFile {
+  name: string;
+  bytes: Uint8Array | AsyncIterable<Uint8Array> | Iterable<Uint8Array>;
+}
+
+/** Writes one cache entry from its pieces; returns its size. */
+async function writeEntry(cache: HubCache, key: string, bytes: QuantizedFile['bytes'], onBytes?: (n: number) => void): Promise<number> {
+  const w = await cache.create(key);
+  let size = 0;
+  try {
+    for await (const piece of bytes instanceof Uint8Array ? [bytes] : bytes) {
+      await w.write(piece);
+      size += piece.byteLength;
+      onBytes?.(piece.byteLength);
+    }
+    await w.close();
+  } catch (e) {
+    await w.abort().catch(() => undefined);
+    throw e;
+  }
+  return size;
+}
+
+/**
+ * Stores a quantized entry for a repo revision, replacing any earlier one: every file, then the
+ * manifest. Returns the bytes stored; `onWrite` gets the running total after every piece. On
+ * failure (e.g. the storage quota) the partial entry is deleted.
+ */
+export async function writeQuantizedCache(
+  cache: HubCache,
+  repo: string,
+  revision: string,
+  format: Exclude<CacheFormat, 'bf16'>,
+  version: number,
+  files: AsyncIterable<QuantizedFile> | Iterable<QuantizedFile>,
+  onWrite?: (p: { file: string; written: number }) => void,
+): Promise<number> {
+  await deleteCachedModel(repo, revision, cache, format);
+  const written: QuantizedManifest['files'] = [];
+  let total = 0;
+  try {
+    for await (const f of files) {
+      if (!f.name || f.name.includes('/') || f.name === QUANTIZED_MANIFEST || written.some((w) => w.name === f.name)) {
+        throw new ModelLoadError(f.name || '(empty name)', `not a valid file name for the ${format} cache of ${repo}@${revision}`);
+      }
+      const size = await writeEntry(cache, cacheKey(repo, revision, f.name, format), f.bytes, (n) => {
+        total += n;
+        onWrite?.({ file: f.name, written: total });
+      });
+      written.push({ name: f.name, size });
+    }
+    const manifest: QuantizedManifest = { format, version, files: written };
+    await writeEntry(cache, cacheKey(repo, revision, QUANTIZED_MANIFEST, format), new TextEncoder().encode(JSON.stringify(manifest)));
+  } catch (e) {
+    await deleteCachedModel(repo, revision, cache, format).catch(() => undefined);
+    throw e;
+  }
+  return total;
+}
+
+export interface QuantizedCacheSource extends ModelSource {
+  repo: string;
+  revision: string;
+  format: CacheFormat;
+  /** Bytes of every stored file (what a load reads at most). */
+  bytes: number;
+}
+
+/**
+ * The quantized entry of a repo revision as a ModelSource over its files, or null when there is
+ * none that is complete, of this layout version, and whole (every file at its recorded size).
+ */
+export async function quantizedCacheSource(
+  cache: HubCache,
+  repo: string,
+  revision: string,
+  format: Exclude<CacheFormat, 'bf16'>,
+  version: number,
+): Promise<QuantizedCacheSource | null> {
+  const manifestBlob = await cache.get(cacheKey(repo, revision, QUANTIZED_MANIFEST, format));
+  if (!manifestBlob) return null;
+  let manifest: QuantizedManifest;
+  try {
+    manifest = JSON.parse(await manifestBlob.text()) as QuantizedManifest;
+  } catch {
+    return null;
+  }
+  if (manifest.format !== format || manifest.version !== version || !Array.isArray(manifest.files)) return null;
+  const blobs = new Map<string, Blob>();
+  for (const f of manifest.files) {
+    const blob = await cache.get(cacheKey(repo, revision, f.name, format));
+    if (!blob || blob.size !== f.size) return null;
+    blobs.set(f.name, blob);
+  }
+  const name = `${repo}@${revision} (${format} cache)`;
+  const get = (file: string): Blob => {
+    const b = blobs.get(file);
+    if (!b) throw notFound(name, file);
+    return b;
+  };
+  return {
+    name,
+    repo,
+    revision,
+    format,
+    bytes: manifest.files.reduce((n, f) => n + f.size, 0),
+    list: async () => [...blobs.keys()],
+    open: async (file) => blobSource(get(file), file),
+    readText: async (file) => get(file).text(),
+    exists: async (file) => blobs.has(file),
+  };
 }

@@ -109,7 +109,7 @@ export function siluMulBackward(gpu: Gpu, dgate: GPUBuffer, dup: GPUBuffer, dout
     checkSize(buf, n * 4, `siluMulBackward ${what}`);
   }
   distinct('siluMulBackward', dgate, dup, dout, gate, up);
-  gpu.dispatch(gpu.kernel('activation', 'silu_mul_backward'), [dgate, gate, up, dup, dout], Math.ceil(n / ELEMS_PER_WG), [n]);
+  gpu.dispatch(gpu.kernel('elementwise', 'silu_mul_backward'), [dgate, gate, up, dup, dout], Math.ceil(n / ELEMS_PER_WG), [n]);
 }
 
 /** out (n) f32 += a (n) f32 */

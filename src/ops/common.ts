@@ -117,3 +117,27 @@ export const bf16Bytes = (n: number) => Math.ceil(n / 2) * 4;
 export function distinct(op: string, ...bufs: GPUBuffer[]): void {
   check(new Set(bufs).size === bufs.length, `${op}: the same buffer is passed twice`);
 }
+
+// ---- KV cache layout -------------------------------------------------------------------------
+
+/**
+ * Layout of a paged KV cache (docs/ENGINE.md, "KV cache"): per layer a K and a V pool of `pages`
+ * pages of `pageSize` tokens, (pages, pageSize, NKV, HD), f32 or f16 pairs packed in u32; a page
+ * table (S, pagesPerSlot) u32 maps (slot, pos) to page table[slot][pos / pageSize].
+ */
+export interface KvPaging {
+  dtype: 'f32' | 'f16';
+  /** Tokens per page, a power of two. */
+  pageSize: number;
+  /** Physical pages in each pool. */
+  pages: number;
+  /** Page-table row width: ceil(maxT / pageSize). */
+  pagesPerSlot: number;
+  /** Positions per slot. */
+  maxT: number;
+}
+
+/** Bytes of one layer's K (or V) pool. */
+export function kvPoolBytes(kv: Pick<KvPaging, 'dtype' | 'pageSize' | 'pages'>, NKV: number, HD: number): number {
+  return kv.pages * kv.pageSize * NKV * HD * (kv.dtype === 'f16' ? 2 : 4);
+}

@@ -5,7 +5,7 @@ import type { Gpu } from '../gpu/device.ts';
 import { f32, splitGrid } from '../gpu/launch.ts';
 import {
   ELEMS_PER_WG, GEMV_MAX_T, bf16Bytes, check, checkSize, checkWeight, distinct, isCpuAdapter, opKernel, subgroupDefines, tuning, useSubgroups,
-  weightFormat, type Weight, type WeightFormat,
+  kvPoolBytes, weightFormat, type KvPaging, type Weight, type WeightFormat,
 } from './common.ts';
 
 /** out (T, C) f32 = table[ids] ; ids (T) u32 (< V) ; table (V, C) bf16 or q4 */
@@ -13,7 +13,7 @@ export function embed(gpu: Gpu, out: GPUBuffer, ids: GPUBuffer, table: Weight, T
   checkSize(out, T * C * 4, 'embed out');
   checkSize(ids, T * 4, 'embed ids');
   const tb = checkWeight(table, V, C, 'embed table');
-  gpu.dispatch(opKernel(gpu, 'embed', 'embed', 'embed_forward', { WEIGHTS: weightFormat(table) }), [out, ids, tb], Math.ceil((T * C) / ELEMS_PER_WG), [T, C, V]);
+  gpu.dispatch(opKernel(gpu, 'embed', 'embed', 'gather_rows', { WEIGHTS: weightFormat(table) }), [out, ids, tb], Math.ceil((T * C) / ELEMS_PER_WG), [T, C, V]);
 }
 
 /** out (R, D) f32 = w * x * rsqrt(mean(x^2) + eps) ; x (R, D) f32 ; w (D) bf16 */
@@ -118,30 +118,50 @@ export function rope(gpu: Gpu, x: GPUBuffer, pos: GPUBuffer, T: number, H: numbe
 }
 
 
-/** kCache, vCache (S, maxT, NKV, HD) f32 ; k, v (T, NKV, HD) f32 ; row t -> [slot[t], pos[t]] */
+function checkPaging(op: string, kv: KvPaging, kCache: GPUBuffer, vCache: GPUBuffer, pageTable: GPUBuffer, NKV: number, HD: number): number {
+  check(kv.dtype === 'f32' || kv.dtype === 'f16', `${op}: KV dtype must be f32 or f16 (got ${String(kv.dtype)})`);
+  check(Number.isInteger(kv.pageSize) && kv.pageSize > 0 && (kv.pageSize & (kv.pageSize - 1)) === 0, `${op}: page size ${kv.pageSize} is not a power of two`);
+  check(kv.pagesPerSlot === Math.ceil(kv.maxT / kv.pageSize), `${op}: pagesPerSlot ${kv.pagesPerSlot} != ceil(maxT ${kv.maxT} / ${kv.pageSize})`);
+  check(kv.dtype === 'f32' || HD % 2 === 0, `${op}: f16 KV needs an even HD (got ${HD})`);
+  checkSize(kCache, kvPoolBytes(kv, NKV, HD), `${op} kCache`);
+  checkSize(vCache, kvPoolBytes(kv, NKV, HD), `${op} vCache`);
+  checkSize(pageTable, kv.pagesPerSlot * 4, `${op} pageTable`);
+  check(kCache !== vCache, `${op}: kCache and vCache must differ`);
+  return Math.log2(kv.pageSize);
+}
+
+/**
+ * kCache, vCache (pages, P, NKV, HD) f32 or f16 (KvPaging) ; k, v (T, NKV, HD) f32 ; pageTable
+ * (S, pagesPerSlot) u32 ; row t -> position pos[t] of slot slot[t], through the page table.
+ * f16 rounds to nearest even and saturates at +-65504. Unmapped pages and pos >= maxT are skipped.
+ */
 export function kvWrite(
-  gpu: Gpu, kCache: GPUBuffer, vCache: GPUBuffer, k: GPUBuffer, v: GPUBuffer, slot: GPUBuffer, pos: GPUBuffer,
-  T: number, NKV: number, HD: number, maxT: number,
+  gpu: Gpu, kCache: GPUBuffer, vCache: GPUBuffer, k: GPUBuffer, v: GPUBuffer, pageTable: GPUBuffer, slot: GPUBuffer, pos: GPUBuffer,
+  T: number, NKV: number, HD: number, kv: KvPaging,
 ): void {
   checkSize(k, T * NKV * HD * 4, 'kvWrite k');
   checkSize(v, T * NKV * HD * 4, 'kvWrite v');
-  checkSize(kCache, maxT * NKV * HD * 4, 'kvWrite kCache');
-  check(kCache !== vCache, 'kvWrite: kCache and vCache must differ');
-  gpu.dispatch(gpu.kernel('attention', 'kv_write'), [kCache, vCache, k, v, slot, pos], Math.ceil((T * NKV * HD) / ELEMS_PER_WG), [T, NKV, HD, maxT]);
+  const pageShift = checkPaging('kvWrite', kv, kCache, vCache, pageTable, NKV, HD);
+  const words = (T * NKV * HD) / (kv.dtype === 'f16' ? 2 : 1); // one thread per cache word
+  gpu.dispatch(gpu.kernel('attention', 'kv_write', { KV: kv.dtype }), [kCache, vCache, k, v, pageTable, slot, pos], Math.ceil(words / ELEMS_PER_WG),
+    [T, NKV, HD, kv.maxT, kv.pagesPerSlot, pageShift]);
 }
 
-/** out, q (T, NH, HD) f32 ; token t attends to slot[t], positions 0..pos[t]; GQA h -> h / (NH/NKV) */
+/**
+ * out, q (T, NH, HD) f32 ; token t attends to slot[t], positions 0..pos[t], read through the page
+ * table from the cache (KvPaging; f16 is widened to f32, the math is f32); GQA h -> h / (NH/NKV)
+ */
 export function attention(
-  gpu: Gpu, out: GPUBuffer, q: GPUBuffer, kCache: GPUBuffer, vCache: GPUBuffer, slot: GPUBuffer, pos: GPUBuffer,
-  T: number, NH: number, NKV: number, HD: number, maxT: number,
+  gpu: Gpu, out: GPUBuffer, q: GPUBuffer, kCache: GPUBuffer, vCache: GPUBuffer, pageTable: GPUBuffer, slot: GPUBuffer, pos: GPUBuffer,
+  T: number, NH: number, NKV: number, HD: number, kv: KvPaging,
 ): void {
   check(HD <= 256, `attention: HD=${HD} > 256`);
   check(NH % NKV === 0, `attention: NH=${NH} not a multiple of NKV=${NKV}`);
   checkSize(out, T * NH * HD * 4, 'attention out');
   checkSize(q, T * NH * HD * 4, 'attention q');
-  checkSize(kCache, maxT * NKV * HD * 4, 'attention kCache');
-  gpu.dispatch(gpu.kernel('attention', 'attention_forward'), [out, q, kCache, vCache, slot, pos], T * NH,
-    [T, NH, NKV, HD, maxT, f32(1 / Math.sqrt(HD))]);
+  const pageShift = checkPaging('attention', kv, kCache, vCache, pageTable, NKV, HD);
+  gpu.dispatch(gpu.kernel('attention', 'attention_forward', { KV: kv.dtype }), [out, q, kCache, vCache, pageTable, slot, pos], T * NH,
+    [T, NH, NKV, HD, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift]);
 }
 
 /** out (n) f32 = silu(gate) * up */
@@ -149,15 +169,16 @@ export function siluMul(gpu: Gpu, out: GPUBuffer, gate: GPUBuffer, up: GPUBuffer
   checkSize(out, n * 4, 'siluMul out');
   checkSize(gate, n * 4, 'siluMul gate');
   checkSize(up, n * 4, 'siluMul up');
-  gpu.dispatch(gpu.kernel('activation', 'silu_mul_forward'), [out, gate, up], Math.ceil(n / ELEMS_PER_WG), [n]);
+  gpu.dispatch(gpu.kernel('elementwise', 'silu_mul_forward'), [out, gate, up], Math.ceil(n / ELEMS_PER_WG), [n]);
 }
 
 
-/** out (R, C) f32 = x[rows[r], :] ; rows (R) u32 */
+/** out (R, C) f32 = x[rows[r], :] ; rows (R) u32 ; x (., C) f32 (shaders/embed.wgsl with f32 rows) */
 export function gatherRows(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, rows: GPUBuffer, R: number, C: number): void {
   checkSize(out, R * C * 4, 'gatherRows out');
   checkSize(rows, R * 4, 'gatherRows rows');
-  gpu.dispatch(gpu.kernel('gather', 'gather_rows_forward'), [out, x, rows], Math.ceil((R * C) / ELEMS_PER_WG), [R, C]);
+  check(out !== x, 'gatherRows: out and x must differ');
+  gpu.dispatch(gpu.kernel('embed', 'gather_rows', { WEIGHTS: 'f32' }), [out, rows, x], Math.ceil((R * C) / ELEMS_PER_WG), [R, C, 0]);
 }
 
 export interface SampleOptions {

@@ -5,3 +5,5 @@ export * from './forward.ts';
 export * from './backward.ts';
 export * from './loss.ts';
 export * from './optimizer.ts';
+export * from './quant.ts';
+export * from './convert.ts';

@@ -3,7 +3,9 @@
 import type { StateCreator } from 'zustand';
 import { QWEN3_PRESETS, type Qwen3Config, type Qwen3PresetName } from '../model/config.ts';
 import type { CachedModel } from '../model/sources.ts';
-import { planMemory, type MemoryPlan } from '../worker/memoryPlan.ts';
+import { planMemory, type MemoryCheck } from '../train/memory.ts';
+import { DEFAULT_KV, defaultWeights, q4Problem, type KvType, type ModelFormat, type WeightsFormat } from '../worker/modelFormat.ts';
+import type { CacheFormat } from '../model/sources.ts';
 import type { DownloadProgress, GpuProbe, LoadedModelInfo, LoadProgress, ModelChoice } from '../worker/protocol.ts';
 import { errorMessage } from '../worker/protocol.ts';
 import type { AppState, StoreDeps } from './store.ts';
@@ -20,6 +22,9 @@ export interface ModelSlice {
   customRepo: string;
   /** The user's GPU memory in GiB (WebGPU does not report it); '' = check hard limits only. */
   gpuBudgetGiB: string;
+  /** The weights format the user picked; null = the model's default (defaultWeights). */
+  weightsChoice: WeightsFormat | null;
+  kvType: KvType;
   /** config.json of the selected option, once known (presets: immediately). */
   optionCfg: { option: string; cfg: Qwen3Config } | null;
   loadStatus: 'idle' | 'loading' | 'ready' | 'error';
@@ -34,10 +39,12 @@ export interface ModelSlice {
   selectModelOption(option: ModelOption): void;
   setCustomRepo(repo: string): void;
   setGpuBudget(gib: string): void;
+  setWeights(w: WeightsFormat): void;
+  setKv(kv: KvType): void;
   inspectOption(): Promise<void>;
   loadModel(choice?: ModelChoice): Promise<boolean>;
   refreshCache(): Promise<void>;
-  deleteCached(repo: string, revision: string): Promise<void>;
+  deleteCached(repo: string, revision: string, format?: CacheFormat): Promise<void>;
 }
 
 export function choiceForOption(option: ModelOption, customRepo: string): ModelChoice {
@@ -50,17 +57,34 @@ function optionKey(option: ModelOption, customRepo: string): string {
   return option === 'hub' ? `hub:${customRepo.trim()}` : option;
 }
 
-/** What the memory check of the selected option depends on (stable references, for shallow selection). */
-export function selectMemoryInputs(s: AppState) {
+/** config.json of the selected option when known (presets: always). */
+function optionConfig(s: AppState): Qwen3Config | null {
   const key = optionKey(s.modelOption, s.customRepo);
-  const cfg = s.modelOption.startsWith('preset:') ? QWEN3_PRESETS[s.modelOption.slice(7) as Qwen3PresetName] : s.optionCfg?.option === key ? s.optionCfg.cfg : null;
-  return { cfg: cfg as Qwen3Config | null, run: s.configResult.config ?? s.runConfig, probe: s.probe, budget: s.gpuBudgetGiB };
+  return s.modelOption.startsWith('preset:') ? QWEN3_PRESETS[s.modelOption.slice(7) as Qwen3PresetName] : s.optionCfg?.option === key ? s.optionCfg.cfg : null;
+}
+
+/** The format a load would use: the user's pick, else the model's default. */
+export function formatFor(cfg: Qwen3Config, s: Pick<AppState, 'weightsChoice' | 'kvType'>): ModelFormat {
+  return { weights: s.weightsChoice ?? defaultWeights(cfg), kv: s.kvType };
+}
+
+/** The weights/KV choice of the selected option: weights null until its config.json is known. */
+export function selectFormatInputs(s: AppState) {
+  const cfg = optionConfig(s);
+  return { cfg, weights: cfg ? formatFor(cfg, s).weights : s.weightsChoice, kv: s.kvType, q4Problem: cfg ? q4Problem(cfg) : null };
+}
+
+/** What the memory check of the selected option depends on (stable references, for shallow
+ *  selection); `weights` is null while the option's config.json is unknown. */
+export function selectMemoryInputs(s: AppState) {
+  const cfg = optionConfig(s);
+  return { cfg, weights: cfg ? formatFor(cfg, s).weights : null, kv: s.kvType, run: s.configResult.config ?? s.runConfig, probe: s.probe, budget: s.gpuBudgetGiB };
 }
 
 /** The memory plan of the selected option under the current config, when its config.json is known. */
-export function memoryPlanOf(i: ReturnType<typeof selectMemoryInputs>): MemoryPlan | null {
-  if (!i.cfg || !i.run || !i.probe?.available) return null;
-  return planMemory(i.cfg, i.run, i.probe.limits, budgetBytes(i.budget));
+export function memoryPlanOf(i: ReturnType<typeof selectMemoryInputs>): MemoryCheck | null {
+  if (!i.cfg || !i.weights || !i.run || !i.probe?.available) return null;
+  return planMemory(i.cfg, i.run, i.probe.limits, budgetBytes(i.budget), { weights: i.weights, kv: i.kv });
 }
 
 function budgetBytes(gib: string): number | undefined {
@@ -74,6 +98,8 @@ export const createModelSlice = (deps: StoreDeps): StateCreator<AppState, [], []
   modelOption: DEFAULT_MODEL_OPTION,
   customRepo: '',
   gpuBudgetGiB: '',
+  weightsChoice: null,
+  kvType: DEFAULT_KV,
   optionCfg: null,
   loadStatus: 'idle',
   loadProgress: null,
@@ -92,12 +118,16 @@ export const createModelSlice = (deps: StoreDeps): StateCreator<AppState, [], []
   },
 
   selectModelOption(option) {
+    // Each model starts from its own default format (q4 from 1.5B parameters).
+    if (option !== get().modelOption) set({ weightsChoice: null });
     set({ modelOption: option });
     if (option === 'demo') void get().inspectOption();
   },
 
   setCustomRepo: (repo) => set({ customRepo: repo }),
   setGpuBudget: (gib) => set({ gpuBudgetGiB: gib }),
+  setWeights: (w) => set({ weightsChoice: w }),
+  setKv: (kv) => set({ kvType: kv }),
 
   async inspectOption() {
     const { modelOption, customRepo } = get();
@@ -124,16 +154,20 @@ export const createModelSlice = (deps: StoreDeps): StateCreator<AppState, [], []
     try {
       // The memory check before any weight moves: refuse what cannot fit the adapter's limits.
       const { cfg, name } = await deps.engine.inspectModel(c);
+      const format = formatFor(cfg, get());
+      const q4Why = format.weights === 'q4' ? q4Problem(cfg) : null;
+      if (q4Why) throw new Error(`${name} cannot load as q4: ${q4Why}`);
       const run = get().configResult.config ?? get().runConfig;
       const probe = get().probe;
       if (run && probe?.available) {
-        const plan = planMemory(cfg, run, probe.limits, budgetBytes(get().gpuBudgetGiB));
+        const plan = planMemory(cfg, run, probe.limits, budgetBytes(get().gpuBudgetGiB), format);
         if (plan.blocking) throw new Error(`${name} cannot train on this GPU: ${plan.problem}`);
       }
       loadStarted = true;
       const info = await deps.engine.loadModel(
         c,
         deps.callback((p: LoadProgress) => set((st) => ({ loadProgress: p, downloads: p.download ? { ...st.downloads, [p.download.file]: p.download } : st.downloads }))),
+        format,
       );
       // A new model ends the run that was on the old one (the worker already dropped it).
       get().clearRunView();
@@ -159,8 +193,8 @@ export const createModelSlice = (deps: StoreDeps): StateCreator<AppState, [], []
     }
   },
 
-  async deleteCached(repo, revision) {
-    await deps.engine.deleteCachedModel(repo, revision);
+  async deleteCached(repo, revision, format = 'bf16') {
+    await deps.engine.deleteCachedModel(repo, revision, format);
     await get().refreshCache();
   },
 });

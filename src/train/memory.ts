@@ -1,68 +1,581 @@
-// GPU memory of a LoRA training step, and the check that refuses a configuration that cannot
-// fit the adapter's limits, saying what to change.
-import type { Qwen3Config } from '../model/config.ts';
-import { gpuMemoryBytes } from '../model/config.ts';
-import { targetDims, type LoraConfig } from '../model/peft.ts';
+// GPU memory of a SpyRL round (and of an SFT step), planned buffer by buffer from the shapes the
+// engine allocates, and the check that refuses a run that cannot fit, saying what to change.
+// Pure arithmetic, no GPU work: `spyrl train`, `spyrl sft`, `spyrl memory`, the worker and the
+// model panel all plan through here, so the CLI and the app cannot disagree on whether a run fits.
+// The KV and training-pass bytes come from their owners' byte functions (kvCacheBytes,
+// trainingPassBytes), so a change there changes the plan.
+//
+// A round runs in phases; each holds its own buffers on top of what the whole run holds (base
+// weights; LoRA A/B, their gradients and AdamW moments; the uniform arena and a readback buffer):
+//   load       (q4) the weights and the quantizer's bf16 staging, before the adapter exists
+//   summaries  N summary prompts' KV pages (shared prefixes once) + prefill/decode activations
+//   reasons    (voteReason) the same for the free-text reasons before the votes
+//   votes      N vote prompts' KV pages (report + every summary) + prefill activations
+//   eval       (evalDocs > 0) greedy summaries of the held-out reports
+//   update     one TrainingPass over the longest sample (trainingPassBytes)
+//   total = weights + lora + max over phases (kv + activations + workspace)
+// The device holds no free buffers across a phase change: Gpu.createBuffer destroys the pool's
+// free buffers whenever it must create a new one (src/gpu/device.ts), so the measured peak
+// (gpu.memory.peakBytes) is the largest set of buffers alive together, which is what is planned.
+import { weightNames, type Qwen3Config } from '../model/config.ts';
+import { KV_PAGE_SIZE, kvCacheBytes, kvPages, type KvDtype } from '../model/kvLayout.ts';
+import { targetDims, type LoraTarget } from '../model/peft.ts';
+import { q4Words } from '../model/q4.ts';
+import type { SpyRLConfig } from '../game/config.ts';
+import { DEFAULT_PROMPTS, type PromptConfig } from '../game/prompts.ts';
+import { DEFAULT_MLP_CHUNK, ROUND_CHECKPOINTS, trainingPassBytes, type CheckpointDtype } from './trainingPassBytes.ts';
 
-export interface TrainingMemory {
-  weights: number; // frozen bf16 base
-  lora: number; // A, B, dA, dB, AdamW m and v: 6 f32 copies of the adapter
-  checkpoints: number; // (L+1) layer inputs + final norm, (T, C) f32 each
-  layerWorkspace: number; // one layer's recomputed intermediates and their gradients
-  head: number; // (rows, V) logits and their gradient for the LM-head chunk
-  kvCache: number; // for generation in the same session (slots x maxT)
+export type WeightsFormat = 'bf16' | 'q4';
+export type { KvDtype, CheckpointDtype };
+
+// ---------------------------------------------------------------------------------------------
+// 1. Sequence lengths of a round: one place for the CLI and the app.
+
+/**
+ * Tokens of a summary prompt besides the report: chat template + summaryInstruction + "Report:".
+ * 31 with DEFAULT_PROMPTS and the Qwen3 tokenizer (test/memoryPlan.test.ts re-measures it).
+ */
+export const SUMMARY_PROMPT_TOKENS = 32;
+/**
+ * Tokens of a vote prompt besides the report and the summaries: template, voteInstruction,
+ * "Summaries:", voteQuestion and the prefilled "Player ". 99 measured.
+ */
+export const VOTE_PROMPT_TOKENS = 100;
+/** Per listed summary: "Player k: " and the blank line (4), or "(no summary)" when empty (8). */
+export const VOTE_TOKENS_PER_SUMMARY = 8;
+/** Tokens after the point where one civilian's vote prompt leaves another's (its own question): 29. */
+export const VOTE_TAIL_TOKENS = 32;
+/** reasonQuestion is 12 tokens longer than voteQuestion; "\nVote: " after a reason adds 4. */
+export const REASON_QUESTION_EXTRA_TOKENS = 12;
+export const REASON_SEPARATOR_TOKENS = 4;
+/**
+ * Tokens before the report, which the spy's prompt always shares with the civilians': 22 in a
+ * summary prompt, 63 in a vote or reason prompt (template and instruction).
+ */
+export const SUMMARY_HEAD_TOKENS = 20;
+export const VOTE_HEAD_TOKENS = 60;
+/** Tokens the spy's report may hold beyond the report minus its removed span: re-tokenization at the cut. */
+const SPY_CUT_TOKENS = 4;
+/** Tokens per character for instruction text longer than the default's (English is ~0.25). */
+const EXTRA_TOKENS_PER_CHAR = 1 / 3;
+
+export interface RoundShape {
+  players: number; // N
+  docTokens: number; // the report budget
+  summaryTokens: number; // G, summaryMaxTokens
+  /** Tokens of the free-text reason before each vote (voteReason); 0: votes are read directly. */
+  reasonTokens?: number;
+  /** Edited instructions make every prompt longer by their extra characters. */
+  prompts?: PromptConfig;
+  /** The spy's copy of the report lacks this share of it (maskRatio; 0: plan the spy's prompt at full length). */
+  maskRatio?: number;
+  /** 'placeholder' mode puts this text where the span was. */
+  maskPlaceholder?: string | null;
+}
+
+export interface RoundSequences {
+  /** Tokens of the spy's report at most: the budget minus the smallest span maskSpan removes. */
+  spyReport: number;
+  summaryPrompt: number; // S: report + SUMMARY_PROMPT_TOKENS
+  /** Positions a summary slot holds: the prompt and all but the last sampled token. */
+  summaryPositions: number;
+  reasonPrompt: number; // 0 without reasons
+  reasonPositions: number;
+  votePrompt: number; // report + N (G + per-summary) + VOTE_PROMPT_TOKENS (+ the reason)
+  /** Tokens of a vote prompt not shared with the first civilian's. */
+  voteTail: number;
+  /** Training samples: a summary (prompt + completion, G targets) and a vote (prompt + label, 1 target). */
+  summarySample: number;
+  voteSample: number;
+}
+
+function extraInstructionTokens(p: PromptConfig | undefined, keys: (keyof PromptConfig)[]): number {
+  if (!p) return 0;
+  let chars = 0;
+  for (const k of keys) chars += Math.max(0, String(p[k]).length - String(DEFAULT_PROMPTS[k]).length);
+  return Math.ceil(chars * EXTRA_TOKENS_PER_CHAR);
+}
+
+/**
+ * maskSpan removes a span of target +- 25% tokens, target = round(maskRatio x report tokens), so
+ * the spy's report holds at most D - (target - tolerance) tokens (the most when the report fills
+ * its budget D), plus the placeholder in 'placeholder' mode.
+ */
+function spyReportTokens(D: number, ratio: number, placeholder: string | null | undefined): number {
+  if (!(ratio > 0)) return D;
+  const target = Math.max(1, Math.round(ratio * D));
+  const removed = target - Math.max(1, Math.round(0.25 * target));
+  return Math.min(D, D - removed + SPY_CUT_TOKENS + (placeholder ? Math.ceil(placeholder.length * EXTRA_TOKENS_PER_CHAR) : 0));
+}
+
+export function roundSequences(s: RoundShape): RoundSequences {
+  const N = s.players, D = s.docTokens, G = s.summaryTokens, reason = s.reasonTokens ?? 0;
+  const spyReport = spyReportTokens(D, s.maskRatio ?? 0, s.maskPlaceholder);
+  const summaryPrompt = D + SUMMARY_PROMPT_TOKENS + extraInstructionTokens(s.prompts, ['summaryInstruction']);
+  const voteBase = D + N * (G + VOTE_TOKENS_PER_SUMMARY) + VOTE_PROMPT_TOKENS + extraInstructionTokens(s.prompts, ['voteInstruction', reason ? 'reasonQuestion' : 'voteQuestion']);
+  const reasonPrompt = reason ? voteBase + REASON_QUESTION_EXTRA_TOKENS : 0;
+  const reasonTail = reason ? REASON_QUESTION_EXTRA_TOKENS + reason + REASON_SEPARATOR_TOKENS : 0;
+  const votePrompt = voteBase + reasonTail;
+  return {
+    spyReport,
+    summaryPrompt,
+    summaryPositions: summaryPrompt + G - 1,
+    reasonPrompt,
+    reasonPositions: reason ? reasonPrompt + reason - 1 : 0,
+    votePrompt,
+    voteTail: VOTE_TAIL_TOKENS + reasonTail,
+    summarySample: summaryPrompt + G,
+    voteSample: votePrompt + 1,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Buffers that live through the whole run.
+
+/** Bytes of a pooled buffer (src/gpu/pool.ts: rounded up to 4, at least 4). */
+const pooled = (bytes: number) => Math.max(4, Math.ceil(bytes / 4) * 4);
+const f32 = (n: number) => pooled(n * 4);
+
+/** Kernel params: one 64 KiB chunk, MAX_PARAM_DISPATCHES_PER_SUBMIT (256) x 256-byte slots (src/gpu/device.ts). */
+export const UNIFORM_ARENA_BYTES = 64 * 1024;
+/** Tokens per forward chunk (Qwen3Model's DEFAULT_CHUNK, checked in test/memoryPlan.test.ts). */
+export const FORWARD_CHUNK = 256;
+/** Checkpoints of SpyRLTrainer's passes (its default) and of sftStep's (TrainingPass's default). */
+export { ROUND_CHECKPOINTS };
+export const SFT_CHECKPOINTS: CheckpointDtype = 'f32';
+/** load.ts Q4_STAGING_BYTES: the bf16 rows a q4 load quantizes at once (checked in the test). */
+export const Q4_STAGING_BYTES = 4 << 20;
+
+/** Base weights on the GPU: bf16 packed two per u32; q4 (docs/ENGINE.md) for every 2-D weight, norms bf16. */
+export function weightBytes(cfg: Qwen3Config, format: WeightsFormat): { total: number; largest: { bytes: number; what: string } } {
+  let total = 0;
+  let largest = { bytes: 0, what: '' };
+  for (const w of weightNames(cfg)) {
+    const n = w.shape.reduce((a, b) => a * b, 1);
+    const bytes = format === 'q4' && w.shape.length === 2 ? q4Words(w.shape[0]!, w.shape[1]!) * 4 : pooled(n * 2);
+    total += bytes;
+    if (bytes > largest.bytes) largest = { bytes, what: `the ${format} weight ${w.name} (${w.shape.join(', ')})` };
+  }
+  return { total, largest };
+}
+
+export interface LoraShape {
+  r: number;
+  targets: readonly LoraTarget[];
+}
+
+/** A (r, K) and B (N, r) of every adapted projection, f32; `copies` of them (params, grads, m, v). */
+export function loraBytes(cfg: Qwen3Config, lora: LoraShape, copies: number): number {
+  let one = 0;
+  for (const t of lora.targets) {
+    const d = targetDims(cfg, t);
+    one += f32(lora.r * d.in) + f32(d.out * lora.r);
+  }
+  return copies * cfg.numLayers * one;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Phases.
+
+export type RoundPhase = 'load' | 'summaries' | 'reasons' | 'votes' | 'eval' | 'update';
+
+export interface PlannedBuffer {
+  name: string;
+  shape: string;
+  /** Of all `count` buffers together. */
+  bytes: number;
+  /** Identical buffers this entry stands for (the largest single buffer is bytes / count). */
+  count: number;
+}
+
+export interface PhasePlan {
+  phase: RoundPhase;
+  kv: number;
+  activations: number;
+  workspace: number;
+  /** weights + lora + kv + activations + workspace (load: weights + its staging; no adapter yet) */
   total: number;
+  /** What the phase holds besides the weights and the LoRA state, largest first. */
+  buffers: PlannedBuffer[];
+  /** Its largest single buffer. */
+  largest: { bytes: number; what: string };
+}
+
+const buf = (name: string, shape: string, bytes: number, count = 1): PlannedBuffer => ({ name, shape, bytes, count });
+const sum = (b: readonly PlannedBuffer[]) => b.reduce((n, x) => n + x.bytes, 0);
+
+/**
+ * The live buffers of one Qwen3Model.forward over `tokens` tokens with `rows` logit rows: the
+ * (R, V) logits and one chunk's intermediates (equal chunks reuse each other's buffers; a shorter
+ * last chunk's are made after the full chunk's are dropped), with the gathered rows and, in any
+ * chunk after the first, their (R', V) logits before the copy into place.
+ */
+function forwardBuffers(cfg: Qwen3Config, tokens: number, rows: number, r: number, chunk: number, tag: string): PlannedBuffer[] {
+  const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V } = cfg;
+  const chunkSet = (T: number, later: boolean): PlannedBuffer[] => {
+    const out = [
+      buf(`${tag} ids, slots, positions`, `3 x (${T}) u32`, 3 * f32(T), 3),
+      buf(`${tag} x, h`, `2 x (${T}, C) f32`, 2 * f32(T * C), 2),
+      buf(`${tag} q, qNormed, attn`, `3 x (${T}, NH*HD) f32`, 3 * f32(T * NH * HD), 3),
+      buf(`${tag} k, kNormed, v`, `3 x (${T}, NKV*HD) f32`, 3 * f32(T * NKV * HD), 3),
+      buf(`${tag} gate, up, act`, `3 x (${T}, I) f32`, 3 * f32(T * I), 3),
+    ];
+    if (r > 0) out.push(buf(`${tag} loraU`, `(${T}, r) f32`, f32(T * r)));
+    if (rows > 0) out.push(buf(`${tag} logitRows`, '(R) u32', f32(rows)), buf(`${tag} hLast`, '(R, C) f32', f32(rows * C)));
+    if (later && rows > 1) out.push(buf(`${tag} logitsChunk`, "(R', V) f32", f32((rows - 1) * V)));
+    return out;
+  };
+  const full = Math.min(tokens, chunk), last = tokens > chunk ? tokens - Math.floor((tokens - 1) / chunk) * chunk : 0;
+  const candidates = [chunkSet(full, tokens >= 2 * chunk)];
+  if (last > 0) candidates.push(chunkSet(last, true));
+  return [buf(`${tag} logits`, '(R, V) f32', f32(Math.max(rows, 1) * V)), ...candidates.reduce((a, b) => (sum(b) > sum(a) ? b : a))];
+}
+
+interface BatchShape {
+  slots: number;
+  /** Prompt tokens of a civilian (the first one is the KV source). */
+  prompt: number;
+  /** Tokens of another civilian's prompt after the part it shares with the source. */
+  civilianTail: number;
+  /** The spy's prompt, and the tokens before its report it surely shares with the source. */
+  spyPrompt: number;
+  spyHead: number;
+  /** Positions written past the prompt (generated tokens fed back). */
+  extra: number;
+  /** Whether prompts share KV prefixes (the game's prompts; eval prompts do not). */
+  shared: boolean;
+}
+
+/**
+ * How GpuPolicy lays out a batch (sharedPositions, planPages): the source civilian holds its
+ * prompt and answer; every other prompt maps the source's whole pages of their common prefix and
+ * holds (and re-prefills) the rest. The spy's copy differs from the removed span on, planned at
+ * the report's first token: it shares only the head.
+ */
+function batchLayout(b: BatchShape, P: number) {
+  const own = (tokens: number) => kvPages(tokens + b.extra, P);
+  if (!b.shared) return { pages: b.slots * own(b.prompt), pass0: { tokens: b.slots * b.prompt, rows: b.slots }, pass1: null };
+  const civilianShared = Math.floor(Math.max(0, b.prompt - Math.max(1, b.civilianTail)) / P) * P;
+  const spyShared = Math.floor(Math.min(b.spyHead, b.spyPrompt - 1) / P) * P;
+  const pages = own(b.prompt) + (b.slots - 2) * (own(b.prompt) - civilianShared / P) + own(b.spyPrompt) - spyShared / P;
+  // Pass 0: prompts that share nothing (the source, and the spy when its head is under a page); pass 1: the borrowers.
+  const civilians = { tokens: (b.slots - 2) * (b.prompt - civilianShared), rows: b.slots - 2 };
+  return spyShared > 0
+    ? { pages, pass0: { tokens: b.prompt, rows: 1 }, pass1: { tokens: civilians.tokens + b.spyPrompt - spyShared, rows: civilians.rows + 1 } }
+    : { pages, pass0: { tokens: b.prompt + b.spyPrompt, rows: 2 }, pass1: civilians.rows > 0 ? civilians : null };
+}
+
+export interface RoundPlanOptions extends RoundShape {
+  weights: WeightsFormat;
+  kv: KvDtype;
+  lora: LoraShape;
+  /** false: inference only (no gradients, no AdamW moments, no update phase). Default true. */
+  training?: boolean;
+  /** TrainingPass options (defaults: ROUND_CHECKPOINTS, DEFAULT_MLP_CHUNK). */
+  checkpoints?: CheckpointDtype;
+  mlpChunk?: number;
+  /** Held-out reports summarised together at an evaluation (0: none). */
+  evalDocs?: number;
+  /** Qwen3Model.chunk. */
+  forwardChunk?: number;
+}
+
+export interface MemoryPlan {
+  kind: 'round' | 'sft';
+  weights: number;
+  kv: number; // of the peak phase
+  lora: number;
+  activations: number; // of the peak phase
+  workspace: number; // of the peak phase
+  total: number;
+  peakPhase: RoundPhase;
+  phases: PhasePlan[];
   /** The largest single buffer: it must fit maxStorageBufferBindingSize. */
   largestBuffer: { bytes: number; what: string };
+  sequences: RoundSequences | null;
+  /** Longest sequence of the update (the training pass). */
+  trainSeqLen: number;
+  cfg: Qwen3Config;
+  options: Required<Omit<RoundPlanOptions, 'prompts'>> & { prompts?: PromptConfig };
 }
 
-const HEAD_ROWS = 64;
+function resolve(o: RoundPlanOptions): MemoryPlan['options'] {
+  return {
+    ...o,
+    maskRatio: o.maskRatio ?? 0,
+    maskPlaceholder: o.maskPlaceholder ?? null,
+    reasonTokens: o.reasonTokens ?? 0,
+    training: o.training ?? true,
+    checkpoints: o.checkpoints ?? ROUND_CHECKPOINTS,
+    mlpChunk: o.mlpChunk ?? DEFAULT_MLP_CHUNK,
+    evalDocs: o.evalDocs ?? 0,
+    forwardChunk: o.forwardChunk ?? FORWARD_CHUNK,
+  };
+}
 
-export function trainingMemoryBytes(cfg: Qwen3Config, lora: LoraConfig, opts: { seqLen: number; kvSlots?: number; kvMaxT?: number }): TrainingMemory {
-  const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V, numLayers: L } = cfg;
-  const T = opts.seqLen;
-  const base = gpuMemoryBytes(cfg, { maxT: opts.kvMaxT ?? 0, slots: opts.kvSlots ?? 0 });
-  let loraParams = 0;
-  for (const t of lora.targetModules) {
-    const d = targetDims(cfg, t);
-    loraParams += lora.r * (d.in + d.out);
-  }
-  const loraBytes = 6 * L * loraParams * 4;
-  const checkpoints = (L + 2) * T * C * 4;
-  // forward intermediates (h1 q k v qr kr att lse xMid h2 gate up act) and backward scratch
-  // (dAct dGate dUp dh dAtt dqr dkr dv dq dk xOut dx dhN) of one layer.
-  const perToken = 6 * C + 4 * NH * HD + 5 * NKV * HD + NH + 6 * I + 2 * NH * HD + 3 * NKV * HD;
-  const layerWorkspace = T * perToken * 4 + lora.targetModules.length * T * lora.r * 4;
-  const head = 2 * HEAD_ROWS * V * 4;
-  const candidates: [number, string][] = [
-    [V * C * 2, 'the embedding / LM head weight'],
-    [I * C * 2, 'an MLP weight'],
-    [T * I * 4, `one (T=${T}, I=${I}) MLP activation`],
-    [HEAD_ROWS * V * 4, 'the LM-head logits chunk'],
+function persistent(cfg: Qwen3Config, o: MemoryPlan['options']) {
+  const weights = weightBytes(cfg, o.weights);
+  // A, B always; with training dA, dB and AdamW's m and v of both, and the grad-norm word.
+  const lora = loraBytes(cfg, o.lora, o.training ? 4 : 1) + (o.training ? 4 : 0);
+  return { weights, lora };
+}
+
+/** The largest readback of a run: sampled ids, vote candidates, log-probs, a LoRA tensor at a checkpoint. */
+function stagingBytes(cfg: Qwen3Config, o: MemoryPlan['options']): number {
+  const N = o.players, G = o.summaryTokens;
+  const loraTensor = Math.max(0, ...o.lora.targets.map((t) => { const d = targetDims(cfg, t); return o.lora.r * Math.max(d.in, d.out); }));
+  return f32(Math.max(2 * N, N * N, G * Math.max(1, N - 1), loraTensor, 1));
+}
+
+function phasePlan(phase: RoundPhase, base: number, kv: PlannedBuffer[], activations: PlannedBuffer[], workspace: PlannedBuffer[]): PhasePlan {
+  const k = sum(kv), a = sum(activations), w = sum(workspace);
+  const buffers = [...kv, ...activations, ...workspace].sort((x, y) => y.bytes - x.bytes);
+  const one = buffers.reduce((m, b) => (b.bytes / b.count > m.bytes ? { bytes: b.bytes / b.count, what: `the ${phase} buffer ${b.name} ${b.shape}` } : m), { bytes: 0, what: '' });
+  return { phase, kv: k, activations: a, workspace: w, total: base + k + a + w, buffers, largest: one };
+}
+
+/** One generate (GpuPolicy.generate) or voteLogprobs call over a batch, as a phase. */
+function batchPhase(cfg: Qwen3Config, o: MemoryPlan['options'], phase: RoundPhase, b: BatchShape, decode: boolean, base: number, workspace: PlannedBuffer[]): PhasePlan {
+  const V = cfg.vocabSize, N = b.slots, P = KV_PAGE_SIZE, r = o.lora.r;
+  const layout = batchLayout(b, P);
+  const pages = layout.pages;
+  const maxT = b.prompt + b.extra;
+  // L layers' K and V pools (one buffer each) and the page table.
+  const pool = kvCacheBytes({ ...cfg, numLayers: 1 }, { dtype: o.kv, pageSize: P, pages }) / 2;
+  const table = kvCacheBytes(cfg, { dtype: o.kv, pageSize: P, pages, slots: N, maxT }) - 2 * cfg.numLayers * pool;
+  const kv = [
+    buf(`${phase} KV cache`, `2L x (${pages} pages, ${P}, NKV, HD) ${o.kv}`, 2 * cfg.numLayers * pool, 2 * cfg.numLayers),
+    buf(`${phase} KV page table`, `(${N}, ${kvPages(maxT, P)}) u32`, table),
   ];
-  const [bytes, what] = candidates.reduce((a, b) => (b[0] > a[0] ? b : a));
-  const total = base.weights + base.kvCache + loraBytes + checkpoints + layerWorkspace + head;
-  return { weights: base.weights, lora: loraBytes, checkpoints, layerWorkspace, head, kvCache: base.kvCache, total, largestBuffer: { bytes, what } };
+  // Prefill: pass 0 the prompts that own their prefix, pass 1 the borrowers (each re-prefills its tail).
+  const passes = [layout.pass0, ...(layout.pass1 ? [layout.pass1] : [])].map((x) => forwardBuffers(cfg, x.tokens, x.rows, r, o.forwardChunk, 'prefill'));
+  const prefill = [buf(`${phase} promptLogits`, '(N, V) f32', f32(N * V)), ...passes.reduce((a, x) => (sum(x) > sum(a) ? x : a))];
+  let act = prefill;
+  if (decode) {
+    const sampling = [buf('sampleRow', '(V) f32', f32(V)), buf('sampled id, ids and log-probs, lse', '(1) + (2N) + (N)', f32(1) + f32(2 * N) + f32(N), 3)];
+    const step = forwardBuffers(cfg, N, N, r, o.forwardChunk, 'decode');
+    act = [...sampling, ...(sum(prefill) >= sum(step) ? prefill : step)];
+  }
+  return phasePlan(phase, base, kv, act, workspace);
 }
+
+/**
+ * The memory of one SpyRL round: every phase's buffers, and the total at the largest phase.
+ * Lengths are the budgets (a report of docTokens, summaries of summaryTokens): an upper bound.
+ */
+export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPlan {
+  const o = resolve(options);
+  if (!Number.isInteger(o.players) || o.players < 3) throw new RangeError(`players must be an integer >= 3 (got ${o.players})`);
+  const seq = roundSequences(o);
+  const spyCut = o.docTokens - seq.spyReport;
+  const { weights, lora } = persistent(cfg, o);
+  const base = weights.total + lora;
+  const workspace = [buf('uniform arena', '(256 dispatches x 256 B) kernel params', UNIFORM_ARENA_BYTES), buf('readback staging', 'MAP_READ', stagingBytes(cfg, o))];
+  const N = o.players;
+  const phases: PhasePlan[] = [
+    ...loadPhase(cfg, o.weights, weights.total),
+    batchPhase(cfg, o, 'summaries', {
+      slots: N, prompt: seq.summaryPrompt, civilianTail: 1, spyPrompt: seq.summaryPrompt - spyCut, spyHead: SUMMARY_HEAD_TOKENS, extra: o.summaryTokens - 1, shared: true,
+    }, true, base, workspace),
+  ];
+  if (o.reasonTokens > 0) {
+    phases.push(batchPhase(cfg, o, 'reasons', {
+      slots: N, prompt: seq.reasonPrompt, civilianTail: VOTE_TAIL_TOKENS + REASON_QUESTION_EXTRA_TOKENS, spyPrompt: seq.reasonPrompt - spyCut, spyHead: VOTE_HEAD_TOKENS,
+      extra: o.reasonTokens - 1, shared: true,
+    }, true, base, workspace));
+  }
+  phases.push(batchPhase(cfg, o, 'votes', {
+    slots: N, prompt: seq.votePrompt, civilianTail: seq.voteTail, spyPrompt: seq.votePrompt - spyCut, spyHead: VOTE_HEAD_TOKENS, extra: 0, shared: true,
+  }, false, base, workspace));
+  if (o.evalDocs > 0) {
+    phases.push(batchPhase(cfg, o, 'eval', {
+      slots: o.evalDocs, prompt: seq.summaryPrompt, civilianTail: 0, spyPrompt: 0, spyHead: 0, extra: o.summaryTokens - 1, shared: false,
+    }, true, base, workspace));
+  }
+  let trainSeqLen = 0;
+  if (o.training) {
+    const shape = { lora: o.lora.targets.length ? { r: o.lora.r, targetModules: o.lora.targets } : null, checkpoints: o.checkpoints, mlpChunk: o.mlpChunk };
+    const vote = trainingPassBytes(cfg, { ...shape, seqLen: seq.voteSample, numTargets: 1, candidates: N - 1 });
+    const summary = trainingPassBytes(cfg, { ...shape, seqLen: seq.summarySample, numTargets: o.summaryTokens });
+    const pass = vote.peak >= summary.peak ? vote : summary;
+    trainSeqLen = pass === vote ? seq.voteSample : seq.summarySample;
+    phases.push(updatePhase(pass, trainSeqLen, base, workspace));
+  }
+  return finish('round', cfg, o, weights, lora, phases, seq, trainSeqLen);
+}
+
+/**
+ * Loading q4 weights from a bf16 checkpoint (load.ts): every weight lands packed, through one
+ * bf16 staging buffer of whole rows and a status word per quantized tensor; no adapter yet.
+ */
+function loadPhase(cfg: Qwen3Config, format: WeightsFormat, weights: number): PhasePlan[] {
+  if (format !== 'q4') return [];
+  const q4 = weightNames(cfg).filter((w) => w.shape.length === 2);
+  const maxRow = Math.max(...q4.map((w) => w.shape[1]! * 2));
+  const maxTensor = Math.max(...q4.map((w) => w.shape[0]! * w.shape[1]! * 2));
+  const staging = pooled(Math.min(Math.max(Q4_STAGING_BYTES, maxRow), maxTensor));
+  return [phasePlan('load', weights, [], [buf('q4 staging', '(rows, K) bf16', staging), buf('q4 status', '(tensors) u32', f32(q4.length))], [])];
+}
+
+function updatePhase(pass: ReturnType<typeof trainingPassBytes>, T: number, base: number, workspace: PlannedBuffer[]): PhasePlan {
+  const act = [buf(`training pass (T=${T})`, 'checkpoints + one layer or the LM head, forward or backward (trainingPassBytes)', pass.peak)];
+  const p = phasePlan('update', base, [], act, workspace);
+  p.largest = { bytes: pass.largestBuffer.bytes, what: `the training buffer ${pass.largestBuffer.name} at T=${T}` };
+  return p;
+}
+
+function finish(kind: MemoryPlan['kind'], cfg: Qwen3Config, o: MemoryPlan['options'], weights: ReturnType<typeof weightBytes>, lora: number, phases: PhasePlan[], seq: RoundSequences | null, trainSeqLen: number): MemoryPlan {
+  const peak = phases.reduce((a, p) => (p.total > a.total ? p : a));
+  const largestBuffer = [weights.largest, ...phases.map((p) => p.largest)].reduce((a, b) => (b.bytes > a.bytes ? b : a));
+  return {
+    kind, weights: weights.total, kv: peak.kv, lora, activations: peak.activations, workspace: peak.workspace, total: peak.total,
+    peakPhase: peak.phase, phases, largestBuffer, sequences: seq, trainSeqLen, cfg, options: o,
+  };
+}
+
+export interface SftPlanOptions {
+  weights: WeightsFormat;
+  lora: LoraShape;
+  seqLen: number;
+  checkpoints?: CheckpointDtype;
+  mlpChunk?: number;
+}
+
+/** The memory of `spyrl sft`: weights, LoRA state and one training pass of seqLen tokens (T - 1 targets). */
+export function planSft(cfg: Qwen3Config, s: SftPlanOptions): MemoryPlan {
+  const o = resolve({ ...s, checkpoints: s.checkpoints ?? SFT_CHECKPOINTS, kv: 'f32', players: 3, docTokens: 0, summaryTokens: 1 });
+  const { weights, lora } = persistent(cfg, o);
+  const base = weights.total + lora;
+  const workspace = [buf('uniform arena', '(256 dispatches x 256 B) kernel params', UNIFORM_ARENA_BYTES), buf('readback staging', 'MAP_READ', f32(Math.max(s.seqLen, o.lora.r * Math.max(cfg.intermediateSize, cfg.hiddenSize))))];
+  const pass = trainingPassBytes(cfg, { seqLen: s.seqLen, numTargets: s.seqLen - 1, lora: { r: o.lora.r, targetModules: o.lora.targets }, checkpoints: o.checkpoints, mlpChunk: o.mlpChunk });
+  return finish('sft', cfg, o, weights, lora, [...loadPhase(cfg, o.weights, weights.total), updatePhase(pass, s.seqLen, base, workspace)], null, s.seqLen);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. The check: hard limits, then the user's budget, with what to change.
 
 const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
 
+export function formatBytes(n: number): string {
+  if (n >= 2 ** 30) return `${(n / 2 ** 30).toFixed(2)} GiB`;
+  if (n >= 2 ** 20) return `${(n / 2 ** 20).toFixed(1)} MiB`;
+  if (n >= 2 ** 10) return `${(n / 2 ** 10).toFixed(0)} KiB`;
+  return `${n} B`;
+}
+
+export interface AdapterLimits {
+  maxStorageBufferBindingSize: number;
+  maxBufferSize: number;
+}
+
+/** The plan with one option changed (`seqLen` for SFT). */
+function replan(p: MemoryPlan, change: Partial<RoundPlanOptions> & { seqLen?: number }): MemoryPlan {
+  const o = { ...p.options, ...change };
+  return p.kind === 'sft' ? planSft(p.cfg, { weights: o.weights, lora: o.lora, seqLen: change.seqLen ?? p.trainSeqLen, checkpoints: o.checkpoints, mlpChunk: o.mlpChunk }) : planRound(p.cfg, o);
+}
+
+/** The largest value of an integer knob in [lo, hi] whose plan passes `ok`, or null. */
+function largestFitting(lo: number, hi: number, ok: (v: number) => boolean): number | null {
+  if (hi < lo || !ok(lo)) return null;
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (ok(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/** The first single change that makes `fits` true, in the order a user would try them. */
+function whatToChange(p: MemoryPlan, fits: (q: MemoryPlan) => boolean): string {
+  const o = p.options;
+  if (o.weights === 'bf16' && fits(replan(p, { weights: 'q4' }))) return 'load the weights as q4 (--weights q4, or Weights: q4 in the app)';
+  if (p.kind === 'round' && o.kv === 'f32' && fits(replan(p, { kv: 'f16' }))) return 'use an f16 KV cache (--kv f16)';
+  if (p.kind === 'sft') {
+    const T = largestFitting(2, p.trainSeqLen - 1, (v) => fits(replan(p, { seqLen: v })));
+    return T !== null ? `reduce the sequence length to at most ${T} tokens (--seq-len)` : 'use a smaller model or a lower LoRA rank';
+  }
+  const doc = largestFitting(16, o.docTokens - 1, (v) => fits(replan(p, { docTokens: v })));
+  if (doc !== null) return `set docTokenBudget to at most ${doc} tokens`;
+  const sumTok = largestFitting(8, o.summaryTokens - 1, (v) => fits(replan(p, { summaryTokens: v })));
+  if (sumTok !== null) return `set summaryMaxTokens to at most ${sumTok} tokens`;
+  const players = largestFitting(3, o.players - 1, (v) => fits(replan(p, { players: v })));
+  if (players !== null) return `set groupSize to ${players} players`;
+  return 'use a smaller model or a lower LoRA rank';
+}
+
 /**
- * Throws with a message that says what to change when the step cannot fit: a buffer above the
- * adapter's binding limit, or a total above `budgetBytes` (the GPU memory the user allows).
+ * Throws a RangeError saying what to change when the plan cannot run: a buffer above the adapter's
+ * binding limit, or a total above `budgetBytes` (the GPU memory the user allows; WebGPU does not
+ * report it).
  */
-export function checkTrainingFits(m: TrainingMemory, limits: { maxStorageBufferBindingSize: number; maxBufferSize: number }, seqLen: number, budgetBytes?: number): void {
+export function checkPlanFits(p: MemoryPlan, limits: AdapterLimits, budgetBytes?: number): void {
   const limit = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
-  if (m.largestBuffer.bytes > limit) {
-    const hint = m.largestBuffer.what.includes('activation')
-      ? `use a shorter sequence length (at most ${Math.floor((seqLen * limit) / m.largestBuffer.bytes)} tokens)`
-      : 'use a GPU/browser that allows larger storage buffers, or a smaller model';
-    throw new RangeError(`${m.largestBuffer.what} needs ${gib(m.largestBuffer.bytes)}, above this GPU's ${gib(limit)} buffer limit: ${hint}`);
+  if (p.largestBuffer.bytes > limit) {
+    const hint = whatToChange(p, (q) => q.largestBuffer.bytes <= limit);
+    throw new RangeError(`${p.largestBuffer.what} needs ${gib(p.largestBuffer.bytes)}, above this GPU's ${gib(limit)} buffer limit: ${hint === 'use a smaller model or a lower LoRA rank' ? 'use a GPU/browser that allows larger storage buffers, or a smaller model' : hint}`);
   }
-  if (budgetBytes !== undefined && m.total > budgetBytes) {
-    const perToken = (m.checkpoints + m.layerWorkspace) / seqLen;
-    const room = budgetBytes - (m.total - m.checkpoints - m.layerWorkspace);
-    const hint = room > perToken ? `reduce the sequence length to at most ${Math.floor(room / perToken)} tokens` : 'use a smaller model or a lower LoRA rank';
-    throw new RangeError(`training needs about ${gib(m.total)} of GPU memory (weights ${gib(m.weights)}, LoRA state ${gib(m.lora)}, activations ${gib(m.checkpoints + m.layerWorkspace + m.head)}), above the ${gib(budgetBytes)} available: ${hint}`);
+  if (budgetBytes !== undefined && p.total > budgetBytes) {
+    const what = p.kind === 'sft' ? 'training' : 'a round';
+    throw new RangeError(
+      `${what} needs about ${gib(p.total)} of GPU memory at its peak (${p.peakPhase}: weights ${gib(p.weights)}, LoRA state ${gib(p.lora)}, KV cache ${gib(p.kv)}, ` +
+        `activations ${gib(p.activations)}, workspace ${gib(p.workspace)}), above the ${gib(budgetBytes)} available: ${whatToChange(p, (q) => q.total <= budgetBytes)}`,
+    );
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. From a run's config (the CLI and the app).
+
+export type RunShape = Pick<SpyRLConfig, 'groupSize' | 'docTokenBudget' | 'summaryMaxTokens' | 'lora'> &
+  Partial<Pick<SpyRLConfig, 'voteReason' | 'voteReasonMaxTokens' | 'prompts' | 'maskRatio' | 'maskMode' | 'maskPlaceholder'>>;
+
+export interface EngineFormat {
+  weights: WeightsFormat;
+  kv: KvDtype;
+}
+
+/** Plan options of a SpyRL config on an engine format. */
+export function roundPlanOptions(run: RunShape, format: EngineFormat, extra: Partial<RoundPlanOptions> = {}): RoundPlanOptions {
+  return {
+    weights: format.weights,
+    kv: format.kv,
+    players: run.groupSize,
+    docTokens: run.docTokenBudget,
+    summaryTokens: run.summaryMaxTokens,
+    reasonTokens: run.voteReason ? (run.voteReasonMaxTokens ?? 0) : 0,
+    prompts: run.prompts,
+    maskRatio: run.maskRatio ?? 0,
+    maskPlaceholder: run.maskMode === 'placeholder' ? (run.maskPlaceholder ?? null) : null,
+    lora: { r: run.lora.r, targets: run.lora.targetModules },
+    ...extra,
+  };
+}
+
+export interface MemoryCheck {
+  plan: MemoryPlan;
+  /** Null when it fits; else what is wrong and what to change. */
+  problem: string | null;
+  /** True when the problem is a hard adapter limit (loading would fail), not only the budget. */
+  blocking: boolean;
+}
+
+/**
+ * The app's check of a model choice: the round's plan against the adapter's limits and the user's
+ * budget. `format` is the weights / KV choice the load will use; `extra` e.g. { evalDocs }.
+ */
+export function planMemory(
+  cfg: Qwen3Config, run: RunShape, limits: AdapterLimits, budgetBytes?: number, format: EngineFormat = { weights: 'bf16', kv: 'f32' }, extra: Partial<RoundPlanOptions> = {},
+): MemoryCheck {
+  const plan = planRound(cfg, roundPlanOptions(run, format, extra));
+  try {
+    checkPlanFits(plan, limits);
+  } catch (e) {
+    return { plan, problem: (e as Error).message, blocking: true };
+  }
+  try {
+    checkPlanFits(plan, limits, budgetBytes);
+  } catch (e) {
+    return { plan, problem: (e as Error).message, blocking: false };
+  }
+  return { plan, problem: null, blocking: false };
 }

@@ -1,11 +1,13 @@
 // The game's Policy on our GPU engine: batched summaries with a shared KV-cache prefix (civilians
-// prefill their identical prompt once; the spy reuses it up to the removed span), per-prompt
-// seeds so a completion depends only on (prompt, seed, weights), and votes read from the
-// next-token distribution at the prompt's end.
+// prefill their identical prompt once and read its pages; the spy reuses them up to the removed
+// span; voters share everything before their own question), per-prompt seeds so a completion
+// depends only on (prompt, seed, weights), and votes read from the next-token distribution at the
+// prompt's end.
 import type { Generation, GenerateOptions, Policy } from '../game/round.ts';
 import type { ChatPrompt } from '../game/prompts.ts';
 import * as K from '../ops/index.ts';
-import type { Qwen3Model, KVCache } from '../model/qwen3.ts';
+import { KV_PAGE_SIZE, kvPages, type KVCache } from '../model/kvCache.ts';
+import type { Qwen3Model } from '../model/qwen3.ts';
 import { TextStreamer, type Qwen3Tokenizer } from '../model/tokenizer.ts';
 
 export interface PolicyHooks {
@@ -13,10 +15,46 @@ export interface PolicyHooks {
   onDelta?: (index: number, text: string) => void;
 }
 
+/** KV-cache pages of the last generate / voteLogprobs call (a page holds KV_PAGE_SIZE tokens). */
+export interface KvUsage {
+  /** Pages the cache was created with (its memory: bytesAllocated). */
+  pages: number;
+  /** Pages mapped once every prompt was prefilled; a shared prefix counts once. */
+  prefillPages: number;
+  /** Pages mapped at the end (prompts and generated tokens). */
+  endPages: number;
+  bytesAllocated: number;
+}
+
+/**
+ * Positions of each prompt read from its kvShare source instead of prefilled: the prefix rounded
+ * down to whole pages, and never the last token (its logits are needed). 0 when the source itself
+ * borrows (it is prefilled in the same pass).
+ */
+export function sharedPositions(prompts: readonly ChatPrompt[], pageSize = KV_PAGE_SIZE): number[] {
+  return prompts.map((p, b) => {
+    const src = p.kvShare ? prompts[p.kvShare.source] : undefined;
+    if (!p.kvShare || !src || src.kvShare || p.kvShare.source === b) return 0;
+    const n = Math.floor(Math.min(p.kvShare.tokens, p.tokenIds.length - 1, src.tokenIds.length) / pageSize) * pageSize;
+    for (let t = 0; t < n; t++) {
+      if (p.tokenIds[t] !== src.tokenIds[t]) throw new Error(`prompt ${b}: kvShare claims ${p.kvShare.tokens} tokens shared with prompt ${p.kvShare.source}, but token ${t} differs`);
+    }
+    return n;
+  });
+}
+
+/** Pages a batch needs when every prompt writes `extra` positions past its end, shared pages once. */
+export function planPages(prompts: readonly ChatPrompt[], extra: number, pageSize = KV_PAGE_SIZE): number {
+  const shared = sharedPositions(prompts, pageSize);
+  return prompts.reduce((n, p, b) => n + kvPages(p.tokenIds.length + extra, pageSize) - shared[b] / pageSize, 0);
+}
+
 export class GpuPolicy implements Policy {
   /** Tokens generated (and prompt tokens prefilled) so far, for throughput. */
   generatedTokens = 0;
   prefilledTokens = 0;
+  /** KV-cache use of the last call. */
+  kvUsage: KvUsage | null = null;
 
   constructor(
     readonly model: Qwen3Model,
@@ -25,36 +63,21 @@ export class GpuPolicy implements Policy {
   ) {}
 
   /**
-   * Prefills every prompt into its own slot, sharing KV-cache prefixes: a prompt with
-   * kvShare {source, tokens} copies the source slot's first `tokens` positions and prefills the
-   * rest. Returns the (B, V) logits of each prompt's last token.
+   * Prefills every prompt into its own slot, sharing KV-cache prefixes: a prompt with kvShare
+   * {source, tokens} maps the source slot's whole pages of that prefix (cache.share, no copy) and
+   * prefills the rest. Returns the (B, V) logits of each prompt's last token.
    */
   private prefill(prompts: readonly ChatPrompt[], cache: KVCache): GPUBuffer {
     const { gpu, cfg } = this.model;
     const V = cfg.vocabSize;
     const B = prompts.length;
     const logits = gpu.createBuffer(B * V * 4, 'promptLogits'); // (B, V)
-    const shared = prompts.map((p) => (p.kvShare && prompts[p.kvShare.source] && !prompts[p.kvShare.source].kvShare ? Math.min(p.kvShare.tokens, p.tokenIds.length - 1) : 0));
+    const shared = sharedPositions(prompts, cache.pageSize);
     for (const pass of [0, 1]) {
       // Pass 0: prompts that own their prefix; pass 1: those that borrow one.
       const batch = prompts.map((_, b) => b).filter((b) => (shared[b] > 0) === (pass === 1));
       if (batch.length === 0) continue;
-      if (pass === 1) {
-        const { numKvHeads: NKV, headDim: HD } = cfg;
-        const rowBytes = NKV * HD * 4;
-        // WebGPU copies never stay inside one buffer: go through a staging buffer.
-        const staging = gpu.createBuffer(Math.max(...batch.map((b) => shared[b])) * rowBytes, 'kvShareStaging');
-        for (const b of batch) {
-          const src = prompts[b].kvShare!.source, n = shared[b];
-          for (let l = 0; l < cfg.numLayers; l++) {
-            for (const c of [cache.k[l], cache.v[l]]) {
-              gpu.copy(c, src * cache.maxT * rowBytes, staging, 0, n * rowBytes);
-              gpu.copy(staging, 0, c, b * cache.maxT * rowBytes, n * rowBytes);
-            }
-          }
-        }
-        gpu.releaseBuffer(staging);
-      }
+      if (pass === 1) for (const b of batch) cache.share(b, prompts[b].kvShare!.source, shared[b]);
       const ids: number[] = [], slots: number[] = [], positions: number[] = [], last: number[] = [];
       for (const b of batch) {
         const p = prompts[b].tokenIds;
@@ -69,14 +92,24 @@ export class GpuPolicy implements Policy {
     return logits;
   }
 
+  /** A cache with exactly the pages these prompts need when each writes `extra` more positions. */
+  private createCache(prompts: readonly ChatPrompt[], extra: number): KVCache {
+    const maxT = Math.max(...prompts.map((p) => p.tokenIds.length)) + extra;
+    return this.model.createCache(prompts.length, maxT, { pageSize: KV_PAGE_SIZE, pages: planPages(prompts, extra, KV_PAGE_SIZE) });
+  }
+
+  private recordKv(cache: KVCache, prefillPages: number): void {
+    this.kvUsage = { pages: cache.pages, prefillPages, endPages: cache.pagesInUse, bytesAllocated: cache.bytesAllocated };
+  }
+
   async generate(prompts: ChatPrompt[], opts: GenerateOptions): Promise<Generation[]> {
     const { model, tokenizer } = this;
     const { gpu, cfg } = model;
     const V = cfg.vocabSize;
     const B = prompts.length;
     if (opts.seeds.length !== B) throw new RangeError(`${opts.seeds.length} seeds for ${B} prompts`);
-    const maxPrompt = Math.max(...prompts.map((p) => p.tokenIds.length));
-    const cache = model.createCache(B, maxPrompt + opts.maxTokens);
+    // The last sampled token is never fed back, so each sequence writes maxTokens - 1 positions past its prompt.
+    const cache = this.createCache(prompts, Math.max(0, opts.maxTokens - 1));
     const stop = new Set(tokenizer.stopIds);
     const sampling = { temperature: opts.temperature, topK: opts.topK, topP: opts.topP };
     const out: Generation[] = prompts.map(() => ({ text: '', tokenIds: [], logprobs: [], truncated: false }));
@@ -85,9 +118,10 @@ export class GpuPolicy implements Policy {
     const one = gpu.createBuffer(4, 'sampledOne');
     const picked = gpu.createBuffer(B * 8, 'sampledIdsAndLogp'); // (B) u32 ids, then (B) f32 log-probs
     const lse = gpu.createBuffer(B * 4, 'sampleLse');
-    let logits = this.prefill(prompts, cache);
-    let active = prompts.map((_, b) => b);
     try {
+      let logits = this.prefill(prompts, cache);
+      const prefillPages = cache.pagesInUse;
+      let active = prompts.map((_, b) => b);
       for (let step = 0; active.length > 0; step++) {
         const A = active.length;
         // Each row samples with its own seed (step = its own token index), so batching never changes a completion.
@@ -134,6 +168,7 @@ export class GpuPolicy implements Policy {
           logitRows: active.map((_, i) => i),
         }, cache);
       }
+      this.recordKv(cache, prefillPages);
     } finally {
       for (const b of [row, one, picked, lse]) gpu.releaseBuffer(b);
       cache.destroy();
@@ -145,9 +180,14 @@ export class GpuPolicy implements Policy {
     const { gpu, cfg } = this.model;
     const V = cfg.vocabSize;
     const B = prompts.length;
-    const cache = this.model.createCache(B, Math.max(...prompts.map((p) => p.tokenIds.length)));
-    const logits = this.prefill(prompts, cache);
-    cache.destroy();
+    const cache = this.createCache(prompts, 0);
+    let logits: GPUBuffer;
+    try {
+      logits = this.prefill(prompts, cache);
+      this.recordKv(cache, cache.pagesInUse);
+    } finally {
+      cache.destroy();
+    }
     // Full-vocabulary log-softmax at each prompt's end; only the candidates' values come back.
     const nc = Math.max(...candidateTokenIds.map((c) => c.length));
     const firsts = gpu.createBuffer(B * 4, 'firstCandidate');

@@ -7,7 +7,8 @@ import type { SpyRLConfig } from '../game/config.ts';
 import { renderPrompt, summaryMessages } from '../game/prompts.ts';
 import { playRound, roundRng, runLogLine, type PolicySample, type RoundRecord } from '../game/round.ts';
 import { rougeL } from '../game/rouge.ts';
-import { TrainingPass } from './trainingPass.ts';
+import { TrainingPass, type CheckpointDtype } from './trainingPass.ts';
+import { ROUND_CHECKPOINTS } from './trainingPassBytes.ts';
 import { LoraAdapter } from '../model/lora.ts';
 import { initLora, loraConfig, readAdapter, readOptimizerState, writeAdapter, writeOptimizerState, type LoraConfig } from '../model/peft.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
@@ -37,6 +38,11 @@ export interface TrainerOptions {
   now?: () => number;
   /** Base model name for adapter_config.json. */
   baseModel?: string;
+  /**
+   * Storage of the training pass's layer-input checkpoints (default 'bf16': half the memory of
+   * f32 and, unlike f16, no overflow on the large residual values Qwen models can reach).
+   */
+  checkpoints?: CheckpointDtype;
 }
 
 interface TrainerState {
@@ -49,6 +55,7 @@ export class SpyRLTrainer {
   private state: TrainerState = { round: 0, spyBaseline: INITIAL_SPY_BASELINE, pending: [] };
   private readonly log: RoundRecord[] = [];
   private listener: TrainListener | undefined;
+  private checkpoints: CheckpointDtype = ROUND_CHECKPOINTS;
 
   private constructor(
     readonly model: Qwen3Model,
@@ -83,6 +90,7 @@ export class SpyRLTrainer {
     });
     const t = new SpyRLTrainer(model, o.tokenizer, c, lora, adapter, optimizer, new GpuPolicy(model, o.tokenizer), o.train, o.evalDocs, o.now);
     t.listener = o.onEvent;
+    t.checkpoints = o.checkpoints ?? ROUND_CHECKPOINTS;
     t.policy.hooks.onDelta = (seat, text) => t.listener?.({ type: 'summary-delta', round: t.state.round, seat, text });
     if (src && (await src.exists('trainer_state.json'))) {
       const st = await readOptimizerState(src, weights);
@@ -183,7 +191,7 @@ export class SpyRLTrainer {
     };
     const logpOf = async (s: PolicySample) => {
       const { ids, targets } = seqOf(s);
-      const pass = new TrainingPass(this.model, this.adapter, ids, targets, s.candidateTokenIds);
+      const pass = new TrainingPass(this.model, this.adapter, ids, targets, s.candidateTokenIds, { checkpoints: this.checkpoints });
       try { return await pass.forward(); } finally { pass.release(); }
     };
     let refLogp: Float32Array[] | null = null;
@@ -215,7 +223,7 @@ export class SpyRLTrainer {
         off += n;
         if (d.every((x) => x === 0)) continue; // zero advantage and no KL: nothing to backpropagate
         const { ids, targets } = seqOf(s);
-        const pass = new TrainingPass(this.model, this.adapter, ids, targets, s.candidateTokenIds);
+        const pass = new TrainingPass(this.model, this.adapter, ids, targets, s.candidateTokenIds, { checkpoints: this.checkpoints });
         try {
           await pass.forward();
           pass.backward(d);

@@ -2,15 +2,34 @@
 // checkpointing), per-token log-probabilities of given targets, then the backward from d(loss)/d(logp)
 // that recomputes each layer's internals on the way back and adds into the LoRA gradients.
 // Positions are 0..T-1 and attention is causal over the sequence itself (no KV cache).
+//
+// Memory (every buffer is listed in trainingPassBytes.ts): the (L+1) checkpoints, f32 or f16/bf16
+// packed two per u32; one layer's workspace, attention over all T tokens and the MLP over chunks
+// of `mlpChunk` tokens (its (T, I) activations never exist whole); the LM head over chunks of at
+// most HEAD_ROWS target rows (the final norm is applied per chunk).
+//
+// Reduced-precision checkpoints: the forward continues from the ROUNDED layer input, exactly what
+// the backward unpacks, so forward() and backward() are of one function; rounding counts as the
+// identity in the backward (straight-through), which is that function's gradient up to rounding.
 import type { Gpu } from '../gpu/index.ts';
 import * as K from '../ops/index.ts';
 import { loraBackward, loraForward, type LoraAdapter, type LoraTarget } from '../model/lora.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
+import {
+  CHECKPOINT_DTYPES, DEFAULT_MLP_CHUNK, HEAD_ROWS, checkpointBytes, headRows, isMlpTarget, mlpChunkRows, trainingPassBytes,
+  type CheckpointDtype, type TrainingPassBytes,
+} from './trainingPassBytes.ts';
 
-/** Rows of the LM head processed at once: bounds the (R, V) logits buffer. */
-const HEAD_ROWS = 64;
+export { trainingPassBytes, trainingPassLayout, type CheckpointDtype, type TrainingPassBytes, type TrainingPassShape } from './trainingPassBytes.ts';
 
-/** Per-layer intermediates of one recomputed layer forward (T tokens). */
+export interface TrainingPassOptions {
+  /** Storage of the layer-input checkpoints (default 'f32': bit-for-bit the f32 pass). */
+  checkpoints?: CheckpointDtype;
+  /** Tokens per MLP chunk (default 256): bounds the (chunk, I) buffers. */
+  mlpChunk?: number;
+}
+
+/** One recomputed layer's intermediates: attention over T tokens, MLP over Tc = min(T, mlpChunk). */
 interface LayerBuffers {
   h1: GPUBuffer; // (T, C) input_layernorm(x)
   q: GPUBuffer; // (T, NH, HD) before q_norm
@@ -20,19 +39,36 @@ interface LayerBuffers {
   kr: GPUBuffer; // (T, NKV, HD) after k_norm and RoPE
   att: GPUBuffer; // (T, NH, HD) attention output
   lse: GPUBuffer; // (T, NH) log-sum-exp of each attention row
-  xMid: GPUBuffer; // (T, C) x + o_proj(att)
+  xMid: GPUBuffer; // (T, C) x + o_proj(att); the forward adds the MLP into it in place (x_{l+1})
   h2: GPUBuffer; // (T, C) post_attention_layernorm(xMid)
-  gate: GPUBuffer; // (T, I)
-  up: GPUBuffer; // (T, I)
-  act: GPUBuffer; // (T, I) silu(gate) * up
-  u: Map<LoraTarget, GPUBuffer>; // (T, r) x A^T of each adapted projection
+  gate: GPUBuffer; // (Tc, I)
+  up: GPUBuffer; // (Tc, I)
+  act: GPUBuffer; // (Tc, I) silu(gate) * up
+  h2c: GPUBuffer | null; // (Tc, C) rows of h2 of the current chunk (only when T > Tc)
+  yc: GPUBuffer | null; // (Tc, C) rows of the chunk's output or incoming gradient (only when T > Tc)
+  u: Map<LoraTarget, GPUBuffer>; // (T, r) x A^T of each adapted attention projection, (Tc, r) MLP
+}
+
+/** Gradients of one layer, reused layer after layer. */
+interface LayerGrads {
+  dh: GPUBuffer; // (T, C) d h2, then d h1
+  dAtt: GPUBuffer; // (T, NH, HD)
+  dqr: GPUBuffer; // (T, NH, HD)
+  dkr: GPUBuffer; // (T, NKV, HD)
+  dv: GPUBuffer; // (T, NKV, HD)
+  du: GPUBuffer; // (T, r) LoRA scratch
+  dAct: GPUBuffer; // (Tc, I)
+  dGate: GPUBuffer; // (Tc, I)
+  dUp: GPUBuffer; // (Tc, I)
 }
 
 export class TrainingPass {
   private readonly gpu: Gpu;
   private readonly T: number;
-  private readonly xs: GPUBuffer[] = []; // L+1 of (T, C): input of each layer, then the final residual
-  private readonly hN: GPUBuffer; // (T, C) final norm output
+  private readonly dtype: CheckpointDtype;
+  private readonly Tc: number; // MLP chunk rows, min(T, mlpChunk)
+  private readonly mlpChunk: number;
+  private readonly xs: GPUBuffer[] = []; // L+1 of (T, C) f32 or packed f16/bf16: input of each layer, then the final residual
   private readonly pos: GPUBuffer; // (T) u32 positions 0..T-1
   private readonly buffers: GPUBuffer[] = [];
   private readonly runs: { start: number; length: number; offset: number }[] = []; // target rows as contiguous runs
@@ -58,6 +94,7 @@ export class TrainingPass {
      * restricted to the other players' labels is; every target must be one of them.
      */
     readonly restrictTo: readonly number[] | null = null,
+    opts: TrainingPassOptions = {},
   ) {
     this.gpu = model.gpu;
     const { cfg } = model;
@@ -67,6 +104,11 @@ export class TrainingPass {
     for (const [i, id] of [...ids, ...targets.filter((t) => t >= 0)].entries()) {
       if (!Number.isInteger(id) || id < 0 || id >= cfg.vocabSize) throw new RangeError(`token id ${id} (index ${i}) is out of range for vocab size ${cfg.vocabSize}`);
     }
+    this.dtype = opts.checkpoints ?? 'f32';
+    if (!CHECKPOINT_DTYPES.includes(this.dtype)) throw new RangeError(`TrainingPass option checkpoints must be one of ${CHECKPOINT_DTYPES.join(', ')} (got ${String(opts.checkpoints)})`);
+    this.mlpChunk = opts.mlpChunk ?? DEFAULT_MLP_CHUNK;
+    if (!Number.isSafeInteger(this.mlpChunk) || this.mlpChunk < 1) throw new RangeError(`TrainingPass option mlpChunk must be a positive integer (got ${opts.mlpChunk})`);
+    this.Tc = mlpChunkRows(T, this.mlpChunk);
     const tgt: number[] = [];
     for (let t = 0; t < T; t++) {
       if (targets[t] < 0) continue;
@@ -82,8 +124,7 @@ export class TrainingPass {
       for (const t of tgt) if (!restrictTo.includes(t)) throw new RangeError(`target ${t} is not among the restricted candidates`);
     }
     const C = cfg.hiddenSize;
-    for (let l = 0; l <= cfg.numLayers; l++) this.xs.push(this.alloc(T * C * 4, `x.${l}`));
-    this.hN = this.alloc(T * C * 4, 'hN');
+    for (let l = 0; l <= cfg.numLayers; l++) this.xs.push(this.alloc(checkpointBytes(T * C, this.dtype), `x.${l}`));
     this.pos = this.alloc(T * 4, 'positions');
     this.gpu.write(this.pos, Uint32Array.from({ length: T }, (_, i) => i));
     this.targets = this.alloc(Math.max(1, this.M) * 4, 'targets');
@@ -96,102 +137,244 @@ export class TrainingPass {
     return this.M;
   }
 
+  /** What this pass allocates (trainingPassBytes of its shape). */
+  get bytes(): TrainingPassBytes {
+    const lora = this.lora?.enabled ? { r: this.lora.settings.r, targetModules: this.lora.settings.targetModules } : null;
+    return trainingPassBytes(this.model.cfg, {
+      seqLen: this.T, numTargets: this.M, lora, checkpoints: this.dtype, mlpChunk: this.mlpChunk, candidates: this.restrictTo?.length,
+    });
+  }
+
   private alloc(bytes: number, label: string): GPUBuffer {
     const b = this.gpu.createBuffer(bytes, label);
     this.buffers.push(b);
     return b;
   }
 
+  private get reduced(): boolean {
+    return this.dtype !== 'f32';
+  }
+
+  // ---- 1. checkpoints ------------------------------------------------------------------------
+
+  /** (T, C) f32 scratch for the unpacked layer input; null with f32 checkpoints (read in place). */
+  private createScratch(): GPUBuffer | null {
+    return this.reduced ? this.gpu.createBuffer(this.T * this.model.cfg.hiddenSize * 4, 'xF32') : null;
+  }
+
+  /** Stores x (T, C) f32 as checkpoint l. Reduced precision: xF32 receives the rounded value, which the forward continues from. */
+  private storeCheckpoint(l: number, x: GPUBuffer, xF32: GPUBuffer | null): void {
+    const n = this.T * this.model.cfg.hiddenSize;
+    if (!xF32) {
+      if (x !== this.xs[l]) this.gpu.copy(x, 0, this.xs[l], 0, n * 4);
+      return;
+    }
+    K.packHalf(this.gpu, this.xs[l], x, n, this.dtype as K.HalfFormat);
+    K.unpackHalf(this.gpu, xF32, this.xs[l], n, this.dtype as K.HalfFormat);
+  }
+
+  /** Checkpoint l as an f32 (T, C) buffer. */
+  private loadCheckpoint(l: number, xF32: GPUBuffer | null): GPUBuffer {
+    if (!xF32) return this.xs[l];
+    K.unpackHalf(this.gpu, xF32, this.xs[l], this.T * this.model.cfg.hiddenSize, this.dtype as K.HalfFormat);
+    return xF32;
+  }
+
+  /** Checkpoint l (0: the embedding, L: the final residual) as the backward sees it, unpacked to f32 (T, C). */
+  async readCheckpoint(l: number): Promise<Float32Array> {
+    const L = this.model.cfg.numLayers;
+    if (!Number.isInteger(l) || l < 0 || l > L) throw new RangeError(`checkpoint ${l} is out of range 0..${L}`);
+    const xF32 = this.createScratch();
+    try {
+      return await this.gpu.readF32(this.loadCheckpoint(l, xF32), this.T * this.model.cfg.hiddenSize);
+    } finally {
+      if (xF32) this.gpu.releaseBuffer(xF32);
+    }
+  }
+
+  // ---- 2. one layer --------------------------------------------------------------------------
+
   private layerBuffers(): LayerBuffers {
     const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = this.model.cfg;
-    const T = this.T;
+    const { T, Tc } = this;
     const f = (n: number, label: string) => this.gpu.createBuffer(n * 4, label);
     const u = new Map<LoraTarget, GPUBuffer>();
-    if (this.lora?.enabled) for (const t of this.lora.settings.targetModules) u.set(t, f(T * this.lora.settings.r, `u.${t}`));
+    if (this.lora?.enabled) for (const t of this.lora.settings.targetModules) u.set(t, f((isMlpTarget(t) ? Tc : T) * this.lora.settings.r, `u.${t}`));
+    const chunked = Tc < T;
     return {
       h1: f(T * C, 'h1'), q: f(T * NH * HD, 'q'), k: f(T * NKV * HD, 'k'), v: f(T * NKV * HD, 'v'),
       qr: f(T * NH * HD, 'qr'), kr: f(T * NKV * HD, 'kr'), att: f(T * NH * HD, 'att'), lse: f(T * NH, 'lse'),
-      xMid: f(T * C, 'xMid'), h2: f(T * C, 'h2'), gate: f(T * I, 'gate'), up: f(T * I, 'up'), act: f(T * I, 'act'), u,
+      xMid: f(T * C, 'xMid'), h2: f(T * C, 'h2'), gate: f(Tc * I, 'gate'), up: f(Tc * I, 'up'), act: f(Tc * I, 'act'),
+      h2c: chunked ? f(Tc * C, 'h2Chunk') : null, yc: chunked ? f(Tc * C, 'yChunk') : null, u,
     };
   }
 
-  private releaseLayerBuffers(b: LayerBuffers): void {
-    const { u, ...rest } = b;
-    for (const buf of [...Object.values(rest), ...u.values()]) this.gpu.releaseBuffer(buf);
+  private releaseAll(bufs: Record<string, GPUBuffer | null | Map<LoraTarget, GPUBuffer>>): void {
+    for (const b of Object.values(bufs)) {
+      if (b instanceof Map) for (const x of b.values()) this.gpu.releaseBuffer(x);
+      else if (b) this.gpu.releaseBuffer(b);
+    }
   }
 
-  /** x_{l+1} = layer_l(x_l), leaving every intermediate in `b` for the backward. */
-  private layerForward(l: number, x: GPUBuffer, xOut: GPUBuffer, b: LayerBuffers): void {
+  /** y (rows, N) (+)= x (rows, Kd) W^T, plus the LoRA branch of target t (x A^T kept in u). */
+  private proj(l: number, b: LayerBuffers, y: GPUBuffer, x: GPUBuffer, w: K.Weight, t: LoraTarget, rows: number, N: number, Kd: number, accumulate = false): void {
+    K.matmul(this.gpu, y, x, w, rows, N, Kd, accumulate);
+    const p = this.lora?.enabled ? this.lora.get(l, t) : undefined;
+    if (p) loraForward(this.gpu, y, b.u.get(t)!, x, p, rows, this.lora!.settings.r, this.lora!.scale);
+  }
+
+  /** Attention half of layer l from its input x (T, C): h1 .. xMid and h2, all kept in b. */
+  private attentionForward(l: number, x: GPUBuffer, b: LayerBuffers): void {
     const { gpu, T } = this;
     const { cfg, weights } = this.model;
     const lw = weights.layers[l];
-    const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, rmsNormEps: eps, ropeTheta: theta } = cfg;
-    const lora = this.lora?.enabled ? this.lora : null;
-    const proj = (y: GPUBuffer, xIn: GPUBuffer, w: GPUBuffer, t: LoraTarget, N: number, Kd: number, accumulate = false) => {
-      K.matmul(gpu, y, xIn, w, T, N, Kd, accumulate);
-      const p = lora?.get(l, t);
-      if (p) loraForward(gpu, y, b.u.get(t)!, xIn, p, T, lora!.settings.r, lora!.scale);
-    };
+    const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, rmsNormEps: eps, ropeTheta: theta } = cfg;
     K.rmsNorm(gpu, b.h1, x, lw.inputNorm, T, C, eps);
-    proj(b.q, b.h1, lw.qProj, 'q_proj', NH * HD, C);
-    proj(b.k, b.h1, lw.kProj, 'k_proj', NKV * HD, C);
-    proj(b.v, b.h1, lw.vProj, 'v_proj', NKV * HD, C);
+    this.proj(l, b, b.q, b.h1, lw.qProj, 'q_proj', T, NH * HD, C);
+    this.proj(l, b, b.k, b.h1, lw.kProj, 'k_proj', T, NKV * HD, C);
+    this.proj(l, b, b.v, b.h1, lw.vProj, 'v_proj', T, NKV * HD, C);
     K.rmsNorm(gpu, b.qr, b.q, lw.qNorm, T * NH, HD, eps);
     K.rmsNorm(gpu, b.kr, b.k, lw.kNorm, T * NKV, HD, eps);
     K.rope(gpu, b.qr, this.pos, T, NH, HD, theta);
     K.rope(gpu, b.kr, this.pos, T, NKV, HD, theta);
     K.attentionForwardLse(gpu, b.att, b.lse, b.qr, b.kr, b.v, T, NH, NKV, HD);
     gpu.copy(x, 0, b.xMid, 0, T * C * 4);
-    proj(b.xMid, b.att, lw.oProj, 'o_proj', C, NH * HD, true);
+    this.proj(l, b, b.xMid, b.att, lw.oProj, 'o_proj', T, C, NH * HD, true);
     K.rmsNorm(gpu, b.h2, b.xMid, lw.postNorm, T, C, eps);
-    proj(b.gate, b.h2, lw.gateProj, 'gate_proj', I, C);
-    proj(b.up, b.h2, lw.upProj, 'up_proj', I, C);
-    K.siluMul(gpu, b.act, b.gate, b.up, T * I);
-    gpu.copy(b.xMid, 0, xOut, 0, T * C * 4);
-    proj(xOut, b.act, lw.downProj, 'down_proj', C, I, true);
   }
+
+  /** Calls fn(t0, R) for each MLP chunk of rows t0 .. t0+R-1. */
+  private forEachChunk(fn: (t0: number, R: number) => void): void {
+    for (let t0 = 0; t0 < this.T; t0 += this.Tc) fn(t0, Math.min(this.Tc, this.T - t0));
+  }
+
+  /** Rows t0 .. t0+R-1 of src (T, C): src itself when the MLP runs in one chunk, else copied into stage. */
+  private chunkRows(src: GPUBuffer, stage: GPUBuffer | null, t0: number, R: number): GPUBuffer {
+    if (!stage) return src;
+    const C = this.model.cfg.hiddenSize;
+    this.gpu.copy(src, t0 * C * 4, stage, 0, R * C * 4);
+    return stage;
+  }
+
+  /** gate, up, act of one chunk from its h2 rows (R, C). */
+  private mlpUp(l: number, b: LayerBuffers, h2: GPUBuffer, R: number): void {
+    const lw = this.model.weights.layers[l];
+    const { hiddenSize: C, intermediateSize: I } = this.model.cfg;
+    this.proj(l, b, b.gate, h2, lw.gateProj, 'gate_proj', R, I, C);
+    this.proj(l, b, b.up, h2, lw.upProj, 'up_proj', R, I, C);
+    K.siluMul(this.gpu, b.act, b.gate, b.up, R * I);
+  }
+
+  /** MLP of layer l, chunk by chunk: xMid (T, C) += down(silu(gate(h2)) * up(h2)), so xMid ends as x_{l+1}. */
+  private mlpForward(l: number, b: LayerBuffers): void {
+    const lw = this.model.weights.layers[l];
+    const { hiddenSize: C, intermediateSize: I } = this.model.cfg;
+    this.forEachChunk((t0, R) => {
+      this.mlpUp(l, b, this.chunkRows(b.h2, b.h2c, t0, R), R);
+      const y = this.chunkRows(b.xMid, b.yc, t0, R);
+      this.proj(l, b, y, b.act, lw.downProj, 'down_proj', R, C, I, true);
+      if (b.yc) this.gpu.copy(b.yc, 0, b.xMid, t0 * C * 4, R * C * 4);
+    });
+  }
+
+  /** dx_in (rows, Kd) (+)= dy W, plus the LoRA branch's input gradient, and its dA/dB. */
+  private projBack(l: number, b: LayerBuffers, g: LayerGrads, dxIn: GPUBuffer, dy: GPUBuffer, xIn: GPUBuffer, w: K.Weight, t: LoraTarget, rows: number, N: number, Kd: number, accumulate: boolean): void {
+    K.matmulBackwardInput(this.gpu, dxIn, dy, w, rows, N, Kd, accumulate);
+    const lora = this.lora!;
+    const p = lora.get(l, t);
+    if (p) loraBackward(this.gpu, dxIn, g.du, dy, xIn, b.u.get(t)!, p, rows, lora.settings.r, lora.scale);
+  }
+
+  /**
+   * MLP backward of layer l, chunk by chunk (gate, up, act recomputed from h2's rows): given
+   * dx (T, C) = d x_{l+1}, writes g.dh (T, C) = d h2 and adds into the MLP's LoRA gradients.
+   */
+  private mlpBackward(l: number, b: LayerBuffers, g: LayerGrads, dx: GPUBuffer): void {
+    const { gpu } = this;
+    const lw = this.model.weights.layers[l];
+    const { hiddenSize: C, intermediateSize: I } = this.model.cfg;
+    const down = this.lora!.get(l, 'down_proj');
+    this.forEachChunk((t0, R) => {
+      const h2 = this.chunkRows(b.h2, b.h2c, t0, R);
+      this.mlpUp(l, b, h2, R);
+      // down_proj's LoRA backward needs u = act A^T; its output itself is not needed.
+      if (down) K.matmulF32(gpu, b.u.get('down_proj')!, b.act, down.A, R, this.lora!.settings.r, I);
+      const dy = this.chunkRows(dx, b.yc, t0, R);
+      this.projBack(l, b, g, g.dAct, dy, b.act, lw.downProj, 'down_proj', R, C, I, false);
+      gpu.clear(g.dGate);
+      gpu.clear(g.dUp);
+      K.siluMulBackward(gpu, g.dGate, g.dUp, g.dAct, b.gate, b.up, R * I);
+      const dh2 = b.yc ?? g.dh; // dy is spent: its staging rows receive d h2
+      this.projBack(l, b, g, dh2, g.dGate, h2, lw.gateProj, 'gate_proj', R, I, C, false);
+      this.projBack(l, b, g, dh2, g.dUp, h2, lw.upProj, 'up_proj', R, I, C, true);
+      if (b.yc) gpu.copy(b.yc, 0, g.dh, t0 * C * 4, R * C * 4);
+    });
+  }
+
+  // ---- 3. forward ----------------------------------------------------------------------------
 
   /** Runs the forward and returns log p(target) of each row that has a target, in order. */
   async forward(): Promise<Float32Array> {
     const { gpu, T } = this;
     const { cfg, weights } = this.model;
     const C = cfg.hiddenSize;
-    const idsBuf = gpu.createBuffer(T * 4, 'ids');
+    const xF32 = this.createScratch();
+    const idsBuf = gpu.createBuffer(T * 4, 'ids'); // (T) u32
     gpu.write(idsBuf, Uint32Array.from(this.ids));
-    K.embed(gpu, this.xs[0], idsBuf, weights.embed, T, C, cfg.vocabSize);
-    const b = this.layerBuffers();
-    for (let l = 0; l < cfg.numLayers; l++) this.layerForward(l, this.xs[l], this.xs[l + 1], b);
-    this.releaseLayerBuffers(b);
+    const x0 = xF32 ?? this.xs[0];
+    K.embed(gpu, x0, idsBuf, weights.embed, T, C, cfg.vocabSize);
     gpu.releaseBuffer(idsBuf);
-    K.rmsNorm(gpu, this.hN, this.xs[cfg.numLayers], weights.norm, T, C, cfg.rmsNormEps);
-    if (this.M === 0) return new Float32Array(0);
-    if (this.restrictTo) return this.restrictedLogp();
+    this.storeCheckpoint(0, x0, xF32);
+    const b = this.layerBuffers();
+    for (let l = 0; l < cfg.numLayers; l++) {
+      this.attentionForward(l, xF32 ?? this.xs[l], b);
+      this.mlpForward(l, b);
+      this.storeCheckpoint(l + 1, b.xMid, xF32);
+    }
+    this.releaseAll({ ...b });
+    const xL = xF32 ?? this.xs[cfg.numLayers]; // (T, C) f32 final residual (rounded like the checkpoint)
+    try {
+      if (this.M === 0) return new Float32Array(0);
+      const logp = this.restrictTo ? await this.restrictedLogp(xL) : await this.fullLogp(xL);
+      if (this.dtype === 'f16' && !logp.every(Number.isFinite)) {
+        throw new RangeError("non-finite log-probabilities with f16 checkpoints: the residual stream likely exceeded f16's 65504; use checkpoints 'bf16' or 'f32'");
+      }
+      return logp;
+    } finally {
+      if (xF32) gpu.releaseBuffer(xF32);
+    }
+  }
+
+  /** log p(target) over the whole vocabulary; keeps each row's log-sum-exp for the backward. */
+  private async fullLogp(xL: GPUBuffer): Promise<Float32Array> {
+    const { gpu } = this;
+    const V = this.model.cfg.vocabSize;
+    const Hr = headRows(this.M);
     const logp = gpu.createBuffer(this.M * 4, 'logp'); // (M)
-    this.headChunks((r0, R, off, hr, logits) => {
-      const tg = gpu.createBuffer(R * 4, 'tgtChunk');
-      const lp = gpu.createBuffer(R * 4, 'logpChunk');
-      const ls = gpu.createBuffer(R * 4, 'lseChunk');
-      gpu.copy(this.targets, off * 4, tg, 0, R * 4);
-      K.logSoftmaxGather(gpu, lp, ls, logits, tg, R, cfg.vocabSize);
-      gpu.copy(lp, 0, logp, off * 4, R * 4);
-      gpu.copy(ls, 0, this.lse, off * 4, R * 4);
-      for (const x of [tg, lp, ls]) gpu.releaseBuffer(x);
-      void r0; void hr;
+    const tg = gpu.createBuffer(Hr * 4, 'tgtChunk'); // (Hr) u32
+    const lp = gpu.createBuffer(Hr * 4, 'logpChunk'); // (Hr)
+    const ls = gpu.createBuffer(Hr * 4, 'lseChunk'); // (Hr)
+    this.headChunks(xL, (m0, R, logits) => {
+      gpu.copy(this.targets, m0 * 4, tg, 0, R * 4);
+      K.logSoftmaxGather(gpu, lp, ls, logits, tg, R, V);
+      gpu.copy(lp, 0, logp, m0 * 4, R * 4);
+      gpu.copy(ls, 0, this.lse, m0 * 4, R * 4);
     });
+    for (const x of [tg, lp, ls]) gpu.releaseBuffer(x);
     const out = await gpu.readF32(logp, this.M);
     gpu.releaseBuffer(logp);
     return out;
   }
 
   /** log p(target) renormalised over `restrictTo`: only the candidates' logits come back. */
-  private async restrictedLogp(): Promise<Float32Array> {
+  private async restrictedLogp(xL: GPUBuffer): Promise<Float32Array> {
     const { gpu } = this;
     const V = this.model.cfg.vocabSize;
     const cands = this.restrictTo!;
     const nc = cands.length;
     const picked = gpu.createBuffer(this.M * nc * 4, 'candidateLogits'); // (M, nc)
-    this.headChunks((_r0, R, off, _hr, logits) => {
-      for (let i = 0; i < R; i++) for (let j = 0; j < nc; j++) gpu.copy(logits, (i * V + cands[j]) * 4, picked, ((off + i) * nc + j) * 4, 4);
+    this.headChunks(xL, (m0, R, logits) => {
+      for (let i = 0; i < R; i++) for (let j = 0; j < nc; j++) gpu.copy(logits, (i * V + cands[j]) * 4, picked, ((m0 + i) * nc + j) * 4, 4);
     });
     const z = await gpu.readF32(picked, this.M * nc);
     gpu.releaseBuffer(picked);
@@ -210,24 +393,41 @@ export class TrainingPass {
     return out;
   }
 
-  /** Calls `fn` for each chunk of target rows with their hidden rows and logits (R, V). */
-  private headChunks(fn: (r0: number, R: number, offset: number, hr: GPUBuffer, logits: GPUBuffer) => void): void {
+  // ---- 4. LM head ----------------------------------------------------------------------------
+
+  /** The contiguous pieces (t0 position, m target index, n rows) of target rows m0 .. m0+R-1. */
+  private segments(m0: number, R: number): { t0: number; m: number; n: number }[] {
+    const out: { t0: number; m: number; n: number }[] = [];
+    for (const run of this.runs) {
+      const a = Math.max(m0, run.offset), z = Math.min(m0 + R, run.offset + run.length);
+      if (a < z) out.push({ t0: run.start + (a - run.offset), m: a, n: z - a });
+    }
+    return out;
+  }
+
+  /**
+   * Calls `fn` for each chunk of at most HEAD_ROWS target rows m0 .. m0+R-1 with their residual
+   * rows xr (R, C), normed rows hr (R, C) and logits (R, V): logits never exist for all rows.
+   */
+  private headChunks(xL: GPUBuffer, fn: (m0: number, R: number, logits: GPUBuffer, xr: GPUBuffer, hr: GPUBuffer) => void): void {
     const { gpu } = this;
     const { cfg, weights } = this.model;
     const C = cfg.hiddenSize, V = cfg.vocabSize;
-    const hr = gpu.createBuffer(HEAD_ROWS * C * 4, 'hRows');
-    const logits = gpu.createBuffer(HEAD_ROWS * V * 4, 'logitsRows');
-    for (const run of this.runs) {
-      for (let i = 0; i < run.length; i += HEAD_ROWS) {
-        const R = Math.min(HEAD_ROWS, run.length - i), r0 = run.start + i;
-        gpu.copy(this.hN, r0 * C * 4, hr, 0, R * C * 4);
-        K.matmul(gpu, logits, hr, weights.lmHead, R, V, C);
-        fn(r0, R, run.offset + i, hr, logits);
-      }
+    const Hr = headRows(this.M);
+    const xr = gpu.createBuffer(Hr * C * 4, 'xRows'); // (Hr, C) final residual rows
+    const hr = gpu.createBuffer(Hr * C * 4, 'hRows'); // (Hr, C) after the final norm
+    const logits = gpu.createBuffer(Hr * V * 4, 'logitsRows'); // (Hr, V)
+    for (let m0 = 0; m0 < this.M; m0 += HEAD_ROWS) {
+      const R = Math.min(HEAD_ROWS, this.M - m0);
+      for (const s of this.segments(m0, R)) gpu.copy(xL, s.t0 * C * 4, xr, (s.m - m0) * C * 4, s.n * C * 4);
+      K.rmsNorm(gpu, hr, xr, weights.norm, R, C, cfg.rmsNormEps);
+      K.matmul(gpu, logits, hr, weights.lmHead, R, V, C);
+      fn(m0, R, logits, xr, hr);
     }
-    gpu.releaseBuffer(hr);
-    gpu.releaseBuffer(logits);
+    for (const x of [xr, hr, logits]) gpu.releaseBuffer(x);
   }
+
+  // ---- 5. backward ---------------------------------------------------------------------------
 
   /**
    * Backward from dlogp (M) = d(loss)/d(log p(target)), adding into the adapter's dA/dB.
@@ -240,86 +440,80 @@ export class TrainingPass {
     const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V, rmsNormEps: eps, ropeTheta: theta } = cfg;
     const lora = this.lora?.enabled ? this.lora : null;
     if (!lora) throw new Error('backward needs an enabled LoRA adapter: only LoRA parameters are trained');
+    if (this.M === 0) return; // no target: every gradient is zero
     const r = lora.settings.r;
+    const Hr = headRows(this.M);
+    const xF32 = this.createScratch();
 
-    // d hN: LM head rows, chunk by chunk (logits recomputed, never stored for all rows).
-    const dhN = gpu.createBuffer(T * C * 4, 'dhN'); // (T, C)
-    gpu.clear(dhN);
-    const dlogpBuf = gpu.createBuffer(Math.max(1, this.M) * 4, 'dlogp'); // (M)
-    gpu.write(dlogpBuf, Float32Array.from(dlogp));
-    const dlogits = gpu.createBuffer(HEAD_ROWS * V * 4, 'dlogits'); // (R, V)
-    const dhr = gpu.createBuffer(HEAD_ROWS * C * 4, 'dhRows'); // (R, C)
-    this.headChunks((r0, R, off, _hr, logits) => {
-      const tg = gpu.createBuffer(R * 4, 'tgtChunk');
-      const ls = gpu.createBuffer(R * 4, 'lseChunk');
-      const dl = gpu.createBuffer(R * 4, 'dlogpChunk');
-      gpu.copy(this.targets, off * 4, tg, 0, R * 4);
-      gpu.copy(this.lse, off * 4, ls, 0, R * 4);
-      gpu.copy(dlogpBuf, off * 4, dl, 0, R * 4);
-      if (this.candidateProbs) this.restrictedDlogits(dlogits, dlogp, off, R);
-      else K.logSoftmaxBackward(gpu, dlogits, dl, logits, ls, tg, R, V);
-      K.matmulBackwardInput(gpu, dhr, dlogits, weights.lmHead, R, V, C, false);
-      gpu.copy(dhr, 0, dhN, r0 * C * 4, R * C * 4);
-      for (const x of [tg, ls, dl]) gpu.releaseBuffer(x);
-    });
-    for (const x of [dlogpBuf, dlogits, dhr]) gpu.releaseBuffer(x);
-
-    // d x_L from the final norm; then layer by layer, recomputing each layer's forward.
+    // d x_L from the LM head and the final norm, chunk by chunk (logits recomputed, never stored for all rows).
     const dx = gpu.createBuffer(T * C * 4, 'dx'); // (T, C) gradient of the residual stream
     gpu.clear(dx);
-    K.rmsNormBackward(gpu, dx, dhN, this.xs[cfg.numLayers], weights.norm, T, C, eps);
-    gpu.releaseBuffer(dhN);
+    const dlogpBuf = gpu.createBuffer(this.M * 4, 'dlogp'); // (M)
+    gpu.write(dlogpBuf, Float32Array.from(dlogp));
+    const dlogits = gpu.createBuffer(Hr * V * 4, 'dlogitsRows'); // (Hr, V)
+    const dhr = gpu.createBuffer(Hr * C * 4, 'dhRows'); // (Hr, C) d(normed rows)
+    const dxr = gpu.createBuffer(Hr * C * 4, 'dxRows'); // (Hr, C) d(residual rows)
+    const tg = gpu.createBuffer(Hr * 4, 'tgtChunk'); // (Hr) u32
+    const ls = gpu.createBuffer(Hr * 4, 'lseChunk'); // (Hr)
+    const dl = gpu.createBuffer(Hr * 4, 'dlogpChunk'); // (Hr)
+    this.headChunks(this.loadCheckpoint(cfg.numLayers, xF32), (m0, R, logits, xr) => {
+      if (this.candidateProbs) this.restrictedDlogits(dlogits, dlogp, m0, R);
+      else {
+        gpu.copy(this.targets, m0 * 4, tg, 0, R * 4);
+        gpu.copy(this.lse, m0 * 4, ls, 0, R * 4);
+        gpu.copy(dlogpBuf, m0 * 4, dl, 0, R * 4);
+        K.logSoftmaxBackward(gpu, dlogits, dl, logits, ls, tg, R, V);
+      }
+      K.matmulBackwardInput(gpu, dhr, dlogits, weights.lmHead, R, V, C, false);
+      gpu.clear(dxr);
+      K.rmsNormBackward(gpu, dxr, dhr, xr, weights.norm, R, C, eps);
+      for (const s of this.segments(m0, R)) gpu.copy(dxr, (s.m - m0) * C * 4, dx, s.t0 * C * 4, s.n * C * 4);
+    });
+    for (const x of [dlogpBuf, dlogits, dhr, dxr, tg, ls, dl]) gpu.releaseBuffer(x);
 
+    // Layer by layer, recomputing each layer's forward from its checkpoint. dx holds d x_{l+1}.
     const b = this.layerBuffers();
     const f = (n: number, label: string) => gpu.createBuffer(n * 4, label);
-    const dAct = f(T * I, 'dAct'), dGate = f(T * I, 'dGate'), dUp = f(T * I, 'dUp');
-    const dh = f(T * C, 'dh'), dAtt = f(T * NH * HD, 'dAtt');
-    const dqr = f(T * NH * HD, 'dqr'), dkr = f(T * NKV * HD, 'dkr'), dv = f(T * NKV * HD, 'dv');
-    const dq = f(T * NH * HD, 'dq'), dk = f(T * NKV * HD, 'dk');
-    const du = f(T * r, 'du');
-    const xOut = f(T * C, 'xOutRecompute');
-    // dx_in (+)= dy W (+ the LoRA branch's input gradient, and its dA/dB).
-    const projBack = (l: number, dxIn: GPUBuffer, dy: GPUBuffer, xIn: GPUBuffer, w: GPUBuffer, t: LoraTarget, N: number, Kd: number, accumulate: boolean) => {
-      K.matmulBackwardInput(gpu, dxIn, dy, w, T, N, Kd, accumulate);
-      const p = lora.get(l, t);
-      if (p) loraBackward(gpu, dxIn, du, dy, xIn, b.u.get(t)!, p, T, r, lora.scale);
+    const g: LayerGrads = {
+      dh: f(T * C, 'dh'), dAtt: f(T * NH * HD, 'dAtt'), dqr: f(T * NH * HD, 'dqr'), dkr: f(T * NKV * HD, 'dkr'), dv: f(T * NKV * HD, 'dv'),
+      du: f(T * r, 'du'), dAct: f(this.Tc * I, 'dAct'), dGate: f(this.Tc * I, 'dGate'), dUp: f(this.Tc * I, 'dUp'),
     };
     for (let l = cfg.numLayers - 1; l >= 0; l--) {
       const lw = weights.layers[l];
-      this.layerForward(l, this.xs[l], xOut, b);
-      // MLP: x_out = x_mid + down(silu(gate(h2)) * up(h2)), h2 = norm(x_mid). dx holds d x_out.
-      projBack(l, dAct, dx, b.act, lw.downProj, 'down_proj', C, I, false);
-      gpu.clear(dGate);
-      gpu.clear(dUp);
-      K.siluMulBackward(gpu, dGate, dUp, dAct, b.gate, b.up, T * I);
-      projBack(l, dh, dGate, b.h2, lw.gateProj, 'gate_proj', I, C, false);
-      projBack(l, dh, dUp, b.h2, lw.upProj, 'up_proj', I, C, true);
-      K.rmsNormBackward(gpu, dx, dh, b.xMid, lw.postNorm, T, C, eps); // dx now holds d x_mid
+      const x = this.loadCheckpoint(l, xF32);
+      this.attentionForward(l, x, b);
+      // MLP: x_out = x_mid + down(silu(gate(h2)) * up(h2)), h2 = norm(x_mid).
+      this.mlpBackward(l, b, g, dx);
+      K.rmsNormBackward(gpu, dx, g.dh, b.xMid, lw.postNorm, T, C, eps); // dx now holds d x_mid
       // Attention: x_mid = x + o(attn(rope(qnorm(q)), rope(knorm(k)), v)), q/k/v from h1 = norm(x).
-      projBack(l, dAtt, dx, b.att, lw.oProj, 'o_proj', C, NH * HD, false);
-      for (const g of [dqr, dkr, dv, dq, dk]) gpu.clear(g);
-      K.attentionBackward(gpu, dqr, dkr, dv, dAtt, b.att, b.lse, b.qr, b.kr, b.v, T, NH, NKV, HD);
-      K.ropeBackward(gpu, dqr, this.pos, T, NH, HD, theta);
-      K.ropeBackward(gpu, dkr, this.pos, T, NKV, HD, theta);
-      K.rmsNormBackward(gpu, dq, dqr, b.q, lw.qNorm, T * NH, HD, eps);
-      K.rmsNormBackward(gpu, dk, dkr, b.k, lw.kNorm, T * NKV, HD, eps);
-      projBack(l, dh, dq, b.h1, lw.qProj, 'q_proj', NH * HD, C, false);
-      projBack(l, dh, dk, b.h1, lw.kProj, 'k_proj', NKV * HD, C, true);
-      projBack(l, dh, dv, b.h1, lw.vProj, 'v_proj', NKV * HD, C, true);
-      K.rmsNormBackward(gpu, dx, dh, this.xs[l], lw.inputNorm, T, C, eps); // dx now holds d x_l
+      this.projBack(l, b, g, g.dAtt, dx, b.att, lw.oProj, 'o_proj', T, C, NH * HD, false);
+      for (const d of [g.dqr, g.dkr, g.dv]) gpu.clear(d);
+      K.attentionBackward(gpu, g.dqr, g.dkr, g.dv, g.dAtt, b.att, b.lse, b.qr, b.kr, b.v, T, NH, NKV, HD);
+      K.ropeBackward(gpu, g.dqr, this.pos, T, NH, HD, theta);
+      K.ropeBackward(gpu, g.dkr, this.pos, T, NKV, HD, theta);
+      // qr and kr are spent: they receive d q and d k (before q_norm / k_norm).
+      const dq = b.qr, dk = b.kr;
+      gpu.clear(dq);
+      gpu.clear(dk);
+      K.rmsNormBackward(gpu, dq, g.dqr, b.q, lw.qNorm, T * NH, HD, eps);
+      K.rmsNormBackward(gpu, dk, g.dkr, b.k, lw.kNorm, T * NKV, HD, eps);
+      this.projBack(l, b, g, g.dh, dq, b.h1, lw.qProj, 'q_proj', T, NH * HD, C, false);
+      this.projBack(l, b, g, g.dh, dk, b.h1, lw.kProj, 'k_proj', T, NKV * HD, C, true);
+      this.projBack(l, b, g, g.dh, g.dv, b.h1, lw.vProj, 'v_proj', T, NKV * HD, C, true);
+      K.rmsNormBackward(gpu, dx, g.dh, x, lw.inputNorm, T, C, eps); // dx now holds d x_l
     }
-    this.releaseLayerBuffers(b);
-    for (const x of [dAct, dGate, dUp, dh, dAtt, dqr, dkr, dv, dq, dk, du, xOut, dx]) gpu.releaseBuffer(x);
+    this.releaseAll({ ...b });
+    this.releaseAll({ ...g, dx, xF32 });
   }
 
   /** dlogits rows: dlogp * (onehot - p) on the candidates, zero elsewhere. */
-  private restrictedDlogits(dlogits: GPUBuffer, dlogp: ArrayLike<number>, off: number, R: number): void {
+  private restrictedDlogits(dlogits: GPUBuffer, dlogp: ArrayLike<number>, m0: number, R: number): void {
     const { gpu } = this;
     const V = this.model.cfg.vocabSize;
     const cands = this.restrictTo!, nc = cands.length, probs = this.candidateProbs!, targets = this.targetList;
     gpu.clear(dlogits, 0, R * V * 4);
     for (let i = 0; i < R; i++) {
-      const m = off + i;
+      const m = m0 + i;
       for (let j = 0; j < nc; j++) {
         const g = dlogp[m] * ((cands[j] === targets[m] ? 1 : 0) - probs[m * nc + j]);
         gpu.write(dlogits, new Float32Array([g]), (i * V + cands[j]) * 4);

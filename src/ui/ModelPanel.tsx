@@ -2,10 +2,13 @@
 // see the GPU memory it needs against the adapter's limits, load it with per-file progress,
 // manage the Hub cache.
 import { QWEN3_PRESETS, paramCount, type Qwen3PresetName } from '../model/config.ts';
-import { formatBytes } from '../worker/memoryPlan.ts';
+import { formatBytes, type RoundPhase } from '../train/memory.ts';
 import { useMemo } from 'react';
 import { useApp, useAppShallow } from '../store/hooks.ts';
-import { memoryPlanOf, selectMemoryInputs, type ModelOption } from '../store/modelSlice.ts';
+import { memoryPlanOf, selectFormatInputs, selectMemoryInputs, type ModelOption } from '../store/modelSlice.ts';
+import { type KvType, type WeightsFormat } from '../worker/modelFormat.ts';
+import { weightBytes } from '../train/memory.ts';
+import type { CacheFormat } from '../model/sources.ts';
 import { isBusy } from '../store/runSlice.ts';
 
 const PRESET_NOTES: Record<Qwen3PresetName, string> = {
@@ -57,27 +60,100 @@ function ModelOptions() {
   );
 }
 
+const CACHE_FORMAT_LABEL: Record<CacheFormat, string> = { bf16: 'bf16 download', q4: 'q4 weights' };
+
+/** Weights format and KV-cache type of the next load, with what q4 saves for this model. */
+function FormatChoice() {
+  const { cfg, weights, kv, q4Problem } = useAppShallow(selectFormatInputs);
+  const setWeights = useApp((s) => s.setWeights);
+  const setKv = useApp((s) => s.setKv);
+  const bf16 = cfg ? weightBytes(cfg, 'bf16').total : 0;
+  const q4 = cfg && !q4Problem ? weightBytes(cfg, 'q4').total : 0;
+  let line: string;
+  if (!cfg) line = 'q4 from 1.5B parameters, bf16 below: decided once config.json is known.';
+  else if (weights === 'q4') line = `q4: ${formatBytes(q4)} of weights instead of ${formatBytes(bf16)}; 4-bit with one f16 scale per 32 weights, so logits drift slightly from bf16.`;
+  else line = `bf16: ${formatBytes(bf16)} of weights, exactly as downloaded${q4 ? ` (q4 would take ${formatBytes(q4)})` : ''}.`;
+  return (
+    <div className="format" data-testid="model-format-choice">
+      <div className="row tight">
+        <label className="inline">
+          Weights{' '}
+          <select aria-label="Weights format" value={weights ?? 'auto'} onChange={(e) => setWeights(e.target.value as WeightsFormat)}>
+            {weights === null && <option value="auto">auto</option>}
+            <option value="bf16">bf16</option>
+            <option value="q4" disabled={q4Problem !== null}>
+              q4
+            </option>
+          </select>
+        </label>
+        <label className="inline">
+          KV cache{' '}
+          <select aria-label="KV cache type" value={kv} onChange={(e) => setKv(e.target.value as KvType)}>
+            <option value="f16">f16</option>
+            <option value="f32">f32</option>
+          </select>
+        </label>
+      </div>
+      <p className="small" data-testid="weights-line">
+        {line} KV cache {kv}{kv === 'f16' ? ': half the memory of f32' : ''}.
+      </p>
+      {q4Problem && <p className="small muted">q4 is unavailable: {q4Problem}.</p>}
+    </div>
+  );
+}
+
 function useMemoryPlan() {
   const inputs = useAppShallow(selectMemoryInputs);
   return useMemo(() => memoryPlanOf(inputs), [inputs]);
 }
 
+const PHASE_LABEL: Record<RoundPhase, string> = {
+  load: 'loading (q4)',
+  summaries: 'summaries',
+  reasons: 'vote reasons',
+  votes: 'votes',
+  eval: 'evaluation',
+  update: 'LoRA update',
+};
+
+/** The round's memory plan (src/train/memory.ts, the same the CLI checks): the peak, and each phase. */
 function MemoryCheck() {
-  const plan = useMemoryPlan();
+  const check = useMemoryPlan();
   const probe = useApp((s) => s.probe);
   const budget = useApp((s) => s.gpuBudgetGiB);
   const setBudget = useApp((s) => s.setGpuBudget);
+  const p = check?.plan;
   return (
     <div className="memory" data-testid="memory-check">
-      {plan ? (
+      {check && p ? (
         <>
           <p>
-            Training needs about <strong>{formatBytes(plan.training.total)}</strong> of GPU memory (weights {formatBytes(plan.training.weights)}, LoRA and AdamW{' '}
-            {formatBytes(plan.training.lora)}, activations {formatBytes(plan.training.checkpoints + plan.training.layerWorkspace + plan.training.head)}, KV cache{' '}
-            {formatBytes(plan.training.kvCache)}) for {plan.seqLen}-token sequences. Largest buffer {formatBytes(plan.training.largestBuffer.bytes)}; this GPU allows{' '}
+            Training needs about <strong>{formatBytes(p.total)}</strong> of GPU memory at its peak ({PHASE_LABEL[p.peakPhase]}): weights {formatBytes(p.weights)} (
+            {p.options.weights}), LoRA and AdamW {formatBytes(p.lora)}, KV cache {formatBytes(p.kv)} ({p.options.kv}), activations {formatBytes(p.activations)},
+            workspace {formatBytes(p.workspace)}. Largest buffer {formatBytes(p.largestBuffer.bytes)}; this GPU allows{' '}
             {formatBytes(Math.min(probe!.limits.maxBufferSize, probe!.limits.maxStorageBufferBindingSize))}.
           </p>
-          {plan.problem ? <p className={plan.blocking ? 'error' : 'warning'}>{plan.problem}</p> : <p className="ok">Fits this GPU's limits{budget ? ' and your memory' : ''}.</p>}
+          <table className="small" aria-label="GPU memory by phase of a round">
+            <thead>
+              <tr>
+                <th>phase</th>
+                <th>KV cache</th>
+                <th>activations</th>
+                <th>total</th>
+              </tr>
+            </thead>
+            <tbody>
+              {p.phases.map((ph) => (
+                <tr key={ph.phase}>
+                  <td>{PHASE_LABEL[ph.phase]}</td>
+                  <td>{formatBytes(ph.kv)}</td>
+                  <td>{formatBytes(ph.activations)}</td>
+                  <td>{ph.phase === p.peakPhase ? <strong>{formatBytes(ph.total)}</strong> : formatBytes(ph.total)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          {check.problem ? <p className={check.blocking ? 'error' : 'warning'}>{check.problem}</p> : <p className="ok">Fits this GPU's limits{budget ? ' and your memory' : ''}.</p>}
         </>
       ) : (
         <p className="muted">{probe?.available === false ? `No GPU adapter: ${probe.reason}` : 'The memory estimate appears once the model\'s config.json is known (Hub repos: when you leave the field).'}</p>
@@ -97,7 +173,7 @@ function LoadProgressView() {
   return (
     <div className="progress-block">
       <div className="progress">
-        <progress max={1} value={progress.stage === 'upload' ? progress.fraction : undefined} aria-label="Loading progress" />
+        <progress max={1} value={progress.stage === 'upload' || progress.stage === 'cache' ? progress.fraction : undefined} aria-label="Loading progress" />
         <span>{progress.text}</span>
       </div>
       {Object.values(downloads).length > 0 && (
@@ -132,14 +208,18 @@ function CachedModels() {
     <table className="cached" aria-label="Cached models">
       <tbody>
         {cached.map((m) => (
-          <tr key={`${m.repo}@${m.revision}`}>
+          <tr key={`${m.repo}@${m.revision}+${m.format}`}>
             <td>
               {m.repo}
               {m.revision !== 'main' ? `@${m.revision}` : ''}
             </td>
+            <td>
+              {CACHE_FORMAT_LABEL[m.format]}
+              {m.complete ? '' : ' (incomplete)'}
+            </td>
             <td>{formatBytes(m.bytes)}</td>
             <td>
-              <button className="link" onClick={() => del(m.repo, m.revision)} aria-label={`Delete ${m.repo} from the cache`}>
+              <button className="link" onClick={() => del(m.repo, m.revision, m.format)} aria-label={`Delete ${m.repo} from the cache (${CACHE_FORMAT_LABEL[m.format]})`}>
                 Delete
               </button>
             </td>
@@ -164,6 +244,7 @@ export function ModelPanel() {
     <section className="card" aria-label="Model">
       <h2>Model</h2>
       <ModelOptions />
+      <FormatChoice />
       <MemoryCheck />
       <div className="row">
         <button onClick={() => load()} disabled={loading || running || blocked || (option === 'hub' && !customRepo.trim())}>
@@ -192,6 +273,14 @@ export function ModelPanel() {
           {model.cfg.vocabSize.toLocaleString('en-US')}) on <strong>{model.gpu.description}</strong>
           {model.gpu.f16 ? ', shader-f16' : ''}
           {model.gpu.subgroups ? ', subgroups' : ''}.
+        </p>
+      )}
+      {model && !loading && (
+        <p data-testid="model-format" className="small">
+          Weights <strong>{model.format.weights}</strong> ({formatBytes(weightBytes(model.cfg, model.format.weights).total)}), KV cache <strong>{model.format.kv}</strong>
+          {model.quantizedCache?.status === 'hit' && <>; read from the q4 cache ({formatBytes(model.quantizedCache.bytes)}), nothing downloaded or quantized</>}
+          {model.quantizedCache?.status === 'stored' && <>; the q4 weights are cached ({formatBytes(model.quantizedCache.bytes)}) for the next load</>}
+          {model.quantizedCache?.status === 'not-stored' && <>; the q4 weights could not be cached: {model.quantizedCache.error}</>}.
         </p>
       )}
       {error && (

@@ -9,7 +9,7 @@
 // 4. exports: adapter zip, run log
 import { createGpu, type Gpu } from '../gpu/index.ts';
 import { loadQwen3WithTokenizer } from '../model/load.ts';
-import { deleteCachedModel, defaultHubCache, listCachedModels, type CachedModel, type HubCache } from '../model/sources.ts';
+import { deleteCachedModel, defaultHubCache, listCachedModels, type CacheFormat, type CachedModel, type HubCache } from '../model/sources.ts';
 import { memorySource } from '../model/sources.ts';
 import { readAdapter, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, OPTIMIZER_FILE, TRAINER_STATE_FILE } from '../model/peft.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
@@ -20,7 +20,10 @@ import type { RoundRecord } from '../game/round.ts';
 import type { TrainEvent, TrainListener } from '../train/events.ts';
 import { SpyRLTrainer } from '../train/spyrl.ts';
 import { modelCard, readAdapterUpload, RunSummarizer, zipFiles } from './adapterZip.ts';
-import { describeDownload, readModelConfig, resolveSource, sameModel } from './modelSources.ts';
+import { describeDownload, openQuantizedEntry, readModelConfig, resolveSource, sameModel, storeQuantizedEntry } from './modelSources.ts';
+import { formatBytes, weightBytes } from '../train/memory.ts';
+import { errorMessage, errorName } from './protocol.ts';
+import { checkFormat, defaultFormat, type ModelFormat } from './modelFormat.ts';
 import { defaultRunStorage, type RunFiles, type RunStorage } from './runStorage.ts';
 import type { GpuProbe, LoadedModelInfo, LoadProgress, ModelChoice, ModelRef, PendingAdapterInfo, RunOptions, SavedRunMeta, StepResult } from './protocol.ts';
 
@@ -116,28 +119,65 @@ export class PlaygroundEngine {
 
   /** config.json of a choice (for the memory check before loading). */
   async inspectModel(choice: ModelChoice): Promise<{ name: string; cfg: LoadedModelInfo['cfg'] }> {
-    const { source, name } = await resolveSource(choice, this.sourceDeps());
-    return { name, cfg: await readModelConfig(source) };
+    const cache = this.deps.hubCache();
+    const { source, name, ref } = await resolveSource(choice, this.sourceDeps(cache));
+    // A q4 entry holds config.json too: a repo whose download was deleted needs no request.
+    const entry = await openQuantizedEntry(ref, cache);
+    return { name, cfg: await readModelConfig(entry ?? source) };
   }
 
-  async loadModel(choice: ModelChoice, onProgress?: (p: LoadProgress) => void): Promise<LoadedModelInfo> {
+  /** Loads a model; `format` defaults per model (defaultFormat: q4 from 1.5B parameters, f16 KV). */
+  async loadModel(choice: ModelChoice, onProgress?: (p: LoadProgress) => void, format: Partial<ModelFormat> = {}): Promise<LoadedModelInfo> {
     return this.exclusive(async () => {
       this.dropRun();
       this.unload();
       const report = (p: LoadProgress) => void onProgress?.(p);
-      const resolved = await resolveSource(choice, this.sourceDeps(), (d) => report({ stage: 'download', fraction: 0, text: describeDownload(d), download: d }));
+      const cache = this.deps.hubCache();
+      const resolved = await resolveSource(choice, this.sourceDeps(cache), (d) => report({ stage: 'download', fraction: 0, text: describeDownload(d), download: d }));
+      const entry = await openQuantizedEntry(resolved.ref, cache);
+      const cfgJson = await readModelConfig(entry ?? resolved.source);
+      const fmt: ModelFormat = { ...defaultFormat(cfgJson), ...format };
+      checkFormat(cfgJson, fmt, resolved.name);
+      // A q4 load of a Hub repo with a q4 entry reads only that entry: no download, no quantizing.
+      const prequantized = fmt.weights === 'q4' ? entry : null;
       report({ stage: 'gpu', fraction: 0, text: 'Requesting the GPU' });
       const gpu = await this.deps.createGpu();
       try {
-        const { model, cfg, tokenizer } = await loadQwen3WithTokenizer(gpu, resolved.source, {
-          onProgress: (p) => report({ stage: 'upload', fraction: p.loaded / p.total, text: `Uploading ${p.tensor} to the GPU` }),
+        const verb = fmt.weights === 'q4' && !prequantized ? 'Quantizing' : 'Uploading';
+        const { model, cfg, tokenizer } = await loadQwen3WithTokenizer(gpu, prequantized ?? resolved.source, {
+          weights: fmt.weights,
+          kv: fmt.kv,
+          prequantized: prequantized ?? undefined,
+          onProgress: (p) => report({ stage: 'upload', fraction: p.loaded / p.total, text: `${verb} ${p.tensor} to the GPU` }),
+        }).catch((e: unknown) => {
+          if (!prequantized) throw e;
+          const err = new Error(`${errorMessage(e)} (in the q4 cache of ${resolved.name}: delete it under Cached models and load again)`, { cause: e });
+          err.name = errorName(e);
+          throw err;
         });
         if (!tokenizer) throw new Error(`${resolved.name} has no tokenizer.json: the checkpoint needs its tokenizer files`);
+        let quantizedCache: LoadedModelInfo['quantizedCache'] = null;
+        if (prequantized) quantizedCache = { status: 'hit', bytes: prequantized.bytes };
+        else if (fmt.weights === 'q4' && resolved.ref.kind === 'hub') {
+          const ref = resolved.ref;
+          const total = weightBytes(cfg, 'q4').total;
+          try {
+            const bytes = await storeQuantizedEntry(ref, cache, resolved.source, gpu, model, (p) =>
+              report({ stage: 'cache', fraction: Math.min(1, p.written / total), text: `Storing the q4 weights in this browser for the next load: ${formatBytes(p.written)}` }),
+            );
+            quantizedCache = { status: 'stored', bytes };
+          } catch (e) {
+            // The model is loaded; only the next load's shortcut is lost (e.g. the storage quota).
+            quantizedCache = { status: 'not-stored', bytes: 0, error: errorMessage(e) };
+          }
+        }
         const info: LoadedModelInfo = {
           name: resolved.name,
           ref: resolved.ref,
           cfg,
           gpu: { description: gpu.info.description || gpu.info.architecture || gpu.info.vendor || 'GPU', f16: gpu.features.f16, subgroups: gpu.features.subgroups },
+          format: fmt,
+          quantizedCache,
         };
         this.loaded = { gpu, model, tokenizer, info };
         return info;
@@ -156,8 +196,9 @@ export class PlaygroundEngine {
     return listCachedModels(this.deps.hubCache());
   }
 
-  async deleteCachedModel(repo: string, revision: string): Promise<void> {
-    await deleteCachedModel(repo, revision, this.deps.hubCache());
+  /** Deletes one format's entry (the bf16 download or the q4 weights) of a cached repo revision. */
+  async deleteCachedModel(repo: string, revision: string, format: CacheFormat = 'bf16'): Promise<void> {
+    await deleteCachedModel(repo, revision, this.deps.hubCache(), format);
   }
 
   // ---- 2. run --------------------------------------------------------------------------------
@@ -229,7 +270,7 @@ export class PlaygroundEngine {
       const m = this.loaded;
       if (!run || !m) throw new Error('no run to save');
       const files: RunFiles = { ...(await run.trainer.checkpointFiles()), [DOCUMENTS_FILE]: JSON.stringify({ train: run.options.train, evalDocs: run.options.evalDocs }) };
-      return this.deps.storage.save(files, { savedAt: Date.now(), round: run.trainer.round, model: m.info.ref, modelName: m.info.name, config: run.options.config, ui });
+      return this.deps.storage.save(files, { savedAt: Date.now(), round: run.trainer.round, model: m.info.ref, modelName: m.info.name, format: m.info.format, config: run.options.config, ui });
     });
   }
 
@@ -313,8 +354,8 @@ export class PlaygroundEngine {
     return trainer;
   }
 
-  private sourceDeps() {
-    return { demoUrl: this.deps.demoUrl(), fetch: this.deps.fetch, hubCache: this.deps.hubCache() };
+  private sourceDeps(hubCache: HubCache) {
+    return { demoUrl: this.deps.demoUrl(), fetch: this.deps.fetch, hubCache };
   }
 
   private requireModel(): LoadedModel {

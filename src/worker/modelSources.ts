@@ -1,7 +1,21 @@
 // A ModelChoice (bundled demo, Hub repo, picked folder) turned into a ModelSource, its name and
-// the reference an autosave keeps.
+// the reference an autosave keeps; and the q4 cache entry of a Hub model.
 import { parseQwen3Config, type Qwen3Config } from '../model/config.ts';
-import { filesSource, hubSource, urlSource, type DownloadProgress, type HubCache, type ModelSource } from '../model/sources.ts';
+import type { Gpu } from '../gpu/index.ts';
+import { Q4_STORE_FILE, Q4_STORE_VERSION, q4SafetensorsFile } from '../model/q4Store.ts';
+import type { Qwen3Model } from '../model/qwen3.ts';
+import {
+  filesSource,
+  hubSource,
+  quantizedCacheSource,
+  urlSource,
+  writeQuantizedCache,
+  type DownloadProgress,
+  type HubCache,
+  type ModelSource,
+  type QuantizedCacheSource,
+  type QuantizedFile,
+} from '../model/sources.ts';
 import type { ModelChoice, ModelRef } from './protocol.ts';
 
 export interface SourceDeps {
@@ -41,7 +55,40 @@ export async function resolveSource(choice: ModelChoice, deps: SourceDeps, onDow
   }
 }
 
-export async function readModelConfig(source: ModelSource): Promise<Qwen3Config> {
+// ---- the q4 cache: a Hub model's q4 store (src/model/q4Store.ts) beside its download ----------
+
+/** The checkpoint files a load reads besides the weights (config, tokenizer), copied into the q4
+ *  entry so that it loads on its own, without the download. */
+const SIDE_FILES = ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json'];
+
+/** The complete q4 entry of a Hub model in the cache, or null (other sources have no stable key).
+ *  It is a ModelSource holding the side files and Q4_STORE_FILE. */
+export async function openQuantizedEntry(ref: ModelRef, cache: HubCache | undefined): Promise<QuantizedCacheSource | null> {
+  if (ref.kind !== 'hub' || !cache) return null;
+  return quantizedCacheSource(cache, ref.repo, ref.revision, 'q4', Q4_STORE_VERSION);
+}
+
+/** Stores the q4 store of a model loaded as q4 from a Hub repo, with the repo's side files. */
+export async function storeQuantizedEntry(
+  ref: Extract<ModelRef, { kind: 'hub' }>,
+  cache: HubCache,
+  source: ModelSource,
+  gpu: Gpu,
+  model: Qwen3Model,
+  onWrite?: (p: { file: string; written: number }) => void,
+): Promise<number> {
+  async function* files(): AsyncIterable<QuantizedFile> {
+    for (const name of SIDE_FILES) {
+      if (!(await source.exists(name))) continue;
+      const file = await source.open(name);
+      yield { name, bytes: await file.read(0, file.size) };
+    }
+    yield { name: Q4_STORE_FILE, bytes: q4SafetensorsFile(gpu, model) };
+  }
+  return writeQuantizedCache(cache, ref.repo, ref.revision, 'q4', Q4_STORE_VERSION, files(), onWrite);
+}
+
+export async function readModelConfig(source: Pick<ModelSource, 'readText'>): Promise<Qwen3Config> {
   return parseQwen3Config(await source.readText('config.json'));
 }
 

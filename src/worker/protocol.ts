@@ -5,8 +5,9 @@ import type { DownloadProgress } from '../model/sources.ts';
 import type { SpyRLConfig } from '../game/config.ts';
 import type { SpyDocument } from '../game/documents.ts';
 import type { RoundRecord } from '../game/round.ts';
+import type { KvType, ModelFormat, WeightsFormat } from './modelFormat.ts';
 
-export type { DownloadProgress };
+export type { DownloadProgress, KvType, ModelFormat, WeightsFormat };
 
 /** Where a model comes from. Files are File objects from a folder pick (they clone into the worker). */
 export type ModelChoice =
@@ -18,7 +19,8 @@ export type ModelChoice =
 export type ModelRef = { kind: 'demo' } | { kind: 'hub'; repo: string; revision: string } | { kind: 'files'; name: string };
 
 export interface LoadProgress {
-  stage: 'gpu' | 'download' | 'upload';
+  /** 'cache': writing the quantized weights to the browser cache after a q4 load. */
+  stage: 'gpu' | 'download' | 'upload' | 'cache';
   /** 0..1 over the whole load. */
   fraction: number;
   text: string;
@@ -40,6 +42,10 @@ export interface LoadedModelInfo {
   ref: ModelRef;
   cfg: Qwen3Config;
   gpu: { description: string; f16: boolean; subgroups: boolean };
+  format: ModelFormat;
+  /** Hub q4 loads: read from the quantized cache ('hit'), or quantized and then stored
+   *  ('stored'), or quantized but not stored (`error` says why); null for other loads. */
+  quantizedCache: { status: 'hit' | 'stored' | 'not-stored'; bytes: number; error?: string } | null;
 }
 
 /** An adapter picked by the user to continue from (PEFT folder or zip), validated against the loaded model. */
@@ -65,6 +71,8 @@ export interface SavedRunMeta {
   round: number;
   model: ModelRef;
   modelName: string;
+  /** How the base model was held (absent in saves from before formats existed). */
+  format?: ModelFormat;
   config: SpyRLConfig;
   files: { name: string; size: number }[];
   /** The UI's chart series (opaque to the worker) so a resumed run keeps its curves. */

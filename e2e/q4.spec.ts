@@ -1,0 +1,90 @@
+// q4 weights in the app: the tiny model chosen as q4 in the model panel plays a round to the
+// reveal; a Hub repo loaded as q4 stores its q4 weights, and the next load reads only those.
+import { expect, test, type Page } from '@playwright/test';
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+const ROUND_TIMEOUT = 240_000;
+const DEMO = join(import.meta.dirname, '../public/tiny-demo');
+const REPO = 'spyrl-test/tiny-qwen3';
+
+test('the tiny model as q4: the panel shows the choice and its memory line, a round plays to the reveal', async ({ page }, info) => {
+  test.setTimeout(420_000);
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto('/');
+  await page.getByRole('radio', { name: /Tiny demo model/ }).check();
+  const weights = page.getByLabel('Weights format');
+  // Small models default to bf16, every model to an f16 KV cache.
+  await expect(weights).toHaveValue('bf16');
+  await expect(page.getByLabel('KV cache type')).toHaveValue('f16');
+  await weights.selectOption('q4');
+  await expect(page.getByTestId('weights-line')).toContainText(/q4: [\d.]+ (MiB|KiB) of weights instead of [\d.]+ MiB/);
+  await page.getByRole('button', { name: 'Load model' }).click();
+  await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
+  await expect(page.getByTestId('model-format')).toContainText(/Weights q4 \([\d.]+ (MiB|KiB)\), KV cache f16/);
+  await page.screenshot({ path: info.outputPath('q4-loaded.png'), fullPage: true });
+
+  await page.getByRole('button', { name: 'Quick demo' }).click();
+  await page.getByRole('button', { name: 'Step' }).click();
+  const voting = page.getByRole('region', { name: 'Voting' });
+  await expect(voting.getByText(/votes Player \d/).first()).toBeVisible({ timeout: ROUND_TIMEOUT });
+  await expect(voting.getByTestId('reveal')).toContainText(/The spy was Player \d/, { timeout: ROUND_TIMEOUT });
+  await expect(page.getByTestId('run-status')).toContainText('1 round played', { timeout: ROUND_TIMEOUT });
+  await page.screenshot({ path: info.outputPath('q4-reveal.png'), fullPage: true });
+  expect(errors).toEqual([]);
+});
+
+async function loadHubRepoAsQ4(page: Page) {
+  await page.getByRole('radio', { name: /Other Hub repo/ }).check();
+  await page.getByLabel('Hub repo id').fill(REPO);
+  await page.getByLabel('Hub repo id').blur();
+  await expect(page.getByLabel('Weights format')).toHaveValue('bf16'); // config.json read: a small model
+  await page.getByLabel('Weights format').selectOption('q4');
+  await page.getByRole('button', { name: 'Load model' }).click();
+  await expect(page.getByTestId('model-status')).toContainText(REPO);
+}
+
+test('a Hub repo as q4: stored after the first load, read from the q4 cache with zero downloads the next time', async ({ context, page }, info) => {
+  test.setTimeout(300_000);
+  // Hub URLs answered from the bundled checkpoint (as in hub.spec.ts).
+  const files = readdirSync(DEMO).filter((f) => f !== 'manifest.json');
+  const fetched: string[] = [];
+  await context.route('https://huggingface.co/**', async (route) => {
+    const url = new URL(route.request().url());
+    fetched.push(url.pathname);
+    if (url.pathname === `/api/models/${REPO}/revision/main`) return route.fulfill({ json: { id: REPO, siblings: files.map((rfilename) => ({ rfilename })) } });
+    const m = url.pathname.match(new RegExp(`^/${REPO}/resolve/main/(.+)$`));
+    if (!m || !files.includes(m[1]!)) return route.fulfill({ status: 404, body: 'Entry not found' });
+    const body = readFileSync(join(DEMO, m[1]!));
+    return route.fulfill({ body, headers: { 'content-length': String(body.length), 'content-type': 'application/octet-stream' } });
+  });
+
+  await page.goto('/');
+  await loadHubRepoAsQ4(page);
+  expect(fetched).toContain(`/${REPO}/resolve/main/model.safetensors`);
+  await expect(page.getByTestId('model-format')).toContainText('the q4 weights are cached');
+
+  // Both entries listed with their format; the bf16 download is deleted, the q4 weights stay.
+  await page.getByText('Cached models').click();
+  const cached = page.getByRole('table', { name: 'Cached models' });
+  await expect(cached.getByRole('row')).toHaveCount(2);
+  await expect(cached.getByRole('row').filter({ hasText: 'bf16 download' })).toContainText(REPO);
+  await expect(cached.getByRole('row').filter({ hasText: 'q4 weights' })).toContainText(/\d+(\.\d+)? MiB/);
+  await page.getByRole('button', { name: `Delete ${REPO} from the cache (bf16 download)` }).click();
+  await expect(cached.getByRole('row')).toHaveCount(1);
+  await expect(cached).toContainText('q4 weights');
+  await page.screenshot({ path: info.outputPath('q4-cached.png'), fullPage: true });
+
+  // After a reload: no request at all, the model comes from the q4 entry.
+  fetched.length = 0;
+  await page.reload();
+  await loadHubRepoAsQ4(page);
+  await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
+  await expect(page.getByTestId('model-format')).toContainText('read from the q4 cache');
+  expect(fetched).toEqual([]);
+
+  await page.getByText('Cached models').click();
+  await page.getByRole('button', { name: `Delete ${REPO} from the cache (q4 weights)` }).click();
+  await expect(page.getByText('No models cached in this browser yet')).toBeVisible();
+});

@@ -1,0 +1,173 @@
+// GPU memory of one TrainingPass (src/train/trainingPass.ts): every buffer it allocates, by phase,
+// as a pure function of the model dimensions and the pass options. No GPU import: the memory plan
+// and the UI memory panel use it. It lists the pass's allocations one for one;
+// test/trainingMemory.test.ts checks its peaks against the live bytes of real passes.
+import type { Qwen3Config } from '../model/config.ts';
+import type { LoraTarget } from '../model/peft.ts';
+
+/** Storage of the (L+1) layer-input checkpoints: f32, or f16 / bf16 packed two per u32. */
+export type CheckpointDtype = 'f32' | 'f16' | 'bf16';
+export const CHECKPOINT_DTYPES: readonly CheckpointDtype[] = ['f32', 'f16', 'bf16'];
+
+/** Target rows of the LM head processed at once: bounds the (rows, V) logits buffers. */
+export const HEAD_ROWS = 64;
+/** Tokens of one MLP chunk: bounds the (chunk, I) buffers whatever T is. */
+export const DEFAULT_MLP_CHUNK = 256;
+/** Checkpoints of the SpyRL trainer's passes: half of f32, and bf16's range cannot overflow on Qwen's large activations. */
+export const ROUND_CHECKPOINTS: CheckpointDtype = 'bf16';
+
+const ATTENTION_TARGETS: readonly LoraTarget[] = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
+/** Whether a LoRA target sits in the MLP, whose buffers have chunk rows instead of T. */
+export const isMlpTarget = (t: LoraTarget) => !ATTENTION_TARGETS.includes(t);
+
+export interface TrainingPassShape {
+  seqLen: number; // T
+  /** Positions with a target, M (next-token training: T - 1). */
+  numTargets: number;
+  /** The adapter (null or disabled: base-model log-probs; backward needs one). */
+  lora: { r: number; targetModules: readonly LoraTarget[] } | null;
+  checkpoints?: CheckpointDtype; // default 'f32'
+  mlpChunk?: number; // default DEFAULT_MLP_CHUNK
+  /** Restricted (vote) log-probs over this many candidate ids; leave out for the full vocabulary. */
+  candidates?: number;
+}
+
+/** What a buffer is for, the classes of the report. */
+export type BufferClass = 'checkpoints' | 'pass' | 'scratch' | 'layer' | 'head';
+
+export interface PassBuffer {
+  name: string;
+  shape: string;
+  bytes: number;
+  cls: BufferClass;
+}
+
+/** The buffers live in each phase, on top of `held` (construction to release). */
+export interface TrainingPassLayout {
+  held: PassBuffer[];
+  embed: PassBuffer[];
+  forwardLayers: PassBuffer[];
+  forwardHead: PassBuffer[];
+  backwardHead: PassBuffer[];
+  backwardLayers: PassBuffer[];
+}
+
+export interface TrainingPassBytes {
+  checkpoints: number; // (L+1) x (T, C) in the checkpoint dtype, held from construction to release
+  pass: number; // positions (T) u32, target ids and head lse (M), held likewise
+  scratch: number; // (T, C) f32 unpacked layer input (reduced checkpoints), during forward() and backward()
+  layerForward: number; // one layer's intermediates in the forward (attention over T, MLP over a chunk)
+  layerBackward: number; // the same, recomputed, plus their gradients, d(residual) and op scratch
+  headForward: number; // LM head: target rows, logits chunk, log-probs
+  headBackward: number; // the same plus dlogits, row gradients and d(residual)
+  peakForward: number; // the most live during construction + forward()
+  peakBackward: number; // the most live during backward()
+  peak: number;
+  largestBuffer: { bytes: number; name: string }; // must fit maxStorageBufferBindingSize
+  layout: TrainingPassLayout;
+}
+
+/** Pool size of a buffer of `bytes` (src/gpu/pool.ts: rounded up to 4, at least 4). */
+const pooled = (bytes: number) => Math.max(4, Math.ceil(bytes / 4) * 4);
+
+export function checkpointBytes(n: number, dtype: CheckpointDtype): number {
+  return pooled(dtype === 'f32' ? n * 4 : Math.ceil(n / 2) * 4);
+}
+
+/** Rows of the MLP chunk: min(T, chunk). */
+export const mlpChunkRows = (T: number, chunk: number) => Math.min(T, chunk);
+
+/** Rows of the LM-head chunk buffers: min(HEAD_ROWS, M), at least 1. */
+export const headRows = (M: number) => Math.max(1, Math.min(HEAD_ROWS, M));
+
+/** Every buffer a TrainingPass allocates, by phase. */
+export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): TrainingPassLayout {
+  const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V, numLayers: L } = cfg;
+  const T = s.seqLen, M = s.numTargets;
+  const dtype = s.checkpoints ?? 'f32';
+  const Tc = mlpChunkRows(T, s.mlpChunk ?? DEFAULT_MLP_CHUNK);
+  const chunked = Tc < T;
+  const Hr = headRows(M);
+  const f32 = (name: string, shape: string, n: number, cls: BufferClass): PassBuffer => ({ name, shape, bytes: pooled(n * 4), cls });
+
+  const held: PassBuffer[] = [];
+  for (let l = 0; l <= L; l++) held.push({ name: `x.${l}`, shape: `(T, C) ${dtype}`, bytes: checkpointBytes(T * C, dtype), cls: 'checkpoints' });
+  held.push(f32('positions', '(T) u32', T, 'pass'), f32('targets', '(M) u32', Math.max(1, M), 'pass'), f32('lseHead', '(M) f32', Math.max(1, M), 'pass'));
+
+  const scratch = dtype === 'f32' ? [] : [f32('xF32', '(T, C) f32', T * C, 'scratch')];
+  const layer: PassBuffer[] = [
+    f32('h1', '(T, C)', T * C, 'layer'), f32('q', '(T, NH, HD)', T * NH * HD, 'layer'), f32('k', '(T, NKV, HD)', T * NKV * HD, 'layer'),
+    f32('v', '(T, NKV, HD)', T * NKV * HD, 'layer'), f32('qr', '(T, NH, HD)', T * NH * HD, 'layer'), f32('kr', '(T, NKV, HD)', T * NKV * HD, 'layer'),
+    f32('att', '(T, NH, HD)', T * NH * HD, 'layer'), f32('lse', '(T, NH)', T * NH, 'layer'), f32('xMid', '(T, C)', T * C, 'layer'),
+    f32('h2', '(T, C)', T * C, 'layer'),
+    f32('gate', '(Tc, I)', Tc * I, 'layer'), f32('up', '(Tc, I)', Tc * I, 'layer'), f32('act', '(Tc, I)', Tc * I, 'layer'),
+    ...(chunked ? [f32('h2c', '(Tc, C)', Tc * C, 'layer'), f32('yc', '(Tc, C)', Tc * C, 'layer')] : []),
+  ];
+  if (s.lora) for (const t of s.lora.targetModules) {
+    const rows = isMlpTarget(t) ? Tc : T;
+    layer.push(f32(`u.${t}`, `(${isMlpTarget(t) ? 'Tc' : 'T'}, r)`, rows * s.lora.r, 'layer'));
+  }
+  const layerGrads: PassBuffer[] = [
+    f32('dh', '(T, C)', T * C, 'layer'), f32('dAtt', '(T, NH, HD)', T * NH * HD, 'layer'), f32('dqr', '(T, NH, HD)', T * NH * HD, 'layer'),
+    f32('dkr', '(T, NKV, HD)', T * NKV * HD, 'layer'), f32('dv', '(T, NKV, HD)', T * NKV * HD, 'layer'), f32('du', '(T, r)', T * (s.lora?.r ?? 0), 'layer'),
+    f32('dAct', '(Tc, I)', Tc * I, 'layer'), f32('dGate', '(Tc, I)', Tc * I, 'layer'), f32('dUp', '(Tc, I)', Tc * I, 'layer'),
+    f32('attentionBackward.D', '(T, NH)', T * NH, 'layer'), // inside K.attentionBackward
+  ];
+  const dx = f32('dx', '(T, C)', T * C, 'head');
+  const headRowsBufs = [f32('xRows', '(Hr, C)', Hr * C, 'head'), f32('hRows', '(Hr, C)', Hr * C, 'head'), f32('logitsRows', '(Hr, V)', Hr * V, 'head')];
+  const forwardHead = M === 0 ? [] : s.candidates
+    ? [...scratch, f32('candidateLogits', '(M, nc)', M * s.candidates, 'head'), ...headRowsBufs]
+    : [...scratch, f32('logp', '(M)', M, 'head'), ...headRowsBufs,
+      f32('tgtChunk', '(Hr) u32', Hr, 'head'), f32('logpChunk', '(Hr)', Hr, 'head'), f32('lseChunk', '(Hr)', Hr, 'head')];
+  const backward = M > 0 && s.lora !== null;
+  return {
+    held,
+    embed: [...scratch, f32('ids', '(T) u32', T, 'scratch')],
+    forwardLayers: [...scratch, ...layer],
+    forwardHead,
+    backwardHead: !backward ? [] : [...scratch, dx, f32('dlogp', '(M)', M, 'head'), ...headRowsBufs,
+      f32('dlogitsRows', '(Hr, V)', Hr * V, 'head'), f32('dhRows', '(Hr, C)', Hr * C, 'head'), f32('dxRows', '(Hr, C)', Hr * C, 'head'),
+      f32('tgtChunk', '(Hr) u32', Hr, 'head'), f32('lseChunk', '(Hr)', Hr, 'head'), f32('dlogpChunk', '(Hr)', Hr, 'head')],
+    backwardLayers: !backward ? [] : [...scratch, { ...dx, cls: 'layer' }, ...layer, ...layerGrads],
+  };
+}
+
+const sum = (bufs: readonly PassBuffer[], cls?: BufferClass) => bufs.reduce((n, b) => n + (cls === undefined || b.cls === cls ? b.bytes : 0), 0);
+
+/**
+ * Bytes of one TrainingPass by buffer class, and its peaks. With w = 4 bytes, Tc = min(T, chunk),
+ * Hr = min(64, M), ck = T*C*w (f32) or ceil(T*C/2)*w (f16/bf16), nA / nM adapted attention / MLP
+ * projections, [c] = 1 when T > chunk:
+ *   checkpoints   = (L+1) ck
+ *   pass          = w (T + 2 max(1, M))
+ *   scratch       = T C w when the checkpoints are f16/bf16, else 0
+ *   layerForward  = w [T (3C + 3 NH HD + 3 NKV HD + NH) + 3 Tc I + 2 [c] Tc C + r (nA T + nM Tc)]
+ *   layerBackward = layerForward + w [T (2C + 2 NH HD + 2 NKV HD + NH + r) + 3 Tc I]
+ *   headForward   = w [M + Hr (2C + V + 3)]        (restricted: w [M nc + Hr (2C + V)])
+ *   headBackward  = w [T C + M + Hr (4C + 2V + 3)]
+ *   peakForward   = checkpoints + pass + scratch + max(w T, layerForward, headForward)
+ *   peakBackward  = checkpoints + pass + scratch + max(headBackward, layerBackward)
+ */
+export function trainingPassBytes(cfg: Qwen3Config, s: TrainingPassShape): TrainingPassBytes {
+  const layout = trainingPassLayout(cfg, s);
+  const held = sum(layout.held);
+  const phase = (bufs: readonly PassBuffer[]) => held + sum(bufs);
+  const peakForward = Math.max(phase(layout.embed), phase(layout.forwardLayers), phase(layout.forwardHead));
+  const peakBackward = Math.max(held, phase(layout.backwardHead), phase(layout.backwardLayers));
+  const all = Object.values(layout).flat() as PassBuffer[];
+  const largest = all.reduce((a, b) => (b.bytes > a.bytes ? b : a));
+  return {
+    checkpoints: sum(layout.held, 'checkpoints'),
+    pass: sum(layout.held, 'pass'),
+    scratch: sum(layout.forwardLayers, 'scratch'),
+    layerForward: sum(layout.forwardLayers, 'layer'),
+    layerBackward: sum(layout.backwardLayers, 'layer'),
+    headForward: sum(layout.forwardHead, 'head'),
+    headBackward: sum(layout.backwardHead, 'head'),
+    peakForward,
+    peakBackward,
+    peak: Math.max(peakForward, peakBackward),
+    largestBuffer: { bytes: largest.bytes, name: `${largest.name} ${largest.shape}` },
+    layout,
+  };
+}
