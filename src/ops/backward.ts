@@ -3,7 +3,7 @@
 // saved tensors, inputs/weights, sizes.
 import type { Gpu } from '../gpu/device.ts';
 import { f32 } from '../gpu/launch.ts';
-import { ELEMS_PER_WG, bf16Bytes, check, checkSize, checkWeight, distinct, opKernel, subgroupDefines, useSubgroups, weightFormat, type Weight } from './common.ts';
+import { ATTENTION_BINDINGS, ELEMS_PER_WG, bf16Bytes, bindings, check, checkSize, checkWeight, distinct, opKernel, subgroupDefines, useSubgroups, weightFormat, type Weight } from './common.ts';
 import { gemm, invFreqBuffer } from './forward.ts';
 
 /** dx (R, D) += d/dx of rmsNorm given dy (R, D) ; x (R, D) f32 ; w (D) bf16 frozen (no dw) */
@@ -76,7 +76,7 @@ export function attentionForwardLse(
   checkSize(k, T * NKV * HD * 4, 'attentionForwardLse k');
   checkSize(v, T * NKV * HD * 4, 'attentionForwardLse v');
   distinct('attentionForwardLse', out, lse, q, k, v);
-  gpu.dispatch(gpu.kernel('attention', 'attention_forward_lse'), [out, q, k, v, lse], T * NH,
+  gpu.dispatch(gpu.kernel('attention', 'attention_forward_lse'), bindings(ATTENTION_BINDINGS.attention_forward_lse, { out, q, k, v, lse }), T * NH,
     [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))]);
 }
 
@@ -97,8 +97,8 @@ export function attentionBackward(
   if (T === 0) return;
   const params = [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))];
   const rowDot = gpu.createBuffer(T * NH * 4, 'attentionBackward.D'); // (T, NH) f32
-  gpu.dispatch(gpu.kernel('attention', 'attention_backward_dq'), [dq, q, k, v, dout, lse, rowDot, out], T * NH, params);
-  gpu.dispatch(gpu.kernel('attention', 'attention_backward_dkv'), [dk, q, k, v, dout, lse, rowDot, dv], T * NKV, params);
+  gpu.dispatch(gpu.kernel('attention', 'attention_backward_dq'), bindings(ATTENTION_BINDINGS.attention_backward_dq, { dq, q, k, v, dout, lse, D: rowDot, out }), T * NH, params);
+  gpu.dispatch(gpu.kernel('attention', 'attention_backward_dkv'), bindings(ATTENTION_BINDINGS.attention_backward_dkv, { dk, q, k, v, dout, lse, D: rowDot, dv }), T * NKV, params);
   gpu.releaseBuffer(rowDot); // safe: later users of the recycled buffer are encoded after these reads
 }
 

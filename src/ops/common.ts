@@ -141,3 +141,23 @@ export interface KvPaging {
 export function kvPoolBytes(kv: Pick<KvPaging, 'dtype' | 'pageSize' | 'pages'>, NKV: number, HD: number): number {
   return kv.pages * kv.pageSize * NKV * HD * (kv.dtype === 'f16' ? 2 : 4);
 }
+
+// ---- named bindings -------------------------------------------------------------------------------
+
+/**
+ * The storage bindings (@binding 1..n, in order) of shaders/attention.wgsl's entries, by name:
+ * the entries share one module, so their binding numbers interleave; a dispatch names its buffers
+ * and `bindings` puts them in this order.
+ */
+export const ATTENTION_BINDINGS = {
+  kv_write: ['kCache', 'vCache', 'k', 'v', 'pageTable', 'slot', 'pos'],
+  attention_forward: ['out', 'q', 'kCache', 'vCache', 'pageTable', 'slot', 'pos'],
+  attention_forward_lse: ['out', 'q', 'k', 'v', 'lse'],
+  attention_backward_dq: ['dq', 'q', 'k', 'v', 'dout', 'lse', 'D', 'out'],
+  attention_backward_dkv: ['dk', 'q', 'k', 'v', 'dout', 'lse', 'D', 'dv'],
+} as const;
+
+/** The buffers of `named` in the binding order of `order`. */
+export function bindings<const N extends readonly string[]>(order: N, named: Record<N[number], GPUBuffer>): GPUBuffer[] {
+  return order.map((name: N[number]) => named[name]);
+}

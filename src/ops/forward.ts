@@ -4,7 +4,7 @@
 import type { Gpu } from '../gpu/device.ts';
 import { f32, splitGrid } from '../gpu/launch.ts';
 import {
-  ELEMS_PER_WG, GEMV_MAX_T, bf16Bytes, check, checkSize, checkWeight, distinct, isCpuAdapter, opKernel, subgroupDefines, tuning, useSubgroups,
+  ATTENTION_BINDINGS, ELEMS_PER_WG, GEMV_MAX_T, bindings, bf16Bytes, check, checkSize, checkWeight, distinct, isCpuAdapter, opKernel, subgroupDefines, tuning, useSubgroups,
   kvPoolBytes, weightFormat, type KvPaging, type Weight, type WeightFormat,
 } from './common.ts';
 
@@ -143,7 +143,7 @@ export function kvWrite(
   checkSize(v, T * NKV * HD * 4, 'kvWrite v');
   const pageShift = checkPaging('kvWrite', kv, kCache, vCache, pageTable, NKV, HD);
   const words = (T * NKV * HD) / (kv.dtype === 'f16' ? 2 : 1); // one thread per cache word
-  gpu.dispatch(gpu.kernel('attention', 'kv_write', { KV: kv.dtype }), [kCache, vCache, k, v, pageTable, slot, pos], Math.ceil(words / ELEMS_PER_WG),
+  gpu.dispatch(gpu.kernel('attention', 'kv_write', { KV: kv.dtype }), bindings(ATTENTION_BINDINGS.kv_write, { kCache, vCache, k, v, pageTable, slot, pos }), Math.ceil(words / ELEMS_PER_WG),
     [T, NKV, HD, kv.maxT, kv.pagesPerSlot, pageShift]);
 }
 
@@ -160,7 +160,7 @@ export function attention(
   checkSize(out, T * NH * HD * 4, 'attention out');
   checkSize(q, T * NH * HD * 4, 'attention q');
   const pageShift = checkPaging('attention', kv, kCache, vCache, pageTable, NKV, HD);
-  gpu.dispatch(gpu.kernel('attention', 'attention_forward', { KV: kv.dtype }), [out, q, kCache, vCache, pageTable, slot, pos], T * NH,
+  gpu.dispatch(gpu.kernel('attention', 'attention_forward', { KV: kv.dtype }), bindings(ATTENTION_BINDINGS.attention_forward, { out, q, kCache, vCache, pageTable, slot, pos }), T * NH,
     [T, NH, NKV, HD, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift]);
 }
 
