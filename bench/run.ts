@@ -1,7 +1,8 @@
 // `npm run bench [-- --model tiny|0.6b|1.7b|4b|8b|all] [--layers N] [--prompt 128] [--decode 16] [--batch 1,4]
-//                 [--peak-gbs X] [--peak-tflops X]`
+//                 [--weights bf16,q4] [--kv f32] [--peak-gbs X] [--peak-tflops X]`
 // Prefill and decode throughput of the real forward pass at a model's exact shapes, with random
-// bf16 weights made on the spot (no download). Prints the arithmetic next to each number: FLOPs
+// bf16 weights made on the spot (no download), for each weights format and KV type given (one
+// run, side by side), and the peak GPU memory the device held (gpu.memory). Prints the arithmetic next to each number: FLOPs
 // and bytes per token, achieved GFLOP/s and GB/s, and the fraction of the hardware peak when known.
 // A benchmark, not a test: nothing here asserts a time.
 import { parseArgs } from 'node:util';
@@ -12,6 +13,7 @@ import * as K from '../src/ops/index.ts';
 import { LoraAdapter } from '../src/model/lora.ts';
 import { initLora, loraConfig } from '../src/model/peft.ts';
 import { TrainingPass } from '../src/train/trainingPass.ts';
+import { quantizeQ4 } from '../src/model/q4.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 
 const { values: args } = parseArgs({
@@ -23,6 +25,8 @@ const { values: args } = parseArgs({
     batch: { type: 'string', default: '1,4' },
     'train-len': { type: 'string' },
     'lora-r': { type: 'string', default: '16' },
+    weights: { type: 'string', default: 'bf16,q4' },
+    kv: { type: 'string', default: 'f32' },
     'peak-gbs': { type: 'string' },
     'peak-tflops': { type: 'string' },
   },
@@ -54,9 +58,13 @@ function matmulParams(c: Qwen3Config): number {
   return L * (C * NH * HD * 2 + C * NKV * HD * 2 + 3 * C * I) + V * C;
 }
 
-function weightBytes(c: Qwen3Config): number {
+type Format = 'bf16' | 'q4';
+
+/** Bytes of the weights as stored: bf16 2 per parameter; q4 N*K/2 + N*K/32 per quantized tensor. */
+function weightBytes(c: Qwen3Config, format: Format = 'bf16'): number {
   const { hiddenSize: C, headDim: HD, numLayers: L, vocabSize: V } = c;
-  return matmulParams(c) * 2 + L * (2 * C + 2 * HD) * 2 + C * 2 + (c.tieWordEmbeddings ? 0 : V * C * 2);
+  const quantized = matmulParams(c) + (c.tieWordEmbeddings ? 0 : V * C);
+  return quantized * (format === 'q4' ? 0.5 + 2 / 32 : 2) + (L * (2 * C + 2 * HD) + C) * 2;
 }
 
 /** FLOPs of one token at context length `ctx` (matmuls 2 per MAC, attention QK and PV), LM head included when `head`. */
@@ -68,8 +76,11 @@ function tokenFlops(c: Qwen3Config, ctx: number, head: boolean): number {
 const fmt = (x: number, d = 1) => (x >= 100 ? x.toFixed(0) : x.toFixed(d));
 const gb = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
 
-/** Random weights straight onto the GPU: one random bf16 block, written repeatedly (values ~N(0, 0.02)). */
-function randomWeights(gpu: Gpu, c: Qwen3Config): { weights: Qwen3Weights; buffers: GPUBuffer[] } {
+/**
+ * Random weights straight onto the GPU: one random bf16 block, written repeatedly (values ~N(0, 0.02)).
+ * q4: the block quantized once (src/model/q4.ts); a tensor repeats its nibble words, then its scale words.
+ */
+function randomWeights(gpu: Gpu, c: Qwen3Config, format: Format): { weights: Qwen3Weights; buffers: GPUBuffer[] } {
   const block = new Uint16Array(1 << 21);
   let s = 12345;
   for (let i = 0; i < block.length; i++) {
@@ -89,16 +100,29 @@ function randomWeights(gpu: Gpu, c: Qwen3Config): { weights: Qwen3Weights; buffe
     buffers.push(buf);
     return buf;
   };
+  const packed = format === 'q4' ? quantizeQ4(block, 1, block.length, 'bench block') : null;
+  const fillWords = (buf: GPUBuffer, at: number, words: number, src: Uint32Array) => {
+    for (let off = 0; off < words; off += src.length) gpu.write(buf, src.subarray(0, Math.min(src.length, words - off)), (at + off) * 4);
+  };
+  const linear = (N: number, Kd: number, label: string): K.Weight => {
+    if (!packed) return make(N * Kd, label);
+    const n = N * Kd, nib = n / 8, scales = Math.ceil(n / 64);
+    const buf = gpu.createBuffer(K.q4Words(N, Kd) * 4, label);
+    fillWords(buf, 0, nib, packed.subarray(0, block.length / 8));
+    fillWords(buf, nib, scales, packed.subarray(block.length / 8));
+    buffers.push(buf);
+    return { format: 'q4', buf, N, K: Kd };
+  };
   const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V } = c;
-  const embed = make(V * C, 'embed');
+  const embed = linear(V, C, 'embed');
   const layers = Array.from({ length: c.numLayers }, (_, l) => ({
-    inputNorm: make(C, `l${l}.ln1`, ones), qProj: make(NH * HD * C, `l${l}.q`), kProj: make(NKV * HD * C, `l${l}.k`),
-    vProj: make(NKV * HD * C, `l${l}.v`), qNorm: make(HD, `l${l}.qn`, ones), kNorm: make(HD, `l${l}.kn`, ones),
-    oProj: make(C * NH * HD, `l${l}.o`), postNorm: make(C, `l${l}.ln2`, ones), gateProj: make(I * C, `l${l}.gate`),
-    upProj: make(I * C, `l${l}.up`), downProj: make(C * I, `l${l}.down`),
+    inputNorm: make(C, `l${l}.ln1`, ones), qProj: linear(NH * HD, C, `l${l}.q`), kProj: linear(NKV * HD, C, `l${l}.k`),
+    vProj: linear(NKV * HD, C, `l${l}.v`), qNorm: make(HD, `l${l}.qn`, ones), kNorm: make(HD, `l${l}.kn`, ones),
+    oProj: linear(C, NH * HD, `l${l}.o`), postNorm: make(C, `l${l}.ln2`, ones), gateProj: linear(I, C, `l${l}.gate`),
+    upProj: linear(I, C, `l${l}.up`), downProj: linear(C, I, `l${l}.down`),
   }));
   const norm = make(C, 'norm', ones);
-  const lmHead = c.tieWordEmbeddings ? embed : make(V * C, 'lm_head');
+  const lmHead = c.tieWordEmbeddings ? embed : linear(V, C, 'lm_head');
   return { weights: { embed, layers, norm, lmHead }, buffers };
 }
 
@@ -115,17 +139,20 @@ async function timeIt(gpu: Gpu, fn: () => GPUBuffer | void, reps: number): Promi
   return (performance.now() - t0) / reps / 1000;
 }
 
-async function benchModel(gpu: Gpu, name: string, full: Qwen3Config, peak: { gbs?: number; tflops?: number }): Promise<void> {
+async function benchModel(gpu: Gpu, name: string, full: Qwen3Config, peak: { gbs?: number; tflops?: number }, format: Format, kvType: 'f32' | 'f16'): Promise<void> {
   const slow = gpu.info.architecture === 'swiftshader';
   const L = args.layers ? Number(args.layers) : slow && name !== 'tiny' ? 1 : full.numLayers;
   const c: Qwen3Config = { ...full, numLayers: L };
   const P = Number(args.prompt), D = Number(args.decode);
   const batches = String(args.batch).split(',').map(Number);
   console.log(`\n## ${name}: ${L === full.numLayers ? '' : `${L} of ${full.numLayers} layers (per-layer shapes exact), `}C=${c.hiddenSize} NH=${c.numHeads} NKV=${c.numKvHeads} HD=${c.headDim} I=${c.intermediateSize} V=${c.vocabSize}`);
-  console.log(`   weights ${gb(weightBytes(c))} bf16 on the GPU; ${(matmulParams(c) / 1e9).toFixed(3)} G matmul parameters`);
-  const { weights, buffers } = randomWeights(gpu, c);
+  console.log(`   ${format} weights, ${kvType} KV cache: weights ${gb(weightBytes(c, format))} on the GPU; ${(matmulParams(c) / 1e9).toFixed(3)} G matmul parameters`);
+  gpu.memory.resetPeak();
+  const { weights, buffers } = randomWeights(gpu, c, format);
   await gpu.sync();
-  const model = new Qwen3Model(gpu, c, weights);
+  const model = new Qwen3Model(gpu, c, weights, { kv: kvType });
+  const wBytes = weightBytes(c, format);
+  const kvElem = kvType === 'f16' ? 2 : 4;
   const maxB = Math.max(...batches);
   const cache = model.createCache(maxB, P + D + 1);
   const report = (what: string, seconds: number, tokens: number, flops: number, bytes: number) => {
@@ -142,9 +169,17 @@ async function benchModel(gpu: Gpu, name: string, full: Qwen3Config, peak: { gbs
     for (let t = 0; t < P; t++) preFlops += tokenFlops(c, t + 1, false);
     preFlops += 2 * c.vocabSize * c.hiddenSize;
     const chunks = Math.ceil(P / model.chunk);
-    report(`prefill ${P} tokens`, tPre, P, preFlops, weightBytes(c) * chunks + P * c.numLayers * 2 * c.numKvHeads * c.headDim * 4);
+    report(`prefill ${P} tokens`, tPre, P, preFlops, wBytes * chunks + P * c.numLayers * 2 * c.numKvHeads * c.headDim * kvElem);
 
-    // Decode: B sequences one token each at context P (weights read once per step for all B).
+    // Decode: B sequences one token each at context P (weights read once per step for all B). The
+    // other slots borrow slot 0's prompt pages (no copy) and prefill only a partial last page.
+    for (let b = 1; b < maxB; b++) {
+      const shared = cache.share(b, 0, P);
+      if (shared < P) {
+        const tail = pos.slice(shared);
+        gpu.releaseBuffer(model.forward({ ids: tail.map((i) => ids[i]), slots: tail.map(() => b), positions: tail, logitRows: [] }, cache));
+      }
+    }
     for (const B of batches) {
       const slots = Array.from({ length: B }, (_, b) => b);
       const sampled = gpu.createBuffer(B * 4, 'ids');
@@ -154,8 +189,8 @@ async function benchModel(gpu: Gpu, name: string, full: Qwen3Config, peak: { gbs
         return logits;
       }, slow ? 2 : D);
       gpu.releaseBuffer(sampled);
-      const kvBytes = B * c.numLayers * 2 * (P + 1) * c.numKvHeads * c.headDim * 4;
-      report(`decode batch ${B} @ctx ${P}`, tDec, B, B * tokenFlops(c, P + 1, true), weightBytes(c) + kvBytes + B * c.vocabSize * 4 * 2);
+      const kvBytes = B * c.numLayers * 2 * (P + 1) * c.numKvHeads * c.headDim * kvElem;
+      report(`decode batch ${B} @ctx ${P}`, tDec, B, B * tokenFlops(c, P + 1, true), wBytes + kvBytes + B * c.vocabSize * 4 * 2);
     }
 
     // LoRA training step: forward keeping layer inputs, then backward with per-layer recompute.
@@ -181,9 +216,10 @@ async function benchModel(gpu: Gpu, name: string, full: Qwen3Config, peak: { gbs
     for (let t = 0; t < TT; t++) trainFlops += 3 * tokenFlops(c, t + 1, false);
     trainFlops += 3 * 2 * (TT - 1) * c.vocabSize * c.hiddenSize;
     const loraFlops = 6 * TT * adapter.numParams; // forward, recompute, backward (dA, dB, dx): ~6 flops per param per token
-    const trainBytes = weightBytes(c) * 3 + 4 * (c.numLayers + 2) * TT * c.hiddenSize * 2;
+    const trainBytes = wBytes * 3 + 4 * (c.numLayers + 2) * TT * c.hiddenSize * 2;
     report(`LoRA step ${TT} tok (r=${lcfg.r})`, tTrain, TT, trainFlops + loraFlops, trainBytes);
     adapter.destroy();
+    console.log(`   peak GPU memory held ${gb(gpu.memory.peakBytes)} (weights ${gb(wBytes)}, the rest: KV cache, activations, LoRA state, pool)`);
   } finally {
     cache.destroy();
     for (const b of new Set(buffers)) gpu.releaseBuffer(b);
@@ -202,6 +238,12 @@ const names = args.model === 'all' ? Object.keys(MODELS) : String(args.model).sp
 for (const n of names) {
   const c = MODELS[n.toLowerCase()];
   if (!c) throw new Error(`unknown --model ${n} (choose from ${Object.keys(MODELS).join(', ')}, all)`);
-  await benchModel(gpu, n, c, peak);
+  for (const w of String(args.weights).split(',')) {
+    if (w !== 'bf16' && w !== 'q4') throw new Error(`unknown --weights ${w} (bf16, q4)`);
+    for (const kv of String(args.kv).split(',')) {
+      if (kv !== 'f32' && kv !== 'f16') throw new Error(`unknown --kv ${kv} (f32, f16)`);
+      await benchModel(gpu, n, c, peak, w, kv);
+    }
+  }
 }
 gpu.destroy();
