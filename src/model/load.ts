@@ -46,8 +46,6 @@ export interface LoadedModel {
   source: ModelSource;
 }
 
-const bufferOf = (w: K.Weight): GPUBuffer => (K.isQ4(w) ? w.buf : w);
-
 function checkBindingSize(gpu: Gpu, file: string, name: string, bytes: number): void {
   if (bytes > gpu.limits.maxStorageBufferBindingSize) {
     throw new ModelLoadError(file, `${bytes} bytes exceeds this GPU's maxStorageBufferBindingSize (${gpu.limits.maxStorageBufferBindingSize})`, name);
@@ -225,7 +223,7 @@ export async function loadQwen3(gpu: Gpu, source: ModelSource, opts: LoadOptions
     uploaded.push(w);
     return w;
   };
-  const bf16 = async (name: string): Promise<GPUBuffer> => bufferOf(await up(name)); // norms
+  const bf16 = async (name: string): Promise<GPUBuffer> => K.weightBuffer(await up(name)); // norms
   try {
     const embed = await up(EMBED);
     const layers: LayerWeights[] = [];
@@ -253,7 +251,7 @@ export async function loadQwen3(gpu: Gpu, source: ModelSource, opts: LoadOptions
     const weights: Qwen3Weights = { embed, layers, norm, lmHead: head };
     return { model: new Qwen3Model(gpu, cfg, weights, { chunk: opts.chunk, kv: opts.kv }), cfg, source };
   } catch (e) {
-    for (const w of uploaded) gpu.releaseBuffer(bufferOf(w));
+    for (const w of uploaded) gpu.releaseBuffer(K.weightBuffer(w));
     throw e;
   } finally {
     quantizer?.release();
