@@ -6,34 +6,19 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
-import { nodeFolderSource } from '../src/model/sources.node.ts';
-import { loadQwen3 } from '../src/model/load.ts';
-import { readAdapter } from '../src/model/peft.ts';
-import { LoraAdapter } from '../src/model/lora.ts';
 import { TrainingPass } from '../src/train/trainingPass.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 import { openSafetensorsModel } from '../src/model/safetensors.ts';
 import { memorySource } from '../src/model/sources.ts';
+import { loadLoraGolden } from './helpers/loraGolden.ts';
 
 const ROOT = join(import.meta.dirname, '..');
-const FIX = join(ROOT, 'test/fixtures/golden-lora');
-
-interface LossJson { model_dir: string; tokens: number[]; loss: number; logits_shape: [number, number]; max_abs_logit: number }
 
 let gpu: Gpu;
 beforeAll(async () => { gpu = await createGpu(); });
 afterAll(() => gpu?.destroy());
 
-async function setup(variant: string) {
-  const dir = join(FIX, variant);
-  const ref = JSON.parse(await readFile(join(dir, 'loss.json'), 'utf8')) as LossJson;
-  const { model, cfg } = await loadQwen3(gpu, nodeFolderSource(join(ROOT, ref.model_dir)));
-  const { lora, tensors } = await readAdapter(nodeFolderSource(dir), cfg);
-  const adapter = new LoraAdapter(gpu, cfg, lora);
-  adapter.setWeights(tensors);
-  model.lora = adapter;
-  return { dir, ref, model, cfg, adapter };
-}
+const setup = (variant: string) => loadLoraGolden(gpu, variant);
 
 /** Reads an F32 safetensors file into a key -> array map. */
 async function readF32Tensors(file: string): Promise<Map<string, Float32Array>> {

@@ -18,20 +18,17 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
-import { nodeFolderSource } from '../src/model/sources.node.ts';
-import { loadQwen3 } from '../src/model/load.ts';
-import { readAdapter } from '../src/model/peft.ts';
-import { LoraAdapter } from '../src/model/lora.ts';
 import type { Qwen3Config } from '../src/model/config.ts';
 import { f16BitsToF32, f32ToF16Bits } from '../src/model/q4.ts';
 import { bf16BytesToF32, openSafetensorsModel } from '../src/model/safetensors.ts';
 import { memorySource } from '../src/model/sources.ts';
 import { TrainingPass, trainingPassBytes, type CheckpointDtype, type TrainingPassOptions } from '../src/train/trainingPass.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
+import { nodeFolderSource } from '../src/model/sources.node.ts';
+import { loadLoraGolden } from './helpers/loraGolden.ts';
 import { bf16ToF32, f32ToBf16 } from './reference.ts';
 
 const ROOT = join(import.meta.dirname, '..');
-const FIX = join(ROOT, 'test/fixtures/golden-lora');
 const UNIT = { f16: 2 ** -11, bf16: 2 ** -8 };
 const roundTo = { f16: (x: number) => f16BitsToF32(f32ToF16Bits(x)), bf16: (x: number) => bf16ToF32(f32ToBf16(x)) };
 
@@ -39,19 +36,12 @@ let gpu: Gpu;
 beforeAll(async () => { gpu = await createGpu(); });
 afterAll(() => gpu?.destroy());
 
-interface LossJson { model_dir: string; tokens: number[]; loss: number }
 type Grads = Map<string, Float32Array>;
 
 async function setup(variant: string) {
-  const dir = join(FIX, variant);
-  const ref = JSON.parse(await readFile(join(dir, 'loss.json'), 'utf8')) as LossJson;
-  const { model, cfg } = await loadQwen3(gpu, nodeFolderSource(join(ROOT, ref.model_dir)));
-  const { lora, tensors } = await readAdapter(nodeFolderSource(dir), cfg);
-  const adapter = new LoraAdapter(gpu, cfg, lora);
-  adapter.setWeights(tensors);
-  model.lora = adapter;
-  const ids = ref.tokens;
-  return { dir, ref, model, cfg, adapter, tensors, ids, targets: [...ids.slice(1), -1] };
+  const s = await loadLoraGolden(gpu, variant);
+  const ids = s.ref.tokens;
+  return { ...s, ids, targets: [...ids.slice(1), -1] };
 }
 type Setup = Awaited<ReturnType<typeof setup>>;
 

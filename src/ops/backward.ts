@@ -4,7 +4,7 @@
 import type { Gpu } from '../gpu/device.ts';
 import { f32 } from '../gpu/launch.ts';
 import { ATTENTION_BINDINGS, ELEMS_PER_WG, bf16Bytes, bindings, check, checkSize, checkWeight, distinct, opKernel, subgroupDefines, useSubgroups, weightFormat, type Weight } from './common.ts';
-import { gemm, invFreqBuffer } from './forward.ts';
+import { gemm, rotate } from './forward.ts';
 
 /** dx (R, D) += d/dx of rmsNorm given dy (R, D) ; x (R, D) f32 ; w (D) bf16 frozen (no dw) */
 export function rmsNormBackward(gpu: Gpu, dx: GPUBuffer, dy: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R: number, D: number, eps: number): void {
@@ -47,11 +47,7 @@ export function matmulBackwardWeightF32(gpu: Gpu, dw: GPUBuffer, dy: GPUBuffer, 
 
 /** In place on dx (T, H, HD) f32: the transpose of rope, a rotation by -angle ; pos (T) u32 */
 export function ropeBackward(gpu: Gpu, dx: GPUBuffer, pos: GPUBuffer, T: number, H: number, HD: number, theta: number): void {
-  check(HD % 2 === 0, `ropeBackward: HD=${HD} must be even`);
-  checkSize(dx, T * H * HD * 4, 'ropeBackward dx');
-  checkSize(pos, T * 4, 'ropeBackward pos');
-  const inv = invFreqBuffer(gpu, HD, theta);
-  gpu.dispatch(gpu.kernel('rope', 'rope_backward'), [dx, pos, inv], Math.ceil((T * H * HD) / 2 / ELEMS_PER_WG), [T, H, HD]);
+  rotate(gpu, 'ropeBackward', 'rope_backward', dx, pos, T, H, HD, theta);
 }
 
 

@@ -110,11 +110,16 @@ export function invFreqBuffer(gpu: Gpu, HD: number, theta: number): GPUBuffer {
 
 /** In place on x (T, H, HD) f32, HF rotate-half; pos (T) u32 */
 export function rope(gpu: Gpu, x: GPUBuffer, pos: GPUBuffer, T: number, H: number, HD: number, theta: number): void {
-  check(HD % 2 === 0, `rope: HD=${HD} must be even`);
-  checkSize(x, T * H * HD * 4, 'rope x');
-  checkSize(pos, T * 4, 'rope pos');
+  rotate(gpu, 'rope', 'rope_forward', x, pos, T, H, HD, theta);
+}
+
+/** rope's dispatch, shared with ropeBackward (entry rope_backward: the rotation by -angle). */
+export function rotate(gpu: Gpu, op: string, entry: string, x: GPUBuffer, pos: GPUBuffer, T: number, H: number, HD: number, theta: number): void {
+  check(HD % 2 === 0, `${op}: HD=${HD} must be even`);
+  checkSize(x, T * H * HD * 4, `${op} x`);
+  checkSize(pos, T * 4, `${op} pos`);
   const inv = invFreqBuffer(gpu, HD, theta);
-  gpu.dispatch(gpu.kernel('rope', 'rope_forward'), [x, pos, inv], Math.ceil((T * H * HD) / 2 / ELEMS_PER_WG), [T, H, HD]);
+  gpu.dispatch(gpu.kernel('rope', entry), [x, pos, inv], Math.ceil((T * H * HD) / 2 / ELEMS_PER_WG), [T, H, HD]);
 }
 
 
