@@ -38,7 +38,9 @@ struct GemmParams {
 
 #include "common/grid.wgsl"
 fn q4ScaleBase() -> u32 { return (p.N * p.R) >> 3u; } // B holds N*R elements whatever its strides
+fn wordInput(i: u32) -> f32 { return a[i]; }
 #include "common/weights.wgsl"
+#include "common/words.wgsl"
 
 fn store(o: u32, v: f32) {
   if (p.accumulate != 0u) { out[o] = out[o] + p.scale * v; } else { out[o] = p.scale * v; }
@@ -60,7 +62,7 @@ fn rowDots(n: u32, m0: u32, nm: u32, first: u32, step: u32) -> array<f32, TMAX> 
       for (var t = 0u; t < TMAX; t++) {
         if (t < nm) {
           let ai = (m0 + t) * p.R + EPW * j;
-          for (var e = 0u; e < EPW; e++) { acc[t] += a[ai + e] * wv[e]; }
+          acc[t] += wordDot(wv, ai);
         }
       }
     }

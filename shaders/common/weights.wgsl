@@ -5,10 +5,6 @@
 #include "common/bf16.wgsl"
 const EPW = 2u;
 fn weightAt(i: u32) -> f32 { return bf16Pick(w[i >> 1u], i); }
-fn unpackWord(wi: u32) -> array<f32, EPW> {
-  let word = w[wi];
-  return array<f32, EPW>(bf16Low(word), bf16High(word));
-}
 #elif WEIGHTS == q4
 #include "common/q4.wgsl"
 const EPW = 8u;
@@ -18,15 +14,7 @@ fn q4Scale(i: u32) -> f32 {
   return f16ToF32((w[q4ScaleBase() + (i >> 6u)] >> (16u * ((i >> 5u) & 1u))) & 0xffffu);
 }
 fn weightAt(i: u32) -> f32 { return q4Nibble(w[i >> 3u], i & 7u) * q4Scale(i); }
-fn unpackWord(wi: u32) -> array<f32, EPW> {
-  let word = w[wi];
-  let s = q4Scale(wi << 3u); // the 8 elements of a word share one group (32 = 4 words)
-  var v: array<f32, EPW>;
-  for (var j = 0u; j < EPW; j++) { v[j] = q4Nibble(word, j) * s; }
-  return v;
-}
 #elif WEIGHTS == f32
 const EPW = 1u;
 fn weightAt(i: u32) -> f32 { return bitcast<f32>(w[i]); }
-fn unpackWord(wi: u32) -> array<f32, EPW> { return array<f32, EPW>(bitcast<f32>(w[wi])); }
 #endif
