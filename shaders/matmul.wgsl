@@ -16,8 +16,9 @@ enable subgroups;
 //               256/LANES columns per workgroup. Subgroup or shared-memory reduction (SUBGROUPS).
 //   matmul_rows (CPU adapters, row-major B): one thread per output column, TMAX rows, no barriers.
 //   gemm_rows   (CPU adapters, any strides): one thread per (column, TMAX rows), no barriers.
-//   gemm_tiled  (prefill, backward; any strides): 64x64 output tile per 16x16 workgroup, 4x4 per
-//               thread, R in steps of 16 through shared memory.
+//   gemm_tiled  (prefill, backward; any strides): 64x128 output tile per 16x16 workgroup, 4x8 per
+//               thread in registers, R in steps of 16 through padded shared memory, the next
+//               step's loads in flight during the FMAs.
 
 struct GemmParams {
   M: u32,
@@ -181,56 +182,82 @@ fn gemm_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
 
 #ifdef TILED
 // ---- tiled (large M) --------------------------------------------------------------------------
-const BM = 64u; // rows per tile
-const BN = 64u; // columns per tile
-const BK = 16u; // R step
+// A 64 x 128 output tile per 16x16 workgroup, 4 x 8 outputs per thread in registers, R in steps
+// of 16 through shared memory. The K loop is double-buffered through registers: each thread
+// reads its part of the next R step from global memory before it multiplies the current one
+// out of shared memory, so the loads are in flight during the FMAs.
+const BM = 64u;  // rows per tile
+const BN = 128u; // columns per tile
+const BK = 16u;  // R step
+const TM = 4u;   // rows per thread (4 ty + i)
+const TN = 8u;   // columns per thread (tx + 16 j)
+const AP = BM + 1u; // padded row pitch of the A tile: stores walking r (row-major A) hit 16 banks, not one
+const BP = BN + 1u; // the same for B
+const A_LOADS = BM * BK / 256u; // elements of each tile a thread moves per step: 4
+const B_LOADS = BN * BK / 256u; // 8
 
-var<workgroup> as_: array<f32, BK * BM>; // (BK, BM): A tile, transposed so reads are broadcasts
-var<workgroup> bs: array<f32, BK * BN>;  // (BK, BN): B tile, n contiguous so reads are conflict-free
+var<workgroup> as_: array<f32, BK * AP>; // (BK, BM): A tile, transposed so reads are broadcasts
+var<workgroup> bs: array<f32, BK * BP>;  // (BK, BN): B tile, n contiguous so reads are conflict-free
 
-// Tile loads walk along r when it is contiguous in memory (stride 1), else along m / n, so global
-// reads stay coalesced for every layout above.
+// Element e (0..BM*BK) of a tile step as (row, r): walking r when r is contiguous in memory
+// (stride 1), else walking the row, so global reads stay coalesced for every layout above.
+fn tileA(e: u32) -> vec2u { if (p.aR == 1u) { return vec2u(e / BK, e % BK); } return vec2u(e % BM, e / BM); }
+fn tileB(e: u32) -> vec2u { if (p.bR == 1u) { return vec2u(e / BK, e % BK); } return vec2u(e % BN, e / BN); }
+
 @compute @workgroup_size(16, 16)
 fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid3: vec3u,
               @builtin(local_invocation_index) lid: u32) {
   let n0 = wid.x * BN;
   let m0 = wid.y * BM;
-  let tx = lid3.x; // output columns n0 + tx + 16 j
-  let ty = lid3.y; // output rows m0 + 4 ty + i
-  var acc: array<f32, 16>;
+  let tx = lid3.x;
+  let ty = lid3.y;
+  var acc: array<f32, TM * TN>;
+  var ra: array<f32, A_LOADS>; // this thread's share of the next step, in flight
+  var rb: array<f32, B_LOADS>;
+  for (var i = 0u; i < A_LOADS; i++) {
+    let mk = tileA(lid + i * 256u);
+    ra[i] = 0.0;
+    if (m0 + mk.x < p.M && mk.y < p.R) { ra[i] = a[(m0 + mk.x) * p.aM + mk.y * p.aR]; }
+  }
+  for (var i = 0u; i < B_LOADS; i++) {
+    let nk = tileB(lid + i * 256u);
+    rb[i] = 0.0;
+    if (n0 + nk.x < p.N && nk.y < p.R) { rb[i] = weightAt((n0 + nk.x) * p.bN + nk.y * p.bR); }
+  }
   for (var r0 = 0u; r0 < p.R; r0 += BK) {
-    for (var i = 0u; i < 4u; i++) {
-      let e = lid + i * 256u;
-      var m = e / BK;
-      var k = e % BK;
-      if (p.aR != 1u) { m = e % BM; k = e / BM; }
-      var av = 0.0;
-      if (m0 + m < p.M && r0 + k < p.R) { av = a[(m0 + m) * p.aM + (r0 + k) * p.aR]; }
-      as_[k * BM + m] = av;
-      var n = e / BK;
-      var kb = e % BK;
-      if (p.bR != 1u) { n = e % BN; kb = e / BN; }
-      var bv = 0.0;
-      if (n0 + n < p.N && r0 + kb < p.R) { bv = weightAt((n0 + n) * p.bN + (r0 + kb) * p.bR); }
-      bs[kb * BN + n] = bv;
-    }
+    for (var i = 0u; i < A_LOADS; i++) { let mk = tileA(lid + i * 256u); as_[mk.y * AP + mk.x] = ra[i]; }
+    for (var i = 0u; i < B_LOADS; i++) { let nk = tileB(lid + i * 256u); bs[nk.y * BP + nk.x] = rb[i]; }
     workgroupBarrier();
+    let r1 = r0 + BK;
+    if (r1 < p.R) {
+      for (var i = 0u; i < A_LOADS; i++) {
+        let mk = tileA(lid + i * 256u);
+        ra[i] = 0.0;
+        if (m0 + mk.x < p.M && r1 + mk.y < p.R) { ra[i] = a[(m0 + mk.x) * p.aM + (r1 + mk.y) * p.aR]; }
+      }
+      for (var i = 0u; i < B_LOADS; i++) {
+        let nk = tileB(lid + i * 256u);
+        rb[i] = 0.0;
+        if (n0 + nk.x < p.N && r1 + nk.y < p.R) { rb[i] = weightAt((n0 + nk.x) * p.bN + (r1 + nk.y) * p.bR); }
+      }
+    }
     for (var k = 0u; k < BK; k++) {
-      var av: array<f32, 4>;
-      var bv: array<f32, 4>;
-      for (var i = 0u; i < 4u; i++) { av[i] = as_[k * BM + 4u * ty + i]; }
-      for (var j = 0u; j < 4u; j++) { bv[j] = bs[k * BN + tx + 16u * j]; }
-      for (var i = 0u; i < 4u; i++) {
-        for (var j = 0u; j < 4u; j++) { acc[i * 4u + j] += av[i] * bv[j]; }
+      let av = vec4f(as_[k * AP + 4u * ty], as_[k * AP + 4u * ty + 1u], as_[k * AP + 4u * ty + 2u], as_[k * AP + 4u * ty + 3u]);
+      for (var j = 0u; j < TN; j++) {
+        let b = bs[k * BP + tx + 16u * j];
+        acc[j] += av.x * b;
+        acc[TN + j] += av.y * b;
+        acc[2u * TN + j] += av.z * b;
+        acc[3u * TN + j] += av.w * b;
       }
     }
     workgroupBarrier();
   }
-  for (var i = 0u; i < 4u; i++) {
-    let m = m0 + 4u * ty + i;
-    for (var j = 0u; j < 4u; j++) {
+  for (var i = 0u; i < TM; i++) {
+    let m = m0 + TM * ty + i;
+    for (var j = 0u; j < TN; j++) {
       let n = n0 + tx + 16u * j;
-      if (m < p.M && n < p.N) { store(m * p.N + n, acc[i * 4u + j]); }
+      if (m < p.M && n < p.N) { store(m * p.N + n, acc[i * TN + j]); }
     }
   }
 }

@@ -204,7 +204,7 @@ describe('reference backward vs finite differences (f64)', () => {
 
 // ---- 2. GPU kernels vs the CPU backward references ----------------------------------------------
 
-describe.each(['rows', 'tiled'] as const)('matmul training ops, %s', (variant) => {
+describe.each(['rows', 'gemv', 'tiled'] as const)('matmul training ops, %s', (variant) => {
   beforeAll(() => {
     K.tuning.matmul = variant;
   });
@@ -221,7 +221,8 @@ describe.each(['rows', 'tiled'] as const)('matmul training ops, %s', (variant) =
     [70, 130, 200],
     [300, 8, 40],
   ];
-  it.each(shapes)('T=%i N=%i K=%i', async (T, N, Kd) => {
+  // 'gemv': the row-major products with few rows (the LoRA A and B products in decode) take the GEMV.
+  it.each(shapes.filter(([T]) => variant !== 'gemv' || T <= K.GEMV_MAX_T))('T=%i N=%i K=%i', async (T, N, Kd) => {
     const rand = ref.rng(200 + T + N);
     const name = `${variant} T=${T} N=${N} K=${Kd}`;
     const x = ref.randn(T * Kd, rand);

@@ -27,7 +27,17 @@ export function rmsNorm(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R:
 }
 
 
+/** gemm_tiled's output tile (shaders/matmul.wgsl BM x BN). */
+const TILE_M = 64, TILE_N = 128;
+
 const tmaxFor = (M: number) => (M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8);
+
+/** GEMV lanes per output column: ~4+ weight words per lane, 64 lanes from R >= 512; tiny R gets more columns per workgroup. */
+const gemvLanes = (R: number) => Math.min(64, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, R / 8)))));
+
+function gemvDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, R: number) {
+  return { WEIGHTS, TMAX: tmaxFor(M), LANES: gemvLanes(R), ...subgroupDefines(useSubgroups(gpu)) };
+}
 
 /** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) ^T ; w bf16 or q4 (dequantized on the fly) */
 export function matmul(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: Weight, T: number, N: number, K: number, accumulate = false): void {
@@ -46,12 +56,9 @@ export function matmul(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: Weight, T: num
     gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'matmul_rows', { WEIGHTS, TMAX }), [out, x, wb], [x0, y0, Math.ceil(T / TMAX)], params);
   } else if (variant === 'gemv') {
     check(T <= GEMV_MAX_T, `matmul: gemv variant needs T <= ${GEMV_MAX_T}`);
-    // ~4+ weight words per lane: 64 lanes from K >= 512; tiny K gets more columns per workgroup.
-    const LANES = Math.min(64, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, K / 8)))));
-    const defines = { WEIGHTS, TMAX: tmaxFor(T), LANES, ...subgroupDefines(useSubgroups(gpu)) };
-    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'matmul_gemv', defines), [out, x, wb], Math.ceil(N / (256 / LANES)), params);
+    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'matmul_gemv', gemvDefines(gpu, WEIGHTS, T, K)), [out, x, wb], Math.ceil(N / (256 / gemvLanes(K))), params);
   } else {
-    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1 }), [out, x, wb], [Math.ceil(N / 64), Math.ceil(T / 64)], params);
+    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1 }), [out, x, wb], [Math.ceil(N / TILE_N), Math.ceil(T / TILE_M)], params);
   }
 }
 
@@ -67,10 +74,18 @@ export function gemm(
   check(M * Math.max(N, R) < 2 ** 32 && N * R < 2 ** 32, `${op}: sizes overflow u32 indexing`);
   if (M === 0 || N === 0) return;
   const params = [M, N, R, accumulate ? 1 : 0, ...strides, f32(scale)];
-  // No gemv variant here: 'gemv' (forced by tests) runs 'rows', as does a GPU with M <= GEMV_MAX_T.
-  const variant = tuning.matmul === 'auto' ? (isCpuAdapter(gpu) || M <= GEMV_MAX_T ? 'rows' : 'tiled') : tuning.matmul;
-  if (variant === 'tiled') {
-    gpu.dispatch(opKernel(gpu, op, 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1 }), [out, a, b], [Math.ceil(N / 64), Math.ceil(M / 64)], params);
+  // Row-major A and B with few rows (the LoRA A and B products in decode) take the GEMV: each
+  // column's R reduced by LANES threads, not one thread looping over R. Other layouts with few
+  // rows take 'rows' on a GPU too (and when 'gemv' is forced).
+  const rowMajor = strides[0] === R && strides[1] === 1 && strides[2] === R && strides[3] === 1;
+  const small = M <= GEMV_MAX_T;
+  const auto = isCpuAdapter(gpu) ? 'rows' : small ? (rowMajor ? 'gemv' : 'rows') : 'tiled';
+  const forced = tuning.matmul === 'gemv' && !(small && rowMajor) ? 'rows' : tuning.matmul;
+  const variant = tuning.matmul === 'auto' ? auto : forced;
+  if (variant === 'gemv') {
+    gpu.dispatch(opKernel(gpu, op, 'matmul', 'matmul_gemv', gemvDefines(gpu, WEIGHTS, M, R)), [out, a, b], Math.ceil(N / (256 / gemvLanes(R))), params);
+  } else if (variant === 'tiled') {
+    gpu.dispatch(opKernel(gpu, op, 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1 }), [out, a, b], [Math.ceil(N / TILE_N), Math.ceil(M / TILE_M)], params);
   } else {
     const TMAX = tmaxFor(M);
     gpu.dispatch(opKernel(gpu, op, 'matmul', 'gemm_rows', { WEIGHTS, TMAX }), [out, a, b], Math.ceil((N * Math.ceil(M / TMAX)) / 64), params);
