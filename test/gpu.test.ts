@@ -251,17 +251,47 @@ describe('memory accounting', () => {
     expect(g.memory.liveBytes).toBe(0);
   });
 
-  it('keeps the uniform arena at one 64 KiB chunk however many dispatches a batch has, each with its own params', async () => {
+  it('bounds the uniform arena at MAX_PARAM_DISPATCHES_PER_SUBMIT slots however many dispatches a batch has, each with its own params', async () => {
     const g = await createGpu({ shaderSource: (name) => (name === 'test' ? TEST_WGSL : shaderSource(name)) });
     try {
-      const n = 1000; // about 4 x MAX_PARAM_DISPATCHES_PER_SUBMIT
+      const n = 2 * MAX_PARAM_DISPATCHES_PER_SUBMIT + 100; // three submits
       const out = g.createBuffer(n * 4, 'out');
       const set = g.kernel('test', 'set_one');
+      const submits = g.submitCount;
       for (let i = 0; i < n; i++) g.dispatch(set, [out], 1, [i, f32(i * 0.25)]);
       const got = await g.readF32(out);
       expect(Array.from(got)).toEqual(Array.from({ length: n }, (_, i) => i * 0.25));
+      expect(g.submitCount - submits).toBe(3);
       expect(MAX_PARAM_DISPATCHES_PER_SUBMIT * 256).toBe(UNIFORM_ARENA_BYTES);
       expect(g.memory.uniformBytes).toBe(UNIFORM_ARENA_BYTES);
+    } finally {
+      g.destroy();
+    }
+  });
+
+  it('stages small writes in the command stream: ordered with the dispatches around them, no submit, one upload chunk', async () => {
+    const g = await createGpu({ shaderSource: (name) => (name === 'test' ? TEST_WGSL : shaderSource(name)) });
+    try {
+      const n = 64;
+      const a = g.createBuffer(n * 4, 'a');
+      const b = g.createBuffer(n * 4, 'b');
+      const set = g.kernel('test', 'set_one');
+      const submits = g.submitCount;
+      // dispatch, write over it, dispatch again, copy: each step must see the one before.
+      g.dispatch(set, [a], 1, [0, f32(7)]);
+      g.write(a, new Float32Array(n).fill(1)); // overwrites a[0] = 7
+      g.dispatch(set, [a], 1, [1, f32(9)]);
+      g.copy(a, 0, b, 0, n * 4);
+      g.write(a, new Float32Array([5]), 8); // a[2] = 5 after the copy: b keeps 1
+      expect(g.submitCount).toBe(submits); // nothing submitted yet
+      const want = Array.from({ length: n }, (_, i) => (i === 1 ? 9 : i === 2 ? 5 : 1));
+      expect(Array.from(await g.readF32(a))).toEqual(want);
+      expect(Array.from(await g.readF32(b))).toEqual(want.map((v, i) => (i === 2 ? 1 : v)));
+      // Many small writes in one batch: the arena stays one chunk (a submit makes room).
+      const big = g.createBuffer(16 * 1024, 'big');
+      for (let i = 0; i < 40; i++) g.write(big, new Float32Array(4096).fill(i)); // 40 x 16 KiB > one 256 KiB chunk
+      expect(Array.from((await g.readF32(big)).slice(0, 2))).toEqual([39, 39]);
+      expect(g.memory.uniformBytes).toBe(64 * 1024 + 256 * 1024); // one params chunk, one upload chunk
     } finally {
       g.destroy();
     }

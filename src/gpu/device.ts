@@ -4,7 +4,7 @@
 import { shaderSource } from '#shaders';
 import { BufferPool, MemoryCounter } from './pool.ts';
 import { GpuDeviceLostError, GpuError, GpuOutOfMemoryError, GpuUnavailableError, fromGpuError } from './errors.ts';
-import { PipelineCache, UniformArena, splitGrid, type Constants, type Defines, type Kernel, type Param, type Workgroups } from './launch.ts';
+import { PipelineCache, UniformArena, UploadArena, splitGrid, type Constants, type Defines, type Kernel, type Param, type Workgroups } from './launch.ts';
 
 export interface GpuFeatures {
   f16: boolean;
@@ -30,7 +30,7 @@ export interface GpuMemory {
   freeBytes: number;
   /** MAP_READ staging buffers of read() (in use or pooled). */
   stagingBytes: number;
-  /** The uniform arena's 64 KiB chunks (kernel params). */
+  /** The uniform arena's 64 KiB chunks (kernel params) and the upload arena's 256 KiB chunk (staged small writes). */
   uniformBytes: number;
   /** Storage buffers in use / held free (counts). */
   live: number;
@@ -61,11 +61,12 @@ const RAISED_LIMITS = [
 
 /**
  * Dispatches with params encoded per submit: each takes a 256-byte slot of the uniform arena, so
- * the arena stays one 64 KiB chunk (256 slots) however long a pass is; a longer batch is submitted
- * in pieces of 256 dispatches (a submit costs microseconds). src/train/memory.ts plans
+ * the arena stays within 2048 slots (512 KiB) however long a pass is, and a longer batch is
+ * submitted in pieces. 2048 holds one decode step of a 36-layer model with LoRA on every
+ * projection (about 1,000 dispatches) in one command buffer. src/train/memory.ts plans
  * UNIFORM_ARENA_BYTES from this.
  */
-export const MAX_PARAM_DISPATCHES_PER_SUBMIT = 256;
+export const MAX_PARAM_DISPATCHES_PER_SUBMIT = 2048;
 
 const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
 
@@ -124,6 +125,7 @@ export class Gpu {
   private readonly readPool: BufferPool;
   private readonly pipelines: PipelineCache;
   private readonly params: UniformArena;
+  private readonly uploads: UploadArena;
   private encoder: GPUCommandEncoder | null = null;
   private pass: GPUComputePassEncoder | null = null;
   private errors: GpuError[] = [];
@@ -132,6 +134,8 @@ export class Gpu {
   private destroyed = false;
   /** Dispatches encoded since creation (for benchmarks and tests). */
   dispatchCount = 0;
+  /** Command buffers submitted since creation (for benchmarks and tests). */
+  submitCount = 0;
   /**
    * Bytes of released buffers kept for reuse; older ones are destroyed after each submit. Besides
    * this cap, a createBuffer that finds no free buffer of its size destroys every free buffer
@@ -167,6 +171,7 @@ export class Gpu {
       },
     } as GPUDevice;
     this.params = new UniformArena(countedDevice, Math.max(256, device.limits.minUniformBufferOffsetAlignment));
+    this.uploads = new UploadArena(countedDevice);
     this.pipelines = new PipelineCache(device, source, (scope, ctx) => this.track(scope, ctx));
     device.addEventListener('uncapturederror', (ev) => {
       this.errors.push(fromGpuError((ev as GPUUncapturedErrorEvent).error, 'uncaptured'));
@@ -212,18 +217,29 @@ export class Gpu {
     this.pool.release(buf);
   }
 
-  /** Uploads data; ordered after all work encoded so far (flushes it first). */
+  /**
+   * Uploads data; ordered after all work encoded so far and before all work encoded later. Small
+   * writes (<= UploadArena.MAX_WRITE) are staged and copied in the command stream, with no
+   * submit; larger ones submit the pending work first and use queue.writeBuffer.
+   */
   write(buf: GPUBuffer, data: ArrayBufferView | ArrayBuffer, byteOffset = 0): void {
     this.throwIfLost();
-    if (this.encoder) this.submit();
-    const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-    if (bytes.byteLength % 4 === 0) {
-      this.device.queue.writeBuffer(buf, byteOffset, bytes as Uint8Array<ArrayBuffer>);
-    } else {
+    let bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    if (bytes.byteLength % 4 !== 0) {
       const padded = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4);
       padded.set(bytes);
-      this.device.queue.writeBuffer(buf, byteOffset, padded);
+      bytes = padded;
     }
+    if (bytes.byteLength === 0) return;
+    if (bytes.byteLength <= UploadArena.MAX_WRITE) {
+      if (this.uploads.pending + bytes.byteLength > UploadArena.CHUNK && this.encoder) this.submit();
+      const staged = this.uploads.put(bytes);
+      this.endPass();
+      this.getEncoder().copyBufferToBuffer(staged.buffer, staged.offset, buf, byteOffset, bytes.byteLength);
+      return;
+    }
+    if (this.encoder) this.submit();
+    this.device.queue.writeBuffer(buf, byteOffset, bytes as Uint8Array<ArrayBuffer>);
   }
 
   /** Reads `bytes` (default: whole buffer) back; submits pending work first; throws recorded errors. */
@@ -340,6 +356,7 @@ export class Gpu {
     this.pool.destroyAll();
     this.readPool.destroyAll();
     this.params.destroy();
+    this.uploads.destroy();
     this.counter.sub(this.counter.bytes);
     this.uniformBytes = 0;
     this.device.destroy();
@@ -391,7 +408,9 @@ export class Gpu {
     const cmd = this.encoder.finish();
     this.encoder = null;
     this.params.upload(this.device.queue);
+    this.uploads.upload(this.device.queue);
     this.paramDispatches = 0;
+    this.submitCount++;
     this.device.queue.submit([cmd]);
     this.track(this.device.popErrorScope(), 'command batch');
     this.pool.trimTo(this.poolFreeBytes); // safe now: no unsubmitted command refers to a free buffer

@@ -90,32 +90,73 @@ export class PipelineCache {
 }
 
 /**
- * Uniform params for one flush: fixed 64 KiB uniform buffers cut into 256-byte slots, filled
- * on the CPU while dispatches are encoded and uploaded once with queue.writeBuffer right before
- * submit. Queue ordering makes it safe to reuse the same buffers for the next flush.
+ * GPU buffers filled on the CPU while work is encoded and uploaded with queue.writeBuffer right
+ * before submit: chunks of `chunkBytes`, handed out in order and reused from the start after each
+ * upload. Queue ordering makes the reuse safe: the next flush's writeBuffer runs after the work
+ * submitted with this one has read the old contents.
  */
-export class UniformArena {
-  static readonly CHUNK = 64 * 1024;
-  private chunks: { buffer: GPUBuffer; cpu: ArrayBuffer }[] = [];
-  private used = 0; // bytes used in the current flush, across chunks
+class StagedChunks {
+  private chunks: { buffer: GPUBuffer; cpu: ArrayBuffer; used: number }[] = [];
+  private current = 0; // the chunk being filled
 
   constructor(
     private readonly device: GPUDevice,
-    private readonly slotBytes = 256,
+    private readonly usage: GPUBufferUsageFlags,
+    readonly chunkBytes: number,
+    private readonly label: string,
   ) {}
+
+  /** `bytes` (<= chunkBytes) at the next free offset of a chunk, for the CPU to fill. */
+  alloc(bytes: number): { buffer: GPUBuffer; cpu: ArrayBuffer; offset: number } {
+    if (bytes > this.chunkBytes) throw new Error(`${this.label}: ${bytes} bytes exceed a ${this.chunkBytes}-byte chunk`);
+    if (this.current < this.chunks.length && this.chunks[this.current].used + bytes > this.chunkBytes) this.current++;
+    if (this.current === this.chunks.length) {
+      const buffer = this.device.createBuffer({ size: this.chunkBytes, usage: this.usage | GPUBufferUsage.COPY_DST, label: `${this.label}#${this.current}` });
+      this.chunks.push({ buffer, cpu: new ArrayBuffer(this.chunkBytes), used: 0 });
+    }
+    const chunk = this.chunks[this.current];
+    const offset = chunk.used;
+    chunk.used += bytes;
+    return { buffer: chunk.buffer, cpu: chunk.cpu, offset };
+  }
+
+  /** Uploads what this flush filled; call right before queue.submit. */
+  upload(queue: GPUQueue): void {
+    for (const c of this.chunks) {
+      if (c.used > 0) queue.writeBuffer(c.buffer, 0, c.cpu, 0, c.used);
+      c.used = 0;
+    }
+    this.current = 0;
+  }
+
+  destroy(): void {
+    for (const c of this.chunks) c.buffer.destroy();
+    this.chunks = [];
+    this.current = 0;
+  }
+}
+
+/**
+ * Uniform params for one flush: 64 KiB uniform buffers cut into 256-byte slots (the offset
+ * alignment of uniform bindings), filled while dispatches are encoded (StagedChunks).
+ */
+export class UniformArena {
+  static readonly CHUNK = 64 * 1024;
+  private readonly staged: StagedChunks;
+
+  constructor(
+    device: GPUDevice,
+    private readonly slotBytes = 256,
+  ) {
+    this.staged = new StagedChunks(device, GPUBufferUsage.UNIFORM, UniformArena.CHUNK, 'params');
+  }
 
   /** Writes params into the next slot; returns the binding for it. */
   slot(params: readonly Param[], label: string): GPUBufferBinding {
     if (params.length * 4 > this.slotBytes) throw new Error(`${label}: ${params.length} params exceed a ${this.slotBytes}-byte slot`);
-    const chunkIdx = Math.floor(this.used / UniformArena.CHUNK);
-    const offset = this.used % UniformArena.CHUNK;
-    if (chunkIdx === this.chunks.length) {
-      const buffer = this.device.createBuffer({ size: UniformArena.CHUNK, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST, label: `params#${chunkIdx}` });
-      this.chunks.push({ buffer, cpu: new ArrayBuffer(UniformArena.CHUNK) });
-    }
-    const chunk = this.chunks[chunkIdx];
-    const u = new Uint32Array(chunk.cpu, offset, params.length);
-    const f = new Float32Array(chunk.cpu, offset, params.length);
+    const { buffer, cpu, offset } = this.staged.alloc(this.slotBytes);
+    const u = new Uint32Array(cpu, offset, params.length);
+    const f = new Float32Array(cpu, offset, params.length);
     for (let i = 0; i < params.length; i++) {
       const v = params[i];
       if (v instanceof F32) f[i] = v.value;
@@ -124,21 +165,52 @@ export class UniformArena {
         u[i] = v;
       }
     }
-    this.used += this.slotBytes;
-    return { buffer: chunk.buffer, offset, size: this.slotBytes };
+    return { buffer, offset, size: this.slotBytes };
   }
 
   /** Uploads this flush's params; call right before queue.submit. */
   upload(queue: GPUQueue): void {
-    let left = this.used;
-    for (let i = 0; left > 0; i++, left -= UniformArena.CHUNK) {
-      queue.writeBuffer(this.chunks[i].buffer, 0, this.chunks[i].cpu, 0, Math.min(left, UniformArena.CHUNK));
-    }
-    this.used = 0;
+    this.staged.upload(queue);
+    this.pending = 0;
   }
 
   destroy(): void {
-    for (const c of this.chunks) c.buffer.destroy();
-    this.chunks = [];
+    this.staged.destroy();
+  }
+}
+
+/**
+ * Small uploads ordered with the encoded work without a submit: the bytes go to a staged chunk
+ * (uploaded right before the batch is submitted) and a copy into the target is encoded where the
+ * write was asked for, so a write in the middle of a forward (token ids, page table, logit rows)
+ * no longer splits it into two submits.
+ */
+export class UploadArena {
+  static readonly CHUNK = 256 * 1024;
+  /** Writes up to this size go through the arena; larger ones flush and use queue.writeBuffer. */
+  static readonly MAX_WRITE = 64 * 1024;
+  /** Bytes staged since the last upload: the Gpu submits before this would pass CHUNK, so the arena stays one chunk. */
+  pending = 0;
+  private readonly staged: StagedChunks;
+
+  constructor(device: GPUDevice) {
+    this.staged = new StagedChunks(device, GPUBufferUsage.COPY_SRC, UploadArena.CHUNK, 'uploads');
+  }
+
+  /** Stages `bytes` (a multiple of 4 long); returns where they will be once uploaded. */
+  put(bytes: Uint8Array): { buffer: GPUBuffer; offset: number } {
+    const { buffer, cpu, offset } = this.staged.alloc(bytes.byteLength);
+    new Uint8Array(cpu, offset, bytes.byteLength).set(bytes);
+    this.pending += bytes.byteLength;
+    return { buffer, offset };
+  }
+
+  upload(queue: GPUQueue): void {
+    this.staged.upload(queue);
+    this.pending = 0;
+  }
+
+  destroy(): void {
+    this.staged.destroy();
   }
 }

@@ -136,8 +136,10 @@ export function roundSequences(s: RoundShape): RoundSequences {
 const pooled = (bytes: number) => Math.max(4, Math.ceil(bytes / 4) * 4);
 const f32 = (n: number) => pooled(n * 4);
 
-/** Kernel params: one 64 KiB chunk, MAX_PARAM_DISPATCHES_PER_SUBMIT (256) x 256-byte slots (src/gpu/device.ts). */
-export const UNIFORM_ARENA_BYTES = 64 * 1024;
+/** Kernel params: MAX_PARAM_DISPATCHES_PER_SUBMIT (2048) x 256-byte slots (src/gpu/device.ts). */
+export const UNIFORM_ARENA_BYTES = 2048 * 256;
+/** Small uploads staged in the command stream: one UploadArena.CHUNK (src/gpu/launch.ts). */
+export const UPLOAD_ARENA_BYTES = 256 * 1024;
 /** Tokens per forward chunk (Qwen3Model's DEFAULT_CHUNK, checked in test/memoryPlan.test.ts). */
 export const FORWARD_CHUNK = 256;
 /** Checkpoints of SpyRLTrainer's passes (its default) and of sftStep's (TrainingPass's default). */
@@ -370,7 +372,7 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
   const spyCut = o.docTokens - seq.spyReport;
   const { weights, lora } = persistent(cfg, o);
   const base = weights.total + lora;
-  const workspace = [buf('uniform arena', '(256 dispatches x 256 B) kernel params', UNIFORM_ARENA_BYTES), buf('readback staging', 'MAP_READ', stagingBytes(cfg, o))];
+  const workspace = [buf('uniform arena', '(2048 dispatches x 256 B) kernel params', UNIFORM_ARENA_BYTES), buf('upload arena', 'staged small uploads', UPLOAD_ARENA_BYTES), buf('readback staging', 'MAP_READ', stagingBytes(cfg, o))];
   const N = o.players;
   const phases: PhasePlan[] = [
     ...loadPhase(cfg, o.weights, weights.total),
@@ -446,7 +448,7 @@ export function planSft(cfg: Qwen3Config, s: SftPlanOptions): MemoryPlan {
   const o = resolve({ ...s, checkpoints: s.checkpoints ?? SFT_CHECKPOINTS, kv: 'f32', players: 3, docTokens: 0, summaryTokens: 1 });
   const { weights, lora } = persistent(cfg, o);
   const base = weights.total + lora;
-  const workspace = [buf('uniform arena', '(256 dispatches x 256 B) kernel params', UNIFORM_ARENA_BYTES), buf('readback staging', 'MAP_READ', f32(Math.max(s.seqLen, o.lora.r * Math.max(cfg.intermediateSize, cfg.hiddenSize))))];
+  const workspace = [buf('uniform arena', '(2048 dispatches x 256 B) kernel params', UNIFORM_ARENA_BYTES), buf('upload arena', 'staged small uploads', UPLOAD_ARENA_BYTES), buf('readback staging', 'MAP_READ', f32(Math.max(s.seqLen, o.lora.r * Math.max(cfg.intermediateSize, cfg.hiddenSize))))];
   const pass = trainingPassBytes(cfg, { seqLen: s.seqLen, numTargets: s.seqLen - 1, lora: { r: o.lora.r, targetModules: o.lora.targets }, checkpoints: o.checkpoints, mlpChunk: o.mlpChunk });
   return finish('sft', cfg, o, weights, lora, [...loadPhase(cfg, o.weights, weights.total), updatePhase(pass, s.seqLen, base, workspace)], null, s.seqLen);
 }
