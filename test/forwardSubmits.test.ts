@@ -2,7 +2,7 @@
 // positions, the page table when a new page is mapped, the logit rows) are staged in the command
 // stream (src/gpu/launch.ts UploadArena), and a step of a deep model stays under the
 // params-per-submit bound, so Qwen3Model.forward submits nothing; the read of the logits is the
-// step's one submit. The logits of the decode steps equal a single prefill over the same tokens.
+// step's one submit, and a repeated step reuses its bind groups. The logits of the decode steps equal a single prefill over the same tokens.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,18 +30,18 @@ afterAll(async () => {
 describe('decode step', () => {
   it('submits nothing inside forward (ids, positions, page table and logit rows staged), and matches one prefill', async () => {
     const V = model.cfg.vocabSize;
-    const ids = Array.from({ length: KV_PAGE_SIZE + 3 }, (_, i) => (i * 7919 + 11) % 5000);
+    const ids = Array.from({ length: KV_PAGE_SIZE + 5 }, (_, i) => (i * 7919 + 11) % 5000);
     const prompt = KV_PAGE_SIZE - 1;
     const cache = model.createCache(1, 64);
     const pre = model.forward({ ids: ids.slice(0, prompt), slots: new Array(prompt).fill(0), positions: ids.slice(0, prompt).map((_, i) => i), logitRows: [prompt - 1] }, cache);
     await gpu.readF32(pre, V);
     gpu.releaseBuffer(pre);
     const stepLogits: Float32Array[] = [];
-    const perStep: { dispatches: number; submits: number }[] = [];
+    const perStep: { dispatches: number; submits: number; bindGroups: number }[] = [];
     for (let pos = prompt; pos < ids.length; pos++) { // the step at position KV_PAGE_SIZE maps a new page
-      const d0 = gpu.dispatchCount, s0 = gpu.submitCount;
+      const d0 = gpu.dispatchCount, s0 = gpu.submitCount, b0 = gpu.bindGroupCount;
       const out = model.forward({ ids: [ids[pos]], slots: [0], positions: [pos], logitRows: [0] }, cache);
-      perStep.push({ dispatches: gpu.dispatchCount - d0, submits: gpu.submitCount - s0 });
+      perStep.push({ dispatches: gpu.dispatchCount - d0, submits: gpu.submitCount - s0, bindGroups: gpu.bindGroupCount - b0 });
       stepLogits.push(await gpu.readF32(out, V));
       gpu.releaseBuffer(out);
     }
@@ -53,6 +53,10 @@ describe('decode step', () => {
       expect(s.dispatches).toBeGreaterThan(256);
       expect(s.submits).toBe(0);
     }
+    // Bind groups are made once per buffer set: once the pool hands out the same buffers again,
+    // a step makes none (src/gpu/device.ts bindGroup).
+    expect(perStep[0].bindGroups).toBeGreaterThan(256);
+    expect(perStep.at(-1)!.bindGroups).toBe(0);
     // The same tokens in one prefill: the decode steps' logits are its last rows.
     const whole = model.createCache(1, 64);
     const rows = Array.from({ length: ids.length - prompt }, (_, i) => prompt + i);

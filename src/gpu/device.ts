@@ -68,6 +68,9 @@ const RAISED_LIMITS = [
  */
 export const MAX_PARAM_DISPATCHES_PER_SUBMIT = 2048;
 
+/** Bind groups kept for reuse (Gpu.bindGroup): a few decode steps' worth of dispatches. */
+const BIND_GROUP_CACHE = 16384;
+
 const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
 
 export async function createGpu(opts: CreateGpuOptions = {}): Promise<Gpu> {
@@ -136,6 +139,11 @@ export class Gpu {
   dispatchCount = 0;
   /** Command buffers submitted since creation (for benchmarks and tests). */
   submitCount = 0;
+  /** Bind groups created since creation; a repeated dispatch (same kernel, buffers and params slot) reuses its own. */
+  bindGroupCount = 0;
+  private bindGroups = new Map<string, GPUBindGroup>();
+  private objectIds = new WeakMap<object, number>();
+  private nextObjectId = 1;
   /**
    * Bytes of released buffers kept for reuse; older ones are destroyed after each submit. Besides
    * this cap, a createBuffer that finds no free buffer of its size destroys every free buffer
@@ -315,15 +323,15 @@ export class Gpu {
     const maxDim = this.limits.maxComputeWorkgroupsPerDimension;
     const [x, y, z] = typeof workgroups === 'number' ? splitGrid(workgroups, maxDim) : [workgroups[0], workgroups[1] ?? 1, workgroups[2] ?? 1];
     if (x === 0 || y === 0 || z === 0) return;
-    const entries: GPUBindGroupEntry[] = buffers.map((buffer, i) => ({ binding: i + 1, resource: { buffer } }));
+    let slot: GPUBufferBinding | null = null;
     if (params) {
       // Bounds the uniform arena: a submitted batch's slots are reused by the next one.
       if (this.paramDispatches >= MAX_PARAM_DISPATCHES_PER_SUBMIT && this.encoder) this.submit();
       this.paramDispatches++;
-      entries.push({ binding: 0, resource: this.params.slot(params, kernel.label) });
+      slot = this.params.slot(params, kernel.label);
     }
     const pass = this.getPass();
-    const bindGroup = this.device.createBindGroup({ layout: kernel.pipeline.getBindGroupLayout(0), entries, label: kernel.label });
+    const bindGroup = this.bindGroup(kernel, buffers, slot);
     pass.setPipeline(kernel.pipeline);
     pass.setBindGroup(0, bindGroup);
     pass.dispatchWorkgroups(x, y, z);
@@ -379,6 +387,35 @@ export class Gpu {
   }
 
   // ---- 3. internals -------------------------------------------------------------------------
+
+  private idOf(o: object): number {
+    let id = this.objectIds.get(o);
+    if (id === undefined) this.objectIds.set(o, (id = this.nextObjectId++));
+    return id;
+  }
+
+  /**
+   * The bind group of (kernel, buffers, params slot), made once: the uniform arena hands out the
+   * same slots in the same order every batch, so the dispatches of a repeated step (a decode
+   * step, a layer of the same shapes) find theirs. Keys hold object identities, and a buffer is
+   * never reused once destroyed, so a stale entry can never match; the cache is dropped when it
+   * passes BIND_GROUP_CACHE entries.
+   */
+  private bindGroup(kernel: Kernel, buffers: readonly GPUBuffer[], slot: GPUBufferBinding | null): GPUBindGroup {
+    let key = `${this.idOf(kernel.pipeline)}`;
+    for (const b of buffers) key += `,${this.idOf(b)}`;
+    if (slot) key += `|${this.idOf(slot.buffer)}@${slot.offset}`;
+    let group = this.bindGroups.get(key);
+    if (!group) {
+      const entries: GPUBindGroupEntry[] = buffers.map((buffer, i) => ({ binding: i + 1, resource: { buffer } }));
+      if (slot) entries.push({ binding: 0, resource: slot });
+      group = this.device.createBindGroup({ layout: kernel.pipeline.getBindGroupLayout(0), entries, label: kernel.label });
+      this.bindGroupCount++;
+      if (this.bindGroups.size >= BIND_GROUP_CACHE) this.bindGroups.clear();
+      this.bindGroups.set(key, group);
+    }
+    return group;
+  }
 
   private getEncoder(): GPUCommandEncoder {
     if (!this.encoder) {

@@ -171,7 +171,6 @@ export class UniformArena {
   /** Uploads this flush's params; call right before queue.submit. */
   upload(queue: GPUQueue): void {
     this.staged.upload(queue);
-    this.pending = 0;
   }
 
   destroy(): void {
