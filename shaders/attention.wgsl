@@ -95,6 +95,8 @@ struct AttentionParams {
 #if defined(KV)
   pagesPerSlot: u32,
   pageShift: u32,
+  splitKeys: u32, // attention_split: keys per split (a multiple of BLK)
+  splits: u32,    // attention_split / attention_combine: splits per (token, head)
 #endif
 }
 
@@ -111,6 +113,10 @@ const DPT = HDMAX / BLK; // output dims per thread
 @group(0) @binding(5) var<storage, read> pageTable: array<u32>; // (S, pagesPerSlot) u32
 @group(0) @binding(6) var<storage, read> slot: array<u32>;      // (T) u32
 @group(0) @binding(7) var<storage, read> pos: array<u32>;       // (T) u32
+@group(0) @binding(8) var<storage, read_write> partLse: array<f32>; // split: (T, NH, splits) f32
+// attention_combine's inputs (its bindings 1..3; the numbers are free in that entry point)
+@group(0) @binding(2) var<storage, read> splitLse: array<f32>; // (T, NH, splits) f32
+@group(0) @binding(3) var<storage, read> splitOut: array<f32>; // (T, NH, splits, HD) f32
 #else
 @group(0) @binding(3) var<storage, read> kCache: array<f32>;    // training: k (T, NKV, HD) f32
 @group(0) @binding(4) var<storage, read> vCache: array<f32>;    // training: v (T, NKV, HD) f32
@@ -130,20 +136,66 @@ fn keyIndex(kvBase: u32, j: u32) -> u32 {
   return ((page << p.pageShift) + (j & ((1u << p.pageShift) - 1u))) * p.NKV * p.HD + kvBase;
 }
 
+// The query row th = t * NH + h into qs; returns its key count (positions 0..pos[t]). Sets tableRow.
+fn loadQuery(th: u32, lid: u32) -> u32 {
+  let t = th / p.NH;
+  tableRow = slot[t] * p.pagesPerSlot;
+  for (var d = lid; d < p.HD; d += BLK) { qs[d] = q[th * p.HD + d] * p.scale; }
+  if (lid == 0u) { nKeysShared = min(pos[t] + 1u, p.maxT); }
+  // The key count comes from a buffer; workgroupUniformLoad makes the block loop provably uniform.
+  return workgroupUniformLoad(&nKeysShared);
+}
+
+fn kvHeadBase(th: u32) -> u32 { return ((th % p.NH) / (p.NH / p.NKV)) * p.HD; }
+
 @compute @workgroup_size(BLK)
 fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                      @builtin(local_invocation_index) lid: u32) {
   let th = linearGroup(wid, nwg); // t * NH + h
   if (th >= p.T * p.NH) { return; }
-  let t = th / p.NH;
-  let h = th - t * p.NH;
-  let kvh = h / (p.NH / p.NKV);
-  tableRow = slot[t] * p.pagesPerSlot;
-  for (var d = lid; d < p.HD; d += BLK) { qs[d] = q[th * p.HD + d] * p.scale; }
-  if (lid == 0u) { nKeysShared = min(pos[t] + 1u, p.maxT); }
-  // The key count comes from a buffer; workgroupUniformLoad makes the block loop provably uniform.
-  let nKeys = workgroupUniformLoad(&nKeysShared);
-  attendKeys(th, kvh * p.HD, nKeys, lid);
+  let nKeys = loadQuery(th, lid);
+  attendKeys(th, kvHeadBase(th), 0u, nKeys, lid);
+}
+
+// ---- split-K decode attention (flash-decoding) ------------------------------------------------
+// A long context read by one workgroup per (token, head) leaves most of a GPU idle in decode
+// (T * NH workgroups). attention_split gives each (token, head) `splits` workgroups, split c
+// attending to keys [c * splitKeys, (c + 1) * splitKeys) and writing its normalized output and
+// log-sum-exp to the split buffers (out bound to the split outputs, partLse); attention_combine weighs the splits by
+// exp(lse_c - max lse). A split past the sequence's end writes lse = -FLT_MAX (weight 0).
+@compute @workgroup_size(BLK)
+fn attention_split(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                   @builtin(local_invocation_index) lid: u32) {
+  let g = linearGroup(wid, nwg); // (t * NH + h) * splits + c
+  if (g >= p.T * p.NH * p.splits) { return; }
+  let th = g / p.splits;
+  let nKeys = loadQuery(th, lid);
+  let first = (g - th * p.splits) * p.splitKeys;
+  let end = min(first + p.splitKeys, nKeys);
+  if (first >= end) {
+    for (var d = lid; d < p.HD; d += BLK) { out[g * p.HD + d] = 0.0; }
+    if (lid == 0u) { partLse[g] = -3.40282346e38; }
+    return;
+  }
+  let lse = attendKeys(g, kvHeadBase(th), first, end, lid);
+  if (lid == 0u) { partLse[g] = lse; }
+}
+
+@compute @workgroup_size(BLK)
+fn attention_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                     @builtin(local_invocation_index) lid: u32) {
+  let th = linearGroup(wid, nwg);
+  if (th >= p.T * p.NH) { return; }
+  let g0 = th * p.splits;
+  var mx = -3.40282346e38;
+  for (var c = 0u; c < p.splits; c++) { mx = max(mx, splitLse[g0 + c]); }
+  var den = 0.0;
+  for (var c = 0u; c < p.splits; c++) { den += exp(splitLse[g0 + c] - mx); }
+  for (var d = lid; d < p.HD; d += BLK) {
+    var o = 0.0;
+    for (var c = 0u; c < p.splits; c++) { o += exp(splitLse[g0 + c] - mx) * splitOut[(g0 + c) * p.HD + d]; }
+    out[th * p.HD + d] = o / den;
+  }
 }
 #else
 // Element index of key j's KV head at kvBase (= kvh * HD) in k/v (T, NKV, HD).
@@ -174,16 +226,16 @@ fn valueAt(i: u32) -> f32 {
 #endif
 }
 
-// Query row th (scaled, already in qs) against keys/values j < nKeys of KV head kvBase (keyIndex):
-// writes out[th] and returns the log-sum-exp of the scaled scores.
-fn attendKeys(th: u32, kvBase: u32, nKeys: u32, lid: u32) -> f32 {
+// Query row (scaled, already in qs) against keys/values first <= j < end of KV head kvBase
+// (keyIndex): writes out[row] and returns the log-sum-exp of the scaled scores.
+fn attendKeys(row: u32, kvBase: u32, first: u32, end: u32, lid: u32) -> f32 {
   var m = -3.40282346e38;
   var l = 0.0;
   var acc: array<f32, DPT>;
-  for (var b0 = 0u; b0 < nKeys; b0 += BLK) {
+  for (var b0 = first; b0 < end; b0 += BLK) {
     let j = b0 + lid;
     var s = -3.40282346e38;
-    if (j < nKeys) {
+    if (j < end) {
       let kb = keyIndex(kvBase, j);
       keyAt[lid] = kb;
       s = keyDot(kb);
@@ -193,10 +245,10 @@ fn attendKeys(th: u32, kvBase: u32, nKeys: u32, lid: u32) -> f32 {
     var mNew = m;
     for (var i = 0u; i < BLK; i++) { mNew = max(mNew, ps[i]); }
     workgroupBarrier(); // everyone has read the scores before they become probabilities
-    ps[lid] = select(0.0, exp(s - mNew), j < nKeys);
+    ps[lid] = select(0.0, exp(s - mNew), j < end);
     workgroupBarrier();
     let corr = exp(m - mNew);
-    let nb = min(BLK, nKeys - b0);
+    let nb = min(BLK, end - b0);
     var lb = 0.0;
     for (var i = 0u; i < nb; i++) { lb += ps[i]; }
     l = l * corr + lb;
@@ -213,7 +265,7 @@ fn attendKeys(th: u32, kvBase: u32, nKeys: u32, lid: u32) -> f32 {
   }
   for (var e = 0u; e < DPT; e++) {
     let d = lid + e * BLK;
-    if (d < p.HD) { out[th * p.HD + d] = acc[e] / l; }
+    if (d < p.HD) { out[row * p.HD + d] = acc[e] / l; }
   }
   return m + log(l);
 }
@@ -235,7 +287,7 @@ fn attention_forward_lse(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgro
   let kvh = (th - t * p.NH) / (p.NH / p.NKV);
   for (var d = lid; d < p.HD; d += BLK) { qs[d] = q[th * p.HD + d] * p.scale; }
   workgroupBarrier();
-  let m = attendKeys(th, kvh * p.HD, t + 1u, lid);
+  let m = attendKeys(th, kvh * p.HD, 0u, t + 1u, lid);
   if (lid == 0u) { lse[th] = m; }
 }
 

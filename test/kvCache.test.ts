@@ -130,6 +130,20 @@ describe('kvWrite + attention through a page table', () => {
     const wantP = new Float32Array(T * NH * HD);
     ref.attention(wantP, qp, kRef, vRef, slotP, posP, T, NH, NKV, HD, maxT);
     expectClose(`attention prefill ${name}`, await gpu.readF32(outP, T * NH * HD), wantP, REL, ABS);
+
+    // Split-K (flash-decoding, forced): splits of 64 keys, the last ones past some sequences' ends
+    // (empty), combined by their log-sum-exps, give the same attention for decode and prefill.
+    K.tuning.attention = 'split';
+    try {
+      const outS = outBuf(B * NH * HD);
+      K.attention(gpu, outS, f32Buf(q), kCache, vCache, tableBuf, u32Buf(slot), u32Buf(pos), B, NH, NKV, HD, kv);
+      expectClose(`attention decode split-K ${name}`, await gpu.readF32(outS, B * NH * HD), want, REL, ABS);
+      const outSP = outBuf(T * NH * HD);
+      K.attention(gpu, outSP, f32Buf(qp), kCache, vCache, tableBuf, u32Buf(slotP), u32Buf(posP), T, NH, NKV, HD, kv);
+      expectClose(`attention prefill split-K ${name}`, await gpu.readF32(outSP, T * NH * HD), wantP, REL, ABS);
+    } finally {
+      K.tuning.attention = 'auto';
+    }
   }
 
   it('f16: rounds to nearest even (ties, subnormals, carries), saturates at 65504, keeps NaN', async () => {

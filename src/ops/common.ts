@@ -12,7 +12,7 @@ export const GEMV_MAX_T = 8;
  * Kernel variant choice. 'auto': on CPU adapters (SwiftShader) the barrier-free 'rows' matmul,
  * which is ~10x faster there; on GPUs 'gemv' for T <= GEMV_MAX_T, else 'tiled'. Tests force each.
  */
-export const tuning: { matmul: 'auto' | 'rows' | 'gemv' | 'tiled' } = { matmul: 'auto' };
+export const tuning: { matmul: 'auto' | 'rows' | 'gemv' | 'tiled'; attention: 'auto' | 'single' | 'split' } = { matmul: 'auto', attention: 'auto' };
 
 export function isCpuAdapter(gpu: Gpu): boolean {
   const id = `${gpu.info.architecture} ${gpu.info.description}`.toLowerCase();
@@ -152,6 +152,8 @@ export function kvPoolBytes(kv: Pick<KvPaging, 'dtype' | 'pageSize' | 'pages'>, 
 export const ATTENTION_BINDINGS = {
   kv_write: ['kCache', 'vCache', 'k', 'v', 'pageTable', 'slot', 'pos'],
   attention_forward: ['out', 'q', 'kCache', 'vCache', 'pageTable', 'slot', 'pos'],
+  attention_split: ['out', 'q', 'kCache', 'vCache', 'pageTable', 'slot', 'pos', 'partLse'],
+  attention_combine: ['out', 'splitLse', 'splitOut'],
   attention_forward_lse: ['out', 'q', 'k', 'v', 'lse'],
   attention_backward_dq: ['dq', 'q', 'k', 'v', 'dout', 'lse', 'D', 'out'],
   attention_backward_dkv: ['dk', 'q', 'k', 'v', 'dout', 'lse', 'D', 'dv'],

@@ -180,8 +180,39 @@ export function attention(
   checkSize(out, T * NH * HD * 4, 'attention out');
   checkSize(q, T * NH * HD * 4, 'attention q');
   const pageShift = checkPaging('attention', kv, kCache, vCache, pageTable, NKV, HD);
-  gpu.dispatch(gpu.kernel('attention', 'attention_forward', { KV: kv.dtype }), bindings(ATTENTION_BINDINGS.attention_forward, { out, q, kCache, vCache, pageTable, slot, pos }), T * NH,
-    [T, NH, NKV, HD, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift]);
+  const splits = attentionSplits(gpu, T, NH, kv.maxT);
+  const splitKeys = Math.ceil(kv.maxT / splits / ATTENTION_BLOCK) * ATTENTION_BLOCK;
+  const params = [T, NH, NKV, HD, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift, splitKeys, splits];
+  const defines = { KV: kv.dtype };
+  if (splits === 1) {
+    gpu.dispatch(gpu.kernel('attention', 'attention_forward', defines), bindings(ATTENTION_BINDINGS.attention_forward, { out, q, kCache, vCache, pageTable, slot, pos }), T * NH, params);
+    return;
+  }
+  const partOut = gpu.createBuffer(T * NH * splits * HD * 4, 'attentionSplitOut'); // (T, NH, splits, HD)
+  const partLse = gpu.createBuffer(T * NH * splits * 4, 'attentionSplitLse'); // (T, NH, splits)
+  gpu.dispatch(gpu.kernel('attention', 'attention_split', defines), bindings(ATTENTION_BINDINGS.attention_split, { out: partOut, q, kCache, vCache, pageTable, slot, pos, partLse }), T * NH * splits, params);
+  gpu.dispatch(gpu.kernel('attention', 'attention_combine', defines), bindings(ATTENTION_BINDINGS.attention_combine, { out, splitLse: partLse, splitOut: partOut }), T * NH, params);
+  gpu.releaseBuffer(partOut);
+  gpu.releaseBuffer(partLse);
+}
+
+/** Keys per block of shaders/attention.wgsl (BLK); a split covers a multiple of it. */
+const ATTENTION_BLOCK = 64;
+/** Split-K decode attention: aim for this many workgroups in flight when T * NH alone is fewer. */
+const ATTENTION_TARGET_GROUPS = 1024;
+
+/**
+ * Splits of the key range per (token, head): 1 (one workgroup reads the whole context) unless
+ * few queries meet a long context on a GPU, as in decode, where T * NH workgroups would leave
+ * most of it idle; then enough splits of at least 256 keys for ~ATTENTION_TARGET_GROUPS
+ * workgroups (at most 32). CPU adapters keep 1 (nothing idles there). tuning.attention forces it.
+ */
+function attentionSplits(gpu: Gpu, T: number, NH: number, maxT: number): number {
+  if (tuning.attention === 'single') return 1;
+  if (tuning.attention === 'split') return Math.min(8, Math.max(2, Math.ceil(maxT / ATTENTION_BLOCK))); // tests: splits of one block, some empty
+  if (isCpuAdapter(gpu) || T * NH >= ATTENTION_TARGET_GROUPS / 2) return 1;
+  const most = Math.max(1, Math.min(32, Math.floor(maxT / 256)));
+  return Math.max(1, Math.min(most, Math.ceil(ATTENTION_TARGET_GROUPS / (T * NH))));
 }
 
 /** out (n) f32 = silu(gate) * up */
