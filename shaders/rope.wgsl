@@ -1,3 +1,6 @@
+#ifdef SUBGROUPS
+enable subgroups;
+#endif
 // Rotary position embedding, Hugging Face rotate-half layout, in place on x (T, H, HD):
 //   for i < HD/2: (x_i, x_{i+HD/2}) <- (x_i cos - x_{i+HD/2} sin, x_{i+HD/2} cos + x_i sin)
 //   angle = f32(pos) * inv_freq_i, the same f32 product HF computes; inv_freq comes from the CPU.
@@ -63,4 +66,70 @@ fn rope_backward(th: ElementThread) {
   let i = elementIndex(th);
   if (i >= p.T * p.H * (p.HD / 2u)) { return; }
   rotatePair(i, -1.0);
+}
+
+// ---- qk_norm_rope: Qwen3's q_norm / k_norm then RoPE, in one dispatch (the inference forward) --
+// One workgroup per (token, head) of q (NH heads) and k (NKV heads): the row's RMSNorm as
+// shaders/rmsnorm.wgsl computes it (same per-thread sums, same reduction, out = w * (x * scale)),
+// then the rotation as rope_forward, so the result is bitwise that of rmsNorm + rmsNorm + rope +
+// rope, in one dispatch instead of four.
+
+struct QkParams {
+  T: u32,
+  NH: u32,
+  NKV: u32,
+  HD: u32,
+  eps: f32,
+}
+
+override WG: u32 = 64; // threads per row, as rmsnorm_forward for head-dim rows
+
+@group(0) @binding(0) var<uniform> qk: QkParams;
+@group(0) @binding(1) var<storage, read_write> qOut: array<f32>; // (T, NH, HD) f32
+@group(0) @binding(2) var<storage, read_write> kOut: array<f32>; // (T, NKV, HD) f32
+@group(0) @binding(3) var<storage, read> qIn: array<f32>;        // (T, NH, HD) f32
+@group(0) @binding(4) var<storage, read> kIn: array<f32>;        // (T, NKV, HD) f32
+@group(0) @binding(5) var<storage, read> qNormW: array<u32>;     // (HD) bf16 pairs
+@group(0) @binding(6) var<storage, read> kNormW: array<u32>;     // (HD) bf16 pairs
+@group(0) @binding(7) var<storage, read> qkPos: array<u32>;      // (T) u32
+@group(0) @binding(8) var<storage, read> qkInvFreq: array<f32>;  // (HD/2) f32
+
+#include "common/bf16.wgsl"
+var<workgroup> partial: array<f32, WG>;
+#include "common/reduce.wgsl" (NAME=rowSum, T=f32, OP=Add, IDENTITY=0.0, SCRATCH=partial)
+
+// Element i of row `base` of q (isQ) or k, and its norm weight.
+fn qkIn(isQ: bool, i: u32) -> f32 { if (isQ) { return qIn[i]; } return kIn[i]; }
+fn qkNormW(isQ: bool, i: u32) -> f32 { if (isQ) { return bf16Pick(qNormW[i >> 1u], i); } return bf16Pick(kNormW[i >> 1u], i); }
+
+@compute @workgroup_size(WG)
+fn qk_norm_rope(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, l: Lanes) {
+  let H = qk.NH + qk.NKV;
+  let r = linearGroup(wid, nwg); // t * (NH + NKV) + head slot
+  if (r >= qk.T * H) { return; } // uniform: the whole workgroup leaves together
+  let t = r / H;
+  let hs = r - t * H;
+  let isQ = hs < qk.NH;
+  let base = select((t * qk.NKV + hs - qk.NH) * qk.HD, (t * qk.NH + hs) * qk.HD, isQ);
+  var ss = 0.0;
+  for (var i = l.lid; i < qk.HD; i += WG) {
+    let v = qkIn(isQ, base + i);
+    ss += v * v;
+  }
+  let scale = inverseSqrt(rowSum(ss, l) / f32(qk.HD) + qk.eps);
+  let half = qk.HD / 2u;
+  for (var j = l.lid; j < half; j += WG) {
+    let a = qkNormW(isQ, j) * (qkIn(isQ, base + j) * scale);
+    let b = qkNormW(isQ, j + half) * (qkIn(isQ, base + j + half) * scale);
+    let cs = cosSin(f32(qkPos[t]) * qkInvFreq[j]);
+    let ra = a * cs.x - b * cs.y;
+    let rb = b * cs.x + a * cs.y;
+    if (isQ) {
+      qOut[base + j] = ra;
+      qOut[base + j + half] = rb;
+    } else {
+      kOut[base + j] = ra;
+      kOut[base + j + half] = rb;
+    }
+  }
 }

@@ -139,10 +139,7 @@ export class Qwen3Model {
       proj(q, h, lw.qProj, 'q_proj', NH * HD, C);
       proj(k, h, lw.kProj, 'k_proj', NKV * HD, C);
       proj(v, h, lw.vProj, 'v_proj', NKV * HD, C);
-      K.rmsNorm(gpu, qn, q, lw.qNorm, T * NH, HD, eps);
-      K.rmsNorm(gpu, kn, k, lw.kNorm, T * NKV, HD, eps);
-      K.rope(gpu, qn, pos, T, NH, HD, theta);
-      K.rope(gpu, kn, pos, T, NKV, HD, theta);
+      K.qkNormRope(gpu, qn, kn, q, k, lw.qNorm, lw.kNorm, pos, T, NH, NKV, HD, eps, theta); // q/k norms and RoPE, one dispatch
       K.kvWrite(gpu, cache.k[l], cache.v[l], kn, v, cache.pageTable, slot, pos, T, NKV, HD, kv);
       K.attention(gpu, att, qn, cache.k[l], cache.v[l], cache.pageTable, slot, pos, T, NH, NKV, HD, kv);
       proj(x, att, lw.oProj, 'o_proj', C, NH * HD, true);

@@ -138,6 +138,30 @@ export function rotate(gpu: Gpu, op: string, entry: string, x: GPUBuffer, pos: G
 }
 
 
+/**
+ * qOut (T, NH, HD) = rope(rmsNorm(q, qNorm)), kOut (T, NKV, HD) = rope(rmsNorm(k, kNorm)): Qwen3's
+ * q/k norms and RoPE in one dispatch (shaders/rope.wgsl qk_norm_rope), bitwise equal to rmsNorm
+ * on each then rope on each.
+ */
+export function qkNormRope(
+  gpu: Gpu, qOut: GPUBuffer, kOut: GPUBuffer, q: GPUBuffer, k: GPUBuffer, qNorm: GPUBuffer, kNorm: GPUBuffer, pos: GPUBuffer,
+  T: number, NH: number, NKV: number, HD: number, eps: number, theta: number,
+): void {
+  check(HD % 2 === 0, `qkNormRope: HD=${HD} must be even`);
+  checkSize(qOut, T * NH * HD * 4, 'qkNormRope qOut');
+  checkSize(q, T * NH * HD * 4, 'qkNormRope q');
+  checkSize(kOut, T * NKV * HD * 4, 'qkNormRope kOut');
+  checkSize(k, T * NKV * HD * 4, 'qkNormRope k');
+  checkSize(qNorm, bf16Bytes(HD), 'qkNormRope qNorm');
+  checkSize(kNorm, bf16Bytes(HD), 'qkNormRope kNorm');
+  checkSize(pos, T * 4, 'qkNormRope pos');
+  distinct('qkNormRope', qOut, kOut, q, k);
+  const inv = invFreqBuffer(gpu, HD, theta);
+  // WG 64 as rmsNorm for rows of D <= 512: the same sums in the same order.
+  gpu.dispatch(opKernel(gpu, 'qkNormRope', 'rope', 'qk_norm_rope', subgroupDefines(useSubgroups(gpu)), { WG: 64 }),
+    [qOut, kOut, q, k, qNorm, kNorm, pos, inv], T * (NH + NKV), [T, NH, NKV, HD, f32(eps)]);
+}
+
 function checkPaging(op: string, kv: KvPaging, kCache: GPUBuffer, vCache: GPUBuffer, pageTable: GPUBuffer, NKV: number, HD: number): number {
   check(kv.dtype === 'f32' || kv.dtype === 'f16', `${op}: KV dtype must be f32 or f16 (got ${String(kv.dtype)})`);
   check(Number.isInteger(kv.pageSize) && kv.pageSize > 0 && (kv.pageSize & (kv.pageSize - 1)) === 0, `${op}: page size ${kv.pageSize} is not a power of two`);
