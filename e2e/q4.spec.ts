@@ -7,6 +7,8 @@ import { join } from 'node:path';
 const ROUND_TIMEOUT = 240_000;
 const DEMO = join(import.meta.dirname, '../public/tiny-demo');
 const REPO = 'spyrl-test/tiny-qwen3';
+/** The commit main resolves to on the fake Hub: files are fetched and cached under it. */
+const SHA = '9'.repeat(40);
 
 test('the tiny model as q4: the panel shows the choice and its memory line, a round plays to the reveal', async ({ page }, info) => {
   test.setTimeout(420_000);
@@ -53,8 +55,8 @@ test('a Hub repo as q4: stored after the first load, read from the q4 cache with
   await context.route('https://huggingface.co/**', async (route) => {
     const url = new URL(route.request().url());
     fetched.push(url.pathname);
-    if (url.pathname === `/api/models/${REPO}/revision/main`) return route.fulfill({ json: { id: REPO, siblings: files.map((rfilename) => ({ rfilename })) } });
-    const m = url.pathname.match(new RegExp(`^/${REPO}/resolve/main/(.+)$`));
+    if (url.pathname === `/api/models/${REPO}/revision/main`) return route.fulfill({ json: { id: REPO, sha: SHA, siblings: files.map((rfilename) => ({ rfilename })) } });
+    const m = url.pathname.match(new RegExp(`^/${REPO}/resolve/${SHA}/(.+)$`));
     if (!m || !files.includes(m[1]!)) return route.fulfill({ status: 404, body: 'Entry not found' });
     const body = readFileSync(join(DEMO, m[1]!));
     return route.fulfill({ body, headers: { 'content-length': String(body.length), 'content-type': 'application/octet-stream' } });
@@ -62,7 +64,7 @@ test('a Hub repo as q4: stored after the first load, read from the q4 cache with
 
   await page.goto('/');
   await loadHubRepoAsQ4(page);
-  expect(fetched).toContain(`/${REPO}/resolve/main/model.safetensors`);
+  expect(fetched).toContain(`/${REPO}/resolve/${SHA}/model.safetensors`);
   await expect(page.getByTestId('model-format')).toContainText('the q4 weights are cached');
 
   // Both entries listed with their format; the bf16 download is deleted, the q4 weights stay.
@@ -76,13 +78,13 @@ test('a Hub repo as q4: stored after the first load, read from the q4 cache with
   await expect(cached).toContainText('q4 weights');
   await page.screenshot({ path: info.outputPath('q4-cached.png'), fullPage: true });
 
-  // After a reload: no request at all, the model comes from the q4 entry.
+  // After a reload: one request (main -> its commit), the model comes from the q4 entry.
   fetched.length = 0;
   await page.reload();
   await loadHubRepoAsQ4(page);
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   await expect(page.getByTestId('model-format')).toContainText('read from the q4 cache');
-  expect(fetched).toEqual([]);
+  expect(fetched).toEqual([`/api/models/${REPO}/revision/main`]);
 
   await page.getByText('Cached models').click();
   await page.getByRole('button', { name: `Delete ${REPO} from the cache (q4 weights)` }).click();

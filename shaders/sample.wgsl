@@ -1,7 +1,7 @@
 #ifdef SUBGROUPS
 enable subgroups;
 #endif
-// Token sampling, one workgroup per row of logits (B, V); only the ids leave the GPU.
+// Token sampling, one workgroup per row of logits (B, V); the ids and their log-probs leave the GPU.
 //   temperature <= 0: argmax, lowest index on ties.
 //   otherwise: softmax(logits / temperature) restricted to the top-k tokens (topK 0 = off), then
 //   to the smallest nucleus with mass >= topP (topP >= 1 = off), renormalized, one draw.
@@ -11,6 +11,9 @@ enable subgroups;
 // Thread j owns tokens j, j+WG, j+2WG, ...; the draw walks threads' masses in order, then the
 // chosen thread's tokens: a fixed order over the kept set, so the draw is exact and reproducible.
 // RNG: counter-based hash of (seed, step, row), so the same inputs give the same ids.
+// outLogp: the log-prob of the drawn id under the distribution it was drawn from (temperature,
+// then top-k, then top-p, renormalized): (z - mx) - log(kept mass), the PPO behaviour log-prob.
+// Greedy writes 0 (a point mass).
 //
 // The workgroup reductions are common/reduce.wgsl's: subgroup ops when the device has them
 // (define SUBGROUPS), else a shared-memory tree.
@@ -30,6 +33,7 @@ override WG: u32 = 256;
 @group(0) @binding(0) var<uniform> p: SampleParams;
 @group(0) @binding(1) var<storage, read_write> outIds: array<u32>; // (B) u32
 @group(0) @binding(2) var<storage, read> logits: array<f32>;       // (B, V) f32
+@group(0) @binding(3) var<storage, read_write> outLogp: array<f32>; // (B) f32
 
 #include "common/grid.wgsl"
 
@@ -93,7 +97,7 @@ fn sampleRow(row: u32, l: Lanes) {
       if (bestI == 0xffffffffu || v > bestV) { bestV = v; bestI = i; }
     }
     let best = argmaxIndex(bestV, bestI, l);
-    if (lid == 0u) { outIds[row] = best; }
+    if (lid == 0u) { outIds[row] = best; outLogp[row] = 0.0; }
     return;
   }
 
@@ -181,6 +185,8 @@ fn sampleRow(row: u32, l: Lanes) {
         if (cum > r) { pick = i; break; }
       }
     }
-    outIds[row] = select(pick, lastKept, pick == 0xffffffffu);
+    let id = select(pick, lastKept, pick == 0xffffffffu);
+    outIds[row] = id;
+    outLogp[row] = (logits[base + id] / p.temperature - mx) - log(total);
   }
 }

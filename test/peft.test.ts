@@ -343,7 +343,9 @@ describe('optimizer state', () => {
   const lora = loraConfig({ r: 2, alpha: 4, targetModules: ['q_proj'] });
   const params = tinyTensors(lora);
   const moments = (sign: number) => new Map([...params].map(([k, v]) => [k, v.map((x) => sign * x * 1e-3 + 1e-9)]));
-  const state = { step: 17, m: moments(-1), v: moments(1), rng: { s: [1, 2, 3, 4294967295] }, extra: { lr: 2e-4, schedule: 'cosine', cursor: 41 } };
+  // AdamW's second moments are averages of squares: >= 0 (readOptimizerState refuses negative v).
+  const squares = new Map([...params].map(([k, v]) => [k, v.map((x) => x * x * 1e-3 + 1e-9)]));
+  const state = { step: 17, m: moments(-1), v: squares, rng: { s: [1, 2, 3, 4294967295] }, extra: { lr: 2e-4, schedule: 'cosine', cursor: 41 } };
 
   it('round-trips step, m, v, rng and extra exactly', async () => {
     const files = writeOptimizerState(state);

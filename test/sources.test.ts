@@ -17,22 +17,27 @@ import {
 import { nodeFolderHubCache, nodeFolderSource } from '../src/model/sources.node.ts';
 
 const REPO = 'Qwen/Qwen3-0.6B';
+/** The commit main resolves to on the fake Hub. */
+const SHA = 'c0ffee'.padEnd(40, '0');
 const weights = writeSafetensors([{ name: 'w', dtype: 'F32', shape: [4096], data: Uint8Array.from({ length: 16384 }, (_, i) => i % 251) }]);
 const repoFiles = new Map<string, Uint8Array>([
   ['config.json', new TextEncoder().encode('{"model_type":"qwen3"}')],
   ['model.safetensors', weights],
 ]);
 
-/** A fake Hub: serves repoFiles in 1000-byte chunks with Content-Length, and the model-info API. */
+const API_MAIN = `GET https://huggingface.co/api/models/${REPO}/revision/main`;
+
+/** A fake Hub: serves repoFiles at commit SHA in 1000-byte chunks with Content-Length, and the
+ *  model-info API (main -> SHA). */
 function fakeHub(files = repoFiles) {
   const calls: string[] = [];
   const fetchFn = (async (input: RequestInfo | URL, init?: RequestInit) => {
     const url = String(input);
     calls.push(`${init?.method ?? 'GET'} ${url}`);
-    if (url === `https://huggingface.co/api/models/${REPO}/revision/main`) {
-      return Response.json({ siblings: [...files.keys()].map((rfilename) => ({ rfilename })) });
+    if (url === `https://huggingface.co/api/models/${REPO}/revision/main` || url === `https://huggingface.co/api/models/${REPO}/revision/${SHA}`) {
+      return Response.json({ sha: SHA, siblings: [...files.keys()].map((rfilename) => ({ rfilename })) });
     }
-    const prefix = `https://huggingface.co/${REPO}/resolve/main/`;
+    const prefix = `https://huggingface.co/${REPO}/resolve/${SHA}/`;
     const bytes = url.startsWith(prefix) ? files.get(url.slice(prefix.length)) : undefined;
     if (!bytes) return new Response('Entry not found', { status: 404, statusText: 'Not Found' });
     let at = 0;
@@ -89,10 +94,10 @@ describe('hubSource', () => {
     for (let i = 1; i < mine.length; i++) expect(mine[i]!.loaded).toBeGreaterThanOrEqual(mine[i - 1]!.loaded);
     expect(mine.at(-1)).toMatchObject({ loaded: weights.length, total: weights.length, etaSeconds: 0 });
     expect(mine.every((e) => e.total === weights.length && e.bytesPerSecond >= 0)).toBe(true);
-    expect(hub.calls).toEqual([`GET ${hubFileUrl(REPO, 'main', 'model.safetensors')}`]);
+    expect(hub.calls).toEqual([API_MAIN, `GET ${hubFileUrl(REPO, SHA, 'model.safetensors')}`]);
   });
 
-  it('loads a whole model with zero fetches the second time', async () => {
+  it('loads a whole model the second time with one request (main -> commit) and no download', async () => {
     const hub = fakeHub();
     const cache = memoryHubCache();
     const load = async () => {
@@ -104,7 +109,7 @@ describe('hubSource', () => {
     const fetchesFirst = hub.calls.length;
     expect(fetchesFirst).toBeGreaterThan(0);
     const second = await load();
-    expect(hub.calls.length).toBe(fetchesFirst);
+    expect(hub.calls.slice(fetchesFirst)).toEqual([API_MAIN]);
     expect(second).toEqual(first);
     expect(second.w).toEqual(weights.subarray(weights.length - 16384));
   });
@@ -114,7 +119,7 @@ describe('hubSource', () => {
     const e = (await source.open('missing.safetensors').catch((x: unknown) => x)) as ModelLoadError;
     expect(e).toBeInstanceOf(ModelLoadError);
     expect(e.file).toBe('missing.safetensors');
-    expect(e.message).toContain(`HTTP 404 Not Found fetching https://huggingface.co/${REPO}/resolve/main/missing.safetensors`);
+    expect(e.message).toContain(`HTTP 404 Not Found fetching https://huggingface.co/${REPO}/resolve/${SHA}/missing.safetensors`);
     expect(await source.exists('missing.safetensors')).toBe(false);
     expect(await source.exists('config.json')).toBe(true);
   });
@@ -127,7 +132,8 @@ describe('hubSource', () => {
       return new Response(res.body, { headers: { 'content-length': String(weights.length + 10) } });
     }) as typeof fetch;
     await expect(hubSource(REPO, { fetch: lying, cache }).open('model.safetensors')).rejects.toThrow(/ended at \d+ of \d+ bytes/);
-    expect(await cache.entries()).toEqual([]);
+    expect((await cache.entries()).filter((e) => e.key.includes('model.safetensors'))).toEqual([]);
+    expect(await listCachedModels(cache)).toEqual([]);
   });
 
   it('lists cached models with sizes and deletes one', async () => {
@@ -137,10 +143,12 @@ describe('hubSource', () => {
     await source.open('model.safetensors');
     const models = await listCachedModels(cache);
     expect(models).toHaveLength(1);
-    expect(models[0]).toMatchObject({ repo: REPO, revision: 'main', bytes: weights.length + 22 });
+    expect(models[0]).toMatchObject({ repo: REPO, revision: SHA, branches: ['main'], bytes: weights.length + 22 });
     expect(models[0]!.files.map((f) => f.file).sort()).toEqual(['config.json', 'model.safetensors']);
-    await deleteCachedModel(REPO, 'main', cache);
+    await deleteCachedModel(REPO, SHA, cache);
     expect(await listCachedModels(cache)).toEqual([]);
+    // Nothing of the commit is left, its branch pointer included.
+    expect(await cache.entries()).toEqual([]);
   });
 
   it('can cache into a Node folder', async () => {
@@ -152,7 +160,7 @@ describe('hubSource', () => {
       const n = hub.calls.length;
       const again = hubSource(REPO, { fetch: hub.fetch, cache: nodeFolderHubCache(dir) });
       expect(await (await again.open('model.safetensors')).read(8, 4)).toEqual(weights.subarray(8, 12));
-      expect(hub.calls.length).toBe(n);
+      expect(hub.calls.slice(n)).toEqual([API_MAIN]);
       expect((await listCachedModels(nodeFolderHubCache(dir)))[0]!.bytes).toBe(weights.length);
     } finally {
       await rm(dir, { recursive: true });

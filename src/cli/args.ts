@@ -32,13 +32,34 @@ export function int(flags: Flags, name: string, fallback: number, min = 0): numb
   return n;
 }
 
-export function num(flags: Flags, name: string, fallback: number): number {
+/** Bounds of a numeric flag; `above` is an open lower bound (x > above), `min` a closed one. */
+export interface NumRange { min?: number; above?: number; max?: number }
+
+function describeRange(r: NumRange): string {
+  const lo = r.above !== undefined ? `> ${r.above}` : r.min !== undefined ? `>= ${r.min}` : '';
+  const hi = r.max !== undefined ? `<= ${r.max}` : '';
+  return [lo, hi].filter(Boolean).join(' and ');
+}
+
+export function num(flags: Flags, name: string, fallback: number, range: NumRange = {}): number {
   const v = str(flags, name);
   if (v === undefined) return fallback;
   const n = Number(v);
-  if (!Number.isFinite(n)) throw new UsageError(`--${name} must be a number (got "${v}")`);
+  const bounded = Object.keys(range).length > 0;
+  if (!Number.isFinite(n)) throw new UsageError(`--${name} must be a number${bounded ? ` ${describeRange(range)}` : ''} (got "${v}")`);
+  if ((range.min !== undefined && n < range.min) || (range.above !== undefined && n <= range.above) || (range.max !== undefined && n > range.max)) {
+    throw new UsageError(`--${name} must be ${describeRange(range)} (got "${v}")`);
+  }
   return n;
 }
+
+/** --gpu-memory GIB as bytes (undefined when not given): a positive number of GiB. */
+export function gpuMemoryBudget(flags: Flags): number | undefined {
+  return str(flags, 'gpu-memory') === undefined ? undefined : num(flags, 'gpu-memory', 0, { above: 0 }) * 2 ** 30;
+}
+
+/** --force: replace a non-empty --out folder (a UsageError otherwise). */
+export const FORCE_FLAG = { force: { type: 'boolean' } } as const;
 
 export function bool(flags: Flags, name: string, fallback: boolean): boolean {
   const v = str(flags, name);

@@ -6,14 +6,14 @@
 import { createWriteStream } from 'node:fs';
 import { rename, rm } from 'node:fs/promises';
 import { ModelLoadError } from '../model/errors.ts';
-import { bool, checkIds, ENGINE_FLAGS, engineOptions, int, num, parse, str, tokenList, UsageError } from './args.ts';
+import { bool, checkIds, ENGINE_FLAGS, engineOptions, FORCE_FLAG, int, num, parse, str, tokenList, UsageError } from './args.ts';
 import { inputIds, openModel, requireDir } from './open.ts';
 
 const HELP = `spyrl: Qwen3 on your GPU in our own WebGPU kernels
 
 Usage:
   spyrl tiny-model --out DIR [--layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16
-                   --intermediate 128 --vocab 151936 --tied true --shards 1 --seed 0]
+                   --intermediate 128 --vocab 151936 --tied true --shards 1 --seed 0 --force]
   spyrl logits --model DIR (--tokens 1,2,3 | --text STR) --out FILE [--adapter DIR]
   spyrl generate --model DIR (--prompt STR [--chat] | --prompt-tokens 1,2,3)
                  [--max-new-tokens 128] [--temperature X] [--top-p X] [--top-k N] [--seed N]
@@ -21,16 +21,20 @@ Usage:
   spyrl grad --model DIR --adapter DIR (--tokens 1,2,3 | --text STR) --out FILE.safetensors
   spyrl sft --model DIR --text-file F --steps N --out DIR [--lr 2e-4 --r 8 --alpha 16 --rslora false
             --targets q_proj,...,down_proj --seq-len 128 --batch 1 --schedule constant|cosine --warmup 0
-            --max-grad-norm 1 --weight-decay 0 --seed 0 --resume DIR --gpu-memory GIB]
-  spyrl train --model DIR --docs FILE|bundled --rounds N --out DIR [--config FILE.json] [--seed S] [--resume DIR] [--gpu-memory GIB]
+            --max-grad-norm 1 --weight-decay 0 --seed 0 --resume DIR --gpu-memory GIB --force]
+  spyrl train --model DIR --docs FILE|bundled --rounds N --out DIR [--config FILE.json] [--seed S] [--resume DIR] [--gpu-memory GIB] [--force]
               [--report-memory]   (ends with {"peakBytes":..,"plannedBytes":..}: measured vs planned GPU memory)
-  spyrl eval --model DIR [--adapter DIR] [--docs FILE|bundled] [--config FILE.json]
+  spyrl eval --model DIR [--adapter DIR] [--compare-model DIR] [--docs FILE|bundled] [--config FILE.json]
+             [--held-out N] [--out FILE.jsonl]   ROUGE-1/2/L (stemmed) of greedy summaries of the held-out reports
   spyrl memory (--model DIR | --config config.json | --preset Qwen/Qwen3-4B-Instruct-2507) [--weights bf16|q4 --kv f32|f16
                --players 4 --doc-tokens 2048 --summary-tokens 256 --reason-tokens 0 --lora-r 16 --lora-targets q_proj,...
                --checkpoints bf16|f16|f32 --mlp-chunk 256 --eval-docs 0 --run-config FILE.json]
                the GPU memory plan of a round as one JSON line (bytes), without a GPU
   spyrl memory --table   the plan of the default round for every Qwen3 preset (the README table)
 
+--out must be a new or empty folder unless --force (which replaces it once the new save is complete).
+--resume continues a run with its saved settings (spyrl_config.json, documents, sft flags); a flag that
+would change them is refused, naming it.
 Sampling defaults come from the model's generation_config.json (temperature 0 = greedy).
 Environment: VK_ICD_FILENAMES picks the Vulkan driver (SwiftShader is used when no GPU is found).`;
 
@@ -40,7 +44,7 @@ async function tinyModel(args: string[], out: NodeJS.WritableStream): Promise<vo
   const f = parse(args, {
     out: { type: 'string' }, layers: { type: 'string' }, hidden: { type: 'string' }, heads: { type: 'string' },
     'kv-heads': { type: 'string' }, 'head-dim': { type: 'string' }, intermediate: { type: 'string' }, vocab: { type: 'string' },
-    tied: { type: 'string' }, shards: { type: 'string' }, seed: { type: 'string' },
+    tied: { type: 'string' }, shards: { type: 'string' }, seed: { type: 'string' }, ...FORCE_FLAG,
   });
   const dir = str(f, 'out', true)!;
   const opts = {
@@ -52,8 +56,12 @@ async function tinyModel(args: string[], out: NodeJS.WritableStream): Promise<vo
   for (const [k, v] of [['hidden', opts.hidden], ['head-dim', opts.headDim], ['intermediate', opts.intermediate]] as const) {
     if (v % 2 !== 0) throw new UsageError(`--${k} must be even (bf16 weights are packed in pairs)`);
   }
-  const { writeTinyCheckpoint } = await import('../model/tinyModel.node.ts');
-  const ckpt = await writeTinyCheckpoint(dir, opts);
+  const { checkOutDir, saveFolder } = await import('./saveFolder.ts');
+  await checkOutDir(dir, f.force === true);
+  const [{ makeTinyCheckpoint }, { qwen3TokenizerFiles }] = await Promise.all([import('../model/tinyModel.ts'), import('../model/tinyModel.node.ts')]);
+  const ckpt = makeTinyCheckpoint({ ...(await qwen3TokenizerFiles()), ...opts });
+  // The whole folder is replaced (never merged): an old shard index cannot outlive a --force.
+  await saveFolder(dir, Object.fromEntries(ckpt.files));
   out.write(JSON.stringify({ out: dir, files: [...ckpt.files.keys()] }) + '\n');
 }
 
@@ -164,7 +172,7 @@ const COMMANDS: Record<string, (args: string[], out: NodeJS.WritableStream) => P
   grad: (args, out) => import('./train.ts').then((m) => m.gradCmd(args, out)),
   sft: (args, out) => import('./train.ts').then((m) => m.sftCmd(args, out)),
   train: (args, out) => import('./spyrl.ts').then((m) => m.trainCmd(args, out)),
-  eval: (args, out) => import('./spyrl.ts').then((m) => m.evalCmd(args, out)),
+  eval: (args, out) => import('./eval.ts').then((m) => m.evalCmd(args, out)),
   memory: (args, out) => import('./memory.ts').then((m) => m.memoryCmd(args, out)),
 };
 

@@ -1,26 +1,32 @@
-// `spyrl train` and `spyrl eval`: SpyRL self-play from a terminal, on the same engine as the app.
-import { mkdir, readdir, readFile } from 'node:fs/promises';
-import { join } from 'node:path';
+// `spyrl train`: SpyRL self-play from a terminal, on the same engine as the app (`spyrl eval`: eval.ts).
+import { createHash } from 'node:crypto';
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
 import { ModelLoadError } from '../model/errors.ts';
-import { ENGINE_FLAGS, engineOptions, int, num, parse, str, UsageError } from './args.ts';
+import { ENGINE_FLAGS, engineOptions, FORCE_FLAG, gpuMemoryBudget, int, parse, str, UsageError } from './args.ts';
 import { openModel, requireDir } from './open.ts';
+import { checkOutDir, saveFolder } from './saveFolder.ts';
+import type { SpyRLConfig } from '../game/config.ts';
 import type { SpyDocument } from '../game/documents.ts';
 
-/** --docs FILE (.jsonl/.txt/.md) or the bundled GovReport sample (`bundled`, the default). */
-async function loadDocs(spec: string | undefined): Promise<{ train: SpyDocument[]; evalDocs: SpyDocument[] }> {
-  const { parseDocuments, splitGovReport } = await import('../game/documents.ts');
+/** --docs FILE (.jsonl/.txt/.md) or the bundled GovReport sample (`bundled`, the default); `heldOut` (config evalHeldOut) reports held out. */
+async function loadDocs(spec: string | undefined, heldOut: number): Promise<{ train: SpyDocument[]; evalDocs: SpyDocument[] }> {
+  const { checkDocumentSize, readDocumentFile, splitGovReport, parseDocuments, GOVREPORT_PATH } = await import('../game/documents.ts');
   if (!spec || spec === 'bundled' || spec === 'govreport') {
-    const { loadGovReportNode } = await import('../game/govreport.node.ts');
-    const split = await loadGovReportNode();
+    const { readGovReportText } = await import('../game/govreport.node.ts');
+    const split = splitGovReport(parseDocuments(await readGovReportText(), GOVREPORT_PATH), heldOut);
     return { train: split.train, evalDocs: split.eval };
   }
-  const text = await readFile(spec, 'utf8').catch((e: NodeJS.ErrnoException) => {
+  const unreadable = (e: NodeJS.ErrnoException): never => {
     throw new ModelLoadError(spec, e.code === 'ENOENT' ? 'documents file not found' : `cannot read: ${e.message}`);
-  });
-  const docs = parseDocuments(text, spec);
-  // With reference summaries and 3+ documents, hold out the last one per source for evaluation.
+  };
+  checkDocumentSize((await stat(spec).catch(unreadable)).size, spec); // before reading it into memory
+  const bytes = await readFile(spec).catch(unreadable);
+  const { docs, warning } = readDocumentFile(bytes, spec); // the app's upload path too: size cap, UTF-8 check
+  if (warning) process.stderr.write(`warning: ${warning}\n`);
+  // With reference summaries and 3+ documents, hold out evalHeldOut of them for evaluation.
   if (docs.length >= 3 && docs.some((d) => d.summary)) {
-    const split = splitGovReport(docs.map((d) => ({ ...d, source: d.source ?? 'user' })));
+    const split = splitGovReport(docs.map((d) => ({ ...d, source: d.source ?? 'user' })), heldOut);
     return { train: split.train, evalDocs: split.eval.filter((d) => d.summary) };
   }
   return { train: docs, evalDocs: [] };
@@ -77,26 +83,98 @@ function memoryPeaks(gpu: import('../gpu/index.ts').Gpu) {
   };
 }
 
+/**
+ * spyrl_run.json, beside each checkpoint of `spyrl train`: which documents the run plays (the
+ * --docs spec and a SHA-256 of the parsed documents), so that --resume can adopt them and refuse
+ * a --docs that would change the schedule.
+ */
+const RUN_FILE = 'spyrl_run.json';
+interface RunDocsSpec { docs: { spec: string; sha256: string } }
+
+function docsSha256(docs: { train: SpyDocument[]; evalDocs: SpyDocument[] }): string {
+  return createHash('sha256').update(JSON.stringify(docs)).digest('hex');
+}
+
+/** A --docs value as stored: bundled stays a name, a file becomes an absolute path. */
+function docsSpecOf(spec: string | undefined): string {
+  return !spec || spec === 'bundled' || spec === 'govreport' ? 'bundled' : resolve(spec);
+}
+
+function parseRunFile(text: string | Uint8Array | undefined): RunDocsSpec | null {
+  if (text === undefined) return null;
+  let json: unknown;
+  try { json = JSON.parse(String(text)); } catch (e) { throw new ModelLoadError(RUN_FILE, `not valid JSON (${(e as Error).message})`); }
+  const d = (json as { docs?: { spec?: unknown; sha256?: unknown } } | null)?.docs;
+  if (typeof d?.spec !== 'string' || !d.spec) throw new ModelLoadError(RUN_FILE, `field "docs.spec" must be a non-empty string, got ${JSON.stringify(d?.spec)}`);
+  if (typeof d.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(d.sha256)) throw new ModelLoadError(RUN_FILE, `field "docs.sha256" must be 64 hex digits, got ${JSON.stringify(d.sha256)}`);
+  return { docs: { spec: d.spec, sha256: d.sha256 } };
+}
+
+/**
+ * The checkpoint's own files, checked before the model is loaded (the trainer checks them again
+ * against the model): trainer state, run stamp, optimizer moments, pending rounds, run log.
+ */
+async function checkCheckpoint(resume: Record<string, Uint8Array | string>): Promise<void> {
+  const [{ parseTrainerExtra, parsePending, parseRunLog }, { readOptimizerState }, { memorySource }] = await Promise.all([
+    import('../train/checkpoint.ts'), import('../model/peft.ts'), import('../model/sources.ts'),
+  ]);
+  const st = await readOptimizerState(memorySource('checkpoint', new Map(Object.entries(resume))));
+  parseTrainerExtra(st.extra);
+  if (resume['pending_samples.json'] !== undefined) parsePending(String(resume['pending_samples.json']));
+  if (resume['run.jsonl'] !== undefined) parseRunLog(String(resume['run.jsonl']));
+}
+
+/**
+ * The config of a resumed run is the checkpoint's spyrl_config.json. A --config or --seed that
+ * would change it is refused, naming each differing setting (leave them out to continue).
+ */
+async function resumedConfig(resume: Record<string, Uint8Array | string>, configFile: string | undefined, seed: number | undefined): Promise<SpyRLConfig> {
+  const { parseSavedConfig, configDiff, configValues, describeDiff } = await import('../train/checkpoint.ts');
+  const { CONFIG_FILE } = await import('../train/spyrl.ts');
+  const text = resume[CONFIG_FILE];
+  if (text === undefined) throw new ModelLoadError(CONFIG_FILE, 'is missing from the --resume folder: a checkpoint of spyrl train holds the config it ran with');
+  const saved = parseSavedConfig(String(text), CONFIG_FILE);
+  if (configFile === undefined && seed === undefined) return saved;
+  const asked = configFile === undefined ? { ...saved, seed: seed! } : await readConfig(configFile, seed);
+  const diff = configDiff(saved, asked);
+  if (diff.length) {
+    throw new UsageError(`--resume: ${configFile ? `--config ${configFile}` : '--seed'} would change the run: ${describeDiff(configValues(saved), configValues(asked), diff)}; leave ${configFile ? '--config' : '--seed'} out to continue with the checkpoint's ${CONFIG_FILE}`);
+  }
+  return saved;
+}
+
 const fmtTime = (s: number) => (!Number.isFinite(s) ? '?' : s >= 60 ? `${Math.floor(s / 60)}m${Math.round(s % 60)}s` : `${s.toFixed(0)}s`);
 
 export async function trainCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
   const f = parse(args, {
     model: { type: 'string' }, docs: { type: 'string' }, rounds: { type: 'string' }, out: { type: 'string' },
     config: { type: 'string' }, seed: { type: 'string' }, resume: { type: 'string' }, 'gpu-memory': { type: 'string' }, ...ENGINE_FLAGS,
-    'report-memory': { type: 'boolean' },
+    'report-memory': { type: 'boolean' }, ...FORCE_FLAG,
   });
   const dir = str(f, 'model', true)!;
   const outDir = str(f, 'out', true)!;
-  const budget = str(f, 'gpu-memory') === undefined ? undefined : num(f, 'gpu-memory', 0) * 2 ** 30;
+  const budget = gpuMemoryBudget(f);
   if (!str(f, 'rounds')) throw new UsageError('--rounds is required');
   const rounds = int(f, 'rounds', 1, 1);
-  const config = await readConfig(str(f, 'config'), str(f, 'seed') === undefined ? undefined : int(f, 'seed', 0, 0));
-  const { train, evalDocs } = await loadDocs(str(f, 'docs'));
+  const seed = str(f, 'seed') === undefined ? undefined : int(f, 'seed', 0, 0);
+  await checkOutDir(outDir, f.force === true);
   const resumeDir = str(f, 'resume');
   if (resumeDir) await requireDir(resumeDir, 'resume folder');
   const resume = resumeDir ? await readFolder(resumeDir) : undefined;
+  // A checkpoint (trainer_state.json) fixes the config and documents; a bare PEFT adapter does not.
+  const continuing = resume !== undefined && 'trainer_state.json' in resume;
+  if (continuing) await checkCheckpoint(resume);
+  const config = continuing ? await resumedConfig(resume, str(f, 'config'), seed) : await readConfig(str(f, 'config'), seed);
+  const savedRun = continuing ? parseRunFile(resume[RUN_FILE]) : null;
+  const docsSpec = str(f, 'docs') ?? savedRun?.docs.spec;
+  const { train, evalDocs } = await loadDocs(docsSpec, config.evalHeldOut);
+  const runFile: RunDocsSpec = { docs: { spec: docsSpecOf(docsSpec), sha256: docsSha256({ train, evalDocs }) } };
+  if (savedRun && savedRun.docs.sha256 !== runFile.docs.sha256) {
+    throw new UsageError(`--resume: --docs ${docsSpec} would change the run: its documents differ from the checkpoint's (${savedRun.docs.spec}, sha256 ${savedRun.docs.sha256.slice(0, 12)}...); leave --docs out to continue with them`);
+  }
+  const runJson = JSON.stringify(runFile, null, 2) + '\n';
 
-  const [{ SpyRLTrainer, CONFIG_FILE }, { writeFolder }] = await Promise.all([import('../train/spyrl.ts'), import('../model/peft.node.ts')]);
+  const { SpyRLTrainer, CONFIG_FILE } = await import('../train/spyrl.ts');
   const engine = engineOptions(f);
   const { gpu, model, tokenizer } = await openModel(dir, undefined, engine);
   try {
@@ -112,12 +190,12 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
       model, tokenizer, config, train, evalDocs, resume, baseModel: dir,
       onEvent: (e) => {
         peaks?.onEvent(e);
-        if (e.type === 'update') out.write(`  update ${e.step}: loss ${e.loss.toFixed(4)}  kl ${e.kl.toFixed(4)}  grad-norm ${e.gradNorm.toPrecision(4)}  lr ${e.lr.toExponential(2)}${e.skipped ? `  SKIPPED: ${e.reason}` : ''}\n`);
+        if (e.type === 'update') out.write(`  update ${e.step}: loss ${e.loss.toFixed(4)}  kl ${e.kl === null ? 'off' : e.kl.toFixed(4)}${e.stages ? `  summaries ${e.stages.summary.loss.toFixed(4)} (grad share ${e.stages.summary.gradShare.toFixed(2)})  votes ${e.stages.vote.loss.toFixed(4)} (grad share ${e.stages.vote.gradShare.toFixed(2)})` : ''}  grad-norm ${e.gradNorm.toPrecision(4)}  lr ${e.lr.toExponential(2)}${e.skipped ? `  SKIPPED: ${e.reason}` : ''}\n`);
         if (e.type === 'eval') out.write(`  eval: ROUGE-L base ${e.base.toFixed(4)}  adapter ${e.adapter.toFixed(4)}\n`);
       },
     });
     if (trainer.round >= rounds) throw new UsageError(`the resumed run has already played ${trainer.round} rounds; ask for more with --rounds`);
-    await mkdir(outDir, { recursive: true });
+    const written: string[] = []; // this run's checkpoint-N folders, kept when the final save replaces --out
     const started = performance.now();
     const first = trainer.round;
     out.write(`spyrl train: ${train.length} training / ${evalDocs.length} held-out documents, group ${config.groupSize}, rounds ${first + 1}..${rounds}\n`);
@@ -135,12 +213,14 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
       );
       if (tty) process.stderr.write(`[${'#'.repeat(Math.round((trainer.round / rounds) * 24)).padEnd(24, '.')}] round ${trainer.round}/${rounds} ETA ${fmtTime(eta)}`);
       if (config.checkpointEvery > 0 && trainer.round % config.checkpointEvery === 0 && trainer.round < rounds) {
-        await writeFolder(join(outDir, `checkpoint-${trainer.round}`), await trainer.checkpointFiles());
+        const name = `checkpoint-${trainer.round}`;
+        await saveFolder(join(outDir, name), { ...(await trainer.checkpointFiles()), [RUN_FILE]: runJson });
+        written.push(name);
       }
     }
     if (tty) process.stderr.write('\n');
-    const files = await trainer.checkpointFiles();
-    await writeFolder(outDir, files);
+    const files = { ...(await trainer.checkpointFiles()), [RUN_FILE]: runJson };
+    await saveFolder(outDir, files, { keep: written });
     out.write(`wrote ${Object.keys(files).join(', ')} to ${outDir} (${CONFIG_FILE} is the config used)\n`);
     if (peaks) {
       const planned = (names: string[]) => Math.max(0, ...plan.phases.filter((p) => names.includes(p.phase)).map((p) => p.total));
@@ -154,34 +234,6 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
       }) + '\n');
     }
     trainer.destroy();
-  } finally {
-    gpu.destroy();
-  }
-}
-
-export async function evalCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
-  const f = parse(args, { model: { type: 'string' }, adapter: { type: 'string' }, docs: { type: 'string' }, config: { type: 'string' }, ...ENGINE_FLAGS });
-  const dir = str(f, 'model', true)!;
-  const config = await readConfig(str(f, 'config'), undefined);
-  const { train, evalDocs } = await loadDocs(str(f, 'docs'));
-  const docs = (evalDocs.length ? evalDocs : train).filter((d) => d.summary);
-  if (docs.length === 0) throw new UsageError('no documents with a reference summary to evaluate');
-  const [{ GpuPolicy }, { renderPrompt, summaryMessages }, { fitToBudget }, { rougeL }] = await Promise.all([
-    import('../train/policy.ts'), import('../game/prompts.ts'), import('../game/documents.ts'), import('../game/rouge.ts'),
-  ]);
-  const { gpu, model, tokenizer } = await openModel(dir, str(f, 'adapter'), engineOptions(f));
-  try {
-    if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}`);
-    const policy = new GpuPolicy(model, tokenizer);
-    const prompts = docs.map((d) => renderPrompt(tokenizer, summaryMessages(fitToBudget(d.report, tokenizer, config.docTokenBudget).text, config.prompts), '', config.prompts));
-    const gens = await policy.generate(prompts, { maxTokens: config.summaryMaxTokens, temperature: 0, topP: 1, topK: 0, seeds: docs.map(() => 0) });
-    let sum = 0;
-    docs.forEach((d, i) => {
-      const r = rougeL(d.summary!, gens[i].text).fmeasure;
-      sum += r;
-      out.write(`${d.id}\tROUGE-L ${r.toFixed(4)}\n`);
-    });
-    out.write(`mean\tROUGE-L ${(sum / docs.length).toFixed(4)}  (${docs.length} documents, ${str(f, 'adapter') ? 'with adapter' : 'base model'})\n`);
   } finally {
     gpu.destroy();
   }

@@ -1,8 +1,13 @@
 // `spyrl grad` and `spyrl sft`: LoRA gradients and a supervised LoRA fine-tune on the same engine.
+import { createHash } from 'node:crypto';
 import { readFile, rename, writeFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
 import { ModelLoadError } from '../model/errors.ts';
-import { bool, ENGINE_FLAGS, engineOptions, int, num, parse, str, UsageError, type Flags } from './args.ts';
+import { bool, ENGINE_FLAGS, engineOptions, FORCE_FLAG, gpuMemoryBudget, int, num, parse, str, UsageError, type Flags } from './args.ts';
 import { inputIds, openModel, requireDir } from './open.ts';
+import { checkOutDir, saveFolder } from './saveFolder.ts';
+import type { SftRunSettings } from '../train/checkpoint.ts';
+import type { LoraConfig } from '../model/peft.ts';
 
 export async function gradCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
   const f = parse(args, { model: { type: 'string' }, adapter: { type: 'string' }, tokens: { type: 'string' }, text: { type: 'string' }, out: { type: 'string' }, ...ENGINE_FLAGS });
@@ -50,41 +55,102 @@ function fmtTime(s: number): string {
   return s >= 3600 ? `${Math.floor(s / 3600)}h${Math.round((s % 3600) / 60)}m` : s >= 60 ? `${Math.floor(s / 60)}m${Math.round(s % 60)}s` : `${s.toFixed(0)}s`;
 }
 
+/** The sft run settings of a --resume folder (its trainer_state.json), read before any GPU work. */
+async function savedSftRun(resumeDir: string) {
+  const { parseSftExtra } = await import('../train/checkpoint.ts');
+  const file = join(resumeDir, 'trainer_state.json');
+  const text = await readFile(file, 'utf8').catch(() => { throw new ModelLoadError(file, 'not found: --resume needs a folder written by spyrl sft'); });
+  let json: unknown;
+  try { json = JSON.parse(text); } catch (e) { throw new ModelLoadError(file, `not valid JSON (${(e as Error).message})`); }
+  const extra = (json as { extra?: unknown } | null)?.extra;
+  if (typeof extra !== 'object' || extra === null || Array.isArray(extra)) throw new ModelLoadError(file, `field "extra" must be an object, got ${JSON.stringify(extra)}`);
+  return parseSftExtra(extra as Record<string, unknown>, file);
+}
+
+const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+
 export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
   const f: Flags = parse(args, {
     model: { type: 'string' }, 'text-file': { type: 'string' }, steps: { type: 'string' }, out: { type: 'string' },
     lr: { type: 'string' }, r: { type: 'string' }, alpha: { type: 'string' }, rslora: { type: 'string' }, targets: { type: 'string' },
     'seq-len': { type: 'string' }, batch: { type: 'string' }, schedule: { type: 'string' }, warmup: { type: 'string' },
     'max-grad-norm': { type: 'string' }, 'weight-decay': { type: 'string' }, seed: { type: 'string' }, resume: { type: 'string' },
-    'gpu-memory': { type: 'string' }, ...ENGINE_FLAGS,
+    'gpu-memory': { type: 'string' }, ...ENGINE_FLAGS, ...FORCE_FLAG,
   });
   const dir = str(f, 'model', true)!;
-  const textFile = str(f, 'text-file', true)!;
+  const resumeDir = str(f, 'resume');
+  const textFile = str(f, 'text-file', !resumeDir);
   const outDir = str(f, 'out', true)!;
   const steps = int(f, 'steps', 0, 1);
   if (!str(f, 'steps')) throw new UsageError('--steps is required');
-  const seqLen = int(f, 'seq-len', 128, 2);
-  const batch = int(f, 'batch', 1, 1);
-  const seed = int(f, 'seed', 0, 0);
-  const lr = num(f, 'lr', 2e-4);
-  if (!(lr > 0)) throw new UsageError('--lr must be > 0');
-  const scheduleKind = str(f, 'schedule') ?? 'constant';
-  if (scheduleKind !== 'constant' && scheduleKind !== 'cosine') throw new UsageError('--schedule must be constant or cosine');
-  const warmup = int(f, 'warmup', 0, 0);
-  const resumeDir = str(f, 'resume');
-  const budget = str(f, 'gpu-memory') === undefined ? undefined : num(f, 'gpu-memory', 0) * 2 ** 30;
-
-  const text = await readFile(textFile, 'utf8').catch((e: NodeJS.ErrnoException) => {
-    throw new ModelLoadError(textFile, e.code === 'ENOENT' ? 'text file not found' : `cannot read: ${e.message}`);
+  const given = <T>(name: string, parse: () => T): T | undefined => (str(f, name) === undefined ? undefined : parse());
+  const schedule = given('schedule', () => {
+    const v = str(f, 'schedule');
+    if (v !== 'constant' && v !== 'cosine') throw new UsageError(`--schedule must be constant or cosine (got "${v}")`);
+    return v;
   });
-  if (!text.trim()) throw new ModelLoadError(textFile, 'is empty');
+  // What the command line asks for (undefined = not given); a resumed run must not change any of it.
+  const asked: Partial<SftRunSettings> = {
+    seed: given('seed', () => int(f, 'seed', 0, 0)),
+    seqLen: given('seq-len', () => int(f, 'seq-len', 128, 2)),
+    batch: given('batch', () => int(f, 'batch', 1, 1)),
+    lr: given('lr', () => num(f, 'lr', 2e-4, { above: 0 })),
+    schedule,
+    warmup: given('warmup', () => int(f, 'warmup', 0, 0)),
+    maxGradNorm: given('max-grad-norm', () => num(f, 'max-grad-norm', 1, { min: 0 })),
+    weightDecay: given('weight-decay', () => num(f, 'weight-decay', 0, { min: 0 })),
+  };
+  const budget = gpuMemoryBudget(f);
+  await checkOutDir(outDir, f.force === true);
   if (resumeDir) await requireDir(resumeDir, 'resume folder');
+  const saved = resumeDir ? await savedSftRun(resumeDir) : null;
+  const textPath = textFile ?? saved!.textFile;
 
-  const [{ loraConfig, initLora, readAdapter, readOptimizerState, writeAdapter, writeOptimizerState, LORA_TARGETS }, { LoraAdapter }, { LoraAdamW, DEFAULT_ADAMW }, { packSequences, epochOrder, sftStep }, { planSft, checkPlanFits }, { nodeFolderSource }, { writeFolder }] =
+  const text = await readFile(textPath, 'utf8').catch((e: NodeJS.ErrnoException) => {
+    throw new ModelLoadError(textPath, e.code === 'ENOENT' ? 'text file not found' : `cannot read: ${e.message}`);
+  });
+  if (!text.trim()) throw new ModelLoadError(textPath, 'is empty');
+  asked.textSha256 = sha256(text);
+  const { DEFAULT_ADAMW } = await import('../train/optimizer.ts');
+  let run: SftRunSettings;
+  if (saved) {
+    const { changedSettings, SFT_SETTING_FLAGS } = await import('../train/checkpoint.ts');
+    const changed = changedSettings(saved.settings, asked);
+    if (changed.length) {
+      const detail = changed.map((k) => k === 'textSha256' ? `${SFT_SETTING_FLAGS[k]} ${textPath} differs from the run's ${saved.textFile}` : `${SFT_SETTING_FLAGS[k]} (saved ${saved.settings[k]}, asked ${asked[k]})`);
+      throw new UsageError(`--resume: these would change the run: ${detail.join(', ')}; leave them out to continue with the saved settings`);
+    }
+    run = saved.settings;
+    if (run.scheduleSteps !== null && steps > run.scheduleSteps) {
+      throw new UsageError(`--resume: --steps ${steps} is past the end of the run's cosine schedule (${run.scheduleSteps} steps); the learning rate is 0 there`);
+    }
+  } else {
+    const kind = asked.schedule ?? 'constant';
+    run = {
+      seed: asked.seed ?? 0, seqLen: asked.seqLen ?? 128, batch: asked.batch ?? 1, lr: asked.lr ?? 2e-4, schedule: kind, warmup: asked.warmup ?? 0,
+      scheduleSteps: kind === 'cosine' ? steps : null,
+      maxGradNorm: asked.maxGradNorm ?? DEFAULT_ADAMW.maxGradNorm, weightDecay: asked.weightDecay ?? DEFAULT_ADAMW.weightDecay, textSha256: asked.textSha256,
+    };
+  }
+  const { seed, seqLen, batch, lr, warmup } = run;
+  const scheduleKind = run.schedule;
+
+  const [{ loraConfig, initLora, readAdapter, readOptimizerState, writeAdapter, writeOptimizerState, LORA_TARGETS }, { LoraAdapter }, { LoraAdamW }, { packSequences, epochOrder, sftStep }, { planSft, checkPlanFits }, { nodeFolderSource }, { runStamp }] =
     await Promise.all([
       import('../model/peft.ts'), import('../model/lora.ts'), import('../train/optimizer.ts'), import('../train/sft.ts'),
-      import('../train/memory.ts'), import('../model/sources.node.ts'), import('../model/peft.node.ts'),
+      import('../train/memory.ts'), import('../model/sources.node.ts'), import('../train/checkpoint.ts'),
     ]);
+  const stamp = saved?.stamp ?? runStamp();
+  // A new adapter's settings are checked before the model is loaded (a resumed one's come from its files).
+  let fresh: LoraConfig | undefined;
+  if (!resumeDir) {
+    const targets = (str(f, 'targets') ?? LORA_TARGETS.join(',')).split(',').map((t) => t.trim()).filter(Boolean);
+    try {
+      fresh = loraConfig({ r: int(f, 'r', 8, 1), alpha: num(f, 'alpha', 16), useRslora: bool(f, 'rslora', false), targetModules: targets as never, baseModel: dir });
+    } catch (e) {
+      throw new UsageError((e as Error).message);
+    }
+  }
 
   const engine = engineOptions(f);
   const { gpu, model, cfg, tokenizer } = await openModel(dir, undefined, engine);
@@ -94,37 +160,32 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
     let weights;
     if (resumeDir) {
       ({ lora, tensors: weights } = await readAdapter(nodeFolderSource(resumeDir), cfg));
+      const adapterFlags: [string, unknown, unknown][] = [
+        ['r', given('r', () => int(f, 'r', 8, 1)), lora.r], ['alpha', given('alpha', () => num(f, 'alpha', 16)), lora.alpha],
+        ['rslora', given('rslora', () => bool(f, 'rslora', false)), lora.useRslora],
+        ['targets', given('targets', () => LORA_TARGETS.filter((t) => str(f, 'targets')!.split(',').map((x) => x.trim()).includes(t)).join(',')), lora.targetModules.join(',')],
+      ];
+      const differ = adapterFlags.filter(([, want, have]) => want !== undefined && want !== have);
+      if (differ.length) throw new UsageError(`--resume: these would change the run's adapter: ${differ.map(([k, want, have]) => `--${k} (saved ${have}, asked ${want})`).join(', ')}; leave them out to continue`);
     } else {
-      const targets = (str(f, 'targets') ?? LORA_TARGETS.join(',')).split(',').map((t) => t.trim()).filter(Boolean);
-      try {
-        lora = loraConfig({ r: int(f, 'r', 8, 1), alpha: num(f, 'alpha', 16), useRslora: bool(f, 'rslora', false), targetModules: targets as never, baseModel: dir });
-      } catch (e) {
-        throw new UsageError((e as Error).message);
-      }
+      lora = fresh!;
       weights = initLora(cfg, lora, seed);
     }
     checkPlanFits(planSft(cfg, { weights: engine.weights, lora: { r: lora.r, targets: lora.targetModules }, seqLen }), gpu.limits, budget);
 
     const windows = packSequences(tokenizer.encode(text), seqLen);
-    if (windows.length === 0) throw new ModelLoadError(textFile, 'has fewer than 2 tokens');
+    if (windows.length === 0) throw new ModelLoadError(textPath, 'has fewer than 2 tokens');
     const adapter = new LoraAdapter(gpu, cfg, lora);
     adapter.setWeights(weights);
     model.lora = adapter;
     const settings = {
       ...DEFAULT_ADAMW, lr,
-      maxGradNorm: num(f, 'max-grad-norm', DEFAULT_ADAMW.maxGradNorm),
-      weightDecay: num(f, 'weight-decay', DEFAULT_ADAMW.weightDecay),
-      schedule: scheduleKind === 'cosine' ? { kind: 'cosine' as const, warmup, total: steps, minLr: 0 } : { kind: 'constant' as const, warmup },
+      maxGradNorm: run.maxGradNorm,
+      weightDecay: run.weightDecay,
+      schedule: scheduleKind === 'cosine' ? { kind: 'cosine' as const, warmup, total: run.scheduleSteps!, minLr: 0 } : { kind: 'constant' as const, warmup },
     };
     const opt = new LoraAdamW(gpu, adapter, settings);
-    if (resumeDir) {
-      const state = await readOptimizerState(nodeFolderSource(resumeDir), weights);
-      const extra = state.extra as { seed?: number; seqLen?: number; batch?: number };
-      if (extra.seqLen !== seqLen || extra.batch !== batch || extra.seed !== seed) {
-        throw new UsageError(`--resume: the run used --seq-len ${extra.seqLen} --batch ${extra.batch} --seed ${extra.seed}; pass the same values to continue it exactly`);
-      }
-      opt.setState(state);
-    }
+    if (resumeDir) opt.setState(await readOptimizerState(nodeFolderSource(resumeDir), weights)); // moments checked finite, v >= 0
     if (opt.step >= steps) throw new UsageError(`the resumed run has already taken ${opt.step} steps; ask for more than that with --steps`);
 
     const n = windows.length;
@@ -152,9 +213,9 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
     const state = await opt.getState();
     const files = {
       ...writeAdapter(lora, await adapter.getTensors('weights'), cfg),
-      ...writeOptimizerState({ step: state.step, m: state.m, v: state.v, extra: { seed, seqLen, batch, lr, schedule: scheduleKind, warmup } }),
+      ...writeOptimizerState({ step: state.step, m: state.m, v: state.v, extra: { run: { ...stamp }, sft: { ...run, textFile: resolve(textPath) } } }),
     };
-    await writeFolder(outDir, files);
+    await saveFolder(outDir, files);
     out.write(`wrote ${Object.keys(files).join(', ')} to ${outDir}\n`);
   } finally {
     gpu.destroy();

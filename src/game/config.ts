@@ -22,7 +22,11 @@ export interface PpoConfig {
   klBeta: number;
   /** Optimisation passes over each batch of rounds. */
   epochs: number;
+  /** How the summary stage's per-token terms are averaged (votes: a mean over votes). */
   aggregation: 'token-mean' | 'sequence-mean';
+  /** loss = summaryWeight * L_summaries + voteWeight * L_votes, each stage averaged on its own. */
+  summaryWeight: number;
+  voteWeight: number;
 }
 
 export interface OptimizerConfig {
@@ -58,6 +62,15 @@ export interface SpyRLConfig {
   optimizer: OptimizerConfig;
   roundsPerUpdate: number;
   evalEvery: number;
+  /** Reports held out of play for evaluation (stratified over sources; see splitGovReport). */
+  evalHeldOut: number;
+  /** Evaluation reads each held-out report whole up to this many tokens. */
+  evalDocTokenBudget: number;
+  /** A report longer than evalDocTokenBudget: 'mark' cuts it and flags the row, 'skip' leaves it out. */
+  evalOverflow: 'mark' | 'skip';
+  evalSummaryMaxTokens: number;
+  /** ROUGE with Porter stemming (rouge_score's use_stemmer=True). */
+  evalStemmer: boolean;
   checkpointEvery: number;
   lora: LoraSettings;
 }
@@ -73,7 +86,7 @@ export const DEFAULT_CONFIG: SpyRLConfig = {
   maskPlaceholder: '[...]',
   docTokenBudget: 2048,
   summaryMaxTokens: 256,
-  voteChoice: 'argmax',
+  voteChoice: 'sample',
   voteReason: false,
   voteReasonMaxTokens: 64,
   prompts: { ...DEFAULT_PROMPTS },
@@ -88,10 +101,15 @@ export const DEFAULT_CONFIG: SpyRLConfig = {
     truncatedPenalty: 0.5,
   },
   advantages: { stdNormalize: false, spyBaseline: 'running-mean', spyBaselineWindow: 20 },
-  ppo: { clipEps: 0.2, klBeta: 0, epochs: 1, aggregation: 'token-mean' },
+  ppo: { clipEps: 0.2, klBeta: 0, epochs: 1, aggregation: 'token-mean', summaryWeight: 1, voteWeight: 1 },
   optimizer: { lr: 5e-5, warmupSteps: 0, weightDecay: 0, maxGradNorm: 1 },
   roundsPerUpdate: 2,
   evalEvery: 20,
+  evalHeldOut: 6,
+  evalDocTokenBudget: 8192,
+  evalOverflow: 'mark',
+  evalSummaryMaxTokens: 768,
+  evalStemmer: true,
   checkpointEvery: 20,
   lora: { r: 16, alpha: 32, targetModules: [...LORA_TARGETS] },
 };
@@ -137,17 +155,17 @@ export const CONFIG_FIELDS: Record<string, { check: Check; why: string }> = {
   maskPlaceholder: { check: text(), why: "what 'placeholder' mode puts where the span was" },
   docTokenBudget: { check: int(16, 131072), why: 'keeps N vote prompts (report + N summaries) within a few thousand tokens of KV cache each on a consumer GPU' },
   summaryMaxTokens: { check: int(8, 8192), why: 'a one-paragraph summary is 100-200 words; longer is cut and penalised as truncated' },
-  voteChoice: { check: oneOf('argmax', 'sample'), why: "'argmax': the vote is the model's belief, so rewards do not depend on vote sampling noise" },
-  voteReason: { check: bool, why: 'off: the vote is read directly from one next-token distribution, cheapest and exact' },
+  voteChoice: { check: oneOf('sample', 'argmax'), why: "'sample': the vote is drawn from the restricted label distribution with the round's seed, so its log-prob is exact and the vote stage is a true policy gradient. 'argmax' is greedy and biased: the cast vote is not drawn from the policy, yet it is still trained as if sampled (its log-prob times its advantage), a heuristic, not the gradient of the expected reward" },
+  voteReason: { check: bool, why: 'off: the vote is read directly from one next-token distribution, cheapest and exact. On: the reason tokens are part of the vote\'s sample and are trained with the vote\'s advantage' },
   voteReasonMaxTokens: { check: int(1, 1024), why: 'a one-sentence reason; the vote follows it' },
   'prompts.summaryInstruction': { check: text(), why: 'the task the game trains: a one-paragraph summary of the whole report' },
   'prompts.voteInstruction': { check: text(), why: 'states the rules so voters look for omissions, the only signal that separates the spy' },
   'prompts.voteQuestion': { check: text('{self}'), why: 'tells the voter its own label, which it may not vote for' },
   'prompts.reasonQuestion': { check: text('{self}'), why: 'as voteQuestion, asking for a reason before the vote' },
   'prompts.enableThinking': { check: bool, why: "off: Qwen3's thinking would spend the summary's token budget before the summary" },
-  'sampling.temperature': { check: num(0, 10, { loOpen: true }), why: '1: the sampled tokens come from the policy itself, so PPO ratios and log-probs are exact' },
-  'sampling.topP': { check: num(0, 1, { loOpen: true }), why: '1 (off): truncation would make the behaviour policy differ from the trained one' },
-  'sampling.topK': { check: int(0, NO_MAX), why: '0 (off), as topP' },
+  'sampling.temperature': { check: num(0, 10, { loOpen: true }), why: '1: the policy itself. Any other value is trained exactly: the trained policy is softmax(logits / temperature), in the sampler\'s stored log-probs and in the update alike' },
+  'sampling.topP': { check: num(0, 1, { loOpen: true }), why: '1 (off). Training refuses other values: the update cannot recompute a truncated distribution, so the PPO ratio would be wrong' },
+  'sampling.topK': { check: int(0, NO_MAX), why: '0 (off); training refuses other values, as topP' },
   'rewards.catchSpy': { check: num(0, 100), why: 'SpyRL: 1 for a civilian naming the spy' },
   'rewards.evadeSuspicion': { check: num(0, 100), why: 'SpyRL: a summary earns 1 - the share of other voters naming its author' },
   'rewards.spyVote': { check: num(0, 100), why: "0: the spy's vote has no right answer in the game" },
@@ -161,13 +179,20 @@ export const CONFIG_FIELDS: Record<string, { check: Check; why: string }> = {
   'ppo.clipEps': { check: num(0, 1, { loOpen: true, hiOpen: true }), why: 'PPO/GRPO standard 0.2' },
   'ppo.klBeta': { check: num(0, 10), why: '0: skips a base-model pass; the clip and a small LoRA keep the policy near the base in short runs' },
   'ppo.epochs': { check: int(1, 16), why: '1: each batch is used once, on-policy; more reuses rounds at the cost of staleness' },
-  'ppo.aggregation': { check: oneOf('token-mean', 'sequence-mean'), why: "'token-mean' (DAPO, Dr. GRPO): no per-sequence length bias" },
+  'ppo.aggregation': { check: oneOf('token-mean', 'sequence-mean'), why: "summary stage: 'token-mean' (DAPO, Dr. GRPO), no per-sequence length bias. Votes are always a mean over votes (a vote's reason tokens and label averaged within it)" },
+  'ppo.summaryWeight': { check: num(0, 100), why: '1: L_summaries is a token mean over the update\'s summaries, on its own scale' },
+  'ppo.voteWeight': { check: num(0, 100), why: '1: L_votes is a mean over votes, so at weight 1 the ~6 votes of an update weigh as much as its ~1,500 summary tokens (pooled, they were ~0.4% of the loss); the run log\'s grad-norm shares show what each stage contributes' },
   'optimizer.lr': { check: num(0, 1, { loOpen: true, hiOpen: true }), why: 'LoRA takes about 10x the learning rate of full fine-tuning; 5e-5 is a conservative RL value' },
   'optimizer.warmupSteps': { check: int(0, NO_MAX), why: '0: the LoRA B matrix starts at zero, so early steps are already small' },
   'optimizer.weightDecay': { check: num(0, 1), why: '0: short runs; decay mostly pulls the adapter back to zero' },
   'optimizer.maxGradNorm': { check: num(0, 1e6), why: '1: guards against a rare huge policy-gradient step' },
   roundsPerUpdate: { check: int(1, 1024), why: '2 rounds (14 sequences at N=4: 8 summaries, 6 votes) per optimizer step: less noisy than 1, still frequent updates' },
-  evalEvery: { check: int(0, NO_MAX), why: 'ROUGE-L on the held-out reports every 20 rounds (0 = never): a trend without slowing training much' },
+  evalEvery: { check: int(0, NO_MAX), why: 'the held-out evaluation (ROUGE-1/2/L, base vs adapter) every 20 rounds (0 = never): a trend without slowing training much' },
+  evalHeldOut: { check: int(0, 1000), why: '6: 3 GAO and 3 CRS reports of the bundled sample, never played (the shortest with a reference of each source, so they are read whole); 0 = no evaluation' },
+  evalDocTokenBudget: { check: int(16, 262144), why: "8192: each held-out report is read whole (the bundled ones fit), since a reference summarises the whole report, not a prefix" },
+  evalOverflow: { check: oneOf('mark', 'skip'), why: "'mark': a longer report is cut to the budget and its row says the reference covers more than the input; 'skip' leaves it out of the means" },
+  evalSummaryMaxTokens: { check: int(8, 8192), why: '768: GovReport references average about 440 words (600 tokens); a lower cap would limit ROUGE recall by length alone' },
+  evalStemmer: { check: bool, why: "on: ROUGE-1/2/L with rouge_score's Porter stemming (use_stemmer=True), as summarisation papers report it" },
   checkpointEvery: { check: int(0, NO_MAX), why: 'every 20 rounds (0 = never): at most 20 rounds lost on a crash' },
   'lora.r': { check: int(1, 256), why: '16: enough capacity for RL, whose updates carry few bits per sample' },
   'lora.alpha': { check: num(0, 1e4, { loOpen: true }), why: '2r, the usual scale' },
@@ -205,6 +230,16 @@ export function validateConfig(input: unknown = {}): SpyRLConfig {
   const cfg = merge(DEFAULT_CONFIG as unknown as Record<string, unknown>, input, '') as unknown as SpyRLConfig;
   cfg.lora.targetModules = LORA_TARGETS.filter((t) => cfg.lora.targetModules.includes(t)); // module order, as PEFT writes it
   return cfg;
+}
+
+/**
+ * Settings a training run refuses (validateConfig accepts them for playing): top-k and top-p cut
+ * the distribution the tokens are drawn from, and the update recomputes log-probs of the whole
+ * (temperature-scaled) softmax, so the PPO ratio would be wrong. Throws ConfigError.
+ */
+export function checkTrainable(cfg: SpyRLConfig): void {
+  if (cfg.sampling.topP !== 1) throw new ConfigError('sampling.topP', `must be 1 for training (got ${cfg.sampling.topP}): the update cannot recompute a top-p-truncated distribution, so its PPO ratio would be wrong`);
+  if (cfg.sampling.topK !== 0) throw new ConfigError('sampling.topK', `must be 0 for training (got ${cfg.sampling.topK}): the update cannot recompute a top-k-truncated distribution, so its PPO ratio would be wrong`);
 }
 
 /** Leaf paths of DEFAULT_CONFIG with their values. */

@@ -46,9 +46,14 @@ export interface ChatPrompt {
   kvShare: { source: number; tokens: number } | null;
 }
 
+/**
+ * Messages and prefill carry untrusted text (documents, other players' summaries and reasons):
+ * encodeChat keeps special-token matching off for them, so only the chat template's own markers
+ * are control tokens and a summary cannot close the voter's turn by writing "<|im_end|>".
+ */
 export function renderPrompt(tokenizer: GameTokenizer, messages: ChatMessage[], prefill: string, cfg: Pick<PromptConfig, 'enableThinking'>): ChatPrompt {
-  const text = tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true, enableThinking: cfg.enableThinking }) + prefill;
-  return { messages, prefill, text, tokenIds: tokenizer.encode(text), kvShare: null };
+  const { text, tokenIds } = tokenizer.encodeChat(messages, { addGenerationPrompt: true, enableThinking: cfg.enableThinking }, prefill);
+  return { messages, prefill, text, tokenIds, kvShare: null };
 }
 
 /** Marks every prompt after `source` with the prefix it shares with prompts[source]. */

@@ -1,6 +1,7 @@
-// ROUGE-L F1 exactly as Google's rouge_score computes "rougeL": lowercase, every run of
-// characters outside [a-z0-9] becomes a space, split on whitespace, optionally Porter-stem
-// tokens longer than 3 characters (NLTK's stemmer, see porter.ts), LCS over the token lists.
+// ROUGE-1, ROUGE-2 and ROUGE-L exactly as Google's rouge_score computes "rouge1", "rouge2" and
+// "rougeL": lowercase, every run of characters outside [a-z0-9] becomes a space, split on
+// whitespace, optionally Porter-stem tokens longer than 3 characters (NLTK's stemmer, see
+// porter.ts); ROUGE-N from clipped n-gram counts, ROUGE-L from the LCS of the token lists.
 import { porterStem } from './porter.ts';
 
 export interface RougeScore {
@@ -39,4 +40,51 @@ export function rougeL(target: string, prediction: string, opts: { useStemmer?: 
   const recall = lcs / t.length;
   const fmeasure = precision + recall > 0 ? (2 * precision * recall) / (precision + recall) : 0;
   return { precision, recall, fmeasure };
+}
+
+/** Multiset of the n-grams of `tokens` (keys joined with a space: tokens never contain one). */
+function ngramCounts(tokens: readonly string[], n: number): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (let i = 0; i + n <= tokens.length; i++) {
+    const key = tokens.slice(i, i + n).join(' ');
+    counts.set(key, (counts.get(key) ?? 0) + 1);
+  }
+  return counts;
+}
+
+function fromOverlap(overlap: number, predicted: number, target: number): RougeScore {
+  // rouge_score divides by max(count, 1): an empty side scores 0, never NaN.
+  const precision = overlap / Math.max(predicted, 1);
+  const recall = overlap / Math.max(target, 1);
+  const fmeasure = precision + recall > 0 ? (2 * precision * recall) / (precision + recall) : 0;
+  return { precision, recall, fmeasure };
+}
+
+/** ROUGE-N over already tokenized text: overlap = sum over n-grams of min(count in target, count in prediction). */
+export function rougeNTokens(target: readonly string[], prediction: readonly string[], n: number): RougeScore {
+  if (!Number.isSafeInteger(n) || n < 1) throw new RangeError(`ROUGE-N needs n >= 1, got ${n}`);
+  const t = ngramCounts(target, n);
+  const p = ngramCounts(prediction, n);
+  let overlap = 0;
+  for (const [k, c] of p) overlap += Math.min(c, t.get(k) ?? 0);
+  return fromOverlap(overlap, Math.max(0, prediction.length - n + 1), Math.max(0, target.length - n + 1));
+}
+
+/** rouge_score's RougeScorer(['rouge<n>'], use_stemmer).score(target, prediction)['rouge<n>']. */
+export function rougeN(target: string, prediction: string, n: number, opts: { useStemmer?: boolean } = {}): RougeScore {
+  return rougeNTokens(rougeTokenize(target, opts.useStemmer), rougeTokenize(prediction, opts.useStemmer), n);
+}
+
+export interface RougeScores {
+  rouge1: RougeScore;
+  rouge2: RougeScore;
+  rougeL: RougeScore;
+}
+
+/** ROUGE-1, ROUGE-2 and ROUGE-L of one prediction against one reference, tokenizing each text once. */
+export function rougeScores(target: string, prediction: string, opts: { useStemmer?: boolean } = {}): RougeScores {
+  const t = rougeTokenize(target, opts.useStemmer);
+  const p = rougeTokenize(prediction, opts.useStemmer);
+  const l = t.length === 0 || p.length === 0 ? { precision: 0, recall: 0, fmeasure: 0 } : fromOverlap(lcsLength(t, p), p.length, t.length);
+  return { rouge1: rougeNTokens(t, p, 1), rouge2: rougeNTokens(t, p, 2), rougeL: l };
 }

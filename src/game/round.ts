@@ -31,7 +31,10 @@ export interface Generation {
   text: string;
   /** Sampled ids, ending with the stop token when generation stopped (so the policy learns to stop). */
   tokenIds: number[];
-  /** Log-prob of each sampled id under the distribution it was sampled from (logits / temperature). */
+  /**
+   * Log-prob of each sampled id under the distribution it was actually drawn from (logits /
+   * temperature, then top-k, then top-p, renormalised): the PPO behaviour log-prob.
+   */
   logprobs: number[];
   /** maxTokens reached before a stop token. */
   truncated: boolean;
@@ -108,10 +111,31 @@ export interface RoundRecord {
     spySuspicion: number;
     meanSummaryTokens: number;
   };
-  /** Filled by the trainer after the update that used this round. */
-  train: { loss: number | null; kl: number | null; gradNorm: number | null; lr: number | null };
+  /**
+   * Filled by the trainer after the update that used this round. kl is null when it was not
+   * computed (klBeta 0): never a 0 that was not measured.
+   */
+  train: { loss: number | null; kl: number | null; gradNorm: number | null; lr: number | null; stages?: StageStats };
   /** Milliseconds; null without a clock (RoundContext.now) or until the trainer fills them. */
   timings: { summarizeMs: number | null; voteMs: number | null; updateMs: number | null; totalMs: number | null };
+}
+
+/** Each stage's part of an update: its loss and its share of the squared gradient norm. */
+export interface StageStats {
+  summary: StageStat;
+  vote: StageStat;
+}
+
+export interface StageStat {
+  /** The stage's loss before its weight (token-mean over summaries; mean over votes). */
+  loss: number;
+  /** Norm of the gradient of weight * loss, alone. */
+  gradNorm: number;
+  /** |g_stage|^2 / (|g_summary|^2 + |g_vote|^2); 0 for both when neither has a gradient. */
+  gradShare: number;
+  /** Sequences and tokens of the stage in the update (votes: one per cast vote, reason included). */
+  sequences: number;
+  tokens: number;
 }
 
 /** One trainable sequence. */
@@ -124,8 +148,10 @@ export interface PolicySample {
   oldLogprobs: number[];
   advantage: number;
   /**
-   * Votes only: the label tokens the vote distribution is renormalised over. The vote's
-   * log-prob is log softmax over these candidates' logits, not over the whole vocabulary.
+   * A vote's label: the label tokens the vote distribution is renormalised over (at temperature
+   * 1). The vote's log-prob is log softmax over these candidates' logits, not over the whole
+   * vocabulary. null for sampled text (summaries; with voteReason, a vote's reason, a second
+   * 'vote' sample of the same seat): drawn at sampling.temperature.
    */
   candidateTokenIds: number[] | null;
 }
@@ -157,15 +183,9 @@ export function roundRng(seed: number | string, round: number): Rng {
 // ---------------------------------------------------------------------------------------------
 // 3. Playing it.
 
-const budgetCache = new WeakMap<SpyDocument, Map<string, BudgetedText>>();
-
+/** fitToBudget caches per (tokenizer, budget, report), so replaying a document does not re-tokenize it. */
 function budgeted(doc: SpyDocument, tokenizer: GameTokenizer, budget: number): BudgetedText {
-  let perDoc = budgetCache.get(doc);
-  if (!perDoc) budgetCache.set(doc, (perDoc = new Map()));
-  const key = `${budget}`;
-  let hit = perDoc.get(key);
-  if (!hit) perDoc.set(key, (hit = fitToBudget(normalizeText(doc.report), tokenizer, budget))); // parseDocuments output is already NFC
-  return hit;
+  return fitToBudget(normalizeText(doc.report), tokenizer, budget); // parseDocuments output is already NFC, so this is the same string
 }
 
 function seeds(rng: Rng, n: number): number[] {
@@ -204,11 +224,13 @@ export async function playRound(ctx: RoundContext, policy: Policy): Promise<Roun
   // Voting stage.
   const voteInput = { roles, civilianText: masked.full, spyText: masked.spyText, summaries: texts };
   let reasons: string[] | null = null;
+  let reasonGens: { prompts: ChatPrompt[]; gens: Generation[] } | null = null;
   if (cfg.voteReason) {
     const rp = reasonPrompts(tokenizer, voteInput, cfg.prompts);
     const rg = await policy.generate(rp, { maxTokens: cfg.voteReasonMaxTokens, ...sampling, seeds: seeds(rng.fork('reason-seeds'), N) });
     checkGenerations(rg, N, 'reasons');
     reasons = rg.map((g) => cleanReason(g.text));
+    reasonGens = { prompts: rp, gens: rg };
   }
   const vp = votePrompts(tokenizer, { ...voteInput, reasons }, cfg.prompts);
   const labelTokens = labelTokenIds(tokenizer, N);
@@ -300,6 +322,20 @@ export async function playRound(ctx: RoundContext, policy: Policy): Promise<Roun
     const a = adv.vote[v.voter];
     if (a === null || a === undefined) return; // an untrained vote (the spy's, by default)
     const idx = v.candidates.indexOf(v.chosen);
+    // With voteReason the vote's action is (reason, label): the reason's tokens, drawn by the
+    // policy, are trained with the vote's advantage as part of the same vote.
+    const reason = reasonGens?.gens[v.voter];
+    if (reasonGens && reason && reason.tokenIds.length > 0) {
+      samples.push({
+        stage: 'vote',
+        seat: v.voter,
+        promptTokenIds: reasonGens.prompts[v.voter]!.tokenIds,
+        completionTokenIds: reason.tokenIds,
+        oldLogprobs: reason.logprobs,
+        advantage: a,
+        candidateTokenIds: null,
+      });
+    }
     samples.push({
       stage: 'vote',
       seat: v.voter,

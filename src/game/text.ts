@@ -4,7 +4,7 @@
 import type { Qwen3Tokenizer } from '../model/tokenizer.ts';
 
 /** The part of the tokenizer the game uses; a scripted test tokenizer can implement it. */
-export type GameTokenizer = Pick<Qwen3Tokenizer, 'encode' | 'decode' | 'idToToken' | 'applyChatTemplate'>;
+export type GameTokenizer = Pick<Qwen3Tokenizer, 'encode' | 'encodeText' | 'encodeChat' | 'decode' | 'idToToken' | 'applyChatTemplate'>;
 
 /** Documents enter the game NFC-normalised, as the Qwen3 tokenizer's normalizer would see them. */
 export function normalizeText(text: string): string {

@@ -36,9 +36,11 @@ export function renormalize(logprobs: readonly number[]): number[] {
 
 /**
  * labelLogprobs[v][i] = the model's log-prob of voter v's candidate i (eligible[v][i], a seat).
- * 'argmax' takes the most probable candidate; exact ties go to the candidate listed first, i.e.
- * the lowest "Player k" label, which is a seeded-random seat because labels are reshuffled
- * every round. 'sample' draws from the distribution with `rng` (one draw per voter, in order).
+ * 'sample' (the default) draws from the distribution with `rng` (one draw per voter, in order):
+ * the vote is a sample of the policy and `logprob` its exact log-probability, so training it is
+ * the policy gradient. 'argmax' is greedy: it takes the most probable candidate (exact ties go to
+ * the candidate listed first, i.e. the lowest "Player k" label, a seeded-random seat because
+ * labels are reshuffled every round); trained as a sample, it is a biased heuristic.
  */
 export function castVotes(labelLogprobs: readonly (readonly number[])[], eligible: readonly (readonly number[])[], opts: { choice: VoteChoice; rng?: Rng }): Vote[] {
   if (labelLogprobs.length !== eligible.length) throw new RangeError(`${labelLogprobs.length} voters' log-probs for ${eligible.length} voters' candidates`);

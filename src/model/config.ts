@@ -26,10 +26,31 @@ function fail(field: string, message: string): never {
   throw new ModelLoadError(CONFIG_FILE, `field "${field}" ${message}`);
 }
 
-function posInt(raw: Record<string, unknown>, field: string, fallback?: number): number {
+/**
+ * Sanity caps on every size, checked before anything is sized from them: a hostile or broken
+ * config.json (num_hidden_layers: 2e8) must fail here, not run the process out of memory while
+ * listing weights. Each cap is far above the largest dense Qwen3 (32B: 64 layers, hidden 5120,
+ * intermediate 25600, 64 heads, 8 KV heads, head_dim 128, vocab 151936, 40960 positions) and the
+ * 235B shapes (94 layers, hidden 4096, 64 heads, 4 KV heads).
+ */
+export const CONFIG_CAPS = {
+  num_hidden_layers: 256,
+  hidden_size: 65536,
+  intermediate_size: 262144,
+  vocab_size: 1 << 20,
+  num_attention_heads: 1024,
+  num_key_value_heads: 1024,
+  head_dim: 1024,
+  max_position_embeddings: 1 << 24,
+} as const;
+
+function posInt(raw: Record<string, unknown>, field: keyof typeof CONFIG_CAPS, fallback?: number): number {
   const v = raw[field] ?? fallback;
+  const max = CONFIG_CAPS[field];
   if (v === undefined) fail(field, 'is missing');
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) fail(field, `must be a positive integer, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0 || v > max) {
+    fail(field, `must be a positive integer in 1..${max}, got ${JSON.stringify(v)}`);
+  }
   return v;
 }
 
@@ -82,6 +103,11 @@ export function parseQwen3Config(json: unknown): Qwen3Config {
   if (r['attention_bias'] === true) fail('attention_bias', 'is true; Qwen3 attention has no biases and neither does this engine');
   if (r['hidden_act'] !== undefined && r['hidden_act'] !== 'silu') fail('hidden_act', `is ${JSON.stringify(r['hidden_act'])}; only "silu" is supported`);
 
+  // Every size is range-checked here, before head_dim is derived or any list is built from them.
+  const numLayers = posInt(r, 'num_hidden_layers');
+  const intermediateSize = posInt(r, 'intermediate_size');
+  const vocabSize = posInt(r, 'vocab_size');
+  const maxPositionEmbeddings = posInt(r, 'max_position_embeddings', 32768);
   const hiddenSize = posInt(r, 'hidden_size');
   const numHeads = posInt(r, 'num_attention_heads');
   const numKvHeads = posInt(r, 'num_key_value_heads', numHeads);
@@ -98,16 +124,16 @@ export function parseQwen3Config(json: unknown): Qwen3Config {
 
   return {
     hiddenSize,
-    numLayers: posInt(r, 'num_hidden_layers'),
+    numLayers,
     numHeads,
     numKvHeads,
     headDim,
-    intermediateSize: posInt(r, 'intermediate_size'),
-    vocabSize: posInt(r, 'vocab_size'),
+    intermediateSize,
+    vocabSize,
     ropeTheta,
     rmsNormEps: posNumber(r, 'rms_norm_eps', 1e-6),
     tieWordEmbeddings: tie,
-    maxPositionEmbeddings: posInt(r, 'max_position_embeddings', 32768),
+    maxPositionEmbeddings,
     torchDtype: dtype,
     bosTokenId: bos[0] ?? null,
     eosTokenIds: tokenIds(r, 'eos_token_id'),

@@ -30,12 +30,20 @@ export interface LoraConfig {
   baseModel: string | null;
 }
 
+/**
+ * Bounds on a LoRA's rank and alpha (the game config has the same, src/game/config.ts): r above
+ * 256 is no longer low-rank and only sizes buffers from a hostile file; alpha <= 0 turns the
+ * update off or flips its sign.
+ */
+export const MAX_LORA_R = 256;
+export const MAX_LORA_ALPHA = 1e4;
+
 /** Fills defaults (all seven targets, no rsLoRA, unknown base) and puts targets in module order. */
 export function loraConfig(c: Pick<LoraConfig, 'r' | 'alpha'> & Partial<LoraConfig>): LoraConfig {
   const targets = c.targetModules ?? LORA_TARGETS;
   for (const t of targets) if (!isTarget(t)) throw new RangeError(`unknown LoRA target "${t}" (supported: ${LORA_TARGETS.join(', ')})`);
-  if (!Number.isSafeInteger(c.r) || c.r <= 0) throw new RangeError(`LoRA rank r must be a positive integer, got ${c.r}`);
-  if (!Number.isFinite(c.alpha)) throw new RangeError(`lora alpha must be a finite number, got ${c.alpha}`);
+  if (!Number.isSafeInteger(c.r) || c.r <= 0 || c.r > MAX_LORA_R) throw new RangeError(`LoRA rank r must be a positive integer, got ${c.r} (allowed range 1..${MAX_LORA_R})`);
+  if (!Number.isFinite(c.alpha) || c.alpha <= 0 || c.alpha > MAX_LORA_ALPHA) throw new RangeError(`lora alpha must be a number > 0, got ${c.alpha} (allowed range (0, ${MAX_LORA_ALPHA}])`);
   if (targets.length === 0) throw new RangeError('LoRA needs at least one target module');
   return {
     r: c.r,
@@ -213,9 +221,10 @@ export function parseAdapterConfig(json: unknown): LoraConfig {
   if (task !== undefined && task !== null && task !== 'CAUSAL_LM') fail('task_type', `is ${JSON.stringify(task)}; expected "CAUSAL_LM" (keys base_model.model.model.layers.*)`);
 
   const r = c['r'];
-  if (typeof r !== 'number' || !Number.isSafeInteger(r) || r <= 0) fail('r', `must be a positive integer, got ${JSON.stringify(r)}`);
+  if (typeof r !== 'number' || !Number.isSafeInteger(r) || r <= 0 || r > MAX_LORA_R) fail('r', `must be a positive integer, got ${JSON.stringify(r)} (allowed range 1..${MAX_LORA_R})`);
   const alpha = c['lora_alpha'];
   if (typeof alpha !== 'number' || !Number.isFinite(alpha)) fail('lora_alpha', `must be a number, got ${JSON.stringify(alpha)}`);
+  if ((alpha as number) <= 0 || (alpha as number) > MAX_LORA_ALPHA) fail('lora_alpha', `must be > 0, got ${JSON.stringify(alpha)} (allowed range (0, ${MAX_LORA_ALPHA}])`);
   const useRslora = c['use_rslora'] ?? false;
   if (typeof useRslora !== 'boolean') fail('use_rslora', `must be true or false, got ${JSON.stringify(useRslora)}`);
   const bias = c['bias'] ?? 'none';
@@ -442,6 +451,22 @@ function checkJsonExact(x: unknown, path: string): void {
   throw new RangeError(`${path} is a ${typeof x === 'object' ? (x as object).constructor?.name ?? 'object' : typeof x}, which JSON cannot hold exactly`);
 }
 
+/**
+ * The first problem in AdamW moments, or null: every value must be finite and every second
+ * moment >= 0 (a NaN, an Inf or a negative v would turn the next step into NaN weights).
+ */
+export function badMoment(m: ReadonlyMap<string, Float32Array>, v: ReadonlyMap<string, Float32Array>): { tensor: string; message: string } | null {
+  for (const [key, x] of m) {
+    const i = x.findIndex((e) => !Number.isFinite(e));
+    if (i >= 0) return { tensor: M_PREFIX + key, message: `value ${x[i]} at index ${i}: optimizer moments must be finite` };
+  }
+  for (const [key, x] of v) {
+    const i = x.findIndex((e) => !Number.isFinite(e) || e < 0);
+    if (i >= 0) return { tensor: V_PREFIX + key, message: `value ${x[i]} at index ${i}: second moments must be finite and >= 0` };
+  }
+  return null;
+}
+
 /** Moments go in as flat F32 tensors `exp_avg.<key>` / `exp_avg_sq.<key>`; the step is also in the safetensors metadata so mismatched files are caught. */
 export function writeOptimizerState(state: OptimizerState): OptimizerFiles {
   const { step, m, v } = state;
@@ -514,6 +539,8 @@ export async function readOptimizerState(
     if (vk.length !== mk.length) throw new ModelLoadError(fileName, `${vk.length} values but the first moment has ${mk.length}`, V_PREFIX + key);
   }
   for (const key of v.keys()) if (!m.has(key)) throw new ModelLoadError(fileName, 'first moment missing', M_PREFIX + key);
+  const bad = badMoment(m, v);
+  if (bad) throw new ModelLoadError(fileName, bad.message, bad.tensor);
   if (json['params'] !== m.size) fail('params', `is ${JSON.stringify(json['params'])} but ${OPTIMIZER_FILE} holds ${m.size} parameters`);
   if (expected) {
     for (const [key, want] of expected) {

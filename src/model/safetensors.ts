@@ -2,6 +2,7 @@
 // Format: u64 LE header length N, N bytes of UTF-8 JSON, then the tensor data block.
 // https://github.com/huggingface/safetensors#format
 import { ModelLoadError } from './errors.ts';
+import { unsafePathReason } from './paths.ts';
 import type { ModelSource } from './sources.ts';
 
 // ---------------------------------------------------------------------------------------------
@@ -272,6 +273,10 @@ export async function openSafetensorsModel(source: Pick<ModelSource, 'exists' | 
   const shardNames = new Set<string>();
   for (const [tensor, shard] of Object.entries(weightMap)) {
     if (typeof shard !== 'string') throw new ModelLoadError(INDEX_FILE, 'weight_map entry is not a file name', tensor);
+    // A shard lives beside the index: "../x.safetensors", "/etc/x" or "https://..." would reach
+    // outside the model folder (or the repo) through the source.
+    const unsafe = unsafePathReason(shard);
+    if (unsafe) throw new ModelLoadError(INDEX_FILE, `weight_map names the shard ${JSON.stringify(shard)}, which is not a file inside the model folder: ${unsafe}`, tensor);
     shardNames.add(shard);
   }
   for (const shard of shardNames) {

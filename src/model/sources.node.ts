@@ -2,7 +2,9 @@
 import { openAsBlob } from 'node:fs';
 import { open as openFile, readFile, readdir, stat, mkdir, rm, rename } from 'node:fs/promises';
 import { join, relative, sep, dirname } from 'node:path';
+import { randomBytes } from 'node:crypto';
 import { ModelLoadError } from './errors.ts';
+import { checkRelativePath } from './paths.ts';
 import type { ByteSource } from './safetensors.ts';
 import type { HubCache, ModelSource } from './sources.ts';
 
@@ -42,7 +44,8 @@ async function walk(dir: string, root: string, out: string[]): Promise<void> {
 }
 
 export function nodeFolderSource(dir: string): ModelSource {
-  const path = (file: string) => join(dir, ...file.split('/'));
+  // Names come from index files and manifests: none may step outside `dir`.
+  const path = (file: string) => join(dir, ...checkRelativePath(file, (why) => new ModelLoadError(file, `not a file inside ${dir}: ${why}`)).split('/'));
   const missing = (file: string, e: unknown): never => {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new ModelLoadError(file, `not found in ${dir}`);
     throw e;
@@ -54,15 +57,23 @@ export function nodeFolderSource(dir: string): ModelSource {
       await walk(dir, dir, out);
       return out.sort();
     },
-    open: (file) => nodeFileSource(path(file), file).catch((e) => missing(file, e)),
-    readText: (file) => readFile(path(file), 'utf8').catch((e) => missing(file, e)),
-    exists: (file) => stat(path(file)).then((s) => s.isFile(), () => false),
+    open: async (file) => nodeFileSource(path(file), file).catch((e) => missing(file, e)),
+    readText: async (file) => readFile(path(file), 'utf8').catch((e) => missing(file, e)),
+    exists: async (file) => stat(path(file)).then((s) => s.isFile(), () => false),
   };
 }
 
-/** Hub cache for Node: files under `dir`, written to `.part` then renamed on completion. */
+/** A download in progress: `${final}.part-<16 hex>`, so two writers of one key never share a file. */
+const PART = '.part';
+const isPart = (file: string) => /\.part-[0-9a-f]{16}$/.test(file);
+
+/**
+ * Hub cache for Node: files under `dir`. Each writer streams into its own temporary file and
+ * renames it over the key on completion, so an abort (or a second process downloading the same
+ * file) removes only its own partial file, never a finished entry.
+ */
 export function nodeFolderHubCache(dir: string): HubCache {
-  const path = (key: string) => join(dir, ...key.split('/'));
+  const path = (key: string) => join(dir, ...checkRelativePath(key, (why) => new ModelLoadError(key, `not a valid cache key: ${why}`)).split('/'));
   return {
     kind: 'node-folder',
     async get(key) {
@@ -74,7 +85,7 @@ export function nodeFolderHubCache(dir: string): HubCache {
     },
     async create(key) {
       const final = path(key);
-      const part = `${final}.part`;
+      const part = `${final}${PART}-${randomBytes(8).toString('hex')}`;
       await mkdir(dirname(final), { recursive: true });
       const fh = await openFile(part, 'w');
       return {
@@ -93,7 +104,7 @@ export function nodeFolderHubCache(dir: string): HubCache {
       const files: string[] = [];
       await walk(dir, dir, files).catch(() => undefined);
       const out: { key: string; size: number }[] = [];
-      for (const key of files) if (!key.endsWith('.part')) out.push({ key, size: (await stat(path(key))).size });
+      for (const key of files) if (!isPart(key)) out.push({ key, size: (await stat(path(key))).size });
       return out;
     },
     async delete(key) {

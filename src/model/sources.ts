@@ -1,6 +1,7 @@
 // Where a checkpoint comes from: in-memory files, a browser folder pick, or the Hugging Face Hub
 // (with a persistent browser cache). Node folders live in sources.node.ts so this file stays DOM/Node neutral.
 import { ModelLoadError } from './errors.ts';
+import { checkRelativePath, encodePathSegments, unsafePathReason } from './paths.ts';
 import { blobSource, bytesSource, type ByteSource } from './safetensors.ts';
 
 export interface ModelSource {
@@ -83,9 +84,11 @@ export function urlSource(name: string, baseUrl: string, files: readonly string[
   const blobs = new Map<string, Promise<Blob>>();
   const get = (file: string): Promise<Blob> => {
     if (!known.has(file)) return Promise.reject(notFound(name, file));
+    const unsafe = unsafePathReason(file);
+    if (unsafe) return Promise.reject(new ModelLoadError(file, `not a file below ${baseUrl}: ${unsafe}`));
     let p = blobs.get(file);
     if (!p) {
-      const url = new URL(file, baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`).href;
+      const url = new URL(encodePathSegments(file), baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`).href;
       p = doFetch(url).then(async (res) => {
         if (!res.ok) throw new ModelLoadError(file, `HTTP ${res.status} fetching ${url}`);
         return res.blob();
@@ -123,11 +126,14 @@ export interface CacheWriter {
   write(chunk: Uint8Array): Promise<void>;
   /** Commits the entry; until then `get` does not return it. */
   close(): Promise<void>;
+  /** Drops what this writer wrote. Never touches a committed entry (another tab's finished
+   *  download of the same key included): every cache writes beside the key and commits in one step. */
   abort(): Promise<void>;
 }
 
-/** Persistent store of downloaded files, one entry per key `${repo}/${revision}/${file}`, and of
- *  quantized weights under `${repo}/${revision}+q4/${file}` (cacheKey). */
+/** Persistent store of downloaded files, one entry per key `${repo}/${sha}/${file}`, of quantized
+ *  weights under `${repo}/${sha}+q4/${file}`, and of small facts about a revision under
+ *  `${repo}/${revision}+meta/` (cacheKey, metaKey). */
 export interface HubCache {
   kind: string;
   get(key: string): Promise<Blob | null>;
@@ -155,8 +161,15 @@ export function memoryHubCache(): HubCache {
 }
 
 const OPFS_DIR = 'spyrl-hub';
+/** Marks a writer's temporary file. encodeURIComponent always encodes '#', so no key's file name has it. */
+const OPFS_TEMP = '#part-';
 
-/** Origin Private File System: one file per key (key URI-encoded since names cannot hold '/'). */
+function randomHex(bytes: number): string {
+  return [...crypto.getRandomValues(new Uint8Array(bytes))].map((b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** Origin Private File System: one file per key (key URI-encoded since names cannot hold '/').
+ *  Each writer writes its own temporary file and moves it over the key on close. */
 export function opfsHubCache(): HubCache {
   const dir = async () => (await navigator.storage.getDirectory()).getDirectoryHandle(OPFS_DIR, { create: true });
   return {
@@ -173,14 +186,26 @@ export function opfsHubCache(): HubCache {
     async create(key) {
       const d = await dir();
       const name = encodeURIComponent(key);
-      // createWritable writes to a swap file; the entry only changes on close().
-      const writable = await (await d.getFileHandle(name, { create: true })).createWritable();
+      // Not the key's own file: an abort that removed it could delete a download another tab
+      // finished meanwhile. The temporary file is this writer's alone.
+      const temp = `${name}${OPFS_TEMP}${randomHex(8)}`;
+      const handle = await d.getFileHandle(temp, { create: true });
+      const writable = await handle.createWritable();
       return {
         write: (chunk) => writable.write(chunk as Uint8Array<ArrayBuffer>),
-        close: () => writable.close(),
+        async close() {
+          await writable.close();
+          const movable = handle as FileSystemFileHandle & { move(name: string): Promise<void> };
+          // move() replaces an existing entry in one step in Chromium (a reader sees the old file
+          // or the new one). Where it refuses to overwrite, the old copy of the same file goes first.
+          await movable.move(name).catch(async () => {
+            await d.removeEntry(name).catch(() => undefined);
+            await movable.move(name);
+          });
+        },
         async abort() {
-          await writable.abort();
-          await d.removeEntry(name).catch(() => undefined);
+          await writable.abort().catch(() => undefined);
+          await d.removeEntry(temp).catch(() => undefined);
         },
       };
     },
@@ -188,7 +213,7 @@ export function opfsHubCache(): HubCache {
       const out: { key: string; size: number }[] = [];
       const d = await dir();
       for await (const [name, handle] of (d as unknown as { entries(): AsyncIterable<[string, FileSystemHandle]> }).entries()) {
-        if (handle.kind !== 'file') continue;
+        if (handle.kind !== 'file' || name.includes(OPFS_TEMP)) continue;
         const size = (await (handle as FileSystemFileHandle).getFile()).size;
         if (size > 0) out.push({ key: decodeURIComponent(name), size });
       }
@@ -203,7 +228,9 @@ export function opfsHubCache(): HubCache {
 const CACHE_NAME = 'spyrl-hub';
 const CACHE_URL = 'https://spyrl-hub.invalid/';
 
-/** Cache Storage fallback (browsers without OPFS writables): the body streams into `cache.put`. */
+/** Cache Storage fallback (browsers without OPFS writables): the body streams into `cache.put`,
+ *  which stores the response only once its body has ended, so an aborted put leaves the key as it
+ *  was (a finished download of it by another tab included). */
 export function cacheStorageHubCache(): HubCache {
   const url = (key: string) => CACHE_URL + key.split('/').map(encodeURIComponent).join('/');
   return {
@@ -226,9 +253,9 @@ export function cacheStorageHubCache(): HubCache {
           await put;
         },
         abort: async () => {
+          // No cache.delete here: the key may hold another tab's finished download.
           await writer.abort(new Error('download aborted')).catch(() => undefined);
           await put.catch(() => undefined);
-          await cache.delete(url(key));
         },
       };
     },
@@ -249,10 +276,11 @@ export function cacheStorageHubCache(): HubCache {
   };
 }
 
-/** OPFS when it can write, else Cache Storage, else memory (Node: not persistent). */
+/** OPFS when it can write and move files, else Cache Storage, else memory (Node: not persistent). */
 export function defaultHubCache(): HubCache {
   const g = globalThis as { navigator?: Navigator; caches?: CacheStorage; FileSystemFileHandle?: { prototype: object } };
-  if (typeof g.navigator?.storage?.getDirectory === 'function' && g.FileSystemFileHandle && 'createWritable' in g.FileSystemFileHandle.prototype) {
+  const handle = g.FileSystemFileHandle?.prototype;
+  if (typeof g.navigator?.storage?.getDirectory === 'function' && handle && 'createWritable' in handle && 'move' in handle) {
     return opfsHubCache();
   }
   if (g.caches) return cacheStorageHubCache();
@@ -261,11 +289,43 @@ export function defaultHubCache(): HubCache {
 
 export const DEFAULT_HUB_REPO = 'Qwen/Qwen3-4B-Instruct-2507';
 const HUB = 'https://huggingface.co';
-/** Cache entry holding the repo's file list, so exists() needs no request on a second load. */
-const LISTING = '.listing.json';
+/** Legacy cache entry (before revisions were resolved) holding a revision's file list. */
+const LEGACY_LISTING = '.listing.json';
+/** Under `${repo}/${sha}+meta/`: the repo's file list at that commit. */
+const META_LISTING = 'listing.json';
+/** Under `${repo}/${branch}+meta/`: the commit the branch last resolved to here. */
+const META_SHA = 'sha';
+
+const COMMIT_SHA = /^[0-9a-f]{40}$/;
+
+/** A full commit sha: a revision that names one commit forever, so it needs no resolving. */
+export function isCommitSha(revision: string): boolean {
+  return COMMIT_SHA.test(revision);
+}
+
+/** Why `repo` is not a Hub repo id (owner/name), or null. Each part: letters, digits, '-', '_',
+ *  '.', starting and ending with a letter or digit, no '..' (so no part can be '.' or '..'). */
+export function invalidRepoIdReason(repo: string): string | null {
+  const parts = repo.split('/');
+  if (parts.length !== 2) return 'a Hub repo id is owner/name';
+  for (const p of parts) {
+    if (!/^[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?$/.test(p)) return `"${p}" is not a valid owner or name (letters, digits, '-', '_', '.'; at most 96)`;
+    if (p.includes('..')) return `"${p}" holds ".."`;
+  }
+  return null;
+}
+
+export function checkRepoId(repo: string): string {
+  const why = invalidRepoIdReason(repo);
+  if (why) throw new ModelLoadError(repo, `not a Hugging Face repo id: ${why}`);
+  return repo;
+}
 
 export interface HubSourceOptions {
+  /** A branch, tag or commit sha (default main). A branch or tag is resolved to its commit once. */
   revision?: string;
+  /** The revision already resolved (resolveHubRevision), e.g. by the config check before a load. */
+  resolved?: HubRevision;
   fetch?: typeof fetch;
   cache?: HubCache;
   onProgress?: (p: DownloadProgress) => void;
@@ -273,36 +333,177 @@ export interface HubSourceOptions {
   progressIntervalMs?: number;
 }
 
+/** `${HUB}/{repo}/resolve/{revision}/{file}`, the revision and each segment of the file encoded. */
 export function hubFileUrl(repo: string, revision: string, file: string): string {
-  return `${HUB}/${repo}/resolve/${encodeURIComponent(revision)}/${file}`;
+  return `${HUB}/${repo}/resolve/${encodeURIComponent(revision)}/${encodePathSegments(file)}`;
+}
+
+/** The model-info API for one revision: its commit `sha` and `siblings` (the file list). */
+export function hubRevisionUrl(repo: string, revision: string): string {
+  return `${HUB}/api/models/${repo}/revision/${encodeURIComponent(revision)}`;
 }
 
 /** What a cache entry holds: the repo's files as downloaded (bf16 weights), or the weights
  *  quantized on a first load (q4) with the small files a load needs. */
 export type CacheFormat = 'bf16' | 'q4';
 
-/** `${repo}/${revision}/${file}`, or `${repo}/${revision}+q4/${file}`: '+' cannot come from the
- *  URI-encoded revision, so the two formats never share a prefix. */
+/** A Hub file name checked before it becomes a URL or a cache key: nothing that leaves the repo
+ *  ("..", a leading "/", "\", "C:", "https:"). */
+function checkHubFile(repo: string, file: string): string {
+  return checkRelativePath(file, (why) => new ModelLoadError(file, `not a file name inside ${repo}: ${why}`));
+}
+
+/**
+ * `${repo}/${revision}/${file}`, or `${repo}/${revision}+q4/${file}`: '+' cannot come from the
+ * URI-encoded revision, so the formats never share a prefix. The repo id is two checked parts
+ * and the file a checked relative path, so one repo's keys can never name another's entry.
+ */
 function cacheKey(repo: string, revision: string, file: string, format: CacheFormat = 'bf16'): string {
-  return `${repo}/${encodeURIComponent(revision)}${format === 'bf16' ? '' : `+${format}`}/${file}`;
+  if (file !== '') checkHubFile(repo, file);
+  return `${checkRepoId(repo)}/${encodeURIComponent(revision)}${format === 'bf16' ? '' : `+${format}`}/${file}`;
+}
+
+/** `${repo}/${revision}+meta/${name}`: what we know about a revision (its commit, its file list). */
+function metaKey(repo: string, revision: string, name: string): string {
+  return `${checkRepoId(repo)}/${encodeURIComponent(revision)}+meta/${name}`;
+}
+
+/** A revision of a Hub repo pinned to its commit. */
+export interface HubRevision {
+  repo: string;
+  /** As asked: a branch, a tag or a commit sha. */
+  revision: string;
+  /** The commit it names; files are fetched from and cached under this. */
+  sha: string;
+  /** The repo's files at that commit; null when unknown (offline, never listed here). */
+  files: string[] | null;
+  /** Set when the Hub could not be asked and the commit is the one this revision resolved to
+   *  on an earlier load: says so, for the user. */
+  offline?: string;
+}
+
+async function readCachedText(cache: HubCache, key: string): Promise<string | null> {
+  const blob = await cache.get(key).catch(() => null);
+  return blob ? blob.text() : null;
+}
+
+async function writeCachedText(cache: HubCache, key: string, text: string): Promise<void> {
+  const w = await cache.create(key);
+  try {
+    await w.write(new TextEncoder().encode(text));
+    await w.close();
+  } catch (e) {
+    await w.abort().catch(() => undefined);
+    throw e;
+  }
+}
+
+async function cachedListing(cache: HubCache, repo: string, sha: string): Promise<string[] | null> {
+  const text = (await readCachedText(cache, metaKey(repo, sha, META_LISTING))) ?? (await readCachedText(cache, cacheKey(repo, sha, LEGACY_LISTING)));
+  if (text === null) return null;
+  try {
+    const files = JSON.parse(text) as unknown;
+    return Array.isArray(files) ? files.filter((f): f is string => typeof f === 'string' && !unsafePathReason(f)) : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Pins a revision to its commit: one request to the model-info API, which also lists the files.
+ * A commit sha whose file list is cached needs no request. When the Hub cannot be reached (or
+ * answers with a server error), a branch falls back to the commit it resolved to on an earlier
+ * load here, and `offline` says so; with no such commit the error says what failed.
+ */
+export async function resolveHubRevision(repo: string, revision: string, opts: { fetch?: typeof fetch; cache?: HubCache } = {}): Promise<HubRevision> {
+  checkRepoId(repo);
+  const cache = opts.cache ?? defaultHubCache();
+  const doFetch = opts.fetch ?? ((input, init) => fetch(input, init));
+  if (isCommitSha(revision)) {
+    const files = await cachedListing(cache, repo, revision);
+    if (files) return { repo, revision, sha: revision, files };
+  }
+  const url = hubRevisionUrl(repo, revision);
+  let failure: string;
+  try {
+    const res = await doFetch(url);
+    if (res.ok) return await pinned(res, url);
+    const status = `HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''}`;
+    if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) {
+      throw new ModelLoadError(repo, `the Hub has no revision "${revision}" of ${repo} that this browser may read (${status} from ${url}; a private or gated repo answers this way too)`);
+    }
+    failure = `${status} from ${url}`;
+  } catch (e) {
+    if (e instanceof ModelLoadError) throw e;
+    failure = `${url} could not be reached: ${(e as Error).message}`;
+  }
+  if (isCommitSha(revision)) return { repo, revision, sha: revision, files: null };
+  const sha = (await readCachedText(cache, metaKey(repo, revision, META_SHA)))?.trim() ?? '';
+  if (!isCommitSha(sha)) {
+    throw new ModelLoadError(repo, `cannot resolve revision "${revision}" to a commit (${failure}), and no earlier load of ${repo}@${revision} is cached to use offline`);
+  }
+  return {
+    repo,
+    revision,
+    sha,
+    files: await cachedListing(cache, repo, sha),
+    offline: `the Hub could not be reached (${failure}); using commit ${sha.slice(0, 7)}, what "${revision}" was on an earlier load here, which may be out of date`,
+  };
+
+  async function pinned(res: Response, url: string): Promise<HubRevision> {
+    let info: { sha?: unknown; siblings?: { rfilename?: unknown }[] };
+    try {
+      info = (await res.json()) as typeof info;
+    } catch (e) {
+      throw new ModelLoadError(repo, `the Hub's answer from ${url} is not JSON (${(e as Error).message})`);
+    }
+    const sha = info.sha;
+    if (typeof sha !== 'string' || !isCommitSha(sha)) throw new ModelLoadError(repo, `the Hub's answer from ${url} has no commit sha`);
+    if (isCommitSha(revision) && sha !== revision) throw new ModelLoadError(repo, `asked the Hub for commit ${revision} and it answered with ${sha}`);
+    // A name that could leave the repo is dropped here and refused if a load asks for it.
+    const files = (Array.isArray(info.siblings) ? info.siblings : []).map((s) => s?.rfilename).filter((f): f is string => typeof f === 'string' && !unsafePathReason(f));
+    // Best effort: without these a later load only asks the Hub again (or cannot go offline).
+    await writeCachedText(cache, metaKey(repo, sha, META_LISTING), JSON.stringify(files)).catch(() => undefined);
+    if (!isCommitSha(revision)) await writeCachedText(cache, metaKey(repo, revision, META_SHA), sha).catch(() => undefined);
+    return { repo, revision, sha, files };
+  }
 }
 
 export interface HubModelSource extends ModelSource {
   repo: string;
+  /** As asked (a branch, tag or sha); `resolve()` gives the commit. */
   revision: string;
   cache: HubCache;
+  /** The commit this source reads (resolved once, on first use). */
+  resolve(): Promise<HubRevision>;
 }
 
+/**
+ * A Hub repo at one commit, files downloaded on first use into the cache under that commit's
+ * sha: a branch that moves on the Hub is a different entry, and two commits never mix.
+ */
 export function hubSource(repo: string = DEFAULT_HUB_REPO, opts: HubSourceOptions = {}): HubModelSource {
-  const revision = opts.revision ?? 'main';
+  checkRepoId(repo);
+  const revision = opts.resolved?.revision ?? opts.revision ?? 'main';
   const cache = opts.cache ?? defaultHubCache();
   const doFetch = opts.fetch ?? ((input, init) => fetch(input, init));
   const interval = opts.progressIntervalMs ?? 100;
   const inflight = new Map<string, Promise<Blob>>();
-  let listing: Promise<string[]> | undefined;
+  let pinned: Promise<HubRevision> | undefined = opts.resolved ? Promise.resolve(opts.resolved) : undefined;
 
-  async function download(file: string): Promise<Blob> {
-    const url = hubFileUrl(repo, revision, file);
+  const resolve = (): Promise<HubRevision> => {
+    if (!pinned) {
+      const p = resolveHubRevision(repo, revision, { fetch: doFetch, cache });
+      pinned = p;
+      p.catch(() => {
+        if (pinned === p) pinned = undefined;
+      });
+    }
+    return pinned;
+  };
+
+  async function download(sha: string, file: string): Promise<Blob> {
+    const url = hubFileUrl(repo, sha, file);
     let res: Response;
     try {
       res = await doFetch(url);
@@ -311,7 +512,7 @@ export function hubSource(repo: string = DEFAULT_HUB_REPO, opts: HubSourceOption
     }
     if (!res.ok) throw new ModelLoadError(file, `HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''} fetching ${url}`);
     let total = Number(res.headers.get('content-length') ?? 0) || 0;
-    const key = cacheKey(repo, revision, file);
+    const key = cacheKey(repo, sha, file);
     const writer = await cache.create(key);
     const started = performance.now();
     let loaded = 0;
@@ -346,6 +547,7 @@ export function hubSource(repo: string = DEFAULT_HUB_REPO, opts: HubSourceOption
       total = Math.max(total, loaded);
       await writer.close();
     } catch (e) {
+      // Drops only this download's partial bytes (see CacheWriter.abort).
       await writer.abort().catch(() => undefined);
       if (e instanceof ModelLoadError) throw e;
       throw new ModelLoadError(file, `download from ${url} failed: ${(e as Error).message}`);
@@ -359,63 +561,50 @@ export function hubSource(repo: string = DEFAULT_HUB_REPO, opts: HubSourceOption
   function fetchBlob(file: string): Promise<Blob> {
     let p = inflight.get(file);
     if (!p) {
-      p = (async () => (await cache.get(cacheKey(repo, revision, file))) ?? download(file))();
+      p = (async () => {
+        checkHubFile(repo, file);
+        const { sha } = await resolve();
+        return (await cache.get(cacheKey(repo, sha, file))) ?? download(sha, file);
+      })();
       inflight.set(file, p);
       p.catch(() => inflight.delete(file));
     }
     return p;
   }
 
-  async function loadListing(): Promise<string[]> {
-    const key = cacheKey(repo, revision, LISTING);
-    const cached = await cache.get(key);
-    if (cached) return JSON.parse(await cached.text()) as string[];
-    const url = `${HUB}/api/models/${repo}/revision/${encodeURIComponent(revision)}`;
-    let res: Response;
-    try {
-      res = await doFetch(url);
-    } catch (e) {
-      throw new ModelLoadError(repo, `listing files from ${url} failed: ${(e as Error).message}`);
-    }
-    if (!res.ok) throw new ModelLoadError(repo, `HTTP ${res.status} listing files from ${url}`);
-    const info = (await res.json()) as { siblings?: { rfilename?: unknown }[] };
-    const files = (info.siblings ?? []).map((s) => s.rfilename).filter((f): f is string => typeof f === 'string');
-    const w = await cache.create(key);
-    await w.write(new TextEncoder().encode(JSON.stringify(files)));
-    await w.close();
-    return files;
+  async function list(): Promise<string[]> {
+    const { files, sha } = await resolve();
+    if (!files) throw new ModelLoadError(repo, `the file list of commit ${sha} is not cached and the Hub cannot be reached`);
+    return [...files];
   }
-
-  const list = () => {
-    listing ??= loadListing();
-    listing.catch(() => (listing = undefined));
-    return listing;
-  };
 
   return {
     name: `${repo}@${revision}`,
     repo,
     revision,
     cache,
+    resolve,
     list,
     open: async (file) => blobSource(await fetchBlob(file), file),
     readText: async (file) => (await fetchBlob(file)).text(),
     async exists(file) {
-      if ((await cache.get(cacheKey(repo, revision, file))) !== null) return true;
-      try {
-        return (await list()).includes(file);
-      } catch {
-        // Listing API unreachable: ask for the file itself.
-        const res = await doFetch(hubFileUrl(repo, revision, file), { method: 'HEAD' }).catch(() => null);
-        return res?.ok ?? false;
-      }
+      checkHubFile(repo, file);
+      const { sha, files } = await resolve();
+      if ((await cache.get(cacheKey(repo, sha, file))) !== null) return true;
+      if (files) return files.includes(file);
+      // No file list (offline): ask for the file itself.
+      const res = await doFetch(hubFileUrl(repo, sha, file), { method: 'HEAD' }).catch(() => null);
+      return res?.ok ?? false;
     },
   };
 }
 
 export interface CachedModel {
   repo: string;
+  /** The commit sha of the entry (or, for entries cached before revisions were resolved, a branch name). */
   revision: string;
+  /** Branches that resolved to this commit on their last load here. */
+  branches: string[];
   format: CacheFormat;
   /** A q4 entry is complete once its manifest is written (last); bf16 files are committed one by one. */
   complete: boolean;
@@ -425,17 +614,19 @@ export interface CachedModel {
 
 export async function listCachedModels(cache: HubCache = defaultHubCache()): Promise<CachedModel[]> {
   const models = new Map<string, CachedModel>();
+  const pointers: { repo: string; branch: string; key: string }[] = [];
   for (const { key, size } of await cache.entries()) {
     const [owner, name, revAndFormat, ...rest] = key.split('/');
     if (!owner || !name || revAndFormat === undefined || rest.length === 0) continue;
     const [rev = '', fmt = 'bf16'] = revAndFormat.split('+');
-    if (fmt !== 'bf16' && fmt !== 'q4') continue;
     const repo = `${owner}/${name}`;
+    if (fmt === 'meta' && rest.join('/') === META_SHA) pointers.push({ repo, branch: decodeURIComponent(rev), key });
+    if (fmt !== 'bf16' && fmt !== 'q4') continue;
+    const file = rest.join('/');
+    if (file === LEGACY_LISTING) continue;
     const id = `${repo}/${revAndFormat}`;
     let m = models.get(id);
-    if (!m) models.set(id, (m = { repo, revision: decodeURIComponent(rev), format: fmt, complete: fmt === 'bf16', files: [], bytes: 0 }));
-    const file = rest.join('/');
-    if (file === LISTING) continue;
+    if (!m) models.set(id, (m = { repo, revision: decodeURIComponent(rev), branches: [], format: fmt, complete: fmt === 'bf16', files: [], bytes: 0 }));
     if (file === QUANTIZED_MANIFEST) {
       m.complete = true;
       continue;
@@ -443,13 +634,34 @@ export async function listCachedModels(cache: HubCache = defaultHubCache()): Pro
     m.files.push({ file, size });
     m.bytes += size;
   }
-  return [...models.values()].sort((a, b) => a.repo.localeCompare(b.repo) || a.revision.localeCompare(b.revision) || a.format.localeCompare(b.format));
+  for (const p of pointers) {
+    const sha = (await readCachedText(cache, p.key))?.trim();
+    for (const m of models.values()) if (m.repo === p.repo && m.revision === sha) m.branches.push(p.branch);
+  }
+  for (const m of models.values()) m.branches.sort();
+  return [...models.values()]
+    .filter((m) => m.files.length > 0)
+    .sort((a, b) => a.repo.localeCompare(b.repo) || a.revision.localeCompare(b.revision) || a.format.localeCompare(b.format));
 }
 
-/** Deletes one format's entry of a repo revision (the download, or the quantized weights). */
-export async function deleteCachedModel(repo: string, revision = 'main', cache: HubCache = defaultHubCache(), format: CacheFormat = 'bf16'): Promise<void> {
+async function deleteEntry(repo: string, revision: string, cache: HubCache, format: CacheFormat): Promise<{ key: string }[]> {
   const prefix = cacheKey(repo, revision, '', format);
-  for (const { key } of await cache.entries()) if (key.startsWith(prefix)) await cache.delete(key);
+  const entries = await cache.entries();
+  for (const { key } of entries) if (key.startsWith(prefix)) await cache.delete(key);
+  return entries.filter((e) => !e.key.startsWith(prefix));
+}
+
+/** Deletes one format's entry of a repo revision (the download, or the quantized weights). With
+ *  neither format of that commit left, its file list and the branch pointers to it go too. */
+export async function deleteCachedModel(repo: string, revision = 'main', cache: HubCache = defaultHubCache(), format: CacheFormat = 'bf16'): Promise<void> {
+  const rest = await deleteEntry(repo, revision, cache, format);
+  const other = cacheKey(repo, revision, '', format === 'bf16' ? 'q4' : 'bf16');
+  if (rest.some((e) => e.key.startsWith(other))) return;
+  const listing = metaKey(repo, revision, META_LISTING);
+  for (const { key } of rest) {
+    if (key === listing) await cache.delete(key);
+    else if (key.startsWith(`${repo}/`) && key.endsWith(`+meta/${META_SHA}`) && (await readCachedText(cache, key))?.trim() === revision) await cache.delete(key);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -505,7 +717,7 @@ export async function writeQuantizedCache(
   files: AsyncIterable<QuantizedFile> | Iterable<QuantizedFile>,
   onWrite?: (p: { file: string; written: number }) => void,
 ): Promise<number> {
-  await deleteCachedModel(repo, revision, cache, format);
+  await deleteEntry(repo, revision, cache, format);
   const written: QuantizedManifest['files'] = [];
   let total = 0;
   try {
@@ -522,7 +734,7 @@ export async function writeQuantizedCache(
     const manifest: QuantizedManifest = { format, version, files: written };
     await writeEntry(cache, cacheKey(repo, revision, QUANTIZED_MANIFEST, format), new TextEncoder().encode(JSON.stringify(manifest)));
   } catch (e) {
-    await deleteCachedModel(repo, revision, cache, format).catch(() => undefined);
+    await deleteEntry(repo, revision, cache, format).catch(() => undefined);
     throw e;
   }
   return total;

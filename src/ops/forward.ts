@@ -265,13 +265,31 @@ export interface SampleOptions {
   topP: number;
 }
 
-/** outIds (B) u32 ; logits (B, V) f32 ; RNG = hash(seed, step, row) */
-export function sample(gpu: Gpu, outIds: GPUBuffer, logits: GPUBuffer, B: number, V: number, opts: SampleOptions, seed: number, step: number): void {
+// Where sample() writes log-probs nobody asked for: one (B) f32 scratch per (Gpu, B).
+const logpScratch = new WeakMap<Gpu, Map<number, GPUBuffer>>();
+
+function scratchLogp(gpu: Gpu, B: number): GPUBuffer {
+  let perGpu = logpScratch.get(gpu);
+  if (!perGpu) logpScratch.set(gpu, (perGpu = new Map()));
+  let buf = perGpu.get(B);
+  if (!buf) perGpu.set(B, (buf = gpu.createBuffer(B * 4, `sampleLogpScratch.${B}`)));
+  return buf;
+}
+
+/**
+ * outIds (B) u32 ; logits (B, V) f32 ; RNG = hash(seed, step, row) ; outLogp (B) f32, when given:
+ * log-prob of each id under the distribution it was drawn from (logits / temperature, cut to
+ * top-k then top-p, renormalized; 0 for greedy), the exact behaviour log-prob for PPO.
+ */
+export function sample(gpu: Gpu, outIds: GPUBuffer, logits: GPUBuffer, B: number, V: number, opts: SampleOptions, seed: number, step: number, outLogp?: GPUBuffer): void {
   checkSize(outIds, B * 4, 'sample outIds');
   checkSize(logits, B * V * 4, 'sample logits');
+  if (outLogp) checkSize(outLogp, B * 4, 'sample outLogp');
   check(opts.temperature >= 0 && opts.topK >= 0 && opts.topP > 0, `sample: bad options ${JSON.stringify(opts)}`);
+  const lp = outLogp ?? scratchLogp(gpu, B);
+  distinct('sample', outIds, logits, lp);
   // Barrier count is 32-64 bisection rounds x log2(WG); a small vocabulary needs few threads.
   const WG = V >= 8192 ? 256 : V >= 512 ? 64 : 16;
-  gpu.dispatch(opKernel(gpu, 'sample', 'sample', 'sample_forward', subgroupDefines(useSubgroups(gpu)), { WG }), [outIds, logits], B,
+  gpu.dispatch(opKernel(gpu, 'sample', 'sample', 'sample_forward', subgroupDefines(useSubgroups(gpu)), { WG }), [outIds, logits, lp], B,
     [B, V, Math.floor(opts.topK), seed >>> 0, step >>> 0, f32(opts.temperature), f32(Math.min(opts.topP, 1))]);
 }

@@ -31,6 +31,9 @@ export const FORM_FIELDS: FormField[] = [
   { path: 'ppo.klBeta', label: 'KL weight', kind: 'number', group: 'Optimisation' },
   { path: 'roundsPerUpdate', label: 'Rounds per update', kind: 'int', group: 'Optimisation' },
   { path: 'evalEvery', label: 'Eval interval', kind: 'int', group: 'Run' },
+  { path: 'evalHeldOut', label: 'Held-out reports', kind: 'int', group: 'Run' },
+  { path: 'evalDocTokenBudget', label: 'Eval report tokens', kind: 'int', group: 'Run' },
+  { path: 'evalSummaryMaxTokens', label: 'Eval summary tokens', kind: 'int', group: 'Run' },
   { path: 'checkpointEvery', label: 'Autosave interval', kind: 'int', group: 'Run' },
   { path: 'seed', label: 'Seed', kind: 'int', group: 'Run' },
 ];

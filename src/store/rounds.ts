@@ -40,10 +40,16 @@ export interface UpdatePoint {
   round: number;
   step: number;
   loss: number;
-  kl: number;
+  /** null when not computed (klBeta 0): the chart says "off" instead of drawing a 0. */
+  kl: number | null;
   gradNorm: number;
   lr: number;
   skipped: boolean;
+  /** Each stage's loss (before its weight) and share of the squared gradient norm; null when not reported. */
+  summaryLoss: number | null;
+  voteLoss: number | null;
+  summaryGradShare: number | null;
+  voteGradShare: number | null;
 }
 
 export interface EvalPoint {
@@ -147,7 +153,14 @@ export function reduceSeries(s: Series, e: TrainEvent): Series {
       return { ...s, rounds: [...s.rounds, point] };
     }
     case 'update':
-      return { ...s, updates: [...s.updates, { round: e.round + 1, step: e.step, loss: e.loss, kl: e.kl, gradNorm: e.gradNorm, lr: e.lr, skipped: e.skipped }] };
+      return {
+        ...s,
+        updates: [...s.updates, {
+          round: e.round + 1, step: e.step, loss: e.loss, kl: e.kl, gradNorm: e.gradNorm, lr: e.lr, skipped: e.skipped,
+          summaryLoss: e.stages?.summary.loss ?? null, voteLoss: e.stages?.vote.loss ?? null,
+          summaryGradShare: e.stages?.summary.gradShare ?? null, voteGradShare: e.stages?.vote.gradShare ?? null,
+        }],
+      };
     case 'eval':
       return { ...s, evals: [...s.evals, { round: e.round + 1, base: e.base, adapter: e.adapter }] };
     default:

@@ -6,6 +6,7 @@ import type { TrainEvent } from '../train/events.ts';
 import { errorMessage, errorName, type PendingAdapterInfo, type SavedRunMeta } from '../worker/protocol.ts';
 import { EMPTY_ROUNDS, EMPTY_SERIES, reduceRounds, reduceSeries, type RoundsState, type Series } from './rounds.ts';
 import { selectEvalDocs, selectTrainDocs } from './setupSlice.ts';
+import { defaultTabLock, OTHER_TAB_MESSAGE } from './tabLock.ts';
 import type { AppState, StoreDeps } from './store.ts';
 
 /** none: no trainer; running: rounds back to back; pausing: stops after this round; stepping: one round. */
@@ -26,6 +27,10 @@ export interface RunSlice {
   series: Series;
   /** Rounds whose reveal the voting stage has shown (roles stay hidden in the round view until then). */
   revealed: Record<number, true>;
+  /** Another tab of the app owns a run (src/store/tabLock.ts): this one may only view the autosave. */
+  otherTab: boolean;
+  /** The screen shows the autosave's curves read-only (no trainer in this tab). */
+  readOnlyView: boolean;
 
   start(): Promise<void>;
   pause(): void;
@@ -36,6 +41,8 @@ export interface RunSlice {
   applyEvent(e: TrainEvent): void;
   checkSaved(): Promise<void>;
   resume(): Promise<void>;
+  /** Shows the autosaved run's curves and round count without loading it (the tab that owns it keeps playing). */
+  viewSavedReadOnly(): Promise<void>;
   discardSaved(): Promise<void>;
   loadAdapter(files: File[]): Promise<void>;
   clearAdapter(): void;
@@ -55,6 +62,7 @@ export function isBusy(status: RunStatus): boolean {
 }
 
 export const createRunSlice = (deps: StoreDeps): StateCreator<AppState, [], [], RunSlice> => (set, get) => {
+  const tabLock = defaultTabLock();
   let loopActive = false;
   let resetAfterRound = false;
   // Events travel on their own port, so a step's reply can overtake its last events: wait for them.
@@ -83,10 +91,22 @@ export const createRunSlice = (deps: StoreDeps): StateCreator<AppState, [], [], 
     });
   };
 
+  /** Takes the run for this tab; false (with the reason shown) when another tab has one open. */
+  const claimTab = async (): Promise<boolean> => {
+    if (!(await tabLock.acquire())) {
+      set({ otherTab: true, runError: OTHER_TAB_MESSAGE });
+      return false;
+    }
+    if (get().readOnlyView) set({ readOnlyView: false, round: 0, runConfig: null, series: EMPTY_SERIES });
+    set({ otherTab: false });
+    return true;
+  };
+
   /** Creates the trainer if there is none; false (with the reason shown) when it cannot. */
   const ensureRun = async (): Promise<boolean> => {
     const s = get();
     if (s.runStatus !== 'none') return true;
+    if (!(await claimTab())) return false;
     if (!s.model) {
       set({ runError: 'Load a model first.' });
       return false;
@@ -108,6 +128,7 @@ export const createRunSlice = (deps: StoreDeps): StateCreator<AppState, [], [], 
       set({ round, runConfig: config, pendingAdapter: null, roundsState: EMPTY_ROUNDS, series: EMPTY_SERIES, selectedRound: null });
       return true;
     } catch (e) {
+      tabLock.release();
       set({ runStatus: 'none', runError: `Could not start the run: ${errorMessage(e)}` });
       return false;
     }
@@ -146,6 +167,7 @@ export const createRunSlice = (deps: StoreDeps): StateCreator<AppState, [], [], 
     } catch (e) {
       set({ runError: errorMessage(e) });
     }
+    tabLock.release();
     set({ runStatus: 'none', round: 0, runConfig: null, saved: null, roundsState: EMPTY_ROUNDS, series: EMPTY_SERIES, selectedRound: null, runError: null });
   };
 
@@ -179,6 +201,8 @@ export const createRunSlice = (deps: StoreDeps): StateCreator<AppState, [], [], 
     selectedRound: null,
     series: EMPTY_SERIES,
     revealed: {},
+    otherTab: false,
+    readOnlyView: false,
 
     async start() {
       const status = get().runStatus;
@@ -223,6 +247,7 @@ export const createRunSlice = (deps: StoreDeps): StateCreator<AppState, [], [], 
     },
 
     async checkSaved() {
+      if (get().runStatus === 'none') set({ otherTab: await tabLock.heldElsewhere() });
       try {
         set({ saved: await deps.engine.savedRun() });
       } catch {
@@ -230,9 +255,21 @@ export const createRunSlice = (deps: StoreDeps): StateCreator<AppState, [], [], 
       }
     },
 
-    async resume() {
+    async viewSavedReadOnly() {
+      if (get().runStatus !== 'none') return;
+      await get().checkSaved(); // the owning tab may have saved since
       const meta = get().saved;
-      if (!meta || isBusy(get().runStatus)) return;
+      if (!meta) return set({ runError: 'There is no autosaved run to view yet.' });
+      const ui = meta.ui as Partial<UiSnapshot> | null;
+      set({ readOnlyView: true, round: meta.round, runConfig: meta.config, series: ui?.series ?? EMPTY_SERIES, roundsState: EMPTY_ROUNDS, selectedRound: null });
+    },
+
+    async resume() {
+      if (!get().saved || isBusy(get().runStatus)) return;
+      if (get().runStatus === 'none' && !(await claimTab())) return;
+      await get().checkSaved(); // read it again under the lock: another tab may have saved or discarded it
+      const meta = get().saved;
+      if (!meta) return set({ runError: 'The autosaved run is gone (discarded in another tab?).' });
       const loaded = get().model?.ref;
       const same = loaded && JSON.stringify(loaded) === JSON.stringify(meta.model);
       if (!same || get().runStatus === 'lost') {
@@ -246,6 +283,7 @@ export const createRunSlice = (deps: StoreDeps): StateCreator<AppState, [], [], 
           return;
         }
       }
+      if (!(await claimTab())) return; // again: loading a model drops (and releases) the old run
       set({ runStatus: 'starting', runError: null });
       try {
         const r = await deps.engine.resumeSavedRun(onEvent);
@@ -254,12 +292,15 @@ export const createRunSlice = (deps: StoreDeps): StateCreator<AppState, [], [], 
         get().setConfig(r.meta.config);
         set({ runStatus: 'paused', round: r.round, runConfig: r.meta.config, roundsState: EMPTY_ROUNDS, series: ui?.series ?? EMPTY_SERIES, selectedRound: null, saved: r.meta });
       } catch (e) {
+        tabLock.release();
         set({ runStatus: 'none', runError: `Could not resume: ${errorMessage(e)}` });
       }
     },
 
     async discardSaved() {
+      if (!(await claimTab())) return; // never delete the autosave of a run another tab has open
       await deps.engine.discardSavedRun();
+      tabLock.release();
       set({ saved: null });
     },
 
@@ -306,7 +347,9 @@ export const createRunSlice = (deps: StoreDeps): StateCreator<AppState, [], [], 
 
     clearRunView() {
       resetAfterRound = false;
-      set({ runStatus: 'none', round: 0, runConfig: null, pendingAdapter: null, roundsState: EMPTY_ROUNDS, series: EMPTY_SERIES, selectedRound: null });
+      tabLock.release();
+      if (get().readOnlyView && get().runStatus === 'none') return; // another tab's run, viewed: loading a model here does not end it
+      set({  runStatus: 'none', round: 0, runConfig: null, pendingAdapter: null, roundsState: EMPTY_ROUNDS, series: EMPTY_SERIES, selectedRound: null });
     },
   };
 };

@@ -1,7 +1,7 @@
 // Config and documents slices: what a run will be started with.
 import type { StateCreator } from 'zustand';
 import { DEFAULT_CONFIG, type SpyRLConfig } from '../game/config.ts';
-import { parseDocuments, type DocumentSplit, type SpyDocument } from '../game/documents.ts';
+import { checkDocumentSize, parseDocuments, readDocumentFile, splitGovReport, DEFAULT_HELD_OUT, type DocumentSplit, type SpyDocument } from '../game/documents.ts';
 import { configFromDraft, draftFromConfig, PRESETS, type ConfigDraft } from './configForm.ts';
 import { errorMessage } from '../worker/protocol.ts';
 import type { AppState, StoreDeps } from './store.ts';
@@ -20,6 +20,8 @@ export interface DocumentsSlice {
   useBundled: boolean;
   custom: SpyDocument[];
   docsError: string | null;
+  /** One line per file whose bytes were not all valid UTF-8 (the file was still added). */
+  docsWarnings: string[];
   loadBundled(): Promise<void>;
   setUseBundled(on: boolean): void;
   addPasted(title: string, text: string): boolean;
@@ -43,14 +45,21 @@ export const createConfigSlice: StateCreator<AppState, [], [], ConfigSlice> = (s
   },
 });
 
-/** Training documents of the next run: the bundled sample's training split and the user's own. */
-export function selectTrainDocs(s: AppState): SpyDocument[] {
-  return [...(s.useBundled && s.bundled ? s.bundled.train : []), ...s.custom];
+/** The bundled sample split with the settings' held-out count (evalHeldOut; splitGovReport). */
+function bundledSplit(s: AppState): DocumentSplit | null {
+  const b = s.bundled;
+  const heldOut = s.configResult.config?.evalHeldOut ?? DEFAULT_HELD_OUT;
+  return b?.all && b.eval.length !== heldOut ? splitGovReport(b.all, heldOut) : b;
 }
 
-/** Held-out reports with reference summaries (ROUGE-L): the bundled sample's held-out split. */
+/** Training documents of the next run: the bundled sample's training split and the user's own. */
+export function selectTrainDocs(s: AppState): SpyDocument[] {
+  return [...(s.useBundled && s.bundled ? bundledSplit(s)!.train : []), ...s.custom];
+}
+
+/** Held-out reports with reference summaries (never played): the bundled sample's held-out split. */
 export function selectEvalDocs(s: AppState): SpyDocument[] {
-  return s.bundled?.eval ?? [];
+  return bundledSplit(s)?.eval ?? [];
 }
 
 function uniqueId(taken: Set<string>, id: string): string {
@@ -70,11 +79,17 @@ export const createDocumentsSlice = (deps: StoreDeps): StateCreator<AppState, []
     });
     set({ custom: [...get().custom, ...added], docsError: null });
   };
+  /** Size cap first (File.size, before reading), then the same decoding and parsing as the CLI's --docs. */
+  const readFile = async (f: File): Promise<{ docs: SpyDocument[]; warning: string | null }> => {
+    checkDocumentSize(f.size, f.name);
+    return readDocumentFile(new Uint8Array(await f.arrayBuffer()), f.name);
+  };
   return {
     bundled: null,
     useBundled: true,
     custom: [],
     docsError: null,
+    docsWarnings: [],
     async loadBundled() {
       try {
         set({ bundled: await deps.loadBundledDocuments() });
@@ -86,7 +101,8 @@ export const createDocumentsSlice = (deps: StoreDeps): StateCreator<AppState, []
     addPasted(title, text) {
       const name = (title.trim() || `pasted-${get().custom.length + 1}`).replace(/\.(txt|md)$/i, '');
       try {
-        addDocs(parseDocuments(text, `${name}.txt`));
+        addDocs(parseDocuments(text, `${name}.txt`)); // refuses a paste over the 20 MB cap too
+        set({ docsWarnings: [] });
         return true;
       } catch (e) {
         set({ docsError: errorMessage(e) });
@@ -96,8 +112,14 @@ export const createDocumentsSlice = (deps: StoreDeps): StateCreator<AppState, []
     async addFiles(files) {
       try {
         const docs: SpyDocument[] = [];
-        for (const f of files) docs.push(...parseDocuments(await f.text(), f.name));
-        addDocs(docs);
+        const warnings: string[] = [];
+        for (const f of files) {
+          const r = await readFile(f);
+          docs.push(...r.docs);
+          if (r.warning) warnings.push(r.warning);
+        }
+        addDocs(docs); // all files or none: one bad file adds nothing and removes nothing
+        set({ docsWarnings: warnings });
       } catch (e) {
         set({ docsError: errorMessage(e) });
       }

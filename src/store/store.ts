@@ -3,11 +3,12 @@
 import { createStore, type StoreApi } from 'zustand/vanilla';
 import type { DocumentSplit } from '../game/documents.ts';
 import type { EngineApi } from '../worker/client.ts';
+import { createEvalSlice, type EvalSlice } from './evalSlice.ts';
 import { createModelSlice, type ModelSlice } from './modelSlice.ts';
 import { createRunSlice, type RunSlice } from './runSlice.ts';
 import { createConfigSlice, createDocumentsSlice, type ConfigSlice, type DocumentsSlice } from './setupSlice.ts';
 
-export type AppState = ModelSlice & ConfigSlice & DocumentsSlice & RunSlice;
+export type AppState = ModelSlice & ConfigSlice & DocumentsSlice & RunSlice & EvalSlice;
 export type AppStore = StoreApi<AppState>;
 
 export interface StoreDeps {
@@ -25,5 +26,6 @@ export function createAppStore(deps: StoreDeps): AppStore {
     ...createConfigSlice(...a),
     ...createDocumentsSlice(deps)(...a),
     ...createRunSlice(deps)(...a),
+    ...createEvalSlice(deps)(...a),
   }));
 }

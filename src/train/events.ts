@@ -1,5 +1,6 @@
 // What a SpyRL run reports as it goes: one stream of events the CLI prints and the app animates.
-import type { RoundRecord } from '../game/round.ts';
+import type { RoundRecord, StageStats } from '../game/round.ts';
+import type { EvalReport } from './evaluate.ts';
 
 export type TrainEvent =
   /** A round begins: the document, both copies, the removed span, seats and labels (roles hidden in the UI until the reveal). */
@@ -29,10 +30,13 @@ export type TrainEvent =
   | { type: 'vote'; round: number; voterSeat: number; candidateSeats: number[]; probs: number[]; chosenSeat: number }
   /** The spy is revealed; each seat's total reward. */
   | { type: 'reveal'; round: number; spySeat: number; caught: boolean; rewards: number[] }
-  /** An optimizer step over the last roundsPerUpdate rounds. */
-  | { type: 'update'; round: number; step: number; loss: number; kl: number; gradNorm: number; lr: number; skipped: boolean; reason?: string }
-  /** ROUGE-L F1 of greedy summaries of the held-out reports, base model vs adapter. */
-  | { type: 'eval'; round: number; base: number; adapter: number; perDocument: { id: string; base: number; adapter: number }[] }
+  /**
+   * An optimizer step over the last roundsPerUpdate rounds: the total loss, each stage's loss and
+   * grad-norm share; kl is null when it was not computed (klBeta 0).
+   */
+  | { type: 'update'; round: number; step: number; loss: number; kl: number | null; gradNorm: number; lr: number; skipped: boolean; reason?: string; stages?: StageStats }
+  /** Mean ROUGE-L F1 of greedy summaries of the held-out reports, base model vs adapter; report: every summary and score (src/train/evaluate.ts). */
+  | { type: 'eval'; round: number; base: number; adapter: number; perDocument: { id: string; base: number; adapter: number }[]; report?: EvalReport }
   /** The round is complete (its run-log record) with throughput. */
   | { type: 'round-done'; round: number; record: RoundRecord; tokensPerSecond: number }
   | { type: 'checkpoint'; round: number };

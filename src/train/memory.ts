@@ -276,8 +276,11 @@ export interface RoundPlanOptions extends RoundShape {
   /** TrainingPass options (defaults: ROUND_CHECKPOINTS, DEFAULT_MLP_CHUNK). */
   checkpoints?: CheckpointDtype;
   mlpChunk?: number;
-  /** Held-out reports summarised together at an evaluation (0: none). */
+  /** Held-out reports at an evaluation (0: none); src/train/evaluate.ts summarises them one at a time. */
   evalDocs?: number;
+  /** Report and summary budgets of the evaluation (evalDocTokenBudget, evalSummaryMaxTokens; default: the game's). */
+  evalDocTokens?: number;
+  evalSummaryTokens?: number;
   /** Qwen3Model.chunk. */
   forwardChunk?: number;
 }
@@ -311,6 +314,8 @@ function resolve(o: RoundPlanOptions): MemoryPlan['options'] {
     checkpoints: o.checkpoints ?? ROUND_CHECKPOINTS,
     mlpChunk: o.mlpChunk ?? DEFAULT_MLP_CHUNK,
     evalDocs: o.evalDocs ?? 0,
+    evalDocTokens: o.evalDocTokens ?? o.docTokens,
+    evalSummaryTokens: o.evalSummaryTokens ?? o.summaryTokens,
     forwardChunk: o.forwardChunk ?? FORWARD_CHUNK,
   };
 }
@@ -391,7 +396,7 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
   }, false, base, workspace));
   if (o.evalDocs > 0) {
     phases.push(batchPhase(cfg, o, 'eval', {
-      slots: o.evalDocs, prompt: seq.summaryPrompt, civilianTail: 0, spyPrompt: 0, spyHead: 0, extra: o.summaryTokens - 1, shared: false,
+      slots: 1, prompt: seq.summaryPrompt - o.docTokens + o.evalDocTokens, civilianTail: 0, spyPrompt: 0, spyHead: 0, extra: o.evalSummaryTokens - 1, shared: false,
     }, true, base, workspace));
   }
   let trainSeqLen = 0;
@@ -529,7 +534,7 @@ export function checkPlanFits(p: MemoryPlan, limits: AdapterLimits, budgetBytes?
 // 5. From a run's config (the CLI and the app).
 
 export type RunShape = Pick<SpyRLConfig, 'groupSize' | 'docTokenBudget' | 'summaryMaxTokens' | 'lora'> &
-  Partial<Pick<SpyRLConfig, 'voteReason' | 'voteReasonMaxTokens' | 'prompts' | 'maskRatio' | 'maskMode' | 'maskPlaceholder'>>;
+  Partial<Pick<SpyRLConfig, 'voteReason' | 'voteReasonMaxTokens' | 'prompts' | 'maskRatio' | 'maskMode' | 'maskPlaceholder' | 'evalDocTokenBudget' | 'evalSummaryMaxTokens'>>;
 
 export interface EngineFormat {
   weights: WeightsFormat;
@@ -549,6 +554,8 @@ export function roundPlanOptions(run: RunShape, format: EngineFormat, extra: Par
     maskRatio: run.maskRatio ?? 0,
     maskPlaceholder: run.maskMode === 'placeholder' ? (run.maskPlaceholder ?? null) : null,
     lora: { r: run.lora.r, targets: run.lora.targetModules },
+    ...(run.evalDocTokenBudget !== undefined ? { evalDocTokens: run.evalDocTokenBudget } : {}),
+    ...(run.evalSummaryMaxTokens !== undefined ? { evalSummaryTokens: run.evalSummaryMaxTokens } : {}),
     ...extra,
   };
 }

@@ -2,7 +2,7 @@
 // schedule, gradient accumulation over sequences, and skipping of non-finite steps.
 import type { Gpu } from '../gpu/index.ts';
 import type { LoraAdapter } from '../model/lora.ts';
-import { loraPrefix } from '../model/peft.ts';
+import { badMoment, loraPrefix } from '../model/peft.ts';
 import * as K from '../ops/index.ts';
 import { clipScale, learningRate, type LrSchedule } from './schedule.ts';
 
@@ -108,7 +108,11 @@ export class LoraAdamW {
     return { step: this.step, m, v };
   }
 
+  /** Loads saved moments; refuses (before writing anything) a bad step or a non-finite or negative moment. */
   setState(state: { step: number; m: ReadonlyMap<string, Float32Array>; v: ReadonlyMap<string, Float32Array> }): void {
+    if (!Number.isSafeInteger(state.step) || state.step < 0) throw new RangeError(`optimizer state: step must be an integer >= 0, got ${state.step}`);
+    const bad = badMoment(state.m, state.v);
+    if (bad) throw new RangeError(`optimizer state: tensor "${bad.tensor}": ${bad.message}`);
     for (const [i, p] of this.lora.pairs.entries()) {
       const pre = loraPrefix(p.layer, p.target), mo = this.moments[i];
       const put = (buf: GPUBuffer, from: ReadonlyMap<string, Float32Array>, key: string, what: string) => {

@@ -65,6 +65,35 @@ export function klK3(logp: number, refLogp: number): { value: number; dlogp: num
   return { value: em1 - d, dlogp: -em1 };
 }
 
+/** One token's PPO term, loss_t = -min(r A, clip(r) A) + klBeta * k3, and d loss_t / d logp. */
+export interface PpoTokenTerm {
+  loss: number;
+  dlogp: number;
+  ratio: number;
+  clipped: boolean;
+  /** The k3 estimate at this token; 0 without a reference log-prob. */
+  kl: number;
+}
+
+/**
+ * The per-token term of ppoLoss, on its own: the loss is a weighted sum of these, so a trainer
+ * can take each sequence's dlogp right after that sequence's forward (no separate pass).
+ */
+export function ppoTokenTerm(logp: number, oldLogp: number, advantage: number, refLogp: number | undefined, lo: number, hi: number, klBeta: number): PpoTokenTerm {
+  const ratio = Math.exp(logp - oldLogp);
+  const pg = ppoClipTerm(ratio, advantage, lo, hi);
+  let loss = pg.loss;
+  let dlogp = pg.dRatio * ratio; // dr/dlogp = r
+  let kl = 0;
+  if (refLogp !== undefined) {
+    const k = klK3(logp, refLogp);
+    kl = k.value;
+    loss += klBeta * k.value;
+    dlogp += klBeta * k.dlogp;
+  }
+  return { loss, dlogp, ratio, clipped: pg.clipped, kl };
+}
+
 /** Per-token weights of the aggregation: loss = sum_t w_t * loss_t. */
 function aggregationWeights(seqLens: readonly number[], T: number, aggregation: PgAggregation): Float64Array {
   const w = new Float64Array(T);
@@ -114,20 +143,12 @@ export function ppoLoss(batch: PpoBatch, opts: PpoLossOptions = {}): PgLossResul
   let ratioSum = 0;
   let klSum = 0;
   for (let t = 0; t < T; t++) {
-    const ratio = Math.exp(logp[t] - oldLogp[t]);
-    const pg = ppoClipTerm(ratio, advantages[t], 1 - clipEps, 1 + clipEpsHigh);
-    let lt = pg.loss;
-    let dt = pg.dRatio * ratio; // dr/dlogp = r
-    if (refLogp) {
-      const kl = klK3(logp[t], refLogp[t]);
-      klSum += kl.value;
-      lt += klBeta * kl.value;
-      dt += klBeta * kl.dlogp;
-    }
-    loss += w[t] * lt;
-    dlogp[t] = w[t] * dt;
-    if (pg.clipped) clipped++;
-    ratioSum += ratio;
+    const term = ppoTokenTerm(logp[t], oldLogp[t], advantages[t], refLogp?.[t], 1 - clipEps, 1 + clipEpsHigh, klBeta);
+    klSum += term.kl;
+    loss += w[t] * term.loss;
+    dlogp[t] = w[t] * term.dlogp;
+    if (term.clipped) clipped++;
+    ratioSum += term.ratio;
   }
   return { loss, dlogp, stats: { clipFraction: clipped / T, meanRatio: ratioSum / T, kl: klSum / T } };
 }

@@ -2,7 +2,8 @@
 // prefill their identical prompt once and read its pages; the spy reuses them up to the removed
 // span; voters share everything before their own question), per-prompt seeds so a completion
 // depends only on (prompt, seed, weights), and votes read from the next-token distribution at the
-// prompt's end.
+// prompt's end. Each sampled token comes with its log-prob under the distribution it was drawn
+// from (shaders/sample.wgsl: temperature, top-k, top-p as applied), the PPO behaviour log-prob.
 import type { Generation, GenerateOptions, Policy } from '../game/round.ts';
 import type { ChatPrompt } from '../game/prompts.ts';
 import * as K from '../ops/index.ts';
@@ -116,8 +117,8 @@ export class GpuPolicy implements Policy {
     const streamers = prompts.map(() => new TextStreamer(tokenizer, { skipSpecial: true }));
     const row = gpu.createBuffer(V * 4, 'sampleRow'); // (1, V)
     const one = gpu.createBuffer(4, 'sampledOne');
+    const oneLp = gpu.createBuffer(4, 'sampledOneLogp');
     const picked = gpu.createBuffer(B * 8, 'sampledIdsAndLogp'); // (B) u32 ids, then (B) f32 log-probs
-    const lse = gpu.createBuffer(B * 4, 'sampleLse');
     try {
       let logits = this.prefill(prompts, cache);
       const prefillPages = cache.pagesInUse;
@@ -125,20 +126,15 @@ export class GpuPolicy implements Policy {
       for (let step = 0; active.length > 0; step++) {
         const A = active.length;
         // Each row samples with its own seed (step = its own token index), so batching never changes a completion.
+        // The kernel also returns the id's log-prob under the distribution it was drawn from
+        // (temperature, top-k, top-p as applied): the exact behaviour log-prob for the PPO ratio.
         active.forEach((b, i) => {
           gpu.copy(logits, i * V * 4, row, 0, V * 4);
-          K.sample(gpu, one, row, 1, V, sampling, opts.seeds[b] >>> 0, step);
+          K.sample(gpu, one, row, 1, V, sampling, opts.seeds[b] >>> 0, step, oneLp);
           gpu.copy(one, 0, picked, i * 4, 4);
+          gpu.copy(oneLp, 0, picked, (B + i) * 4, 4);
         });
-        // Behaviour log-probs of the sampled ids under the policy (temperature 1), for the PPO ratio.
-        const ids = gpu.createBuffer(A * 4, 'ids');
-        const lp = gpu.createBuffer(A * 4, 'lp');
-        gpu.copy(picked, 0, ids, 0, A * 4);
-        K.logSoftmaxGather(gpu, lp, lse, logits, ids, A, V);
-        gpu.copy(lp, 0, picked, B * 4, A * 4);
         const back = await gpu.read(picked, B * 8);
-        gpu.releaseBuffer(ids);
-        gpu.releaseBuffer(lp);
         gpu.releaseBuffer(logits);
         const sampledIds = new Uint32Array(back, 0, A);
         const sampledLp = new Float32Array(back, B * 4, A);
@@ -170,10 +166,28 @@ export class GpuPolicy implements Policy {
       }
       this.recordKv(cache, prefillPages);
     } finally {
-      for (const b of [row, one, picked, lse]) gpu.releaseBuffer(b);
+      for (const b of [row, one, oneLp, picked]) gpu.releaseBuffer(b);
       cache.destroy();
     }
     return out;
+  }
+
+  /**
+   * (B, V) next-token logits at each prompt's end, prefilled as generate and voteLogprobs do
+   * (kvShare honoured): what the shared-prefix test compares with a fresh prefill.
+   */
+  async promptLogits(prompts: ChatPrompt[]): Promise<Float32Array> {
+    const { gpu, cfg } = this.model;
+    const cache = this.createCache(prompts, 0);
+    try {
+      const logits = this.prefill(prompts, cache);
+      this.recordKv(cache, cache.pagesInUse);
+      const out = await gpu.readF32(logits, prompts.length * cfg.vocabSize);
+      gpu.releaseBuffer(logits);
+      return out;
+    } finally {
+      cache.destroy();
+    }
   }
 
   async voteLogprobs(prompts: ChatPrompt[], candidateTokenIds: number[][]): Promise<number[][]> {

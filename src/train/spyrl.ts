@@ -3,11 +3,10 @@
 // checkpoints (adapter, optimizer, spy baseline, pending rounds, round index) that resume exactly.
 import { documentForRound, fitToBudget, type SpyDocument } from '../game/documents.ts';
 import { INITIAL_SPY_BASELINE, type SpyBaselineState } from '../game/advantages.ts';
-import type { SpyRLConfig } from '../game/config.ts';
-import { renderPrompt, summaryMessages } from '../game/prompts.ts';
+import { checkTrainable, type SpyRLConfig } from '../game/config.ts';
 import { playRound, roundRng, runLogLine, type PolicySample, type RoundRecord } from '../game/round.ts';
-import { rougeL } from '../game/rouge.ts';
-import { TrainingPass, type CheckpointDtype } from './trainingPass.ts';
+import { ppoUpdate, type UpdateContext, type UpdateResult } from './update.ts';
+import type { CheckpointDtype } from './trainingPass.ts';
 import { ROUND_CHECKPOINTS } from './trainingPassBytes.ts';
 import { LoraAdapter } from '../model/lora.ts';
 import { initLora, loraConfig, readAdapter, readOptimizerState, writeAdapter, writeOptimizerState, type LoraConfig } from '../model/peft.ts';
@@ -16,8 +15,17 @@ import { memorySource } from '../model/sources.ts';
 import type { Qwen3Tokenizer } from '../model/tokenizer.ts';
 import type { TrainListener } from './events.ts';
 import { LoraAdamW, DEFAULT_ADAMW } from './optimizer.ts';
-import { ppoLoss } from './pgLoss.ts';
 import { GpuPolicy } from './policy.ts';
+import { configDiff, configValues, describeDiff, parsePending, parseRunLog, parseSavedConfig, parseTrainerExtra, runStamp, type RunStamp } from './checkpoint.ts';
+import { evaluateHeldOut, type EvalProgress, type EvalReport, type EvalSystem } from './evaluate.ts';
+
+/** What SpyRLTrainer.evaluate returns: mean ROUGE-L F1 of base and adapter (the chart's points) and the full report. */
+export interface TrainerEvaluation {
+  base: number;
+  adapter: number;
+  perDocument: { id: string; base: number; adapter: number }[];
+  report: EvalReport;
+}
 
 export type CheckpointFiles = Record<string, Uint8Array | string>;
 
@@ -43,6 +51,8 @@ export interface TrainerOptions {
    * f32 and, unlike f16, no overflow on the large residual values Qwen models can reach).
    */
   checkpoints?: CheckpointDtype;
+  /** The run's id (src/train/checkpoint.ts): kept from the checkpoint when resuming, else new. */
+  runId?: string;
 }
 
 interface TrainerState {
@@ -56,6 +66,7 @@ export class SpyRLTrainer {
   private readonly log: RoundRecord[] = [];
   private listener: TrainListener | undefined;
   private checkpoints: CheckpointDtype = ROUND_CHECKPOINTS;
+  private stamp: RunStamp = runStamp();
 
   private constructor(
     readonly model: Qwen3Model,
@@ -73,6 +84,7 @@ export class SpyRLTrainer {
   static async create(o: TrainerOptions): Promise<SpyRLTrainer> {
     const { model, config: c } = o;
     if (o.train.length === 0) throw new RangeError('no training documents');
+    checkTrainable(c);
     const cfg = model.cfg;
     let lora = loraConfig({ r: c.lora.r, alpha: c.lora.alpha, targetModules: c.lora.targetModules, baseModel: o.baseModel ?? null });
     let weights = initLora(cfg, lora, c.seed);
@@ -92,18 +104,38 @@ export class SpyRLTrainer {
     t.listener = o.onEvent;
     t.checkpoints = o.checkpoints ?? ROUND_CHECKPOINTS;
     t.policy.hooks.onDelta = (seat, text) => t.listener?.({ type: 'summary-delta', round: t.state.round, seat, text });
+    if (o.runId) t.stamp = runStamp(o.runId);
     if (src && (await src.exists('trainer_state.json'))) {
-      const st = await readOptimizerState(src, weights);
-      optimizer.setState(st);
-      const extra = st.extra as { trainer?: TrainerState };
-      if (!extra.trainer) throw new Error('checkpoint: trainer_state.json has no trainer state');
-      t.state = extra.trainer;
-      if (await src.exists(PENDING_FILE)) t.state.pending = JSON.parse(await src.readText(PENDING_FILE));
-      if (await src.exists(RUN_LOG_FILE)) {
-        for (const line of (await src.readText(RUN_LOG_FILE)).split('\n')) if (line.trim()) t.log.push(JSON.parse(line));
-      }
+      // Every part is checked (src/train/checkpoint.ts) before any of it is used; a refusal frees the adapter.
+      await t.resumeFrom(src, weights, o.runId).catch((e: unknown) => {
+        t.destroy();
+        throw e;
+      });
     }
     return t;
+  }
+
+  /** Continues a checkpoint: every file is checked (src/train/checkpoint.ts) before any of it is used. */
+  private async resumeFrom(src: ReturnType<typeof memorySource>, weights: Map<string, Float32Array>, runId: string | undefined): Promise<void> {
+    const st = await readOptimizerState(src, weights);
+    const { stamp, state } = parseTrainerExtra(st.extra);
+    if (runId && runId !== stamp.runId) throw new Error(`checkpoint: trainer_state.json belongs to run ${stamp.runId}, not to run ${runId}`);
+    if (await src.exists(CONFIG_FILE)) {
+      const saved = parseSavedConfig(await src.readText(CONFIG_FILE), CONFIG_FILE);
+      const diff = configDiff(saved, this.config);
+      if (diff.length) throw new Error(`checkpoint: the config given differs from the run's ${CONFIG_FILE} in ${describeDiff(configValues(saved), configValues(this.config), diff)}`);
+    }
+    if (await src.exists(PENDING_FILE)) state.pending = parsePending(await src.readText(PENDING_FILE), this.model.cfg.vocabSize, PENDING_FILE);
+    const log = (await src.exists(RUN_LOG_FILE)) ? parseRunLog(await src.readText(RUN_LOG_FILE), RUN_LOG_FILE) : [];
+    this.optimizer.setState(st);
+    this.stamp = stamp;
+    this.state = state;
+    this.log.push(...(log as unknown as RoundRecord[]));
+  }
+
+  /** The run's id, kept across resumes. */
+  get runId(): string {
+    return this.stamp.runId;
   }
 
   /** Rounds completed. */
@@ -160,9 +192,9 @@ export class SpyRLTrainer {
     if (this.state.pending.length >= c.roundsPerUpdate) {
       const u0 = this.now?.() ?? performance.now();
       const upd = await this.update();
-      rec.train = { loss: upd.loss, kl: upd.kl, gradNorm: upd.gradNorm, lr: upd.lr };
+      rec.train = { loss: upd.loss, kl: upd.kl, gradNorm: upd.gradNorm, lr: upd.lr, stages: upd.stages };
       if (this.now) rec.timings.updateMs = this.now() - u0;
-      this.emit({ type: 'update', round, step: upd.step, loss: upd.loss, kl: upd.kl, gradNorm: upd.gradNorm, lr: upd.lr, skipped: upd.skipped, reason: upd.reason });
+      this.emit({ type: 'update', round, step: upd.step, loss: upd.loss, kl: upd.kl, gradNorm: upd.gradNorm, lr: upd.lr, skipped: upd.skipped, reason: upd.reason, stages: upd.stages });
     }
     if (c.evalEvery > 0 && this.state.round % c.evalEvery === 0 && this.evalDocs.length > 0) {
       const ev = await this.evaluate();
@@ -176,86 +208,37 @@ export class SpyRLTrainer {
   }
 
   /**
-   * One PPO/GRPO update over the pending rounds: log-probs of every sample (and of the base
-   * model for the KL term), the clipped loss on the CPU, then per sample a recomputed
-   * forward + backward with its d(loss)/d(logp); AdamW once per epoch.
+   * One PPO/GRPO update over the pending rounds (src/train/update.ts): per-stage loss, the
+   * sampler's log-probs as the old ones, one forward + backward per sequence and epoch.
    */
-  private async update(): Promise<{ loss: number; kl: number; gradNorm: number; lr: number; step: number; skipped: boolean; reason?: string }> {
-    const c = this.config;
-    const samples = this.state.pending.flatMap((p) => p.samples).filter((s) => s.completionTokenIds.length > 0);
+  private async update(): Promise<UpdateResult> {
+    const samples = this.state.pending.flatMap((p) => p.samples.map((sample) => ({ round: p.round, sample })));
     this.state.pending = [];
-    const seqOf = (s: PolicySample) => {
-      const ids = [...s.promptTokenIds, ...s.completionTokenIds];
-      const targets = ids.map((_, t) => (t >= s.promptTokenIds.length - 1 && t < ids.length - 1 ? ids[t + 1] : -1));
-      return { ids, targets };
-    };
-    const logpOf = async (s: PolicySample) => {
-      const { ids, targets } = seqOf(s);
-      const pass = new TrainingPass(this.model, this.adapter, ids, targets, s.candidateTokenIds, { checkpoints: this.checkpoints });
-      try { return await pass.forward(); } finally { pass.release(); }
-    };
-    let refLogp: Float32Array[] | null = null;
-    if (c.ppo.klBeta > 0) {
-      this.adapter.enabled = false;
-      try { refLogp = []; for (const s of samples) refLogp.push(await logpOf(s)); } finally { this.adapter.enabled = true; }
-    }
-    let last = { loss: 0, kl: 0, gradNorm: 0, lr: 0, step: this.optimizer.step, skipped: true, reason: 'no samples' as string | undefined };
-    if (samples.length === 0) return last;
-    for (let epoch = 0; epoch < c.ppo.epochs; epoch++) {
-      const logps: Float32Array[] = [];
-      for (const s of samples) logps.push(await logpOf(s));
-      const seqLens = logps.map((l) => l.length);
-      const cat = (arrs: ArrayLike<number>[]) => Float64Array.from(arrs.flatMap((a) => Array.from(a)));
-      const pg = ppoLoss(
-        {
-          logp: cat(logps),
-          oldLogp: cat(samples.map((s) => s.oldLogprobs)),
-          advantages: cat(samples.map((s) => s.completionTokenIds.map(() => s.advantage))),
-          refLogp: refLogp ? cat(refLogp) : undefined,
-          seqLens,
-        },
-        { clipEps: c.ppo.clipEps, klBeta: c.ppo.klBeta, aggregation: c.ppo.aggregation },
-      );
-      let off = 0;
-      for (const s of samples) {
-        const n = s.completionTokenIds.length;
-        const d = pg.dlogp.subarray(off, off + n);
-        off += n;
-        if (d.every((x) => x === 0)) continue; // zero advantage and no KL: nothing to backpropagate
-        const { ids, targets } = seqOf(s);
-        const pass = new TrainingPass(this.model, this.adapter, ids, targets, s.candidateTokenIds, { checkpoints: this.checkpoints });
-        try {
-          await pass.forward();
-          pass.backward(d);
-        } finally {
-          pass.release();
-        }
-      }
-      // The loss is already an average (token- or sequence-mean): no further division.
-      const rep = await this.optimizer.update(1);
-      last = { loss: pg.loss, kl: pg.stats.kl, gradNorm: rep.gradNorm, lr: rep.lr, step: rep.step, skipped: rep.skipped, reason: rep.reason };
-    }
-    return last;
+    return ppoUpdate({ model: this.model, adapter: this.adapter, optimizer: this.optimizer, ppo: this.config.ppo, checkpoints: this.checkpoints, temperature: this.config.sampling.temperature, onLogprobs: this.onLogprobs }, samples);
   }
 
-  /** ROUGE-L F1 of greedy summaries of the held-out reports, with the adapter off and on. */
-  async evaluate(): Promise<{ base: number; adapter: number; perDocument: { id: string; base: number; adapter: number }[] }> {
-    const c = this.config;
-    const docs = this.evalDocs.filter((d) => d.summary);
-    const prompts = docs.map((d) => renderPrompt(this.tokenizer, summaryMessages(fitToBudget(d.report, this.tokenizer, c.docTokenBudget).text, c.prompts), '', c.prompts));
-    const greedy = { maxTokens: c.summaryMaxTokens, temperature: 0, topP: 1, topK: 0, seeds: docs.map(() => 0) };
+  /** Test hook: each trained sample's current and reference log-probs, per epoch. */
+  onLogprobs: UpdateContext['onLogprobs'];
+
+  /**
+   * The held-out evaluation (src/train/evaluate.ts): greedy summaries with the adapter off
+   * (base) and on, and optionally of another checkpoint; base/adapter are mean ROUGE-L F1.
+   */
+  async evaluate(o: { compare?: EvalSystem; onProgress?: (p: EvalProgress) => void } = {}): Promise<TrainerEvaluation> {
     const hooks = this.policy.hooks.onDelta;
     this.policy.hooks.onDelta = undefined;
+    const generate = this.policy.generate.bind(this.policy);
+    const base: EvalSystem = {
+      key: 'base', label: 'base model', generate,
+      around: async (job) => { this.adapter.enabled = false; try { return await job(); } finally { this.adapter.enabled = true; } },
+    };
+    const adapter: EvalSystem = { key: 'adapter', label: `adapter (round ${this.state.round})`, generate };
     try {
-      this.adapter.enabled = false;
-      const base = await this.policy.generate(prompts, greedy);
-      this.adapter.enabled = true;
-      const tuned = await this.policy.generate(prompts, greedy);
-      const perDocument = docs.map((d, i) => ({ id: d.id, base: rougeL(d.summary!, base[i].text).fmeasure, adapter: rougeL(d.summary!, tuned[i].text).fmeasure }));
-      const mean = (k: 'base' | 'adapter') => perDocument.reduce((s, x) => s + x[k], 0) / Math.max(1, perDocument.length);
-      return { base: mean('base'), adapter: mean('adapter'), perDocument };
+      const report = await evaluateHeldOut({ docs: this.evalDocs, tokenizer: this.tokenizer, config: this.config, systems: o.compare ? [base, adapter, o.compare] : [base, adapter], onProgress: o.onProgress });
+      const scored = report.documents.filter((d) => d.results['adapter']);
+      const perDocument = scored.map((d) => ({ id: d.id, base: d.results['base']!.scores.rougeL, adapter: d.results['adapter']!.scores.rougeL }));
+      return { base: report.means['base']!.rougeL, adapter: report.means['adapter']!.rougeL, perDocument, report };
     } finally {
-      this.adapter.enabled = true;
       this.policy.hooks.onDelta = hooks;
     }
   }
@@ -271,7 +254,7 @@ export class SpyRLTrainer {
     const { pending, ...trainer } = this.state;
     return {
       ...(await this.adapterFiles()),
-      ...writeOptimizerState({ step: opt.step, m: opt.m, v: opt.v, extra: { trainer: { ...trainer, pending: [] } } }),
+      ...writeOptimizerState({ step: opt.step, m: opt.m, v: opt.v, extra: { run: { ...this.stamp }, trainer: { ...trainer, pending: [] } } }),
       [PENDING_FILE]: JSON.stringify(pending),
       [RUN_LOG_FILE]: this.runLogJsonl(),
       [CONFIG_FILE]: JSON.stringify(this.config, null, 2) + '\n',

@@ -27,6 +27,11 @@ export interface TrainingPassOptions {
   checkpoints?: CheckpointDtype;
   /** Tokens per MLP chunk (default 256): bounds the (chunk, I) buffers. */
   mlpChunk?: number;
+  /**
+   * Sampling temperature of the distribution the targets were drawn from (default 1): log p is
+   * taken of softmax(logits / temperature), and the backward is that function's gradient.
+   */
+  temperature?: number;
 }
 
 /** One recomputed layer's intermediates: attention over T tokens, MLP over Tc = min(T, mlpChunk). */
@@ -76,6 +81,7 @@ export class TrainingPass {
   private readonly lse: GPUBuffer; // (M) f32 log-sum-exp of the LM-head rows
   private readonly M: number;
   private readonly targetList: number[];
+  private readonly temperature: number;
   private released = false;
   /** Restricted mode: softmax over the candidates of each target row (M x nc), kept for the backward. */
   private candidateProbs: Float64Array | null = null;
@@ -109,6 +115,8 @@ export class TrainingPass {
     this.mlpChunk = opts.mlpChunk ?? DEFAULT_MLP_CHUNK;
     if (!Number.isSafeInteger(this.mlpChunk) || this.mlpChunk < 1) throw new RangeError(`TrainingPass option mlpChunk must be a positive integer (got ${opts.mlpChunk})`);
     this.Tc = mlpChunkRows(T, this.mlpChunk);
+    this.temperature = opts.temperature ?? 1;
+    if (!(Number.isFinite(this.temperature) && this.temperature > 0)) throw new RangeError(`TrainingPass option temperature must be a positive number (got ${opts.temperature})`);
     const tgt: number[] = [];
     for (let t = 0; t < T; t++) {
       if (targets[t] < 0) continue;
@@ -421,7 +429,8 @@ export class TrainingPass {
       const R = Math.min(HEAD_ROWS, this.M - m0);
       for (const s of this.segments(m0, R)) gpu.copy(xL, s.t0 * C * 4, xr, (s.m - m0) * C * 4, s.n * C * 4);
       K.rmsNorm(gpu, hr, xr, weights.norm, R, C, cfg.rmsNormEps);
-      K.matmul(gpu, logits, hr, weights.lmHead, R, V, C);
+      if (this.temperature === 1) K.matmul(gpu, logits, hr, weights.lmHead, R, V, C);
+      else K.gemm(gpu, 'lmHeadTemperature', logits, hr, K.weightBuffer(weights.lmHead), K.weightFormat(weights.lmHead), R, V, C, [C, 1, C, 1], false, 1 / this.temperature); // logits / temperature
       fn(m0, R, logits, xr, hr);
     }
     for (const x of [xr, hr, logits]) gpu.releaseBuffer(x);
@@ -433,8 +442,11 @@ export class TrainingPass {
    * Backward from dlogp (M) = d(loss)/d(log p(target)), adding into the adapter's dA/dB.
    * forward() must have run.
    */
-  backward(dlogp: ArrayLike<number>): void {
-    if (dlogp.length !== this.M) throw new RangeError(`dlogp has ${dlogp.length} entries for ${this.M} targets`);
+  backward(dlogpIn: ArrayLike<number>): void {
+    if (dlogpIn.length !== this.M) throw new RangeError(`dlogp has ${dlogpIn.length} entries for ${this.M} targets`);
+    // The head's logits are z / temperature, so d z = d(z / temperature) / temperature: scaling
+    // dlogp scales every logit gradient (both are linear in it).
+    const dlogp = this.temperature === 1 ? dlogpIn : Float64Array.from(dlogpIn, (x) => x / this.temperature);
     const { gpu, T } = this;
     const { cfg, weights } = this.model;
     const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V, rmsNormEps: eps, ropeTheta: theta } = cfg;

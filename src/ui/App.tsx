@@ -1,5 +1,5 @@
 // The page: setup on the left (model, documents, settings), the game and its curves on the right.
-import { useEffect } from 'react';
+import { lazy, Suspense, useEffect } from 'react';
 import { useApp, useAppGet } from '../store/hooks.ts';
 import { Charts } from './Charts.tsx';
 import { AdapterPanel, Controls, RunNotices, useShortcuts } from './Controls.tsx';
@@ -7,6 +7,9 @@ import { ModelPanel } from './ModelPanel.tsx';
 import { RoundPanel } from './RoundView.tsx';
 import { ConfigPanel, DocumentsPanel } from './SetupPanels.tsx';
 import { VotingStage } from './VotingStage.tsx';
+
+// The compare view is its own chunk, fetched when first shown.
+const EvalView = lazy(() => import('./EvalView.tsx').then((m) => ({ default: m.EvalView })));
 
 export function NoWebGpu() {
   return (
@@ -37,6 +40,18 @@ function useStartup() {
   }, [get]);
 }
 
+/** The tokenizer watchdog stopped the engine worker (src/worker/tokenizerWatch.ts): say which file, and that a reload is needed. */
+function EngineStopped() {
+  const message = useApp((s) => s.engineStopped);
+  if (!message) return null;
+  return (
+    <section className="card" role="alert" aria-label="Engine stopped">
+      <h2>The engine was stopped</h2>
+      <p>{message}</p>
+    </section>
+  );
+}
+
 export function App() {
   const webgpu = useApp((s) => s.webgpu);
   useStartup();
@@ -60,12 +75,16 @@ export function App() {
             <ConfigPanel />
           </aside>
           <main className="main">
+            <EngineStopped />
             <RunNotices />
             <Controls />
             <RoundPanel />
             <VotingStage />
             <Charts />
             <AdapterPanel />
+            <Suspense fallback={null}>
+              <EvalView />
+            </Suspense>
           </main>
         </div>
       )}

@@ -14,16 +14,22 @@ interface ChartSpec {
   lines: { key: string; name: string }[];
   domain?: [number, number];
   empty: string;
+  /** Shown instead of the chart when every point's value is null (a metric that was not computed). */
+  off?: string;
 }
 
 function Chart({ spec, series }: { spec: ChartSpec; series: Series }) {
-  const data = series[spec.data] as unknown as Record<string, number>[];
+  const data = series[spec.data] as unknown as Record<string, number | null>[];
   const dots = data.length <= 40;
+  // A metric that was not computed is null in every point: say "off", never draw a 0.
+  const off = data.length > 0 && data.every((p) => spec.lines.every((l) => p[l.key] === null || p[l.key] === undefined));
   return (
-    <figure className="chart" aria-label={spec.title} data-points={data.length}>
+    <figure className="chart" aria-label={spec.title} data-points={off ? 0 : data.length} data-off={off ? 'true' : undefined}>
       <figcaption>{spec.title}</figcaption>
       {data.length === 0 ? (
         <p className="muted small empty">{spec.empty}</p>
+      ) : off ? (
+        <p className="muted small off">off: {spec.off ?? 'not computed in this run'}</p>
       ) : (
         <LineChart width={WIDTH} height={HEIGHT} data={data} margin={{ top: 6, right: 12, bottom: 0, left: -12 }}>
           <CartesianGrid stroke="#e6e9ef" />
@@ -50,7 +56,9 @@ export function Charts() {
     { title: 'Spy caught (last 10 rounds)', data: 'rounds', lines: [{ key: 'caughtRate', name: 'caught rate' }], domain: [0, 1], empty: 'Appears after the first round.' },
     { title: 'Civilian vote accuracy', data: 'rounds', lines: [{ key: 'voteAccuracy', name: 'accuracy' }], domain: [0, 1], empty: 'Appears after the first round.' },
     { title: 'Policy loss', data: 'updates', lines: [{ key: 'loss', name: 'loss' }], empty: `Appears ${perUpdate}.` },
-    { title: 'KL to the base model', data: 'updates', lines: [{ key: 'kl', name: 'KL' }], empty: `Appears ${perUpdate}.` },
+    { title: 'Loss by stage', data: 'updates', lines: [{ key: 'summaryLoss', name: 'summaries' }, { key: 'voteLoss', name: 'votes' }], empty: `Appears ${perUpdate}.` },
+    { title: 'Grad-norm share by stage', data: 'updates', lines: [{ key: 'summaryGradShare', name: 'summaries' }, { key: 'voteGradShare', name: 'votes' }], domain: [0, 1], empty: `Appears ${perUpdate}.` },
+    { title: 'KL to the base model', data: 'updates', lines: [{ key: 'kl', name: 'KL' }], empty: `Appears ${perUpdate}.`, off: 'klBeta is 0, so the KL is not computed' },
     { title: 'Gradient norm', data: 'updates', lines: [{ key: 'gradNorm', name: 'grad norm' }], empty: `Appears ${perUpdate}.` },
     { title: 'ROUGE-L on held-out reports', data: 'evals', lines: [{ key: 'base', name: 'base' }, { key: 'adapter', name: 'adapter' }], domain: [0, 1], empty: `Measured ${evalNote}.` },
     { title: 'Tokens per second', data: 'rounds', lines: [{ key: 'tokensPerSecond', name: 'tokens/s' }], empty: 'Appears after the first round.' },

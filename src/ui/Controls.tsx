@@ -53,6 +53,7 @@ export function Controls() {
   const step = useApp((s) => s.step);
   const reset = useApp((s) => s.reset);
   const saved = useApp((s) => s.saved);
+  const readOnly = useApp((s) => s.readOnlyView);
   const idle = status === 'none' || status === 'paused';
   return (
     <section className="card controls" aria-label="Controls">
@@ -80,7 +81,7 @@ export function Controls() {
           Reset
         </button>
         <span className="run-status" data-testid="run-status" aria-live="polite">
-          <strong>{round}</strong> round{round === 1 ? '' : 's'} played · {STATUS_TEXT[status]}
+          <strong>{round}</strong> round{round === 1 ? '' : 's'} played · {readOnly ? 'read-only view of the autosave' : STATUS_TEXT[status]}
           {saved && status !== 'none' ? ` · autosaved at round ${saved.round}` : ''}
         </span>
       </div>
@@ -98,8 +99,25 @@ export function RunNotices() {
   const loading = useApp((s) => s.loadStatus === 'loading');
   const lastChoice = useApp((s) => s.lastChoice);
   const loadModel = useApp((s) => s.loadModel);
+  const otherTab = useApp((s) => s.otherTab);
+  const readOnly = useApp((s) => s.readOnlyView);
+  const viewReadOnly = useApp((s) => s.viewSavedReadOnly);
+  const checkSaved = useApp((s) => s.checkSaved);
   return (
     <>
+      {otherTab && status === 'none' && (
+        <div className="banner" role="region" aria-label="Run open in another tab">
+          <p>A run is open in another tab of this app. That tab plays and autosaves it; this one cannot step, resume or save it.</p>
+          <div className="row tight">
+            <button onClick={() => void viewReadOnly()} disabled={!saved}>
+              {readOnly ? 'Refresh read-only view' : 'View read-only'}
+            </button>
+            <button className="secondary" onClick={() => void checkSaved()}>
+              Check again
+            </button>
+          </div>
+        </div>
+      )}
       {status === 'lost' && (
         <div className="banner danger" role="alert" aria-label="GPU device lost">
           <p>{error}</p>
@@ -108,7 +126,7 @@ export function RunNotices() {
           </button>
         </div>
       )}
-      {saved && status === 'none' && (
+      {saved && status === 'none' && !otherTab && (
         <div className="banner" role="region" aria-label="Autosaved run">
           <p>
             An autosaved run was found: <strong>{saved.modelName}</strong>, {saved.round} round{saved.round === 1 ? '' : 's'} played, saved {new Date(saved.savedAt).toLocaleString()}.

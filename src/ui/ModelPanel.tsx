@@ -209,9 +209,10 @@ function CachedModels() {
       <tbody>
         {cached.map((m) => (
           <tr key={`${m.repo}@${m.revision}+${m.format}`}>
-            <td>
+            <td title={m.revision}>
               {m.repo}
-              {m.revision !== 'main' ? `@${m.revision}` : ''}
+              {m.branches.length > 0 ? ` @${m.branches.join(', ')}` : ''}
+              {/^[0-9a-f]{40}$/.test(m.revision) ? ` (commit ${m.revision.slice(0, 7)})` : m.revision !== 'main' ? `@${m.revision}` : ''}
             </td>
             <td>
               {CACHE_FORMAT_LABEL[m.format]}
@@ -219,7 +220,7 @@ function CachedModels() {
             </td>
             <td>{formatBytes(m.bytes)}</td>
             <td>
-              <button className="link" onClick={() => del(m.repo, m.revision, m.format)} aria-label={`Delete ${m.repo} from the cache (${CACHE_FORMAT_LABEL[m.format]})`}>
+              <button className="link" onClick={() => del(m.repo, m.revision, m.format)} aria-label={`Delete ${m.repo} from the cache (${CACHE_FORMAT_LABEL[m.format]}), commit ${m.revision.slice(0, 7)}`}>
                 Delete
               </button>
             </td>

@@ -2,6 +2,7 @@
 // reason (CONFIG_FIELDS) and is checked by validateConfig as you type.
 import { useState } from 'react';
 import { CONFIG_FIELDS } from '../game/config.ts';
+import { DOCUMENT_MAX_BYTES } from '../game/documents.ts';
 import { FORM_FIELDS, PRESETS, type FormField } from '../store/configForm.ts';
 import { useApp, useAppShallow } from '../store/hooks.ts';
 import { selectEvalDocs, selectTrainDocs } from '../store/setupSlice.ts';
@@ -92,6 +93,7 @@ export function DocumentsPanel() {
   const addFiles = useApp((s) => s.addFiles);
   const remove = useApp((s) => s.removeCustom);
   const error = useApp((s) => s.docsError);
+  const warnings = useApp((s) => s.docsWarnings);
   const train = useAppShallow(selectTrainDocs);
   const evalDocs = useAppShallow(selectEvalDocs);
   const locked = useApp((s) => s.runStatus !== 'none');
@@ -102,7 +104,7 @@ export function DocumentsPanel() {
       <h2>Documents</h2>
       <label className="choice">
         <input type="checkbox" checked={useBundled} disabled={locked || !bundled} onChange={(e) => setUseBundled(e.target.checked)} />
-        Bundled GovReport sample {bundled ? <span className="muted">({bundled.train.length} reports to play, {bundled.eval.length} held out for ROUGE-L)</span> : <span className="muted">(loading)</span>}
+        Bundled GovReport sample {bundled ? <span className="muted">({bundled.train.length + bundled.eval.length - evalDocs.length} reports to play, {evalDocs.length} held out for evaluation)</span> : <span className="muted">(loading)</span>}
       </label>
       {custom.length > 0 && (
         <ul className="doclist">
@@ -155,16 +157,24 @@ export function DocumentsPanel() {
             />
           </label>
         </div>
-        <p className="muted small">.jsonl: one object per line with "report" (and optional "id", "summary"); .txt/.md: the whole file is one report.</p>
+        <p className="muted small">
+          .jsonl: one object per line with "report" (and optional "id", "summary"); .txt/.md: the whole file is one report. At most {DOCUMENT_MAX_BYTES / 2 ** 20} MB per file or
+          paste; bytes that are not UTF-8 are read as U+FFFD with a warning.
+        </p>
       </details>
       <p className="small">
-        The next run plays <strong>{train.length}</strong> reports; ROUGE-L uses {evalDocs.length} held-out reports.
+        The next run plays <strong>{train.length}</strong> reports; evaluation (ROUGE-1/2/L) uses {evalDocs.length} held-out reports, never played.
       </p>
       {error && (
         <p className="error" role="status">
           {error}
         </p>
       )}
+      {warnings.map((w) => (
+        <p key={w} className="muted small" role="note">
+          Warning: {w}
+        </p>
+      ))}
     </section>
   );
 }

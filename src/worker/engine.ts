@@ -19,13 +19,16 @@ import type { SpyDocument } from '../game/documents.ts';
 import type { RoundRecord } from '../game/round.ts';
 import type { TrainEvent, TrainListener } from '../train/events.ts';
 import { SpyRLTrainer } from '../train/spyrl.ts';
+import { newRunId, parseAutosaveMeta, parseRunDocuments, RUN_VERSION } from '../train/checkpoint.ts';
+import { architectureMismatch, type EvalProgress, type EvalReport, type EvalSystem } from '../train/evaluate.ts';
+import { GpuPolicy } from '../train/policy.ts';
 import { modelCard, readAdapterUpload, RunSummarizer, zipFiles } from './adapterZip.ts';
-import { describeDownload, openQuantizedEntry, readModelConfig, resolveSource, sameModel, storeQuantizedEntry } from './modelSources.ts';
+import { describeDownload, HubRevisionMemo, openQuantizedEntry, readModelConfig, resolveSource, sameModel, storeQuantizedEntry } from './modelSources.ts';
 import { formatBytes, weightBytes } from '../train/memory.ts';
 import { errorMessage, errorName } from './protocol.ts';
 import { checkFormat, defaultFormat, type ModelFormat } from './modelFormat.ts';
 import { defaultRunStorage, type RunFiles, type RunStorage } from './runStorage.ts';
-import type { GpuProbe, LoadedModelInfo, LoadProgress, ModelChoice, ModelRef, PendingAdapterInfo, RunOptions, SavedRunMeta, StepResult } from './protocol.ts';
+import type { EvalProgressInfo, EvalRequest, GpuProbe, LoadedModelInfo, LoadProgress, ModelChoice, ModelRef, PendingAdapterInfo, RunOptions, SavedRunMeta, StepResult } from './protocol.ts';
 
 /** What the engine needs of a trainer (SpyRLTrainer's public surface). */
 export interface TrainerLike {
@@ -34,6 +37,10 @@ export interface TrainerLike {
   checkpointFiles(): Promise<RunFiles>;
   adapterFiles(): Promise<RunFiles>;
   runLogJsonl(): string;
+  /** The run id the trainer keeps in its checkpoints (SpyRLTrainer.runId); absent in scripted trainers. */
+  readonly runId?: string;
+  /** The held-out evaluation (SpyRLTrainer.evaluate); absent in scripted trainers. */
+  evaluate?(o: { compare?: EvalSystem; onProgress?: (p: EvalProgress) => void }): Promise<{ report: EvalReport }>;
   destroy(): void;
 }
 
@@ -48,6 +55,8 @@ export interface TrainerCreateOptions {
   now?: () => number;
   /** Base model name written into adapter_config.json. */
   baseModel?: string;
+  /** The run's id: the autosave's when resuming it (the checkpoint must carry the same). */
+  runId?: string;
 }
 
 export interface EngineDeps {
@@ -86,6 +95,8 @@ interface ActiveRun {
   trainer: TrainerLike;
   options: RunOptions;
   summarizer: RunSummarizer;
+  /** Carried into every autosave (with RUN_VERSION) and checked on resume. */
+  runId: string;
 }
 
 export class PlaygroundEngine {
@@ -94,6 +105,8 @@ export class PlaygroundEngine {
   private run: ActiveRun | null = null;
   private pendingAdapter: { info: PendingAdapterInfo; files: RunFiles } | null = null;
   private queue: Promise<unknown> = Promise.resolve();
+  /** Hub branch -> commit, shared by inspectModel and the loadModel after it. */
+  private readonly hubRevisions = new HubRevisionMemo();
 
   constructor(deps: Partial<EngineDeps> = {}) {
     this.deps = { ...browserDeps(), ...deps };
@@ -134,6 +147,7 @@ export class PlaygroundEngine {
       const report = (p: LoadProgress) => void onProgress?.(p);
       const cache = this.deps.hubCache();
       const resolved = await resolveSource(choice, this.sourceDeps(cache), (d) => report({ stage: 'download', fraction: 0, text: describeDownload(d), download: d }));
+      this.hubRevisions.clear(); // this load used the commit; the next one asks the Hub again
       const entry = await openQuantizedEntry(resolved.ref, cache);
       const cfgJson = await readModelConfig(entry ?? resolved.source);
       const fmt: ModelFormat = { ...defaultFormat(cfgJson), ...format };
@@ -262,6 +276,42 @@ export class PlaygroundEngine {
     });
   }
 
+  /**
+   * The held-out evaluation of the run (src/train/evaluate.ts): base and adapter summaries side by
+   * side, and a third column from another checkpoint of the same architecture when asked. That
+   * checkpoint is loaded on its own device for the evaluation and freed after it.
+   */
+  async evaluate(req: EvalRequest, onProgress?: (p: EvalProgressInfo) => void): Promise<EvalReport> {
+    return this.exclusive(async () => {
+      const m = this.requireModel();
+      const run = this.run;
+      if (!run) throw new Error('no run: start one (or play a round) first; the evaluation compares its adapter with the base model');
+      if (!run.trainer.evaluate) throw new Error('this trainer cannot evaluate');
+      if (run.options.evalDocs.length === 0) throw new Error('no held-out reports: the run has no held-out split (use the bundled sample with "Held-out reports" above 0)');
+      const report = (p: EvalProgressInfo) => void onProgress?.(p);
+      const summaries = (p: EvalProgress) => report({ stage: 'summaries', text: `${p.system}: summary ${p.done} of ${p.total} (${p.documentId})`, fraction: p.done / p.total });
+      if (!req.compare) return (await run.trainer.evaluate({ onProgress: summaries })).report;
+      const cache = this.deps.hubCache();
+      const resolved = await resolveSource(req.compare, this.sourceDeps(cache), (d) => report({ stage: 'compare-load', text: describeDownload(d), fraction: 0 }));
+      const gpu = await this.deps.createGpu();
+      try {
+        const { model, cfg, tokenizer } = await loadQwen3WithTokenizer(gpu, resolved.source, {
+          weights: m.info.format.weights,
+          kv: m.info.format.kv,
+          onProgress: (p) => report({ stage: 'compare-load', text: `Uploading ${resolved.name}: ${p.tensor}`, fraction: p.loaded / p.total }),
+        });
+        const mismatch = architectureMismatch(m.info.cfg, cfg);
+        if (mismatch) throw new Error(`${resolved.name} is not a checkpoint of ${m.info.name}'s architecture: it differs in ${mismatch}`);
+        if (!tokenizer) throw new Error(`${resolved.name} has no tokenizer.json`);
+        const policy = new GpuPolicy(model, tokenizer);
+        const compare: EvalSystem = { key: 'compare', label: resolved.name, generate: (p, o) => policy.generate(p, o) };
+        return (await run.trainer.evaluate({ compare, onProgress: summaries })).report;
+      } finally {
+        gpu.destroy();
+      }
+    });
+  }
+
   // ---- 3. autosave and resume ----------------------------------------------------------------
 
   async autosave(ui: unknown): Promise<SavedRunMeta> {
@@ -270,7 +320,7 @@ export class PlaygroundEngine {
       const m = this.loaded;
       if (!run || !m) throw new Error('no run to save');
       const files: RunFiles = { ...(await run.trainer.checkpointFiles()), [DOCUMENTS_FILE]: JSON.stringify({ train: run.options.train, evalDocs: run.options.evalDocs }) };
-      return this.deps.storage.save(files, { savedAt: Date.now(), round: run.trainer.round, model: m.info.ref, modelName: m.info.name, format: m.info.format, config: run.options.config, ui });
+      return this.deps.storage.save(files, { version: RUN_VERSION, runId: run.runId, savedAt: Date.now(), round: run.trainer.round, model: m.info.ref, modelName: m.info.name, format: m.info.format, config: run.options.config, ui });
     });
   }
 
@@ -288,13 +338,14 @@ export class PlaygroundEngine {
       const m = this.requireModel();
       const meta = await this.deps.storage.meta();
       if (!meta) throw new Error('there is no autosaved run to resume');
+      // Every field is checked (src/train/checkpoint.ts) before the run is touched; the trainer checks its own files.
+      const { stamp, config } = parseAutosaveMeta(meta);
       if (!sameModel(meta.model, m.info.ref)) throw new Error(`the autosaved run was trained on ${meta.modelName}; load that model to resume it (loaded: ${m.info.name})`);
       const files = await this.deps.storage.files();
-      const docs = JSON.parse(String(files[DOCUMENTS_FILE] ?? '{}')) as { train?: SpyDocument[]; evalDocs?: SpyDocument[] };
-      if (!docs.train?.length) throw new Error(`the autosave has no ${DOCUMENTS_FILE}: it cannot be resumed`);
-      const options: RunOptions = { config: meta.config, train: docs.train, evalDocs: docs.evalDocs ?? [] };
+      const docs = parseRunDocuments(files[DOCUMENTS_FILE] === undefined ? undefined : String(files[DOCUMENTS_FILE]), DOCUMENTS_FILE);
+      const options: RunOptions = { config, train: docs.train, evalDocs: docs.evalDocs };
       this.dropRun();
-      const trainer = await this.createTrainer(m, options, onEvent, trainerFiles(files));
+      const trainer = await this.createTrainer(m, options, onEvent, trainerFiles(files), stamp.runId);
       return { round: trainer.round, meta, options };
     });
   }
@@ -332,7 +383,7 @@ export class PlaygroundEngine {
 
   // ---- internals -----------------------------------------------------------------------------
 
-  private async createTrainer(m: LoadedModel, options: RunOptions, onEvent: TrainListener, resume?: RunFiles): Promise<TrainerLike> {
+  private async createTrainer(m: LoadedModel, options: RunOptions, onEvent: TrainListener, resume?: RunFiles, runId?: string): Promise<TrainerLike> {
     let summarizer = new RunSummarizer();
     const listener = (e: TrainEvent) => {
       summarizer.add(e);
@@ -348,14 +399,15 @@ export class PlaygroundEngine {
       onEvent: listener,
       now: () => performance.now(),
       baseModel: m.info.ref.kind === 'hub' ? m.info.ref.repo : m.info.name,
+      runId,
     });
     if (trainer.round > 0) summarizer = new RunSummarizer(trainer.round);
-    this.run = { trainer, options, summarizer };
+    this.run = { trainer, options, summarizer, runId: runId ?? trainer.runId ?? newRunId() };
     return trainer;
   }
 
   private sourceDeps(hubCache: HubCache) {
-    return { demoUrl: this.deps.demoUrl(), fetch: this.deps.fetch, hubCache };
+    return { demoUrl: this.deps.demoUrl(), fetch: this.deps.fetch, hubCache, hubRevisions: this.hubRevisions };
   }
 
   private requireModel(): LoadedModel {

@@ -2,5 +2,9 @@
 // so the page stays responsive during a round.
 import * as Comlink from 'comlink';
 import { PlaygroundEngine } from './engine.ts';
+import { setTokenizerWatch } from '../model/tokenizer.ts';
+import { workerWatch } from './tokenizerWatch.ts';
+
+setTokenizerWatch(workerWatch((m) => self.postMessage(m))); // the page's watchdog (client.ts) stops a runaway tokenizer call
 
 Comlink.expose(new PlaygroundEngine());

@@ -5,13 +5,17 @@ import type { Gpu } from '../gpu/index.ts';
 import { Q4_STORE_FILE, Q4_STORE_VERSION, q4SafetensorsFile } from '../model/q4Store.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
 import {
+  defaultHubCache,
   filesSource,
   hubSource,
+  invalidRepoIdReason,
+  resolveHubRevision,
   quantizedCacheSource,
   urlSource,
   writeQuantizedCache,
   type DownloadProgress,
   type HubCache,
+  type HubRevision,
   type ModelSource,
   type QuantizedCacheSource,
   type QuantizedFile,
@@ -23,12 +27,44 @@ export interface SourceDeps {
   demoUrl: string;
   fetch?: typeof fetch;
   hubCache?: HubCache;
+  /** Shares one resolution of a Hub branch between the config check and the load after it. */
+  hubRevisions?: HubRevisionMemo;
 }
 
 export interface ResolvedSource {
   source: ModelSource;
   name: string;
+  /** A Hub ref holds the commit sha the revision resolved to: the autosave, the q4 entry and a
+   *  resume all name that commit, not a branch that may move. */
   ref: ModelRef;
+}
+
+/**
+ * Hub revisions resolved to commits, kept for a short while so that the config check (inspect)
+ * and the load that follows ask the Hub once; `clear()` after a load, so the next load asks again
+ * and sees a branch that moved.
+ */
+export class HubRevisionMemo {
+  private readonly memo = new Map<string, { at: number; pinned: Promise<HubRevision> }>();
+
+  constructor(
+    private readonly ttlMs = 60_000,
+    private readonly now = () => Date.now(),
+  ) {}
+
+  resolve(repo: string, revision: string, opts: { fetch?: typeof fetch; cache?: HubCache }): Promise<HubRevision> {
+    const id = `${repo}@${revision}`;
+    const hit = this.memo.get(id);
+    if (hit && this.now() - hit.at < this.ttlMs) return hit.pinned;
+    const pinned = resolveHubRevision(repo, revision, opts);
+    this.memo.set(id, { at: this.now(), pinned });
+    pinned.catch(() => this.memo.get(id)?.pinned === pinned && this.memo.delete(id));
+    return pinned;
+  }
+
+  clear(): void {
+    this.memo.clear();
+  }
 }
 
 export async function resolveSource(choice: ModelChoice, deps: SourceDeps, onDownload?: (p: DownloadProgress) => void): Promise<ResolvedSource> {
@@ -42,10 +78,16 @@ export async function resolveSource(choice: ModelChoice, deps: SourceDeps, onDow
     }
     case 'hub': {
       const repo = choice.repo.trim();
-      if (!/^[\w.-]+\/[\w.-]+$/.test(repo)) throw new Error(`"${repo}" is not a Hugging Face repo id (owner/name)`);
-      const revision = choice.revision ?? 'main';
-      const source = hubSource(repo, { revision, fetch: doFetch, cache: deps.hubCache, onProgress: onDownload, progressIntervalMs: 250 });
-      return { source, name: repo, ref: { kind: 'hub', repo, revision } };
+      const invalid = invalidRepoIdReason(repo);
+      if (invalid) throw new Error(`"${repo}" is not a Hugging Face repo id (owner/name): ${invalid}`);
+      const revision = choice.revision?.trim() || 'main';
+      const cache = deps.hubCache ?? defaultHubCache();
+      const opts = { fetch: doFetch, cache };
+      const resolved = await (deps.hubRevisions ? deps.hubRevisions.resolve(repo, revision, opts) : resolveHubRevision(repo, revision, opts));
+      const source = hubSource(repo, { resolved, fetch: doFetch, cache, onProgress: onDownload, progressIntervalMs: 250 });
+      // Offline on a cached branch: the name carries the note, so the loaded-model line shows it.
+      const name = resolved.offline ? `${repo} (${resolved.offline})` : repo;
+      return { source, name, ref: { kind: 'hub', repo, revision: resolved.sha } };
     }
     case 'files': {
       if (choice.files.length === 0) throw new Error('the picked folder is empty');

@@ -5,6 +5,7 @@ import type { DownloadProgress } from '../model/sources.ts';
 import type { SpyRLConfig } from '../game/config.ts';
 import type { SpyDocument } from '../game/documents.ts';
 import type { RoundRecord } from '../game/round.ts';
+import type { EvalReport } from '../train/evaluate.ts';
 import type { KvType, ModelFormat, WeightsFormat } from './modelFormat.ts';
 
 export type { DownloadProgress, KvType, ModelFormat, WeightsFormat };
@@ -67,6 +68,10 @@ export interface RunOptions {
 
 /** The autosave's index: written last, so a present meta means a complete save. */
 export interface SavedRunMeta {
+  /** Autosave format version (RUN_VERSION in src/train/checkpoint.ts); another version is refused. */
+  version: number;
+  /** The run's id, from its start; kept across resumes. */
+  runId: string;
   savedAt: number;
   round: number;
   model: ModelRef;
@@ -77,6 +82,23 @@ export interface SavedRunMeta {
   files: { name: string; size: number }[];
   /** The UI's chart series (opaque to the worker) so a resumed run keeps its curves. */
   ui: unknown;
+}
+
+export type { EvalReport };
+
+/** The paper's released model (a full fine-tune of Qwen3-4B-Instruct-2507): the compare column's preset. */
+export const COMPARE_PRESET_REPO = 'SpyRL/SpyRL-Qwen3-4B-Summarization';
+
+export interface EvalRequest {
+  /** A third column: another checkpoint of the loaded model's architecture (null: base and adapter only). */
+  compare: ModelChoice | null;
+}
+
+export interface EvalProgressInfo {
+  stage: 'compare-load' | 'summaries';
+  text: string;
+  /** 0..1 within the stage. */
+  fraction: number;
 }
 
 export interface StepResult {

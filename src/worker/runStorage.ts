@@ -13,6 +13,19 @@ export interface RunStorage {
 }
 
 const META = 'meta.json';
+
+/**
+ * Web Lock around every read and write of the autosave: two tabs of the app share one OPFS
+ * folder, and a save interleaved with another tab's save or resume would mix two runs. Saves
+ * and clears are exclusive, reads shared. (The tab that owns the run also holds RUN_OWNER_LOCK,
+ * src/store/tabLock.ts, so a second tab does not save at all.)
+ */
+export const AUTOSAVE_LOCK = 'spyrl-autosave';
+
+function withAutosaveLock<T>(mode: LockMode, fn: () => Promise<T>): Promise<T> {
+  const locks = (globalThis as { navigator?: { locks?: LockManager } }).navigator?.locks;
+  return locks ? (locks.request(AUTOSAVE_LOCK, { mode }, fn) as Promise<T>) : fn(); // request resolves to the callback's result
+}
 const encoder = new TextEncoder();
 
 function bytesOf(x: Uint8Array | string): Uint8Array {
@@ -57,38 +70,44 @@ export function opfsRunStorage(dirName = 'spyrl-autosave'): RunStorage {
     }
   };
   return {
-    async save(files, partial) {
-      const dir = await root();
-      // Drop the old index first: a crash mid-save then leaves no save rather than a mixed one.
-      await dir.removeEntry(META).catch(() => undefined);
-      const listed: SavedRunMeta['files'] = [];
-      for (const [name, f] of Object.entries(files)) {
-        const bytes = bytesOf(f);
-        await write(dir, name, bytes);
-        listed.push({ name, size: bytes.byteLength });
-      }
-      const meta: SavedRunMeta = { ...partial, files: listed };
-      await write(dir, META, encoder.encode(JSON.stringify(meta)));
-      return meta;
-    },
-    meta: readMeta,
-    async files() {
-      const meta = await readMeta();
-      if (!meta) throw new Error('no autosaved run');
-      const dir = await root();
-      const out: RunFiles = {};
-      for (const { name, size } of meta.files) {
-        const file = await (await dir.getFileHandle(name)).getFile();
-        if (file.size !== size) throw new Error(`autosave: ${name} has ${file.size} bytes, expected ${size} (the save is damaged)`);
-        out[name] = isTextFile(name) ? await file.text() : new Uint8Array(await file.arrayBuffer());
-      }
-      return out;
-    },
-    async clear() {
-      const storage = await navigator.storage.getDirectory();
-      await storage.removeEntry(dirName, { recursive: true }).catch(() => undefined);
-    },
+    save: (files, partial) => withAutosaveLock('exclusive', () => save(files, partial)),
+    meta: () => withAutosaveLock('shared', readMeta),
+    files: () => withAutosaveLock('shared', readFiles),
+    clear: () => withAutosaveLock('exclusive', clear),
   };
+
+  async function save(files: RunFiles, partial: Omit<SavedRunMeta, 'files'>): Promise<SavedRunMeta> {
+    const dir = await root();
+    // Drop the old index first: a crash mid-save then leaves no save rather than a mixed one.
+    await dir.removeEntry(META).catch(() => undefined);
+    const listed: SavedRunMeta['files'] = [];
+    for (const [name, f] of Object.entries(files)) {
+      const bytes = bytesOf(f);
+      await write(dir, name, bytes);
+      listed.push({ name, size: bytes.byteLength });
+    }
+    const meta: SavedRunMeta = { ...partial, files: listed };
+    await write(dir, META, encoder.encode(JSON.stringify(meta)));
+    return meta;
+  }
+
+  async function readFiles(): Promise<RunFiles> {
+    const meta = await readMeta();
+    if (!meta) throw new Error('no autosaved run');
+    const dir = await root();
+    const out: RunFiles = {};
+    for (const { name, size } of meta.files) {
+      const file = await (await dir.getFileHandle(name)).getFile();
+      if (file.size !== size) throw new Error(`autosave: ${name} has ${file.size} bytes, expected ${size} (the save is damaged)`);
+      out[name] = isTextFile(name) ? await file.text() : new Uint8Array(await file.arrayBuffer());
+    }
+    return out;
+  }
+
+  async function clear(): Promise<void> {
+    const storage = await navigator.storage.getDirectory();
+    await storage.removeEntry(dirName, { recursive: true }).catch(() => undefined);
+  }
 }
 
 /** OPFS where the browser has it, else memory (Node tests). */

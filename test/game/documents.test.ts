@@ -38,20 +38,25 @@ describe('parseDocuments', () => {
 });
 
 describe('bundled GovReport', () => {
-  it('holds out the last GAO and the last CRS row and trains on the other 26', async () => {
+  it('holds out the 3 shortest GAO and 3 shortest CRS reports (never played) and trains on the other 22', async () => {
     const { train, eval: held } = await loadGovReportNode();
-    expect(train).toHaveLength(26);
+    expect(train).toHaveLength(22);
     expect(held.map((d) => [d.id, d.source])).toEqual([
+      ['ccdv_govreport_test_5', 'GAO'],
+      ['CRS_R44688', 'CRS'],
+      ['CRS_R46218', 'CRS'],
+      ['GAO_GAO-20-290T', 'GAO'],
       ['GAO_GAO-19-683', 'GAO'],
-      ['longbench_gov_report_6b904be52b37799ba0fe353800ac1a5246d263927387b6f1', 'CRS'],
+      ['leval_gov_report_summ_6', 'CRS'],
     ]);
     for (const d of [...train, ...held]) expect(d.summary && d.summary.length > 0).toBe(true);
-    expect(new Set(train.map((d) => d.id)).size).toBe(26);
+    expect(new Set(train.map((d) => d.id)).size).toBe(22);
+    expect(train.some((d) => held.includes(d))).toBe(false);
   });
 
   it('splitGovReport holds out nothing from documents without a source', () => {
     const docs = parseDocuments('{"report": "a"}\n{"report": "b"}', 'u.jsonl');
-    expect(splitGovReport(docs)).toEqual({ train: docs, eval: [] });
+    expect(splitGovReport(docs)).toMatchObject({ train: docs, eval: [] });
   });
 });
 
@@ -67,7 +72,11 @@ describe('fitToBudget', () => {
       expect(cut!.tokensKept).toBe(tokenIds.length);
       expect(cut!.tokensKept).toBeLessThanOrEqual(budget);
       if (budget >= 500) expect(cut!.tokensKept).toBeGreaterThan(budget * 0.9); // not cut needlessly early
-      expect(cut!.tokensTotal).toBe(tok.encode(report).length);
+      // Reports over budget × 8 characters are pre-cut before tokenizing; the total is then an estimate.
+      const exact = tok.encode(report).length;
+      expect(cut!.tokensTotalEstimated).toBe(report.length > budget * 8);
+      if (cut!.tokensTotalEstimated) expect(Math.abs(cut!.tokensTotal - exact) / exact).toBeLessThan(0.1);
+      else expect(cut!.tokensTotal).toBe(exact);
       expect(cut!.snappedTo).toBe('sentence');
       expect(report.startsWith(text)).toBe(true);
       expect(cut!.charOffset).toBe(text.length);

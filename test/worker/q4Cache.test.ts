@@ -1,6 +1,7 @@
 // The engine's q4 path for a Hub repo (a fake Hub serving the tiny model, the real engine on
 // Dawn): the first q4 load downloads, quantizes and stores the q4 weights; the next one reads
-// only those (zero requests, even with the download deleted) and computes the same logits.
+// only those (one request, main -> its commit, even with the download deleted) and computes the
+// same logits.
 import { describe, expect, it } from 'vitest';
 import { makeTinyCheckpoint } from '../../src/model/tinyModel.ts';
 import { qwen3TokenizerFiles } from '../../src/model/tinyModel.node.ts';
@@ -13,6 +14,8 @@ import { validateConfig } from '../../src/game/config.ts';
 import type { LoadProgress } from '../../src/worker/protocol.ts';
 
 const REPO = 'spyrl-test/tiny-qwen3';
+const SHA = 'a1'.repeat(20);
+const API_MAIN = `https://huggingface.co/api/models/${REPO}/revision/main`;
 const config = validateConfig({ groupSize: 3, docTokenBudget: 96, summaryMaxTokens: 12, lora: { r: 2, alpha: 4 } });
 const docs = { train: [{ id: 'a', report: 'The agency audited its programs.' }], evalDocs: [] };
 const TOKENS = [9707, 11, 1879, 0, 151643, 42];
@@ -24,8 +27,9 @@ async function fakeHub() {
   const fetchFn = (async (input: RequestInfo | URL) => {
     const url = String(input);
     calls.push(url);
-    if (url === `https://huggingface.co/api/models/${REPO}/revision/main`) return Response.json({ siblings: [...files.keys()].map((rfilename) => ({ rfilename })) });
-    const body = files.get(url.slice(`https://huggingface.co/${REPO}/resolve/main/`.length));
+    if (url === API_MAIN) return Response.json({ sha: SHA, siblings: [...files.keys()].map((rfilename) => ({ rfilename })) });
+    const prefix = `https://huggingface.co/${REPO}/resolve/${SHA}/`;
+    const body = url.startsWith(prefix) ? files.get(url.slice(prefix.length)) : undefined;
     return body === undefined ? new Response('Entry not found', { status: 404 }) : new Response(body as BodyInit);
   }) as typeof fetch;
   return { fetch: fetchFn, calls };
@@ -76,19 +80,26 @@ describe('PlaygroundEngine: q4 cache of a Hub repo', () => {
     ]);
     expect(first.quantizedCache!.bytes).toBe(listed[1]!.bytes);
 
-    // 2. Without the download: no request at all, the stored q4 weights, the same logits.
-    await engine.deleteCachedModel(REPO, 'main', 'bf16');
+    expect(listed.map((m) => [m.revision, m.branches])).toEqual([
+      [SHA, ['main']],
+      [SHA, ['main']],
+    ]);
+    expect(first.ref).toEqual({ kind: 'hub', repo: REPO, revision: SHA });
+
+    // 2. Without the download: one request (main -> its commit, shared by the config check and
+    // the load), the stored q4 weights, the same logits.
+    await engine.deleteCachedModel(REPO, SHA, 'bf16');
     hub.calls.length = 0;
     expect((await engine.inspectModel(choice)).cfg.hiddenSize).toBe(64);
     const second = await engine.loadModel(choice, undefined, { weights: 'q4', kv: 'f16' });
-    expect(hub.calls).toEqual([]);
+    expect(hub.calls).toEqual([API_MAIN]);
     expect(second.quantizedCache).toEqual({ status: 'hit', bytes: first.quantizedCache!.bytes });
     await engine.startRun({ config, ...docs }, () => undefined);
     expect(isQ4(models[1]!.weights.embed)).toBe(true);
     expect(await logits(models[1]!)).toEqual(quantizedOnLoad);
 
     // A damaged store (same size, garbage header) fails naming the cache and what to do.
-    const key = `${REPO}/main+q4/model.q4.safetensors`;
+    const key = `${REPO}/${SHA}+q4/model.q4.safetensors`;
     const size = (await cache.get(key))!.size;
     const w = await cache.create(key);
     await w.write(new Uint8Array(size).fill(0xff));
@@ -107,7 +118,7 @@ describe('PlaygroundEngine: q4 cache of a Hub repo', () => {
     // q4 moved the logits, but not far (4-bit weights of a random tiny model).
     expect(maxDiff).toBeGreaterThan(0);
     expect(maxDiff).toBeLessThan(0.5 * maxRef);
-    await engine.deleteCachedModel(REPO, 'main', 'q4');
+    await engine.deleteCachedModel(REPO, SHA, 'q4');
     expect((await engine.listCachedModels()).map((m) => m.format)).toEqual(['bf16']);
     engine.dispose();
   });

@@ -1,0 +1,230 @@
+// Per-op microbenchmarks at Qwen3-4B shapes (or cut shapes on CPU adapters): the decode GEMV over
+// bf16 and q4 weights, the prefill/training GEMM and its input-gradient GEMM, training attention
+// forward and backward, and paged decode attention. Each calls the public op of src/ops (nothing
+// here is a kernel) and writes its FLOPs and bytes out next to the call.
+import type { Gpu } from '../src/gpu/index.ts';
+import * as K from '../src/ops/index.ts';
+import { KV_PAGE_SIZE } from '../src/model/kvLayout.ts';
+import { makeRecord, timeCalls, type BenchRecord, type Roofline } from './measure.ts';
+
+/** Shapes of the op benchmarks, in the project's dimension names. */
+export interface OpShapes {
+  /** Qwen3-4B: C 2560, I 9728, NH 32, NKV 8, HD 128. */
+  C: number;
+  I: number;
+  NH: number;
+  NKV: number;
+  HD: number;
+  /** GEMV weight (N, K) and its batches B (decode: one token of each of B sequences). */
+  gemvN: number;
+  gemvK: number;
+  gemvB: number[];
+  /** GEMM: M tokens x weight (N, K) (prefill and training). */
+  gemmM: number[];
+  gemmN: number;
+  gemmK: number;
+  /** Training attention, one causal sequence of T tokens. */
+  attnT: number;
+  /** Decode attention: B sequences, one query each, over ctx cached positions (+ its own). */
+  decodeCtx: number;
+  decodeB: number[];
+}
+
+const QWEN3_4B = { C: 2560, I: 9728, NH: 32, NKV: 8, HD: 128 };
+
+/**
+ * full: the MLP gate/up projection (9728 x 2560) for GEMV and GEMM, sequences of 512 for
+ * training attention, context 2,048 for decode. quick (CPU adapters): the same C, heads and
+ * head_dim, with fewer rows and tokens, so the whole default run stays a few minutes.
+ */
+export const OP_SHAPES: Record<'quick' | 'full', OpShapes> = {
+  full: { ...QWEN3_4B, gemvN: 9728, gemvK: 2560, gemvB: [1, 4], gemmM: [128, 512], gemmN: 9728, gemmK: 2560, attnT: 512, decodeCtx: 2048, decodeB: [1, 4] },
+  quick: { ...QWEN3_4B, gemvN: 2560, gemvK: 2560, gemvB: [1, 4], gemmM: [32], gemmN: 1024, gemmK: 2560, attnT: 64, decodeCtx: 256, decodeB: [1, 4] },
+};
+
+export const OP_NAMES = ['gemv', 'gemm', 'attention', 'decode-attention'] as const;
+export type OpName = (typeof OP_NAMES)[number];
+
+// ---- arithmetic (exported for test/bench) -------------------------------------------------------
+
+/** Bytes of an (N, K) weight as stored: bf16 2 per element; q4 nibbles plus f16 group scales. */
+export function weightBytes(N: number, Kd: number, format: 'bf16' | 'q4'): number {
+  return format === 'q4' ? K.q4Words(N, Kd) * 4 : N * Kd * 2;
+}
+
+/** out (M, N) = x (M, K) . w^T: 2 FLOPs per MAC; bytes: the weight once, x read, out written. */
+export function matmulCost(M: number, N: number, Kd: number, format: 'bf16' | 'q4'): { flops: number; bytes: number } {
+  return { flops: 2 * M * N * Kd, bytes: weightBytes(N, Kd, format) + 4 * M * (Kd + N) };
+}
+
+/** Causal attention over T tokens: T(T+1)/2 (query, key) pairs per head, QK and PV 2*HD FLOPs each. */
+export function attentionCost(T: number, NH: number, NKV: number, HD: number): { flops: number; bytes: number } {
+  const pairs = (T * (T + 1)) / 2;
+  return { flops: 4 * HD * NH * pairs, bytes: 4 * (2 * T * NH * HD + 2 * T * NKV * HD + T * NH) };
+}
+
+/**
+ * Its backward, counted as FlashAttention-2 does: 5 products per pair (S = QK again, dP = dO V,
+ * dQ, dK, dV), 2.5x the forward; bytes: q k v out dout lse read, dq dk dv read and written.
+ */
+export function attentionBackwardCost(T: number, NH: number, NKV: number, HD: number): { flops: number; bytes: number } {
+  const pairs = (T * (T + 1)) / 2;
+  const q = T * NH * HD, kv = T * NKV * HD;
+  return { flops: 10 * HD * NH * pairs, bytes: 4 * (3 * q + 2 * kv + T * NH) + 4 * 2 * (q + 2 * kv) };
+}
+
+/** Decode attention: B queries, each over `keys` cached positions of its own sequence. */
+export function decodeAttentionCost(B: number, keys: number, NH: number, NKV: number, HD: number, kvBytes: number): { flops: number; bytes: number } {
+  return { flops: 4 * B * keys * NH * HD, bytes: B * keys * 2 * NKV * HD * kvBytes + 4 * 2 * B * NH * HD };
+}
+
+// ---- buffers --------------------------------------------------------------------------------------
+
+/** Values in [-1, 1) from a fixed LCG: the data never affects the timing, but NaN or denormals could on a CPU. */
+function pattern(n: number): Float32Array {
+  const out = new Float32Array(n);
+  let s = 2463534242;
+  for (let i = 0; i < n; i++) {
+    s = (s * 1664525 + 1013904223) >>> 0;
+    out[i] = s / 2 ** 31 - 1;
+  }
+  return out;
+}
+
+const BLOCK = pattern(1 << 16);
+
+class Buffers {
+  private made: GPUBuffer[] = [];
+  constructor(private readonly gpu: Gpu) {}
+
+  /** n f32 values of the pattern. */
+  f32(n: number, label: string): GPUBuffer {
+    return this.filled(n * 4, label, BLOCK);
+  }
+
+  /** An (N, K) bf16 weight: the pattern scaled to ~0.02, rounded to bf16 (high halves). */
+  bf16(N: number, K: number, label: string): GPUBuffer {
+    const words = new Uint32Array(BLOCK.length / 2);
+    const f = new Float32Array(BLOCK.map((x) => x * 0.02));
+    const bits = new Uint32Array(f.buffer);
+    for (let i = 0; i < words.length; i++) words[i] = (bits[2 * i] >>> 16) | (bits[2 * i + 1] & 0xffff0000);
+    return this.filled(weightBytes(N, K, 'bf16'), label, words);
+  }
+
+  /** An (N, K) q4 weight: pattern nibbles, then f16 scales of 2^-8 (finite, normal). */
+  q4(N: number, Kd: number, label: string): K.Q4Weight {
+    const buf = this.filled(weightBytes(N, Kd, 'q4'), label, new Uint32Array(BLOCK.buffer));
+    const scaleWords = Math.ceil((N * Kd) / 64);
+    this.fillRange(buf, (N * Kd) / 2, scaleWords * 4, new Uint32Array(1 << 14).fill(0x1c001c00));
+    return { format: 'q4', buf, N, K: Kd };
+  }
+
+  u32(values: ArrayLike<number>, label: string): GPUBuffer {
+    const buf = this.gpu.createBuffer(Math.max(4, values.length * 4), label);
+    this.gpu.write(buf, Uint32Array.from(values));
+    this.made.push(buf);
+    return buf;
+  }
+
+  private filled(bytes: number, label: string, block: ArrayBufferView): GPUBuffer {
+    const buf = this.gpu.createBuffer(bytes, label);
+    this.made.push(buf);
+    this.fillRange(buf, 0, bytes, block);
+    return buf;
+  }
+
+  private fillRange(buf: GPUBuffer, offset: number, bytes: number, block: ArrayBufferView): void {
+    const src = new Uint8Array(block.buffer, block.byteOffset, block.byteLength);
+    for (let at = 0; at < bytes; at += src.byteLength) this.gpu.write(buf, src.subarray(0, Math.min(src.byteLength, bytes - at)), offset + at);
+  }
+
+  releaseAll(): void {
+    for (const b of this.made) this.gpu.releaseBuffer(b);
+    this.made = [];
+  }
+}
+
+// ---- the benchmarks -----------------------------------------------------------------------------
+
+export interface OpBenchOptions {
+  shapes: OpShapes;
+  ops: readonly OpName[];
+  kv: 'f32' | 'f16';
+  minSeconds: number;
+  roofline?: Roofline;
+  log?: (r: BenchRecord) => void;
+}
+
+export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord[]> {
+  const records: BenchRecord[] = [];
+  const s = o.shapes;
+  const timing = { minSeconds: o.minSeconds, maxReps: 100 };
+  const run = async (name: string, shape: string, cost: { flops: number; bytes: number }, encode: () => void, tokens?: number, note?: string) => {
+    const t = await timeCalls(gpu, encode, timing);
+    const r = makeRecord({ group: 'op', name, shape, ...cost, ...t, tokens, note }, o.roofline);
+    records.push(r);
+    o.log?.(r);
+  };
+  const bufs = new Buffers(gpu);
+  try {
+    if (o.ops.includes('gemv')) {
+      const { gemvN: N, gemvK: Kd } = s;
+      const maxB = Math.max(...s.gemvB);
+      const x = bufs.f32(maxB * Kd, 'gemv.x'), out = bufs.f32(maxB * N, 'gemv.out');
+      for (const format of ['bf16', 'q4'] as const) {
+        const w = format === 'q4' ? bufs.q4(N, Kd, 'gemv.w') : bufs.bf16(N, Kd, 'gemv.w');
+        for (const B of s.gemvB) {
+          await run(`gemv ${format} B=${B}`, `N=${N} K=${Kd}`, matmulCost(B, N, Kd, format), () => K.matmul(gpu, out, x, w, B, N, Kd), B);
+        }
+      }
+    }
+    if (o.ops.includes('gemm')) {
+      const { gemmN: N, gemmK: Kd } = s;
+      const maxM = Math.max(...s.gemmM);
+      const w = bufs.bf16(N, Kd, 'gemm.w');
+      const x = bufs.f32(maxM * Kd, 'gemm.x'), out = bufs.f32(maxM * N, 'gemm.out');
+      for (const M of s.gemmM) {
+        await run(`gemm bf16 M=${M}`, `N=${N} K=${Kd}`, matmulCost(M, N, Kd, 'bf16'), () => K.matmul(gpu, out, x, w, M, N, Kd), M);
+        // Training's input gradient dx (M, K) += dy (M, N) . W: the same product through the weight's other side.
+        await run(`gemm dx bf16 M=${M}`, `N=${N} K=${Kd}`, matmulCost(M, N, Kd, 'bf16'), () => K.matmulBackwardInput(gpu, x, out, w, M, N, Kd), M);
+      }
+    }
+    if (o.ops.includes('attention')) {
+      const { attnT: T, NH, NKV, HD } = s;
+      const q = bufs.f32(T * NH * HD, 'attn.q'), k = bufs.f32(T * NKV * HD, 'attn.k'), v = bufs.f32(T * NKV * HD, 'attn.v');
+      const out = bufs.f32(T * NH * HD, 'attn.out'), lse = bufs.f32(T * NH, 'attn.lse');
+      const shape = `T=${T} NH=${NH} NKV=${NKV} HD=${HD}`;
+      await run('attention fwd (train)', shape, attentionCost(T, NH, NKV, HD), () => K.attentionForwardLse(gpu, out, lse, q, k, v, T, NH, NKV, HD), T);
+      const dq = bufs.f32(T * NH * HD, 'attn.dq'), dk = bufs.f32(T * NKV * HD, 'attn.dk'), dv = bufs.f32(T * NKV * HD, 'attn.dv');
+      const dout = bufs.f32(T * NH * HD, 'attn.dout');
+      await run('attention bwd (train)', shape, attentionBackwardCost(T, NH, NKV, HD), () => K.attentionBackward(gpu, dq, dk, dv, dout, out, lse, q, k, v, T, NH, NKV, HD), T,
+        'FLOPs: 5 products per pair (FA-2 count)');
+    }
+    if (o.ops.includes('decode-attention')) {
+      const { decodeCtx: ctx, NH, NKV, HD } = s;
+      const maxB = Math.max(...s.decodeB);
+      const maxT = ctx + 1;
+      const pagesPerSlot = Math.ceil(maxT / KV_PAGE_SIZE);
+      const kv: K.KvPaging = { dtype: o.kv, pageSize: KV_PAGE_SIZE, pages: maxB * pagesPerSlot, pagesPerSlot, maxT };
+      const poolFloats = K.kvPoolBytes(kv, NKV, HD) / 4;
+      const kCache = bufs.f32(poolFloats, 'dec.k'), vCache = bufs.f32(poolFloats, 'dec.v');
+      if (o.kv === 'f16') {
+        // Pattern words as f16 pairs would include NaN and inf: fill with 0.5 pairs.
+        const half = new Uint32Array(1 << 14).fill(0x38003800);
+        for (const b of [kCache, vCache]) for (let at = 0; at < b.size; at += half.byteLength) gpu.write(b, half.subarray(0, Math.min(half.length, (b.size - at) / 4)), at);
+      }
+      const pageTable = bufs.u32(Array.from({ length: maxB * pagesPerSlot }, (_, i) => i), 'dec.pageTable');
+      const slot = bufs.u32(Array.from({ length: maxB }, (_, b) => b), 'dec.slot');
+      const pos = bufs.u32(new Array(maxB).fill(ctx), 'dec.pos');
+      const q = bufs.f32(maxB * NH * HD, 'dec.q'), out = bufs.f32(maxB * NH * HD, 'dec.out');
+      for (const B of s.decodeB) {
+        await run(`decode attention ${o.kv} B=${B}`, `ctx=${ctx} NH=${NH} NKV=${NKV} HD=${HD}`, decodeAttentionCost(B, ctx + 1, NH, NKV, HD, o.kv === 'f16' ? 2 : 4),
+          () => K.attention(gpu, out, q, kCache, vCache, pageTable, slot, pos, B, NH, NKV, HD, kv), B);
+      }
+    }
+  } finally {
+    await gpu.sync();
+    bufs.releaseAll();
+  }
+  return records;
+}

@@ -1,0 +1,57 @@
+// One SpyRL round split by stage (summaries, votes, update), the game and trainer of
+// src/train/spyrl.ts on a model with random weights and the real Qwen3 tokenizer, on the bundled
+// GovReport sample. Node only (the tokenizer files and the documents are read from disk);
+// bench/run.ts runs it with --parts round.
+import type { Gpu } from '../src/gpu/index.ts';
+import { validateConfig, type SpyRLConfigInput } from '../src/game/config.ts';
+import { loadGovReportNode } from '../src/game/govreport.node.ts';
+import { Qwen3Model } from '../src/model/qwen3.ts';
+import { memorySource } from '../src/model/sources.ts';
+import { makeTinyCheckpoint } from '../src/model/tinyModel.ts';
+import { qwen3TokenizerFiles } from '../src/model/tinyModel.node.ts';
+import { loadTokenizer } from '../src/model/tokenizer.ts';
+import { SpyRLTrainer } from '../src/train/spyrl.ts';
+import { MODELS, randomWeights, type Format } from './e2e.ts';
+import { makeRecord, type BenchRecord } from './measure.ts';
+
+/**
+ * quick: 4 players, a 128-token report, 8-token summaries. full: the default game (4 players,
+ * 2,048-token report, 256-token summaries). Both update after every round and skip evaluation.
+ */
+export const ROUND_CONFIG: Record<'quick' | 'full', SpyRLConfigInput> = {
+  quick: { groupSize: 4, docTokenBudget: 128, summaryMaxTokens: 8, roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 0 },
+  full: { roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 0 },
+};
+
+export async function benchRound(gpu: Gpu, name: string, o: { mode: 'quick' | 'full'; layers?: number; format: Format; log: (line: string) => void }): Promise<BenchRecord[]> {
+  const full = MODELS[name];
+  const L = o.layers ?? (name === 'tiny' ? full.numLayers : 1);
+  const c = { ...full, numLayers: L };
+  const config = validateConfig(ROUND_CONFIG[o.mode]);
+  const tok = makeTinyCheckpoint({ layers: 1, ...(await qwen3TokenizerFiles()) });
+  const tokenizer = await loadTokenizer(memorySource('tokenizer', tok.files));
+  const { train, eval: evalDocs } = await loadGovReportNode();
+  const { weights, buffers } = randomWeights(gpu, c, o.format);
+  const model = new Qwen3Model(gpu, c, weights);
+  o.log(`## SpyRL round: ${name} (${L} of ${full.numLayers} layers) ${o.format}, ${config.groupSize} players, report <= ${config.docTokenBudget} tokens, summaries <= ${config.summaryMaxTokens} tokens`);
+  const trainer = await SpyRLTrainer.create({ model, tokenizer, config, train, evalDocs, now: () => performance.now() });
+  try {
+    const rec = await trainer.runRound();
+    const t = rec.timings;
+    const tokens = rec.summaries.reduce((n, s) => n + s.tokens, 0);
+    const shape = `${name} ${o.format} L=${L} players=${config.groupSize}`;
+    const stage = (what: string, ms: number | null, n?: number) =>
+      ms === null ? [] : [makeRecord({ group: 'e2e', name: `round: ${what}`, shape, flops: 0, bytes: 0, seconds: ms / 1000, reps: 1, tokens: n })];
+    return [
+      ...stage(`summaries (prefill + ${tokens} sampled tokens)`, t.summarizeMs, tokens),
+      ...stage('votes', t.voteMs),
+      ...stage('update', t.updateMs),
+      ...stage('play (summaries, votes, scoring)', t.totalMs),
+      ...stage('round total (play + update)', t.totalMs === null || t.updateMs === null ? null : t.totalMs + t.updateMs),
+    ];
+  } finally {
+    trainer.destroy();
+    model.lora = null;
+    for (const b of new Set(buffers)) gpu.releaseBuffer(b);
+  }
+}

@@ -1,0 +1,254 @@
+// One PPO/GRPO update of the LoRA adapter over the samples of a few rounds, stage by stage:
+//   loss = summaryWeight * L_summaries + voteWeight * L_votes
+//   L_summaries = token-mean of the PPO term over every summary token of the update
+//                 (ppo.aggregation 'sequence-mean': the mean over summaries of their token means)
+//   L_votes     = mean over votes of each vote's token-mean (its label; with voteReason, its
+//                 reason tokens and its label)
+// Each stage is averaged on its own, so the ~6 one-token votes of an update are not drowned by
+// its ~1,500 summary tokens.
+//
+// Cost: the old log-probs are the sampler's (PolicySample.oldLogprobs, exact under the
+// distribution each token was drawn from), so every sequence costs one forward (its current
+// log-probs, from which its dlogp follows token by token) and one backward per epoch; klBeta > 0
+// adds one forward per sequence with the adapter off. Sequences whose terms are all zero
+// (advantage 0 and no KL) cost nothing.
+//
+// Per-stage gradient norms are exact: the vote stage is backpropagated first and its gradient
+// g_v measured and set aside (read back to the CPU, so no second gradient set on the GPU during
+// the summary passes), then the summary stage's g_s is measured and g_v added back. The
+// grad-norm share of a stage is |g_stage|^2 / (|g_summary|^2 + |g_vote|^2).
+import type { Gpu } from '../gpu/index.ts';
+import type { PpoConfig } from '../game/config.ts';
+import type { PolicySample, StageStat, StageStats } from '../game/round.ts';
+import type { LoraAdapter } from '../model/lora.ts';
+import type { Qwen3Model } from '../model/qwen3.ts';
+import * as K from '../ops/index.ts';
+import type { LoraAdamW } from './optimizer.ts';
+import { ppoTokenTerm } from './pgLoss.ts';
+import { TrainingPass, type CheckpointDtype } from './trainingPass.ts';
+
+/** A sample with the round it came from (a vote is identified by round and voter seat). */
+export interface RoundSample {
+  round: number;
+  sample: PolicySample;
+}
+
+export interface UpdateContext {
+  model: Qwen3Model;
+  adapter: LoraAdapter;
+  optimizer: LoraAdamW;
+  ppo: PpoConfig;
+  /** Storage of the training passes' layer checkpoints. */
+  checkpoints: CheckpointDtype;
+  /** sampling.temperature: sampled text (candidateTokenIds null) is recomputed at it, vote labels at 1. */
+  temperature: number;
+  /** Called with each sample's log-prob sets of each epoch (tests check the KL against them). */
+  onLogprobs?: (epoch: number, sample: PolicySample, logp: Float32Array, refLogp: Float32Array | null) => void;
+}
+
+export interface EpochStats {
+  loss: number;
+  /** Token-mean k3 estimate of KL(policy || base) over every token; null when klBeta is 0 (not computed). */
+  kl: number | null;
+  /** Token means over the sequences that were run (a sequence with nothing to learn is skipped). */
+  meanRatio: number;
+  clipFraction: number;
+  gradNorm: number;
+  stages: StageStats;
+}
+
+export interface UpdateResult {
+  /** The first epoch's (on-policy) loss, KL, grad norm and stage stats; every epoch's in `epochs`. */
+  loss: number;
+  kl: number | null;
+  gradNorm: number;
+  lr: number;
+  step: number;
+  skipped: boolean;
+  reason?: string;
+  stages: StageStats;
+  epochs: EpochStats[];
+  /** Training-pass forwards and backwards run (one of each per sequence and epoch, plus the KL reference forwards). */
+  passes: { forward: number; backward: number };
+}
+
+const emptyStage = (): StageStat => ({ loss: 0, gradNorm: 0, gradShare: 0, sequences: 0, tokens: 0 });
+
+/** ids = prompt + completion; targets: each completion token at the position before it. */
+export function sampleSequence(s: PolicySample): { ids: number[]; targets: number[] } {
+  const ids = [...s.promptTokenIds, ...s.completionTokenIds];
+  const p = s.promptTokenIds.length;
+  const targets = ids.map((_, t) => (t >= p - 1 && t < ids.length - 1 ? ids[t + 1]! : -1));
+  return { ids, targets };
+}
+
+/**
+ * The training pass that recomputes a sample's log-probs as they were sampled: same tokens, and
+ * either the vote's candidate restriction (temperature 1) or sampled text at `temperature`.
+ */
+export function samplePass(model: Qwen3Model, adapter: LoraAdapter, s: PolicySample, checkpoints: CheckpointDtype, temperature: number): TrainingPass {
+  const { ids, targets } = sampleSequence(s);
+  return new TrainingPass(model, adapter, ids, targets, s.candidateTokenIds, { checkpoints, temperature: s.candidateTokenIds ? 1 : temperature });
+}
+
+/**
+ * Per-token weights u (within the stage: the stage loss is sum_t u_t loss_t) of every sample,
+ * and each stage's sequence and token counts.
+ */
+export function stageWeights(samples: readonly RoundSample[], aggregation: PpoConfig['aggregation']): { u: number[]; counts: Record<'summary' | 'vote', { sequences: number; tokens: number }> } {
+  const summaries = samples.filter((x) => x.sample.stage === 'summary');
+  const summaryTokens = summaries.reduce((n, x) => n + x.sample.completionTokenIds.length, 0);
+  const voteTokens = new Map<string, number>(); // vote key -> its tokens (reason + label)
+  const voteKey = (x: RoundSample) => `${x.round}/${x.sample.seat}`;
+  for (const x of samples) {
+    if (x.sample.stage === 'vote') voteTokens.set(voteKey(x), (voteTokens.get(voteKey(x)) ?? 0) + x.sample.completionTokenIds.length);
+  }
+  const u = samples.map((x) => {
+    const n = x.sample.completionTokenIds.length;
+    if (x.sample.stage === 'vote') return 1 / (voteTokens.size * voteTokens.get(voteKey(x))!);
+    return aggregation === 'token-mean' ? 1 / summaryTokens : 1 / (summaries.length * n);
+  });
+  const voteTokenTotal = [...voteTokens.values()].reduce((a, b) => a + b, 0);
+  return { u, counts: { summary: { sequences: summaries.length, tokens: summaryTokens }, vote: { sequences: voteTokens.size, tokens: voteTokenTotal } } };
+}
+
+async function gradSumSquares(gpu: Gpu, adapter: LoraAdapter, out: GPUBuffer): Promise<number> {
+  const r = adapter.settings.r;
+  gpu.clear(out);
+  for (const p of adapter.pairs) {
+    K.sumSquares(gpu, out, p.dA, r * p.K, 0);
+    K.sumSquares(gpu, out, p.dB, p.N * r, 0);
+  }
+  return (await gpu.readF32(out, 1))[0]!;
+}
+
+/** Reads every LoRA gradient back and zeroes it on the GPU. */
+async function takeGrads(gpu: Gpu, adapter: LoraAdapter): Promise<Float32Array[]> {
+  const r = adapter.settings.r;
+  const out: Float32Array[] = [];
+  for (const p of adapter.pairs) {
+    out.push(await gpu.readF32(p.dA, r * p.K));
+    out.push(await gpu.readF32(p.dB, p.N * r));
+  }
+  adapter.zeroGrad();
+  return out;
+}
+
+/** Adds gradients taken by takeGrads back into the adapter's (one tensor-sized staging buffer at a time). */
+function addGrads(gpu: Gpu, adapter: LoraAdapter, grads: Float32Array[]): void {
+  let i = 0;
+  for (const p of adapter.pairs) {
+    for (const dst of [p.dA, p.dB]) {
+      const g = grads[i++]!;
+      const tmp = gpu.createBuffer(g.byteLength, 'stashedGrad');
+      gpu.write(tmp, g);
+      K.add(gpu, dst, tmp, g.length);
+      gpu.releaseBuffer(tmp);
+    }
+  }
+}
+
+/** One PPO update (ppo.epochs AdamW steps) over `samples`; the adapter's gradients must be zero. */
+export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[]): Promise<UpdateResult> {
+  const { model, adapter, optimizer, ppo } = ctx;
+  const gpu = model.gpu;
+  const samples = all.filter((x) => x.sample.completionTokenIds.length > 0);
+  const passes = { forward: 0, backward: 0 };
+  const none: UpdateResult = {
+    loss: 0, kl: null, gradNorm: 0, lr: 0, step: optimizer.step, skipped: true, reason: 'no samples',
+    stages: { summary: emptyStage(), vote: emptyStage() }, epochs: [], passes,
+  };
+  if (samples.length === 0) return none;
+  for (const x of samples) {
+    if (x.sample.oldLogprobs.length !== x.sample.completionTokenIds.length) {
+      throw new RangeError(`update: a ${x.sample.stage} sample of round ${x.round} has ${x.sample.completionTokenIds.length} tokens but ${x.sample.oldLogprobs.length} old log-probs`);
+    }
+  }
+  const { u, counts } = stageWeights(samples, ppo.aggregation);
+  const weightOf = { summary: ppo.summaryWeight, vote: ppo.voteWeight };
+  const lo = 1 - ppo.clipEps, hi = 1 + ppo.clipEps;
+
+  // The base model's log-probs for the KL term: one forward per sequence, adapter off.
+  let refLogp: Float32Array[] | null = null;
+  if (ppo.klBeta > 0) {
+    refLogp = [];
+    adapter.enabled = false;
+    try {
+      for (const x of samples) {
+        const pass = samplePass(model, adapter, x.sample, ctx.checkpoints, ctx.temperature);
+        try { refLogp.push(await pass.forward()); passes.forward++; } finally { pass.release(); }
+      }
+    } finally {
+      adapter.enabled = true;
+    }
+  }
+
+  const norms = gpu.createBuffer(4, 'stageGradSumSquares');
+  const epochs: EpochStats[] = [];
+  let last = { lr: 0, step: optimizer.step, skipped: true, reason: undefined as string | undefined };
+  try {
+    for (let epoch = 0; epoch < ppo.epochs; epoch++) {
+      const stageLoss = { summary: 0, vote: 0 };
+      const normSq = { summary: 0, vote: 0 };
+      let klSum = 0, klTokens = 0, ratioSum = 0, ratioTokens = 0, clipped = 0;
+      let stash: Float32Array[] | null = null;
+      for (const stage of ['vote', 'summary'] as const) {
+        let backwards = 0;
+        for (const [i, x] of samples.entries()) {
+          const s = x.sample;
+          if (s.stage !== stage) continue;
+          // Advantage 0 and no KL: every term and its gradient is 0, whatever the log-probs.
+          if (s.advantage === 0 && !refLogp) continue;
+          const pass = samplePass(model, adapter, s, ctx.checkpoints, ctx.temperature);
+          try {
+            const logp = await pass.forward();
+            passes.forward++;
+            const ref = refLogp?.[i];
+            ctx.onLogprobs?.(epoch, s, logp, ref ?? null);
+            const dlogp = new Float64Array(logp.length);
+            const w = weightOf[stage] * u[i]!;
+            for (let t = 0; t < logp.length; t++) {
+              const term = ppoTokenTerm(logp[t]!, s.oldLogprobs[t]!, s.advantage, ref?.[t], lo, hi, ppo.klBeta);
+              stageLoss[stage] += u[i]! * term.loss;
+              dlogp[t] = w * term.dlogp;
+              klSum += term.kl;
+              ratioSum += term.ratio;
+              if (term.clipped) clipped++;
+            }
+            klTokens += ref ? logp.length : 0;
+            ratioTokens += logp.length;
+            if (dlogp.some((d) => d !== 0)) {
+              pass.backward(dlogp);
+              passes.backward++;
+              backwards++;
+            }
+          } finally {
+            pass.release();
+          }
+        }
+        if (backwards > 0) normSq[stage] = await gradSumSquares(gpu, adapter, norms);
+        // Set the vote gradient aside so the summary stage's can be measured alone.
+        if (stage === 'vote' && backwards > 0 && samples.some((x) => x.sample.stage === 'summary')) stash = await takeGrads(gpu, adapter);
+      }
+      if (stash) addGrads(gpu, adapter, stash);
+      const rep = await optimizer.update(1); // the loss is already a mean: no further division
+      const total = normSq.summary + normSq.vote;
+      const stat = (st: 'summary' | 'vote'): StageStat => ({
+        loss: stageLoss[st], gradNorm: Math.sqrt(normSq[st]), gradShare: total > 0 ? normSq[st] / total : 0, ...counts[st],
+      });
+      epochs.push({
+        loss: weightOf.summary * stageLoss.summary + weightOf.vote * stageLoss.vote,
+        kl: refLogp ? klSum / Math.max(1, klTokens) : null,
+        meanRatio: ratioTokens > 0 ? ratioSum / ratioTokens : 1,
+        clipFraction: ratioTokens > 0 ? clipped / ratioTokens : 0,
+        gradNorm: rep.gradNorm,
+        stages: { summary: stat('summary'), vote: stat('vote') },
+      });
+      last = { lr: rep.lr, step: rep.step, skipped: rep.skipped, reason: rep.reason };
+    }
+  } finally {
+    gpu.releaseBuffer(norms);
+  }
+  const first = epochs[0]!;
+  return { loss: first.loss, kl: first.kl, gradNorm: first.gradNorm, lr: last.lr, step: last.step, skipped: last.skipped, reason: last.reason, stages: first.stages, epochs, passes };
+}
