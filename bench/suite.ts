@@ -4,7 +4,7 @@
 // Browser-safe: no node: imports.
 import type { Gpu } from '../src/gpu/index.ts';
 import { isCpuAdapter } from '../src/ops/index.ts';
-import { MODELS, benchModel, type Format } from './e2e.ts';
+import { MODELS, benchModel, type Format, type ModelBenchOptions } from './e2e.ts';
 import { applyRoofline, formatTable, type BenchRecord, type BenchReport } from './measure.ts';
 import { OP_NAMES, OP_SHAPES, benchOps, type OpName } from './ops.ts';
 import { ROOFLINE_SIZES, measureRoofline } from './roofline.ts';
@@ -13,19 +13,14 @@ import { ROOFLINE_SIZES, measureRoofline } from './roofline.ts';
 export const PARTS = ['roofline', 'ops', 'e2e', 'round'] as const;
 export type Part = (typeof PARTS)[number];
 
-export interface SuiteOptions {
+/** The model benchmark's shape options, plus what to run and which formats side by side. */
+export interface SuiteOptions extends Pick<ModelBenchOptions, 'layers' | 'prompts' | 'decode' | 'batches' | 'trainLen' | 'loraR'> {
   mode: 'quick' | 'full';
   parts: Part[];
   ops: OpName[];
   models: string[];
   weights: Format[];
-  kv: ('f32' | 'f16')[];
-  layers?: number;
-  prompts: number[];
-  decode: number;
-  batches: number[];
-  trainLen?: number;
-  loraR: number;
+  kv: ModelBenchOptions['kv'][];
 }
 
 /** The flags (CLI `--name value`, URL `?name=value`) and what they default to. */

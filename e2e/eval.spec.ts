@@ -1,5 +1,5 @@
-// The evaluation view end to end on the bundled tiny model (SwiftShader WebGPU in a worker): one
-// round of the small-round preset, then the held-out reports with base, adapter and a third
+// The evaluation view end to end on the bundled tiny model (SwiftShader WebGPU in a worker): two
+// rounds of the small-round preset (both stage losses on the charts), then the held-out reports with base, adapter and a third
 // checkpoint (the tiny demo model again, standing in for a Hub checkpoint) side by side, the
 // reference, per-report scores, and the JSONL export.
 import { expect, test } from '@playwright/test';
@@ -27,6 +27,20 @@ test('evaluates held-out reports: base, adapter and a third column side by side,
   await page.getByRole('button', { name: 'Step' }).click();
   await expect(page.getByTestId('run-status')).toContainText('1 round played', { timeout: TIMEOUT });
   await expect(page.getByTestId('run-status')).toContainText('paused');
+  await page.getByRole('button', { name: 'Step' }).click();
+  await expect(page.getByTestId('run-status')).toContainText('2 rounds played', { timeout: TIMEOUT });
+  await expect(page.getByTestId('run-status')).toContainText('paused');
+
+  // Two updates (roundsPerUpdate 1): both stages' losses and grad-norm shares are on the charts;
+  // the KL (klBeta 0) is "off", not a line at 0.
+  for (const title of ['Loss by stage', 'Grad-norm share by stage']) {
+    const chart = page.getByRole('figure', { name: title });
+    await expect(chart).toHaveAttribute('data-points', '2');
+    await expect(chart).toContainText('summaries');
+    await expect(chart).toContainText('votes');
+    await expect(chart.locator('path.recharts-line-curve')).toHaveCount(2); // a drawn line per stage
+  }
+  await expect(page.getByRole('figure', { name: 'KL to the base model' })).toHaveAttribute('data-off', 'true');
 
   await view.getByLabel('Third column').selectOption('demo');
   await view.getByRole('button', { name: 'Evaluate held-out reports' }).click();
@@ -40,7 +54,7 @@ test('evaluates held-out reports: base, adapter and a third column side by side,
   await expect(gao.locator('[data-system="adapter"] .eval-scores')).toHaveText(/^R-1 \d+\.\d · R-2 \d+\.\d · R-L \d+\.\d · [1-8] tokens/);
   await expect(gao.getByRole('region', { name: 'Reference summary' })).toContainText('GAO');
   await expect(view.getByRole('table', { name: 'Mean scores' })).toContainText('ROUGE-L F1');
-  await expect(view.getByTestId('eval-meta')).toContainText('After round 1: 2 held-out reports, read up to 64 tokens, summaries of at most 8 tokens');
+  await expect(view.getByTestId('eval-meta')).toContainText('After round 2: 2 held-out reports, read up to 64 tokens, summaries of at most 8 tokens');
   await page.screenshot({ path: info.outputPath('evaluation.png'), fullPage: true });
 
   const [download] = await Promise.all([page.waitForEvent('download'), view.getByRole('button', { name: 'Export JSONL' }).click()]);

@@ -1,9 +1,8 @@
 // The worker's engine and the UI store without a Worker or a browser: the engine is called with
 // plain objects (the real tiny model on Dawn, a scripted trainer), the store drives it directly.
 import { describe, expect, it } from 'vitest';
+import { DEMO_URL, tinyDemoFetch } from '../helpers/tinyDemoFetch.ts';
 import { unzipSync } from 'fflate';
-import { makeTinyCheckpoint } from '../../src/model/tinyModel.ts';
-import { qwen3TokenizerFiles } from '../../src/model/tinyModel.node.ts';
 import { initLora, loraConfig, writeAdapter } from '../../src/model/peft.ts';
 import { validateConfig } from '../../src/game/config.ts';
 import type { RoundRecord } from '../../src/game/round.ts';
@@ -16,19 +15,9 @@ import { createAppStore } from '../../src/store/store.ts';
 import type { EngineApi } from '../../src/worker/client.ts';
 import type { LoadProgress } from '../../src/worker/protocol.ts';
 
-const DEMO_URL = 'http://demo.invalid/tiny-demo/';
 const config = validateConfig({ groupSize: 3, docTokenBudget: 96, summaryMaxTokens: 12, roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 1, lora: { r: 2, alpha: 4 } });
 const docs = { train: [{ id: 'a', report: 'The agency audited its programs. It found gaps.' }], evalDocs: [] };
 
-async function tinyFetch(): Promise<typeof fetch> {
-  const { files } = makeTinyCheckpoint({ ...(await qwen3TokenizerFiles()), layers: 2, hidden: 64, heads: 4, kvHeads: 2, headDim: 16, intermediate: 128, tied: true });
-  const manifest = JSON.stringify({ name: 'tiny-test', files: [...files.keys()] });
-  return (async (input: RequestInfo | URL) => {
-    const name = String(input).slice(DEMO_URL.length);
-    const body = name === 'manifest.json' ? manifest : files.get(name);
-    return body === undefined ? new Response('missing', { status: 404 }) : new Response(body as BodyInit);
-  }) as typeof fetch;
-}
 
 /** A scripted trainer: the events and files of SpyRLTrainer, without the GPU work. */
 function scriptedTrainer(created: TrainerCreateOptions[]) {
@@ -67,7 +56,7 @@ function scriptedTrainer(created: TrainerCreateOptions[]) {
 async function makeEngine() {
   const created: TrainerCreateOptions[] = [];
   const storage = memoryRunStorage();
-  const engine = new PlaygroundEngine({ demoUrl: () => DEMO_URL, fetch: await tinyFetch(), createTrainer: scriptedTrainer(created), storage, hubCache: () => memoryHubCache() });
+  const engine = new PlaygroundEngine({ demoUrl: () => DEMO_URL, fetch: await tinyDemoFetch({ layers: 2, hidden: 64, heads: 4, kvHeads: 2, headDim: 16, intermediate: 128 }), createTrainer: scriptedTrainer(created), storage, hubCache: () => memoryHubCache() });
   return { engine, created, storage };
 }
 

@@ -1,10 +1,9 @@
 // The compare view's path without a browser: PlaygroundEngine.evaluate with the real trainer on
 // the tiny model (Dawn), driven through the store's eval slice, and the JSONL export.
 import { describe, expect, it } from 'vitest';
+import { DEMO_URL, tinyDemoFetch } from '../helpers/tinyDemoFetch.ts';
 import { validateConfig } from '../../src/game/config.ts';
 import { loadGovReportNode } from '../../src/game/govreport.node.ts';
-import { makeTinyCheckpoint } from '../../src/model/tinyModel.ts';
-import { qwen3TokenizerFiles } from '../../src/model/tinyModel.node.ts';
 import { memoryHubCache } from '../../src/model/sources.ts';
 import { createAppStore } from '../../src/store/store.ts';
 import { SpyRLTrainer } from '../../src/train/spyrl.ts';
@@ -12,21 +11,11 @@ import type { EngineApi } from '../../src/worker/client.ts';
 import { PlaygroundEngine } from '../../src/worker/engine.ts';
 import { memoryRunStorage } from '../../src/worker/runStorage.ts';
 
-const DEMO_URL = 'http://demo.invalid/tiny-demo/';
 
-async function tinyFetch(): Promise<typeof fetch> {
-  const { files } = makeTinyCheckpoint({ ...(await qwen3TokenizerFiles()), layers: 1, hidden: 32, heads: 2, kvHeads: 1, headDim: 16, intermediate: 64, tied: true });
-  const manifest = JSON.stringify({ name: 'tiny-test', files: [...files.keys()] });
-  return (async (input: RequestInfo | URL) => {
-    const name = String(input).slice(DEMO_URL.length);
-    const body = name === 'manifest.json' ? manifest : files.get(name);
-    return body === undefined ? new Response('missing', { status: 404 }) : new Response(body as BodyInit);
-  }) as typeof fetch;
-}
 
 describe('PlaygroundEngine.evaluate', () => {
   it('compares base, adapter and a third checkpoint on the held-out reports; the store keeps and exports the report', async () => {
-    const engine = new PlaygroundEngine({ demoUrl: () => DEMO_URL, fetch: await tinyFetch(), createTrainer: (o) => SpyRLTrainer.create(o), storage: memoryRunStorage(), hubCache: () => memoryHubCache() });
+    const engine = new PlaygroundEngine({ demoUrl: () => DEMO_URL, fetch: await tinyDemoFetch({ layers: 1, hidden: 32, heads: 2, kvHeads: 1, headDim: 16, intermediate: 64 }), createTrainer: (o) => SpyRLTrainer.create(o), storage: memoryRunStorage(), hubCache: () => memoryHubCache() });
     const saved: { name: string; text: string }[] = [];
     const store = createAppStore({
       engine: engine as unknown as EngineApi,
