@@ -3,13 +3,13 @@
 // the same architecture (--compare-model), scored with ROUGE-1/2/L (rouge_score's tokenisation,
 // Porter stemming unless the config turns evalStemmer off) and length. No held-out split, no
 // evaluation: training documents are never scored instead.
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile, stat, writeFile } from 'node:fs/promises';
 import { ModelLoadError } from '../model/errors.ts';
 import type { SpyRLConfig } from '../game/config.ts';
 import type { SpyDocument } from '../game/documents.ts';
 import { architectureMismatch, coverageNote, evalReportJsonl, evaluateHeldOut, type EvalProgress, type EvalReport, type EvalSystem, type MeanScores, type SummaryScores } from '../train/evaluate.ts';
 import { ENGINE_FLAGS, engineOptions, int, parse, str, UsageError } from './args.ts';
-import { openModel, requireDir } from './open.ts';
+import { openModel, openModelOrRepo, parseHubSpec, requireDir } from './open.ts';
 
 async function readEvalConfig(file: string | undefined, heldOut: number | undefined): Promise<SpyRLConfig> {
   const { validateConfig } = await import('../game/config.ts');
@@ -80,7 +80,8 @@ export async function evalCmd(args: string[], out: NodeJS.WritableStream): Promi
   const dir = str(f, 'model', true)!;
   const adapterDir = str(f, 'adapter');
   const compareDir = str(f, 'compare-model');
-  if (compareDir) await requireDir(compareDir, 'compare model folder');
+  // A folder, or a Hub repo owner/name[@revision] (e.g. SpyRL/SpyRL-Qwen3-4B-Summarization) when no such folder exists.
+  if (compareDir && !(await stat(compareDir).catch(() => null)) && !(await parseHubSpec(compareDir))) await requireDir(compareDir, 'compare model folder (or Hub repo owner/name[@revision])');
   const config = await readEvalConfig(str(f, 'config'), str(f, 'held-out') === undefined ? undefined : int(f, 'held-out', 6, 0));
   const docs = await heldOutDocs(str(f, 'docs'), config.evalHeldOut);
   const { GpuPolicy } = await import('../train/policy.ts');
@@ -107,7 +108,7 @@ export async function evalCmd(args: string[], out: NodeJS.WritableStream): Promi
     if (adapterDir) systems.push({ key: 'adapter', label: `adapter ${adapterDir}`, generate });
     report = await evaluateHeldOut({ docs, tokenizer, config, systems, onProgress: progress });
     if (compareDir) {
-      const other = await openModel(compareDir, undefined, engine);
+      const other = await openModelOrRepo(compareDir, engine);
       try {
         const mismatch = architectureMismatch(cfg, other.cfg);
         if (mismatch) throw new ModelLoadError(`${compareDir}/config.json`, `--compare-model must have the architecture of --model; it differs in ${mismatch}`);

@@ -24,7 +24,7 @@ Usage:
             --max-grad-norm 1 --weight-decay 0 --seed 0 --resume DIR --gpu-memory GIB --force]
   spyrl train --model DIR --docs FILE|bundled --rounds N --out DIR [--config FILE.json] [--seed S] [--resume DIR] [--gpu-memory GIB] [--force]
               [--report-memory]   (ends with {"peakBytes":..,"plannedBytes":..}: measured vs planned GPU memory)
-  spyrl eval --model DIR [--adapter DIR] [--compare-model DIR] [--docs FILE|bundled] [--config FILE.json]
+  spyrl eval --model DIR [--adapter DIR] [--compare-model DIR|OWNER/NAME[@REV]] [--docs FILE|bundled] [--config FILE.json]
              [--held-out N] [--out FILE.jsonl]   ROUGE-1/2/L (stemmed) of greedy summaries of the held-out reports
   spyrl memory (--model DIR | --config config.json | --preset Qwen/Qwen3-4B-Instruct-2507) [--weights bf16|q4 --kv f32|f16
                --players 4 --doc-tokens 2048 --summary-tokens 256 --reason-tokens 0 --lora-r 16 --lora-targets q_proj,...

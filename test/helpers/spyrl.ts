@@ -15,8 +15,13 @@ function clean(stderr: string): string {
 }
 
 export async function spyrl(...args: string[]): Promise<SpyrlResult> {
+  return spyrlWith({}, ...args);
+}
+
+/** As spyrl, with extra environment variables. */
+export async function spyrlWith(opts: { env?: Record<string, string> }, ...args: string[]): Promise<SpyrlResult> {
   try {
-    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], { maxBuffer: 64 << 20 });
+    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], { maxBuffer: 64 << 20, env: { ...process.env, ...opts.env } });
     return { code: 0, stdout, stderr: clean(stderr) };
   } catch (e) {
     const err = e as { code: number; stdout: string; stderr: string };
