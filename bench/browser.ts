@@ -43,7 +43,10 @@ function flagValues(params: URLSearchParams): Record<string, string | boolean> {
 
 async function fetchBytes(path: string): Promise<Uint8Array> {
   const res = await fetch(new URL(`/${path}`, location.href));
-  if (!res.ok) throw new Error(`peer: fetching /${path} failed (${res.status}); the peer needs the dev server (npm start), or pass peer=0`);
+  if (!res.ok)
+    throw new Error(
+      `peer: fetching /${path} failed (${res.status}); the peer needs the dev server (npm start), or pass peer=0`,
+    );
   return new Uint8Array(await res.arrayBuffer());
 }
 
@@ -54,7 +57,10 @@ async function loadOrt(): Promise<Ort> {
     import('onnxruntime-web/ort-wasm-simd-threaded.asyncify.mjs?url'),
     import('onnxruntime-web/ort-wasm-simd-threaded.asyncify.wasm?url'),
   ]);
-  ort.env.wasm.wasmPaths = { mjs: new URL(mjs.default, location.href).href, wasm: new URL(wasm.default, location.href).href };
+  ort.env.wasm.wasmPaths = {
+    mjs: new URL(mjs.default, location.href).href,
+    wasm: new URL(wasm.default, location.href).href,
+  };
   ort.env.wasm.numThreads = 1;
   return ort as unknown as Ort;
 }
@@ -63,7 +69,9 @@ async function runPeer(gpu: Gpu, report: BenchReport, params: URLSearchParams): 
   const cpu = isCpuAdapter(gpu);
   const prompt = Number(params.get('peer-prompt') ?? (cpu ? 32 : 128));
   const steps = Number(params.get('peer-steps') ?? (cpu ? 8 : 32));
-  log(`## peer: onnxruntime-web (WebGPU EP) on ${PEER_FILES.checkpoint} (exported by scripts/export_onnx.py), prompt ${prompt}, ${steps} decode steps`);
+  log(
+    `## peer: onnxruntime-web (WebGPU EP) on ${PEER_FILES.checkpoint} (exported by scripts/export_onnx.py), prompt ${prompt}, ${steps} decode steps`,
+  );
   const files = new Map<string, Uint8Array | string>();
   for (const f of ['config.json', 'model.safetensors']) files.set(f, await fetchBytes(`${PEER_FILES.checkpoint}/${f}`));
   const { model, cfg } = await loadQwen3(gpu, memorySource('peer', files));
@@ -74,21 +82,34 @@ async function runPeer(gpu: Gpu, report: BenchReport, params: URLSearchParams): 
   const onnx = await fetchBytes(PEER_FILES.onnx);
   // ORT's full graph optimization may fail on some graphs with the WebGPU EP ("transformer_memcpy ...
   // node_provider_type.empty()"): then the next level down, said in the log and the report.
-  const levels = (params.get('peer-opt') ?? 'all,extended,basic').split(',') as ('all' | 'extended' | 'basic' | 'disabled')[];
+  const levels = (params.get('peer-opt') ?? 'all,extended,basic').split(',') as (
+    'all' | 'extended' | 'basic' | 'disabled'
+  )[];
   let session: OrtModule.InferenceSession | null = null;
   for (const graphOptimizationLevel of levels) {
     try {
-      session = await ort.InferenceSession.create(onnx, { executionProviders: ['webgpu'], preferredOutputLocation, graphOptimizationLevel });
+      session = await ort.InferenceSession.create(onnx, {
+        executionProviders: ['webgpu'],
+        preferredOutputLocation,
+        graphOptimizationLevel,
+      });
       log(`   onnxruntime-web session: WebGPU EP, graphOptimizationLevel '${graphOptimizationLevel}'`);
       report.peerSession = `onnxruntime-web ${ort.env.versions.web ?? ''} webgpu, graphOptimizationLevel ${graphOptimizationLevel}, KV cache on ${cacheOn}`;
       break;
     } catch (e) {
-      log(`   onnxruntime-web session with graphOptimizationLevel '${graphOptimizationLevel}' failed: ${(e as Error).message.slice(0, 200)}`);
+      log(
+        `   onnxruntime-web session with graphOptimizationLevel '${graphOptimizationLevel}' failed: ${(e as Error).message.slice(0, 200)}`,
+      );
     }
   }
   if (!session) throw new Error(`peer: no onnxruntime-web WebGPU session could be made (levels ${levels.join(', ')})`);
   try {
-    const { records, ratios, logitsRelDiff } = await benchPeer(gpu, ort, session, model, { prompt, steps, reps: cpu ? 2 : 5, ep: 'webgpu' });
+    const { records, ratios, logitsRelDiff } = await benchPeer(gpu, ort, session, model, {
+      prompt,
+      steps,
+      reps: cpu ? 2 : 5,
+      ep: 'webgpu',
+    });
     log(`   logits, ours vs onnxruntime-web: max|diff| / max|logit| = ${logitsRelDiff.toExponential(2)}`);
     report.records.push(...records);
     report.ratios = ratios;
@@ -107,10 +128,15 @@ async function run(): Promise<void> {
   try {
     gpu = await createGpu();
     const opts = suiteOptions(flagValues(params), isCpuAdapter(gpu));
-    if (opts.parts.includes('round')) log('# parts=round runs in Node only (npm run bench -- --parts round): skipped here');
+    if (opts.parts.includes('round'))
+      log('# parts=round runs in Node only (npm run bench -- --parts round): skipped here');
     const report = await runSuite(gpu, opts, navigator.userAgent, log);
     if (params.get('peer') !== '0') await runPeer(gpu, report, params);
-    const table = reportTable(report) + (report.ratios ? `\n\npeer (ratio = ours / onnxruntime-web, > 1: ours faster)\n${formatRatios(report.ratios)}` : '');
+    const table =
+      reportTable(report) +
+      (report.ratios
+        ? `\n\npeer (ratio = ours / onnxruntime-web, > 1: ours faster)\n${formatRatios(report.ratios)}`
+        : '');
     log(`\n${table}`);
     window.spyrlBench = { done: true, report, table };
   } catch (e) {
@@ -127,7 +153,9 @@ const startButton = document.getElementById('start') as HTMLButtonElement;
 const auto = document.getElementById('auto') as HTMLInputElement;
 startButton.addEventListener('click', () => {
   startButton.disabled = true;
-  void run().finally(() => { startButton.disabled = false; });
+  void run().finally(() => {
+    startButton.disabled = false;
+  });
 });
 auto.checked = new URLSearchParams(location.search).has('run');
 if (auto.checked) startButton.click();

@@ -13,8 +13,20 @@ import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 import { makeRecord, type BenchRecord, type Roofline } from './measure.ts';
 
 export const TINY: Qwen3Config = {
-  hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 16, intermediateSize: 128, vocabSize: 151936,
-  ropeTheta: 1e6, rmsNormEps: 1e-6, tieWordEmbeddings: true, maxPositionEmbeddings: 40960, torchDtype: 'bfloat16', bosTokenId: null, eosTokenIds: [151645],
+  hiddenSize: 64,
+  numLayers: 2,
+  numHeads: 4,
+  numKvHeads: 2,
+  headDim: 16,
+  intermediateSize: 128,
+  vocabSize: 151936,
+  ropeTheta: 1e6,
+  rmsNormEps: 1e-6,
+  tieWordEmbeddings: true,
+  maxPositionEmbeddings: 40960,
+  torchDtype: 'bfloat16',
+  bosTokenId: null,
+  eosTokenIds: [151645],
 };
 
 export const MODELS: Record<string, Qwen3Config> = {
@@ -28,7 +40,15 @@ export const MODELS: Record<string, Qwen3Config> = {
 export type Format = 'bf16' | 'q4';
 
 export function matmulParams(c: Qwen3Config): number {
-  const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, numLayers: L, vocabSize: V } = c;
+  const {
+    hiddenSize: C,
+    numHeads: NH,
+    numKvHeads: NKV,
+    headDim: HD,
+    intermediateSize: I,
+    numLayers: L,
+    vocabSize: V,
+  } = c;
   return L * (C * NH * HD * 2 + C * NKV * HD * 2 + 3 * C * I) + V * C;
 }
 
@@ -51,7 +71,11 @@ const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
  * Random weights straight onto the GPU: one random bf16 block, written repeatedly (values ~N(0, 0.02)).
  * q4: the block quantized once (src/model/q4.ts); a tensor repeats its nibble words, then its scale words.
  */
-export function randomWeights(gpu: Gpu, c: Qwen3Config, format: Format): { weights: Qwen3Weights; buffers: GPUBuffer[] } {
+export function randomWeights(
+  gpu: Gpu,
+  c: Qwen3Config,
+  format: Format,
+): { weights: Qwen3Weights; buffers: GPUBuffer[] } {
   const block = new Uint16Array(1 << 21);
   let s = 12345;
   for (let i = 0; i < block.length; i++) {
@@ -73,11 +97,14 @@ export function randomWeights(gpu: Gpu, c: Qwen3Config, format: Format): { weigh
   };
   const packed = format === 'q4' ? quantizeQ4(block, 1, block.length, 'bench block') : null;
   const fillWords = (buf: GPUBuffer, at: number, words: number, src: Uint32Array) => {
-    for (let off = 0; off < words; off += src.length) gpu.write(buf, src.subarray(0, Math.min(src.length, words - off)), (at + off) * 4);
+    for (let off = 0; off < words; off += src.length)
+      gpu.write(buf, src.subarray(0, Math.min(src.length, words - off)), (at + off) * 4);
   };
   const linear = (N: number, Kd: number, label: string): K.Weight => {
     if (!packed) return make(N * Kd, label);
-    const n = N * Kd, nib = n / 8, scales = Math.ceil(n / 64);
+    const n = N * Kd,
+      nib = n / 8,
+      scales = Math.ceil(n / 64);
     const buf = gpu.createBuffer(K.q4Words(N, Kd) * 4, label);
     fillWords(buf, 0, nib, packed.subarray(0, block.length / 8));
     fillWords(buf, nib, scales, packed.subarray(block.length / 8));
@@ -87,10 +114,17 @@ export function randomWeights(gpu: Gpu, c: Qwen3Config, format: Format): { weigh
   const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V } = c;
   const embed = linear(V, C, 'embed');
   const layers = Array.from({ length: c.numLayers }, (_, l) => ({
-    inputNorm: make(C, `l${l}.ln1`, ones), qProj: linear(NH * HD, C, `l${l}.q`), kProj: linear(NKV * HD, C, `l${l}.k`),
-    vProj: linear(NKV * HD, C, `l${l}.v`), qNorm: make(HD, `l${l}.qn`, ones), kNorm: make(HD, `l${l}.kn`, ones),
-    oProj: linear(C, NH * HD, `l${l}.o`), postNorm: make(C, `l${l}.ln2`, ones), gateProj: linear(I, C, `l${l}.gate`),
-    upProj: linear(I, C, `l${l}.up`), downProj: linear(C, I, `l${l}.down`),
+    inputNorm: make(C, `l${l}.ln1`, ones),
+    qProj: linear(NH * HD, C, `l${l}.q`),
+    kProj: linear(NKV * HD, C, `l${l}.k`),
+    vProj: linear(NKV * HD, C, `l${l}.v`),
+    qNorm: make(HD, `l${l}.qn`, ones),
+    kNorm: make(HD, `l${l}.kn`, ones),
+    oProj: linear(C, NH * HD, `l${l}.o`),
+    postNorm: make(C, `l${l}.ln2`, ones),
+    gateProj: linear(I, C, `l${l}.gate`),
+    upProj: linear(I, C, `l${l}.up`),
+    downProj: linear(C, I, `l${l}.down`),
   }));
   const norm = make(C, 'norm', ones);
   const lmHead = c.tieWordEmbeddings ? embed : linear(V, C, 'lm_head');
@@ -104,7 +138,10 @@ async function timeIt(gpu: Gpu, fn: () => GPUBuffer | void, reps: number): Promi
   const t0 = performance.now();
   for (let i = 0; i < reps; i++) {
     const b = fn();
-    if (b) { await gpu.sync(); gpu.releaseBuffer(b); }
+    if (b) {
+      await gpu.sync();
+      gpu.releaseBuffer(b);
+    }
   }
   await gpu.sync();
   return (performance.now() - t0) / reps / 1000;
@@ -126,15 +163,22 @@ export interface ModelBenchOptions {
 }
 
 /** Prefill, decode at each batch size, and one LoRA training step of model `name` (MODELS). */
-export async function benchModel(gpu: Gpu, name: string, full: Qwen3Config, o: ModelBenchOptions): Promise<BenchRecord[]> {
+export async function benchModel(
+  gpu: Gpu,
+  name: string,
+  full: Qwen3Config,
+  o: ModelBenchOptions,
+): Promise<BenchRecord[]> {
   const log = o.log ?? (() => {});
   const slow = K.isCpuAdapter(gpu);
   const L = o.layers ?? (slow && name !== 'tiny' ? 1 : full.numLayers);
   const c: Qwen3Config = { ...full, numLayers: L };
   const { prompts, decode: D, batches, format } = o;
   const layersNote = L === full.numLayers ? `${L} layers` : `${L} of ${full.numLayers} layers`;
-  log(`## ${name}: ${layersNote}, C=${c.hiddenSize} NH=${c.numHeads} NKV=${c.numKvHeads} HD=${c.headDim} I=${c.intermediateSize} V=${c.vocabSize}; ` +
-    `${format} weights ${gib(modelWeightBytes(c, format))}, ${o.kv} KV cache`);
+  log(
+    `## ${name}: ${layersNote}, C=${c.hiddenSize} NH=${c.numHeads} NKV=${c.numKvHeads} HD=${c.headDim} I=${c.intermediateSize} V=${c.vocabSize}; ` +
+      `${format} weights ${gib(modelWeightBytes(c, format))}, ${o.kv} KV cache`,
+  );
   gpu.memory.resetPeak();
   const { weights, buffers } = randomWeights(gpu, c, format);
   await gpu.sync();
@@ -146,7 +190,9 @@ export async function benchModel(gpu: Gpu, name: string, full: Qwen3Config, o: M
   const tag = `${name} ${format} kv=${o.kv}`;
   const shape = `${tag} L=${L}`;
   const report = (what: string, seconds: number, reps: number, tokens: number, flops: number, bytes: number) => {
-    records.push(makeRecord({ group: 'e2e', name: `${name} ${what}`, shape, flops, bytes, seconds, reps, tokens }, o.roofline));
+    records.push(
+      makeRecord({ group: 'e2e', name: `${name} ${what}`, shape, flops, bytes, seconds, reps, tokens }, o.roofline),
+    );
   };
   // Prefill: P tokens of one sequence, logits of the last one only; then decode at context P.
   const benchContext = async (P: number) => {
@@ -155,12 +201,23 @@ export async function benchModel(gpu: Gpu, name: string, full: Qwen3Config, o: M
       const pos = Array.from({ length: P }, (_, i) => i);
       const ids = pos.map((i) => (i * 7919) % c.vocabSize);
       const preReps = slow ? 1 : 3;
-      const tPre = await timeIt(gpu, () => model.forward({ ids, slots: pos.map(() => 0), positions: pos, logitRows: [P - 1] }, cache), preReps);
+      const tPre = await timeIt(
+        gpu,
+        () => model.forward({ ids, slots: pos.map(() => 0), positions: pos, logitRows: [P - 1] }, cache),
+        preReps,
+      );
       let preFlops = 0;
       for (let t = 0; t < P; t++) preFlops += tokenFlops(c, t + 1, false);
       preFlops += 2 * c.vocabSize * c.hiddenSize;
       const chunks = Math.ceil(P / model.chunk);
-      report(`prefill ${P} (LoRA r=${o.loraR})`, tPre, preReps, P, preFlops, wBytes * chunks + P * c.numLayers * 2 * c.numKvHeads * c.headDim * kvElem);
+      report(
+        `prefill ${P} (LoRA r=${o.loraR})`,
+        tPre,
+        preReps,
+        P,
+        preFlops,
+        wBytes * chunks + P * c.numLayers * 2 * c.numKvHeads * c.headDim * kvElem,
+      );
 
       // Decode: B sequences one token each at context P (weights read once per step for all B). The
       // other slots borrow slot 0's prompt pages (no copy) and prefill only a partial last page.
@@ -168,21 +225,40 @@ export async function benchModel(gpu: Gpu, name: string, full: Qwen3Config, o: M
         const shared = cache.share(b, 0, P);
         if (shared < P) {
           const tail = pos.slice(shared);
-          gpu.releaseBuffer(model.forward({ ids: tail.map((i) => ids[i]), slots: tail.map(() => b), positions: tail, logitRows: [] }, cache));
+          gpu.releaseBuffer(
+            model.forward(
+              { ids: tail.map((i) => ids[i]), slots: tail.map(() => b), positions: tail, logitRows: [] },
+              cache,
+            ),
+          );
         }
       }
       for (const B of batches) {
         const slots = Array.from({ length: B }, (_, b) => b);
         const sampled = gpu.createBuffer(B * 4, 'ids');
         const reps = slow ? 2 : D;
-        const tDec = await timeIt(gpu, () => {
-          const logits = model.forward({ ids: slots.map((b) => b + 1), slots, positions: slots.map(() => P), logitRows: slots }, cache);
-          K.sample(gpu, sampled, logits, B, c.vocabSize, { temperature: 0.7, topK: 20, topP: 0.8 }, 0, 0);
-          return logits;
-        }, reps);
+        const tDec = await timeIt(
+          gpu,
+          () => {
+            const logits = model.forward(
+              { ids: slots.map((b) => b + 1), slots, positions: slots.map(() => P), logitRows: slots },
+              cache,
+            );
+            K.sample(gpu, sampled, logits, B, c.vocabSize, { temperature: 0.7, topK: 20, topP: 0.8 }, 0, 0);
+            return logits;
+          },
+          reps,
+        );
         gpu.releaseBuffer(sampled);
         const kvBytes = B * c.numLayers * 2 * (P + 1) * c.numKvHeads * c.headDim * kvElem;
-        report(`decode B=${B} @ctx ${P} (LoRA)`, tDec, reps, B, B * tokenFlops(c, P + 1, true), wBytes + kvBytes + B * c.vocabSize * 4 * 2);
+        report(
+          `decode B=${B} @ctx ${P} (LoRA)`,
+          tDec,
+          reps,
+          B,
+          B * tokenFlops(c, P + 1, true),
+          wBytes + kvBytes + B * c.vocabSize * 4 * 2,
+        );
       }
     } finally {
       cache.destroy();
@@ -219,7 +295,9 @@ export async function benchModel(gpu: Gpu, name: string, full: Qwen3Config, o: M
     const loraFlops = 6 * TT * adapter.numParams; // forward, recompute, backward (dA, dB, dx): ~6 flops per param per token
     const trainBytes = wBytes * 3 + 4 * (c.numLayers + 2) * TT * c.hiddenSize * 2;
     report(`LoRA step ${TT} tok r=${lcfg.r}`, tTrain, reps, TT, trainFlops + loraFlops, trainBytes);
-    log(`   peak GPU memory held ${gib(gpu.memory.peakBytes)} (weights ${gib(wBytes)}, the rest: KV cache, activations, LoRA state, pool)`);
+    log(
+      `   peak GPU memory held ${gib(gpu.memory.peakBytes)} (weights ${gib(wBytes)}, the rest: KV cache, activations, LoRA state, pool)`,
+    );
   } finally {
     model.lora = null;
     adapter.destroy();

@@ -57,7 +57,17 @@ export interface BenchReport {
 
 /** A record from what was measured; the rates and fractions are computed here and only here. */
 export function makeRecord(
-  m: { group: Group; name: string; shape: string; flops: number; bytes: number; seconds: number; reps: number; tokens?: number; note?: string },
+  m: {
+    group: Group;
+    name: string;
+    shape: string;
+    flops: number;
+    bytes: number;
+    seconds: number;
+    reps: number;
+    tokens?: number;
+    note?: string;
+  },
   roof?: Roofline,
 ): BenchRecord {
   if (!(m.seconds > 0)) throw new RangeError(`${m.name}: time ${m.seconds} s is not positive`);
@@ -89,7 +99,12 @@ export interface TimeOptions {
  * encoded back to back and one wait for the GPU. `after` runs once per call after the wait
  * (releasing what the call returned).
  */
-export async function timeCalls<T>(gpu: Gpu, encode: () => T | Promise<T>, opts: TimeOptions, after?: (x: T) => void): Promise<{ seconds: number; reps: number }> {
+export async function timeCalls<T>(
+  gpu: Gpu,
+  encode: () => T | Promise<T>,
+  opts: TimeOptions,
+  after?: (x: T) => void,
+): Promise<{ seconds: number; reps: number }> {
   const once = async (): Promise<number> => {
     const t0 = performance.now();
     const x = await encode();
@@ -112,12 +127,18 @@ export async function timeCalls<T>(gpu: Gpu, encode: () => T | Promise<T>, opts:
 
 // ---- output ---------------------------------------------------------------------------------------
 
-const num = (x: number, d = 1) => (!Number.isFinite(x) ? '-' : Math.abs(x) >= 100 ? x.toFixed(0) : Math.abs(x) >= 1 ? x.toFixed(d) : x.toPrecision(2));
+const num = (x: number, d = 1) =>
+  !Number.isFinite(x) ? '-' : Math.abs(x) >= 100 ? x.toFixed(0) : Math.abs(x) >= 1 ? x.toFixed(d) : x.toPrecision(2);
 const pct = (x: number | undefined) => (x === undefined ? '' : `${(100 * x).toFixed(x < 0.01 ? 2 : 1)}%`);
 
 /** Engineering-style count: 1.2 G, 340 M, 5.1 k. */
 export function si(x: number): string {
-  const units: [number, string][] = [[1e12, 'T'], [1e9, 'G'], [1e6, 'M'], [1e3, 'k']];
+  const units: [number, string][] = [
+    [1e12, 'T'],
+    [1e9, 'G'],
+    [1e6, 'M'],
+    [1e3, 'k'],
+  ];
   if (x === 0) return '0 ';
   for (const [v, u] of units) if (Math.abs(x) >= v) return `${num(x / v)} ${u}`;
   return `${num(x)} `;
@@ -125,18 +146,49 @@ export function si(x: number): string {
 
 /** A fixed-width table of the records (one line each), with a header. */
 export function formatTable(records: readonly BenchRecord[]): string {
-  const head = ['group', 'name', 'shape', 'FLOP/call', 'bytes/call', 'ms/call', 'reps', 'GFLOP/s', 'GB/s', 'tok/s', '%copy', '%fma', '%roof'];
+  const head = [
+    'group',
+    'name',
+    'shape',
+    'FLOP/call',
+    'bytes/call',
+    'ms/call',
+    'reps',
+    'GFLOP/s',
+    'GB/s',
+    'tok/s',
+    '%copy',
+    '%fma',
+    '%roof',
+  ];
   const rows = records.map((r) => [
-    r.group, r.name, r.shape, si(r.flops), `${si(r.bytes)}B`, num(r.seconds * 1000, 2), String(r.reps), num(r.gflops), num(r.gbs),
-    r.tokPerS === undefined ? '' : num(r.tokPerS), pct(r.ofCopy), pct(r.ofFma), pct(r.ofRoof),
+    r.group,
+    r.name,
+    r.shape,
+    si(r.flops),
+    `${si(r.bytes)}B`,
+    num(r.seconds * 1000, 2),
+    String(r.reps),
+    num(r.gflops),
+    num(r.gbs),
+    r.tokPerS === undefined ? '' : num(r.tokPerS),
+    pct(r.ofCopy),
+    pct(r.ofFma),
+    pct(r.ofRoof),
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i].length)));
   const left = new Set([0, 1, 2]);
-  const line = (cells: string[]) => cells.map((c, i) => (left.has(i) ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
+  const line = (cells: string[]) =>
+    cells.map((c, i) => (left.has(i) ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
   return [line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
 }
 
 /** The peer ratios as lines: "decode tok/s  ours 12.3  onnxruntime-web 10.1  ratio 1.22x". */
 export function formatRatios(ratios: NonNullable<BenchReport['ratios']>): string {
-  return ratios.map((r) => `${r.name.padEnd(28)} ours ${num(r.ours).padStart(8)}  peer ${num(r.peer).padStart(8)} ${r.unit}  ratio ${r.ratio.toFixed(2)}x`).join('\n');
+  return ratios
+    .map(
+      (r) =>
+        `${r.name.padEnd(28)} ours ${num(r.ours).padStart(8)}  peer ${num(r.peer).padStart(8)} ${r.unit}  ratio ${r.ratio.toFixed(2)}x`,
+    )
+    .join('\n');
 }

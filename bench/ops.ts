@@ -38,8 +38,30 @@ const QWEN3_4B = { C: 2560, I: 9728, NH: 32, NKV: 8, HD: 128 };
  * head_dim, with fewer rows and tokens, so the whole default run stays a few minutes.
  */
 export const OP_SHAPES: Record<'quick' | 'full', OpShapes> = {
-  full: { ...QWEN3_4B, gemvN: 9728, gemvK: 2560, gemvB: [1, 4], gemmM: [128, 512], gemmN: 9728, gemmK: 2560, attnT: 512, decodeCtx: 2048, decodeB: [1, 4] },
-  quick: { ...QWEN3_4B, gemvN: 2560, gemvK: 2560, gemvB: [1, 4], gemmM: [32], gemmN: 1024, gemmK: 2560, attnT: 64, decodeCtx: 256, decodeB: [1, 4] },
+  full: {
+    ...QWEN3_4B,
+    gemvN: 9728,
+    gemvK: 2560,
+    gemvB: [1, 4],
+    gemmM: [128, 512],
+    gemmN: 9728,
+    gemmK: 2560,
+    attnT: 512,
+    decodeCtx: 2048,
+    decodeB: [1, 4],
+  },
+  quick: {
+    ...QWEN3_4B,
+    gemvN: 2560,
+    gemvK: 2560,
+    gemvB: [1, 4],
+    gemmM: [32],
+    gemmN: 1024,
+    gemmK: 2560,
+    attnT: 64,
+    decodeCtx: 256,
+    decodeB: [1, 4],
+  },
 };
 
 export const OP_NAMES = ['gemv', 'gemm', 'attention', 'decode-attention'] as const;
@@ -67,14 +89,27 @@ export function attentionCost(T: number, NH: number, NKV: number, HD: number): {
  * Its backward, counted as FlashAttention-2 does: 5 products per pair (S = QK again, dP = dO V,
  * dQ, dK, dV), 2.5x the forward; bytes: q k v out dout lse read, dq dk dv read and written.
  */
-export function attentionBackwardCost(T: number, NH: number, NKV: number, HD: number): { flops: number; bytes: number } {
+export function attentionBackwardCost(
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+): { flops: number; bytes: number } {
   const pairs = (T * (T + 1)) / 2;
-  const q = T * NH * HD, kv = T * NKV * HD;
+  const q = T * NH * HD,
+    kv = T * NKV * HD;
   return { flops: 10 * HD * NH * pairs, bytes: 4 * (3 * q + 2 * kv + T * NH) + 4 * 2 * (q + 2 * kv) };
 }
 
 /** Decode attention: B queries, each over `keys` cached positions of its own sequence. */
-export function decodeAttentionCost(B: number, keys: number, NH: number, NKV: number, HD: number, kvBytes: number): { flops: number; bytes: number } {
+export function decodeAttentionCost(
+  B: number,
+  keys: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+  kvBytes: number,
+): { flops: number; bytes: number } {
   return { flops: 4 * B * keys * NH * HD, bytes: B * keys * 2 * NKV * HD * kvBytes + 4 * 2 * B * NH * HD };
 }
 
@@ -135,7 +170,8 @@ class Buffers {
 
   private fillRange(buf: GPUBuffer, offset: number, bytes: number, block: ArrayBufferView): void {
     const src = new Uint8Array(block.buffer, block.byteOffset, block.byteLength);
-    for (let at = 0; at < bytes; at += src.byteLength) this.gpu.write(buf, src.subarray(0, Math.min(src.byteLength, bytes - at)), offset + at);
+    for (let at = 0; at < bytes; at += src.byteLength)
+      this.gpu.write(buf, src.subarray(0, Math.min(src.byteLength, bytes - at)), offset + at);
   }
 
   releaseAll(): void {
@@ -159,7 +195,14 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
   const records: BenchRecord[] = [];
   const s = o.shapes;
   const timing = { minSeconds: o.minSeconds, maxReps: 100 };
-  const run = async (name: string, shape: string, cost: { flops: number; bytes: number }, encode: () => void, tokens?: number, note?: string) => {
+  const run = async (
+    name: string,
+    shape: string,
+    cost: { flops: number; bytes: number },
+    encode: () => void,
+    tokens?: number,
+    note?: string,
+  ) => {
     const t = await timeCalls(gpu, encode, timing);
     const r = makeRecord({ group: 'op', name, shape, ...cost, ...t, tokens, note }, o.roofline);
     records.push(r);
@@ -170,11 +213,18 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
     if (o.ops.includes('gemv')) {
       const { gemvN: N, gemvK: Kd } = s;
       const maxB = Math.max(...s.gemvB);
-      const x = bufs.f32(maxB * Kd, 'gemv.x'), out = bufs.f32(maxB * N, 'gemv.out');
+      const x = bufs.f32(maxB * Kd, 'gemv.x'),
+        out = bufs.f32(maxB * N, 'gemv.out');
       for (const format of ['bf16', 'q4'] as const) {
         const w = format === 'q4' ? bufs.q4(N, Kd, 'gemv.w') : bufs.bf16(N, Kd, 'gemv.w');
         for (const B of s.gemvB) {
-          await run(`gemv ${format} B=${B}`, `N=${N} K=${Kd}`, matmulCost(B, N, Kd, format), () => K.matmul(gpu, out, x, w, B, N, Kd), B);
+          await run(
+            `gemv ${format} B=${B}`,
+            `N=${N} K=${Kd}`,
+            matmulCost(B, N, Kd, format),
+            () => K.matmul(gpu, out, x, w, B, N, Kd),
+            B,
+          );
         }
       }
     }
@@ -182,23 +232,53 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
       const { gemmN: N, gemmK: Kd } = s;
       const maxM = Math.max(...s.gemmM);
       const w = bufs.bf16(N, Kd, 'gemm.w');
-      const x = bufs.f32(maxM * Kd, 'gemm.x'), out = bufs.f32(maxM * N, 'gemm.out');
+      const x = bufs.f32(maxM * Kd, 'gemm.x'),
+        out = bufs.f32(maxM * N, 'gemm.out');
       for (const M of s.gemmM) {
-        await run(`gemm bf16 M=${M}`, `N=${N} K=${Kd}`, matmulCost(M, N, Kd, 'bf16'), () => K.matmul(gpu, out, x, w, M, N, Kd), M);
+        await run(
+          `gemm bf16 M=${M}`,
+          `N=${N} K=${Kd}`,
+          matmulCost(M, N, Kd, 'bf16'),
+          () => K.matmul(gpu, out, x, w, M, N, Kd),
+          M,
+        );
         // Training's input gradient dx (M, K) += dy (M, N) . W: the same product through the weight's other side.
-        await run(`gemm dx bf16 M=${M}`, `N=${N} K=${Kd}`, matmulCost(M, N, Kd, 'bf16'), () => K.matmulBackwardInput(gpu, x, out, w, M, N, Kd), M);
+        await run(
+          `gemm dx bf16 M=${M}`,
+          `N=${N} K=${Kd}`,
+          matmulCost(M, N, Kd, 'bf16'),
+          () => K.matmulBackwardInput(gpu, x, out, w, M, N, Kd),
+          M,
+        );
       }
     }
     if (o.ops.includes('attention')) {
       const { attnT: T, NH, NKV, HD } = s;
-      const q = bufs.f32(T * NH * HD, 'attn.q'), k = bufs.f32(T * NKV * HD, 'attn.k'), v = bufs.f32(T * NKV * HD, 'attn.v');
-      const out = bufs.f32(T * NH * HD, 'attn.out'), lse = bufs.f32(T * NH, 'attn.lse');
+      const q = bufs.f32(T * NH * HD, 'attn.q'),
+        k = bufs.f32(T * NKV * HD, 'attn.k'),
+        v = bufs.f32(T * NKV * HD, 'attn.v');
+      const out = bufs.f32(T * NH * HD, 'attn.out'),
+        lse = bufs.f32(T * NH, 'attn.lse');
       const shape = `T=${T} NH=${NH} NKV=${NKV} HD=${HD}`;
-      await run('attention fwd (train)', shape, attentionCost(T, NH, NKV, HD), () => K.attentionForwardLse(gpu, out, lse, q, k, v, T, NH, NKV, HD), T);
-      const dq = bufs.f32(T * NH * HD, 'attn.dq'), dk = bufs.f32(T * NKV * HD, 'attn.dk'), dv = bufs.f32(T * NKV * HD, 'attn.dv');
+      await run(
+        'attention fwd (train)',
+        shape,
+        attentionCost(T, NH, NKV, HD),
+        () => K.attentionForwardLse(gpu, out, lse, q, k, v, T, NH, NKV, HD),
+        T,
+      );
+      const dq = bufs.f32(T * NH * HD, 'attn.dq'),
+        dk = bufs.f32(T * NKV * HD, 'attn.dk'),
+        dv = bufs.f32(T * NKV * HD, 'attn.dv');
       const dout = bufs.f32(T * NH * HD, 'attn.dout');
-      await run('attention bwd (train)', shape, attentionBackwardCost(T, NH, NKV, HD), () => K.attentionBackward(gpu, dq, dk, dv, dout, out, lse, q, k, v, T, NH, NKV, HD), T,
-        'FLOPs: 5 products per pair (FA-2 count)');
+      await run(
+        'attention bwd (train)',
+        shape,
+        attentionBackwardCost(T, NH, NKV, HD),
+        () => K.attentionBackward(gpu, dq, dk, dv, dout, out, lse, q, k, v, T, NH, NKV, HD),
+        T,
+        'FLOPs: 5 products per pair (FA-2 count)',
+      );
     }
     if (o.ops.includes('decode-attention')) {
       const { decodeCtx: ctx, NH, NKV, HD } = s;
@@ -207,19 +287,34 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
       const pagesPerSlot = Math.ceil(maxT / KV_PAGE_SIZE);
       const kv: K.KvPaging = { dtype: o.kv, pageSize: KV_PAGE_SIZE, pages: maxB * pagesPerSlot, pagesPerSlot, maxT };
       const poolFloats = K.kvPoolBytes(kv, NKV, HD) / 4;
-      const kCache = bufs.f32(poolFloats, 'dec.k'), vCache = bufs.f32(poolFloats, 'dec.v');
+      const kCache = bufs.f32(poolFloats, 'dec.k'),
+        vCache = bufs.f32(poolFloats, 'dec.v');
       if (o.kv === 'f16') {
         // Pattern words as f16 pairs would include NaN and inf: fill with 0.5 pairs.
         const half = new Uint32Array(1 << 14).fill(0x38003800);
-        for (const b of [kCache, vCache]) for (let at = 0; at < b.size; at += half.byteLength) gpu.write(b, half.subarray(0, Math.min(half.length, (b.size - at) / 4)), at);
+        for (const b of [kCache, vCache])
+          for (let at = 0; at < b.size; at += half.byteLength)
+            gpu.write(b, half.subarray(0, Math.min(half.length, (b.size - at) / 4)), at);
       }
-      const pageTable = bufs.u32(Array.from({ length: maxB * pagesPerSlot }, (_, i) => i), 'dec.pageTable');
-      const slot = bufs.u32(Array.from({ length: maxB }, (_, b) => b), 'dec.slot');
+      const pageTable = bufs.u32(
+        Array.from({ length: maxB * pagesPerSlot }, (_, i) => i),
+        'dec.pageTable',
+      );
+      const slot = bufs.u32(
+        Array.from({ length: maxB }, (_, b) => b),
+        'dec.slot',
+      );
       const pos = bufs.u32(new Array(maxB).fill(ctx), 'dec.pos');
-      const q = bufs.f32(maxB * NH * HD, 'dec.q'), out = bufs.f32(maxB * NH * HD, 'dec.out');
+      const q = bufs.f32(maxB * NH * HD, 'dec.q'),
+        out = bufs.f32(maxB * NH * HD, 'dec.out');
       for (const B of s.decodeB) {
-        await run(`decode attention ${o.kv} B=${B}`, `ctx=${ctx} NH=${NH} NKV=${NKV} HD=${HD}`, decodeAttentionCost(B, ctx + 1, NH, NKV, HD, o.kv === 'f16' ? 2 : 4),
-          () => K.attention(gpu, out, q, kCache, vCache, pageTable, slot, pos, B, NH, NKV, HD, kv), B);
+        await run(
+          `decode attention ${o.kv} B=${B}`,
+          `ctx=${ctx} NH=${NH} NKV=${NKV} HD=${HD}`,
+          decodeAttentionCost(B, ctx + 1, NH, NKV, HD, o.kv === 'f16' ? 2 : 4),
+          () => K.attention(gpu, out, q, kCache, vCache, pageTable, slot, pos, B, NH, NKV, HD, kv),
+          B,
+        );
       }
     }
   } finally {

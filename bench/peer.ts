@@ -37,7 +37,11 @@ export class OrtSequence {
   private past: Record<string, Tensor>;
   private owned: Tensor[] = [];
 
-  constructor(private readonly ort: Ort, private readonly session: Session, private readonly cfg: Qwen3Config) {
+  constructor(
+    private readonly ort: Ort,
+    private readonly session: Session,
+    private readonly cfg: Qwen3Config,
+  ) {
     this.past = this.emptyCache();
   }
 
@@ -45,7 +49,8 @@ export class OrtSequence {
     const { numLayers: L, numKvHeads: NKV, headDim: HD } = this.cfg;
     const past: Record<string, Tensor> = {};
     for (let l = 0; l < L; l++) {
-      for (const kind of ['key', 'value'] as const) past[pastName(kind, l)] = new this.ort.Tensor('float32', new Float32Array(0), [1, NKV, 0, HD]);
+      for (const kind of ['key', 'value'] as const)
+        past[pastName(kind, l)] = new this.ort.Tensor('float32', new Float32Array(0), [1, NKV, 0, HD]);
     }
     return past;
   }
@@ -62,7 +67,8 @@ export class OrtSequence {
       }
     }
     const logits = out.logits;
-    const data = logits.location === 'cpu' ? (logits.data as Float32Array) : ((await logits.getData(true)) as Float32Array);
+    const data =
+      logits.location === 'cpu' ? (logits.data as Float32Array) : ((await logits.getData(true)) as Float32Array);
     return data;
   }
 
@@ -78,7 +84,13 @@ export class OrtSequence {
 }
 
 /** Logits (T, V) of `ids` through ORT: ids[0..split) in one call, then one token per call. */
-export async function ortLogits(ort: Ort, session: Session, cfg: Qwen3Config, ids: readonly number[], split: number): Promise<Float32Array> {
+export async function ortLogits(
+  ort: Ort,
+  session: Session,
+  cfg: Qwen3Config,
+  ids: readonly number[],
+  split: number,
+): Promise<Float32Array> {
   const seq = new OrtSequence(ort, session, cfg);
   try {
     const rows = [await seq.feed(ids.slice(0, split))];
@@ -97,7 +109,10 @@ export async function ourLogits(model: Qwen3Model, ids: readonly number[], split
     const rows: Float32Array[] = [];
     const run = async (from: number, to: number) => {
       const pos = Array.from({ length: to - from }, (_, i) => from + i);
-      const buf = model.forward({ ids: ids.slice(from, to), slots: pos.map(() => 0), positions: pos, logitRows: pos.map((_, i) => i) }, cache);
+      const buf = model.forward(
+        { ids: ids.slice(from, to), slots: pos.map(() => 0), positions: pos, logitRows: pos.map((_, i) => i) },
+        cache,
+      );
       rows.push(await model.gpu.readF32(buf, pos.length * V));
       model.gpu.releaseBuffer(buf);
     };
@@ -122,7 +137,8 @@ function concat(rows: Float32Array[]): Float32Array {
 /** max |a - b| / max |b|. */
 export function maxRelDiff(a: Float32Array, b: Float32Array): number {
   if (a.length !== b.length) throw new RangeError(`logits lengths differ: ${a.length} vs ${b.length}`);
-  let d = 0, m = 0;
+  let d = 0,
+    m = 0;
   for (let i = 0; i < a.length; i++) {
     d = Math.max(d, Math.abs(a[i] - b[i]));
     m = Math.max(m, Math.abs(b[i]));
@@ -154,14 +170,23 @@ export interface PeerBenchOptions {
  * and the CPU takes the argmax, its cache staying on its device.
  */
 export async function benchPeer(
-  gpu: Gpu, ort: Ort, session: Session, model: Qwen3Model, o: PeerBenchOptions,
+  gpu: Gpu,
+  ort: Ort,
+  session: Session,
+  model: Qwen3Model,
+  o: PeerBenchOptions,
 ): Promise<{ records: BenchRecord[]; ratios: NonNullable<BenchReport['ratios']>; logitsRelDiff: number }> {
-  const cfg = model.cfg, V = cfg.vocabSize;
+  const cfg = model.cfg,
+    V = cfg.vocabSize;
   const ids = Array.from({ length: o.prompt }, (_, i) => (i * 7919 + 11) % V);
   const checkIds = ids.slice(0, Math.min(ids.length, 12));
-  const logitsRelDiff = maxRelDiff(await ourLogits(model, checkIds, Math.ceil(checkIds.length / 2)), await ortLogits(ort, session, cfg, checkIds, Math.ceil(checkIds.length / 2)));
+  const logitsRelDiff = maxRelDiff(
+    await ourLogits(model, checkIds, Math.ceil(checkIds.length / 2)),
+    await ortLogits(ort, session, cfg, checkIds, Math.ceil(checkIds.length / 2)),
+  );
 
-  const P = o.prompt, maxT = P + o.steps + 2;
+  const P = o.prompt,
+    maxT = P + o.steps + 2;
   const pos = Array.from({ length: P }, (_, i) => i);
   const records: BenchRecord[] = [];
   const shape = `L=${cfg.numLayers} C=${cfg.hiddenSize} V=${V}`;
@@ -219,12 +244,25 @@ export async function benchPeer(
     for (let i = 0; i < reps; i++) total += await f();
     return total / reps;
   };
-  const prefillOurs = await mean(async () => { const r = await oursPrefill(); r.cache.destroy(); return r.s; }, o.reps);
-  const prefillOrt = await mean(async () => { const r = await ortPrefill(); r.seq.release(); return r.s; }, o.reps);
+  const prefillOurs = await mean(async () => {
+    const r = await oursPrefill();
+    r.cache.destroy();
+    return r.s;
+  }, o.reps);
+  const prefillOrt = await mean(async () => {
+    const r = await ortPrefill();
+    r.seq.release();
+    return r.s;
+  }, o.reps);
   const decodeOurs = (await mean(() => oursDecode(o.steps), 1)) / o.steps;
   const decodeOrt = (await mean(() => ortDecode(o.steps), 1)) / o.steps;
 
-  const flopsPerToken = (ctx: number) => 2 * (cfg.numLayers * (cfg.hiddenSize * (cfg.numHeads + 2 * cfg.numKvHeads) * cfg.headDim + cfg.hiddenSize * cfg.numHeads * cfg.headDim + 3 * cfg.hiddenSize * cfg.intermediateSize)) +
+  const flopsPerToken = (ctx: number) =>
+    2 *
+      (cfg.numLayers *
+        (cfg.hiddenSize * (cfg.numHeads + 2 * cfg.numKvHeads) * cfg.headDim +
+          cfg.hiddenSize * cfg.numHeads * cfg.headDim +
+          3 * cfg.hiddenSize * cfg.intermediateSize)) +
     cfg.numLayers * 4 * ctx * cfg.numHeads * cfg.headDim;
   let prefillFlops = 2 * V * cfg.hiddenSize;
   for (let t = 1; t <= P; t++) prefillFlops += flopsPerToken(t);
@@ -236,8 +274,20 @@ export async function benchPeer(
   add(`ours decode (greedy, ${o.steps} steps)`, decodeOurs, o.steps, 1, decodeFlops);
   add(`ort-${o.ep} decode (greedy, ${o.steps} steps)`, decodeOrt, o.steps, 1, decodeFlops);
   const ratios = [
-    { name: `prefill ${P} tok/s`, ours: P / prefillOurs, peer: P / prefillOrt, ratio: prefillOrt / prefillOurs, unit: 'tok/s' },
-    { name: 'decode tok/s (B=1)', ours: 1 / decodeOurs, peer: 1 / decodeOrt, ratio: decodeOrt / decodeOurs, unit: 'tok/s' },
+    {
+      name: `prefill ${P} tok/s`,
+      ours: P / prefillOurs,
+      peer: P / prefillOrt,
+      ratio: prefillOrt / prefillOurs,
+      unit: 'tok/s',
+    },
+    {
+      name: 'decode tok/s (B=1)',
+      ours: 1 / decodeOurs,
+      peer: 1 / decodeOrt,
+      ratio: decodeOrt / decodeOurs,
+      unit: 'tok/s',
+    },
   ];
   return { records, ratios, logitsRelDiff };
 }

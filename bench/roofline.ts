@@ -23,7 +23,11 @@ export const ROOFLINE_SIZES: Record<'quick' | 'full', RooflineSizes> = {
 /** FLOPs of one FMA-probe call. */
 export const fmaFlops = (s: RooflineSizes) => s.fmaGroups * WG * s.fmaIters * FLOPS_PER_ITER;
 
-export async function measureRoofline(gpu: Gpu, sizes: RooflineSizes, minSeconds: number): Promise<{ roofline: Roofline; records: BenchRecord[] }> {
+export async function measureRoofline(
+  gpu: Gpu,
+  sizes: RooflineSizes,
+  minSeconds: number,
+): Promise<{ roofline: Roofline; records: BenchRecord[] }> {
   const bytes = Math.min(sizes.copyBytes, Math.floor(gpu.limits.maxStorageBufferBindingSize / 16) * 16);
   const words = bytes / 16;
   const src = gpu.createBuffer(bytes, 'roofline.src');
@@ -36,8 +40,22 @@ export async function measureRoofline(gpu: Gpu, sizes: RooflineSizes, minSeconds
     const tc = await timeCalls(gpu, () => gpu.dispatch(copy, [dst, src], Math.ceil(words / WG), [words, 0]), opts);
     const threads = sizes.fmaGroups * WG;
     const tf = await timeCalls(gpu, () => gpu.dispatch(fma, [sink], sizes.fmaGroups, [threads, sizes.fmaIters]), opts);
-    const copyRec = makeRecord({ group: 'roofline', name: 'copy (vec4)', shape: `${bytes >> 20} MiB`, flops: 0, bytes: 2 * bytes, ...tc });
-    const fmaRec = makeRecord({ group: 'roofline', name: 'fma (f32 vec4 x8)', shape: `${threads} thr x ${sizes.fmaIters} it`, flops: fmaFlops(sizes), bytes: threads * 16, ...tf });
+    const copyRec = makeRecord({
+      group: 'roofline',
+      name: 'copy (vec4)',
+      shape: `${bytes >> 20} MiB`,
+      flops: 0,
+      bytes: 2 * bytes,
+      ...tc,
+    });
+    const fmaRec = makeRecord({
+      group: 'roofline',
+      name: 'fma (f32 vec4 x8)',
+      shape: `${threads} thr x ${sizes.fmaIters} it`,
+      flops: fmaFlops(sizes),
+      bytes: threads * 16,
+      ...tf,
+    });
     return { roofline: { copyGBs: copyRec.gbs, fmaGFLOPs: fmaRec.gflops }, records: [copyRec, fmaRec] };
   } finally {
     for (const b of [src, dst, sink]) gpu.releaseBuffer(b);

@@ -19,11 +19,22 @@ import { makeRecord, type BenchRecord } from './measure.ts';
  * 2,048-token report, 256-token summaries). Both update after every round and skip evaluation.
  */
 export const ROUND_CONFIG: Record<'quick' | 'full', SpyRLConfigInput> = {
-  quick: { groupSize: 4, docTokenBudget: 128, summaryMaxTokens: 8, roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 0 },
+  quick: {
+    groupSize: 4,
+    docTokenBudget: 128,
+    summaryMaxTokens: 8,
+    roundsPerUpdate: 1,
+    evalEvery: 0,
+    checkpointEvery: 0,
+  },
   full: { roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 0 },
 };
 
-export async function benchRound(gpu: Gpu, name: string, o: { mode: 'quick' | 'full'; layers?: number; format: Format; log: (line: string) => void }): Promise<BenchRecord[]> {
+export async function benchRound(
+  gpu: Gpu,
+  name: string,
+  o: { mode: 'quick' | 'full'; layers?: number; format: Format; log: (line: string) => void },
+): Promise<BenchRecord[]> {
   const full = MODELS[name];
   const L = o.layers ?? (name === 'tiny' ? full.numLayers : 1);
   const c = { ...full, numLayers: L };
@@ -33,21 +44,46 @@ export async function benchRound(gpu: Gpu, name: string, o: { mode: 'quick' | 'f
   const { train, eval: evalDocs } = await loadGovReportNode();
   const { weights, buffers } = randomWeights(gpu, c, o.format);
   const model = new Qwen3Model(gpu, c, weights);
-  o.log(`## SpyRL round: ${name} (${L} of ${full.numLayers} layers) ${o.format}, ${config.groupSize} players, report <= ${config.docTokenBudget} tokens, summaries <= ${config.summaryMaxTokens} tokens`);
-  const trainer = await SpyRLTrainer.create({ model, tokenizer, config, train, evalDocs, now: () => performance.now() });
+  o.log(
+    `## SpyRL round: ${name} (${L} of ${full.numLayers} layers) ${o.format}, ${config.groupSize} players, report <= ${config.docTokenBudget} tokens, summaries <= ${config.summaryMaxTokens} tokens`,
+  );
+  const trainer = await SpyRLTrainer.create({
+    model,
+    tokenizer,
+    config,
+    train,
+    evalDocs,
+    now: () => performance.now(),
+  });
   try {
     const rec = await trainer.runRound();
     const t = rec.timings;
     const tokens = rec.summaries.reduce((n, s) => n + s.tokens, 0);
     const shape = `${name} ${o.format} L=${L} players=${config.groupSize}`;
     const stage = (what: string, ms: number | null, n?: number) =>
-      ms === null ? [] : [makeRecord({ group: 'e2e', name: `round: ${what}`, shape, flops: 0, bytes: 0, seconds: ms / 1000, reps: 1, tokens: n })];
+      ms === null
+        ? []
+        : [
+            makeRecord({
+              group: 'e2e',
+              name: `round: ${what}`,
+              shape,
+              flops: 0,
+              bytes: 0,
+              seconds: ms / 1000,
+              reps: 1,
+              tokens: n,
+            }),
+          ];
     return [
       ...stage(`summaries (prefill + ${tokens} sampled tokens)`, t.summarizeMs, tokens),
       ...stage('votes', t.voteMs),
       ...stage('update', t.updateMs),
       ...stage('play (summaries, votes, scoring)', t.totalMs),
-      ...stage('round total (play + update)', t.totalMs === null || t.updateMs === null ? null : t.totalMs + t.updateMs),
+      ...stage(
+        'round total (play + update)',
+        t.totalMs === null || t.updateMs === null ? null : t.totalMs + t.updateMs,
+      ),
     ];
   } finally {
     trainer.destroy();

@@ -11,11 +11,20 @@ import { isCpuAdapter } from '../src/ops/index.ts';
 import { SUITE_FLAGS, reportTable, runSuite, suiteOptions } from './suite.ts';
 
 const flagOptions = Object.fromEntries(
-  Object.keys(SUITE_FLAGS).map((name) => [name, { type: name === 'quick' || name === 'full' ? ('boolean' as const) : ('string' as const) }]),
+  Object.keys(SUITE_FLAGS).map((name) => [
+    name,
+    { type: name === 'quick' || name === 'full' ? ('boolean' as const) : ('string' as const) },
+  ]),
 );
 const { values } = parseArgs({ options: { ...flagOptions, json: { type: 'string' }, help: { type: 'boolean' } } });
 if (values.help) {
-  console.log('npm run bench -- [flags]\n' + Object.entries(SUITE_FLAGS).map(([k, v]) => `  --${k.padEnd(10)} ${v}`).join('\n') + '\n  --json FILE  write the report as JSON');
+  console.log(
+    'npm run bench -- [flags]\n' +
+      Object.entries(SUITE_FLAGS)
+        .map(([k, v]) => `  --${k.padEnd(10)} ${v}`)
+        .join('\n') +
+      '\n  --json FILE  write the report as JSON',
+  );
   process.exit(0);
 }
 const { json, help: _help, ...flags } = values;
@@ -28,7 +37,8 @@ try {
   if (opts.parts.includes('round')) {
     const { benchRound } = await import('./round.node.ts');
     for (const name of opts.models) {
-      for (const format of opts.weights) report.records.push(...(await benchRound(gpu, name, { mode: opts.mode, layers: opts.layers, format, log })));
+      for (const format of opts.weights)
+        report.records.push(...(await benchRound(gpu, name, { mode: opts.mode, layers: opts.layers, format, log })));
     }
   }
   console.log(`\n${reportTable(report)}`);

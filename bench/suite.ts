@@ -14,7 +14,10 @@ export const PARTS = ['roofline', 'ops', 'e2e', 'round'] as const;
 export type Part = (typeof PARTS)[number];
 
 /** The model benchmark's shape options, plus what to run and which formats side by side. */
-export interface SuiteOptions extends Pick<ModelBenchOptions, 'layers' | 'prompts' | 'decode' | 'batches' | 'trainLen' | 'loraR'> {
+export interface SuiteOptions extends Pick<
+  ModelBenchOptions,
+  'layers' | 'prompts' | 'decode' | 'batches' | 'trainLen' | 'loraR'
+> {
   mode: 'quick' | 'full';
   parts: Part[];
   ops: OpName[];
@@ -46,7 +49,9 @@ function list<T extends string>(flag: string, value: string, allowed: readonly T
   if (value === 'all') return [...all];
   if (value === 'none' || value === '') return [];
   const items = value.split(',').map((s) => s.trim().toLowerCase());
-  for (const it of items) if (!allowed.includes(it as T)) throw new RangeError(`--${flag}: unknown '${it}' (choose from ${allowed.join(', ')}, all, none)`);
+  for (const it of items)
+    if (!allowed.includes(it as T))
+      throw new RangeError(`--${flag}: unknown '${it}' (choose from ${allowed.join(', ')}, all, none)`);
   return items as T[];
 }
 
@@ -61,7 +66,8 @@ function positive(flag: string, value: string | boolean | undefined, dflt?: numb
 
 /** SuiteOptions from flag values; `cpu`: the adapter is a CPU emulation (quick by default). */
 export function suiteOptions(v: FlagValues, cpu: boolean): SuiteOptions {
-  for (const name of Object.keys(v)) if (!(name in SUITE_FLAGS) && v[name] !== undefined) throw new RangeError(`unknown flag --${name}`);
+  for (const name of Object.keys(v))
+    if (!(name in SUITE_FLAGS) && v[name] !== undefined) throw new RangeError(`unknown flag --${name}`);
   if (v.quick && v.full) throw new RangeError('--quick and --full exclude each other');
   const mode = v.full ? 'full' : v.quick || cpu ? 'quick' : 'full';
   const str = (name: string, dflt: string) => (typeof v[name] === 'string' ? (v[name] as string) : dflt);
@@ -73,9 +79,13 @@ export function suiteOptions(v: FlagValues, cpu: boolean): SuiteOptions {
     weights: list('weights', str('weights', mode === 'quick' ? 'bf16' : 'bf16,q4'), ['bf16', 'q4'] as const),
     kv: list('kv', str('kv', 'f32'), ['f32', 'f16'] as const),
     layers: positive('layers', v.layers),
-    prompts: str('prompt', mode === 'quick' ? '128' : '128,2048').split(',').map((p) => positive('prompt', p, 1)),
+    prompts: str('prompt', mode === 'quick' ? '128' : '128,2048')
+      .split(',')
+      .map((p) => positive('prompt', p, 1)),
     decode: positive('decode', v.decode, 16),
-    batches: str('batch', '1,4').split(',').map((b) => positive('batch', b, 1)),
+    batches: str('batch', '1,4')
+      .split(',')
+      .map((b) => positive('batch', b, 1)),
     trainLen: positive('train-len', v['train-len'], mode === 'quick' ? 16 : undefined),
     loraR: positive('lora-r', v['lora-r'], 16),
   };
@@ -86,29 +96,54 @@ export function adapterName(gpu: Gpu): string {
 }
 
 /** Runs the parts of `o` on gpu; `log` gets progress lines and each record as it is made. */
-export async function runSuite(gpu: Gpu, o: SuiteOptions, runtime: string, log: (line: string) => void = () => {}): Promise<BenchReport> {
-  const features = [gpu.features.f16 && 'shader-f16', gpu.features.subgroups && 'subgroups', gpu.features.timestampQuery && 'timestamp-query'].filter((f): f is string => !!f);
+export async function runSuite(
+  gpu: Gpu,
+  o: SuiteOptions,
+  runtime: string,
+  log: (line: string) => void = () => {},
+): Promise<BenchReport> {
+  const features = [
+    gpu.features.f16 && 'shader-f16',
+    gpu.features.subgroups && 'subgroups',
+    gpu.features.timestampQuery && 'timestamp-query',
+  ].filter((f): f is string => !!f);
   const report: BenchReport = {
-    adapter: adapterName(gpu), architecture: gpu.info.architecture, features, mode: o.mode, runtime, date: new Date().toISOString(), records: [],
+    adapter: adapterName(gpu),
+    architecture: gpu.info.architecture,
+    features,
+    mode: o.mode,
+    runtime,
+    date: new Date().toISOString(),
+    records: [],
   };
   const minSeconds = o.mode === 'quick' ? 0.3 : 0.5;
   const add = (r: BenchRecord) => {
     report.records.push(r);
-    log(`   ${r.group} ${r.name} [${r.shape}]: ${(r.seconds * 1000).toFixed(2)} ms, ${r.gflops.toFixed(2)} GFLOP/s, ${r.gbs.toFixed(2)} GB/s` +
-      (r.ofRoof === undefined ? '' : `, ${(100 * r.ofRoof).toFixed(1)}% of roofline`));
+    log(
+      `   ${r.group} ${r.name} [${r.shape}]: ${(r.seconds * 1000).toFixed(2)} ms, ${r.gflops.toFixed(2)} GFLOP/s, ${r.gbs.toFixed(2)} GB/s` +
+        (r.ofRoof === undefined ? '' : `, ${(100 * r.ofRoof).toFixed(1)}% of roofline`),
+    );
   };
   log(`# spyrl bench on ${report.adapter} (${runtime}; features: ${features.join(', ') || 'none'}; ${o.mode} shapes)`);
   if (isCpuAdapter(gpu)) log('# a CPU emulation of a GPU: its timings say nothing about a real GPU.');
   if (o.parts.includes('roofline')) {
     // A CPU adapter takes minutes per call of the full FMA probe: its quick size measures the same rate.
-    const sizes = isCpuAdapter(gpu) ? { ...ROOFLINE_SIZES[o.mode], fmaGroups: ROOFLINE_SIZES.quick.fmaGroups, fmaIters: ROOFLINE_SIZES.quick.fmaIters } : ROOFLINE_SIZES[o.mode];
+    const sizes = isCpuAdapter(gpu)
+      ? {
+          ...ROOFLINE_SIZES[o.mode],
+          fmaGroups: ROOFLINE_SIZES.quick.fmaGroups,
+          fmaIters: ROOFLINE_SIZES.quick.fmaIters,
+        }
+      : ROOFLINE_SIZES[o.mode];
     const { roofline, records } = await measureRoofline(gpu, sizes, minSeconds);
     report.roofline = roofline;
     records.forEach(add);
   }
   if (o.parts.includes('ops') && o.ops.length) {
     const shapes = OP_SHAPES[o.mode];
-    log(`## ops at ${o.mode === 'full' ? 'Qwen3-4B shapes' : 'cut shapes (Qwen3-4B C, heads, head_dim; fewer rows and tokens)'}`);
+    log(
+      `## ops at ${o.mode === 'full' ? 'Qwen3-4B shapes' : 'cut shapes (Qwen3-4B C, heads, head_dim; fewer rows and tokens)'}`,
+    );
     for (const kv of o.kv) {
       const ops = kv === o.kv[0] ? o.ops : o.ops.filter((n) => n === 'decode-attention');
       await benchOps(gpu, { shapes, ops, kv, minSeconds, roofline: report.roofline, log: add });
@@ -119,8 +154,16 @@ export async function runSuite(gpu: Gpu, o: SuiteOptions, runtime: string, log: 
       for (const format of o.weights) {
         for (const kv of o.kv) {
           const recs = await benchModel(gpu, name, MODELS[name], {
-            layers: o.layers, prompts: o.prompts, decode: o.decode, batches: o.batches, trainLen: o.trainLen, loraR: o.loraR,
-            format, kv, roofline: report.roofline, log,
+            layers: o.layers,
+            prompts: o.prompts,
+            decode: o.decode,
+            batches: o.batches,
+            trainLen: o.trainLen,
+            loraR: o.loraR,
+            format,
+            kv,
+            roofline: report.roofline,
+            log,
           });
           recs.forEach(add);
         }

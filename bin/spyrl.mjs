@@ -5,7 +5,13 @@ import { existsSync } from 'node:fs';
 
 // Without a real GPU driver Dawn needs a Vulkan ICD; fall back to Chromium's SwiftShader when present.
 const swiftshader = '/usr/lib/chromium/vk_swiftshader_icd.json';
-if (!process.env.VK_ICD_FILENAMES && process.env.SPYRL_SWIFTSHADER !== '0' && !existsSync('/dev/nvidia0') && !existsSync('/dev/dri') && existsSync(swiftshader)) {
+if (
+  !process.env.VK_ICD_FILENAMES &&
+  process.env.SPYRL_SWIFTSHADER !== '0' &&
+  !existsSync('/dev/nvidia0') &&
+  !existsSync('/dev/dri') &&
+  existsSync(swiftshader)
+) {
   process.env.VK_ICD_FILENAMES = swiftshader;
 }
 register();

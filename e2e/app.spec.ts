@@ -13,7 +13,10 @@ async function shot(page: Page, info: TestInfo, name: string) {
 /** The header of a safetensors file: {name: {dtype, shape, data_offsets}}. */
 function safetensorsHeader(bytes: Uint8Array): Record<string, { dtype: string; shape: number[] }> {
   const n = Number(new DataView(bytes.buffer, bytes.byteOffset, 8).getBigUint64(0, true));
-  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + n))) as Record<string, { dtype: string; shape: number[] }>;
+  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + n))) as Record<
+    string,
+    { dtype: string; shape: number[] }
+  >;
   delete header['__metadata__'];
   return header;
 }
@@ -28,7 +31,9 @@ async function loadTinyModel(page: Page) {
   await expect(page.getByLabel('Document token budget')).toHaveValue('96');
 }
 
-test('steps one round: both documents, summaries, the vote to the reveal, curves, adapter zip, resume after reload', async ({ page }, info) => {
+test('steps one round: both documents, summaries, the vote to the reveal, curves, adapter zip, resume after reload', async ({
+  page,
+}, info) => {
   test.setTimeout(420_000);
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
@@ -62,7 +67,10 @@ test('steps one round: both documents, summaries, the vote to the reveal, curves
   await expect(page.getByRole('figure', { name: 'Policy loss' })).toHaveAttribute('data-points', '1');
   await shot(page, info, '5-charts');
 
-  const [download] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: 'Download adapter' }).click()]);
+  const [download] = await Promise.all([
+    page.waitForEvent('download'),
+    page.getByRole('button', { name: 'Download adapter' }).click(),
+  ]);
   const zipPath = info.outputPath('adapter.zip');
   await download.saveAs(zipPath);
   const files = unzipSync(new Uint8Array(readFileSync(zipPath)));
@@ -73,7 +81,11 @@ test('steps one round: both documents, summaries, the vote to the reveal, curves
   const keys = Object.keys(header);
   // Tiny model: 2 layers x 7 targets x (A, B); hidden 64, 4 heads x 16, 2 KV heads x 16, MLP 128.
   expect(keys).toHaveLength(2 * 7 * 2);
-  expect(header['base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight']).toEqual({ dtype: 'F32', shape: [4, 64], data_offsets: expect.any(Array) });
+  expect(header['base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight']).toEqual({
+    dtype: 'F32',
+    shape: [4, 64],
+    data_offsets: expect.any(Array),
+  });
   expect(header['base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight']!.shape).toEqual([32, 4]);
   expect(header['base_model.model.model.layers.1.mlp.down_proj.lora_A.weight']!.shape).toEqual([4, 128]);
   const readme = new TextDecoder().decode(files['README.md']);

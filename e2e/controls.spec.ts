@@ -1,8 +1,11 @@
 import { expect, test, type Page } from '@playwright/test';
 
-const played = async (page: Page) => Number((await page.locator('body').innerText()).match(/(\d+) rounds? played/)?.[1] ?? NaN);
+const played = async (page: Page) =>
+  Number((await page.locator('body').innerText()).match(/(\d+) rounds? played/)?.[1] ?? NaN);
 
-test('Start runs rounds until Pause; keyboard shortcuts; a pasted document is added to the documents', async ({ page }) => {
+test('Start runs rounds until Pause; keyboard shortcuts; a pasted document is added to the documents', async ({
+  page,
+}) => {
   test.setTimeout(420_000);
   await page.goto('/');
   await page.getByRole('radio', { name: /Tiny demo model/ }).check();
@@ -13,7 +16,11 @@ test('Start runs rounds until Pause; keyboard shortcuts; a pasted document is ad
   // A document of one's own, by paste.
   await page.getByText('Add your own').click();
   await page.getByLabel('Title').fill('my-report');
-  await page.getByLabel('Report text').fill('The agency reviewed its budget. It found three problems. The first was late payments. The second was missing records. The third was unclear rules for grants. It proposed fixes for each.');
+  await page
+    .getByLabel('Report text')
+    .fill(
+      'The agency reviewed its budget. It found three problems. The first was late payments. The second was missing records. The third was unclear rules for grants. It proposed fixes for each.',
+    );
   await page.getByRole('button', { name: 'Add document' }).click();
   await expect(page.getByText(/23 reports/)).toBeVisible(); // 22 bundled to play (6 held out) + this one
 

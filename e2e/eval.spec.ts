@@ -7,7 +7,9 @@ import { readFileSync } from 'node:fs';
 
 const TIMEOUT = 240_000;
 
-test('evaluates held-out reports: base, adapter and a third column side by side, exported as JSONL', async ({ page }, info) => {
+test('evaluates held-out reports: base, adapter and a third column side by side, exported as JSONL', async ({
+  page,
+}, info) => {
   test.setTimeout(480_000);
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
@@ -51,16 +53,28 @@ test('evaluates held-out reports: base, adapter and a third column side by side,
   for (const name of ['base model summary', /^adapter .* summary$/, /^tiny-demo .* summary$/, 'Reference summary']) {
     await expect(gao.getByRole('region', { name })).toBeVisible();
   }
-  await expect(gao.locator('[data-system="adapter"] .eval-scores')).toHaveText(/^R-1 \d+\.\d · R-2 \d+\.\d · R-L \d+\.\d · [1-8] tokens/);
+  await expect(gao.locator('[data-system="adapter"] .eval-scores')).toHaveText(
+    /^R-1 \d+\.\d · R-2 \d+\.\d · R-L \d+\.\d · [1-8] tokens/,
+  );
   await expect(gao.getByRole('region', { name: 'Reference summary' })).toContainText('GAO');
   await expect(view.getByRole('table', { name: 'Mean scores' })).toContainText('ROUGE-L F1');
-  await expect(view.getByTestId('eval-meta')).toContainText('After round 2: 2 held-out reports, read up to 64 tokens, summaries of at most 8 tokens');
+  await expect(view.getByTestId('eval-meta')).toContainText(
+    'After round 2: 2 held-out reports, read up to 64 tokens, summaries of at most 8 tokens',
+  );
   await page.screenshot({ path: info.outputPath('evaluation.png'), fullPage: true });
 
-  const [download] = await Promise.all([page.waitForEvent('download'), view.getByRole('button', { name: 'Export JSONL' }).click()]);
+  const [download] = await Promise.all([
+    page.waitForEvent('download'),
+    view.getByRole('button', { name: 'Export JSONL' }).click(),
+  ]);
   const file = info.outputPath('eval.jsonl');
   await download.saveAs(file);
-  const lines = readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { id: string; results: Record<string, { summary: string; scores: { rougeL: number } }> });
+  const lines = readFileSync(file, 'utf8')
+    .trim()
+    .split('\n')
+    .map(
+      (l) => JSON.parse(l) as { id: string; results: Record<string, { summary: string; scores: { rougeL: number } }> },
+    );
   expect(lines.map((l) => l.id)).toEqual(['ccdv_govreport_test_5', 'CRS_R44688']);
   for (const l of lines) expect(Object.keys(l.results)).toEqual(['base', 'adapter', 'compare']);
   expect(errors).toEqual([]);

@@ -24,7 +24,10 @@ async function fakeHub(context: BrowserContext, main: { sha: string }) {
     const m = url.pathname.match(new RegExp(`^/${REPO}/resolve/([0-9a-f]{40})/(.+)$`));
     if (!m || !files.includes(m[2]!)) return route.fulfill({ status: 404, body: 'Entry not found' });
     const body = readFileSync(join(DEMO, m[2]!));
-    return route.fulfill({ body, headers: { 'content-length': String(body.length), 'content-type': 'application/octet-stream' } });
+    return route.fulfill({
+      body,
+      headers: { 'content-length': String(body.length), 'content-type': 'application/octet-stream' },
+    });
   });
   return fetched;
 }
@@ -37,7 +40,10 @@ async function loadRepo(page: Page) {
   await expect(page.getByTestId('model-status')).toContainText(REPO);
 }
 
-test('loads a Hub repo with per-file progress, caches it, loads again without downloading, deletes it', async ({ context, page }, info) => {
+test('loads a Hub repo with per-file progress, caches it, loads again without downloading, deletes it', async ({
+  context,
+  page,
+}, info) => {
   const fetched = await fakeHub(context, { sha: SHA_A });
 
   await page.goto('/');
@@ -72,7 +78,10 @@ test('loads a Hub repo with per-file progress, caches it, loads again without do
   await expect(page.getByText('No models cached in this browser yet')).toBeVisible();
 });
 
-test('branch row: a later load of main that moved on the Hub refetches, keyed by the new commit sha', async ({ context, page }) => {
+test('branch row: a later load of main that moved on the Hub refetches, keyed by the new commit sha', async ({
+  context,
+  page,
+}) => {
   const main = { sha: SHA_A };
   const fetched = await fakeHub(context, main);
   await page.goto('/');
@@ -98,7 +107,9 @@ test('branch row: a later load of main that moved on the Hub refetches, keyed by
   await expect(cached.getByRole('row').filter({ hasText: `commit ${SHA_A.slice(0, 7)}` })).not.toContainText('@main');
 });
 
-test('abort row: a finished Hub download is never deleted by another tab\'s abort (OPFS and Cache Storage)', async ({ page }) => {
+test("abort row: a finished Hub download is never deleted by another tab's abort (OPFS and Cache Storage)", async ({
+  page,
+}) => {
   await page.goto('/');
   await expect(page.getByRole('button', { name: 'Load model' })).toBeVisible();
   // Two cache objects over the same origin storage share nothing in memory: each stands for a
@@ -108,7 +119,7 @@ test('abort row: a finished Hub download is never deleted by another tab\'s abor
     const m = (await import(/* @vite-ignore */ path)) as typeof import('../src/model/sources.ts');
     const out: Record<string, { text: string | null; keys: string[] }> = {};
     // Each step named, so that a failure says which one.
-    const step = async <T,>(label: string, run: () => Promise<T>): Promise<T> => {
+    const step = async <T>(label: string, run: () => Promise<T>): Promise<T> => {
       try {
         return await run();
       } catch (e) {
@@ -132,7 +143,9 @@ test('abort row: a finished Hub download is never deleted by another tab\'s abor
       // ...then tab 1's download fails and aborts.
       await step(`${kind}: tab 1 abort`, () => slow.abort());
       const text = await step(`${kind}: get`, async () => (await tab2.get(key))?.text() ?? null);
-      const keys = (await step(`${kind}: entries`, () => tab2.entries())).map((e) => e.key).filter((k) => k.includes(`${kind}.bin`));
+      const keys = (await step(`${kind}: entries`, () => tab2.entries()))
+        .map((e) => e.key)
+        .filter((k) => k.includes(`${kind}.bin`));
       await step(`${kind}: delete`, () => tab2.delete(key));
       out[kind] = { text, keys };
     }

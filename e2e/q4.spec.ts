@@ -10,7 +10,9 @@ const REPO = 'spyrl-test/tiny-qwen3';
 /** The commit main resolves to on the fake Hub: files are fetched and cached under it. */
 const SHA = '9'.repeat(40);
 
-test('the tiny model as q4: the panel shows the choice and its memory line, a round plays to the reveal', async ({ page }, info) => {
+test('the tiny model as q4: the panel shows the choice and its memory line, a round plays to the reveal', async ({
+  page,
+}, info) => {
   test.setTimeout(420_000);
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
@@ -47,7 +49,10 @@ async function loadHubRepoAsQ4(page: Page) {
   await expect(page.getByTestId('model-status')).toContainText(REPO);
 }
 
-test('a Hub repo as q4: stored after the first load, read from the q4 cache with zero downloads the next time', async ({ context, page }, info) => {
+test('a Hub repo as q4: stored after the first load, read from the q4 cache with zero downloads the next time', async ({
+  context,
+  page,
+}, info) => {
   test.setTimeout(300_000);
   // Hub URLs answered from the bundled checkpoint (as in hub.spec.ts).
   const files = readdirSync(DEMO).filter((f) => f !== 'manifest.json');
@@ -55,11 +60,15 @@ test('a Hub repo as q4: stored after the first load, read from the q4 cache with
   await context.route('https://huggingface.co/**', async (route) => {
     const url = new URL(route.request().url());
     fetched.push(url.pathname);
-    if (url.pathname === `/api/models/${REPO}/revision/main`) return route.fulfill({ json: { id: REPO, sha: SHA, siblings: files.map((rfilename) => ({ rfilename })) } });
+    if (url.pathname === `/api/models/${REPO}/revision/main`)
+      return route.fulfill({ json: { id: REPO, sha: SHA, siblings: files.map((rfilename) => ({ rfilename })) } });
     const m = url.pathname.match(new RegExp(`^/${REPO}/resolve/${SHA}/(.+)$`));
     if (!m || !files.includes(m[1]!)) return route.fulfill({ status: 404, body: 'Entry not found' });
     const body = readFileSync(join(DEMO, m[1]!));
-    return route.fulfill({ body, headers: { 'content-length': String(body.length), 'content-type': 'application/octet-stream' } });
+    return route.fulfill({
+      body,
+      headers: { 'content-length': String(body.length), 'content-type': 'application/octet-stream' },
+    });
   });
 
   await page.goto('/');

@@ -12,13 +12,17 @@ async function loadTinyModel(page: Page) {
   await page.getByRole('button', { name: 'Quick demo' }).click();
 }
 
-test('a second tab sees the run open elsewhere, views it read-only, and cannot step or resume it', async ({ context }) => {
+test('a second tab sees the run open elsewhere, views it read-only, and cannot step or resume it', async ({
+  context,
+}) => {
   test.setTimeout(540_000);
   const first = await context.newPage();
   await first.goto('/');
   await loadTinyModel(first);
   await first.getByRole('button', { name: 'Step' }).click();
-  await expect(first.getByTestId('run-status')).toContainText('1 round played · paused · autosaved at round 1', { timeout: ROUND_TIMEOUT });
+  await expect(first.getByTestId('run-status')).toContainText('1 round played · paused · autosaved at round 1', {
+    timeout: ROUND_TIMEOUT,
+  });
 
   const second = await context.newPage();
   await second.goto('/');
@@ -34,12 +38,16 @@ test('a second tab sees the run open elsewhere, views it read-only, and cannot s
   // Stepping is refused with the reason, and plays nothing.
   await loadTinyModel(second);
   await second.getByRole('button', { name: 'Step' }).click();
-  await expect(second.getByRole('status').filter({ hasText: 'A run is open in another tab of this app' })).toBeVisible();
+  await expect(
+    second.getByRole('status').filter({ hasText: 'A run is open in another tab of this app' }),
+  ).toBeVisible();
   await expect(second.getByTestId('run-status')).toContainText('1 round played · read-only view of the autosave');
 
   // The first tab plays on and autosaves; the read-only view follows on refresh.
   await first.getByRole('button', { name: 'Step' }).click();
-  await expect(first.getByTestId('run-status')).toContainText('2 rounds played · paused · autosaved at round 2', { timeout: ROUND_TIMEOUT });
+  await expect(first.getByTestId('run-status')).toContainText('2 rounds played · paused · autosaved at round 2', {
+    timeout: ROUND_TIMEOUT,
+  });
   await notice.getByRole('button', { name: 'Refresh read-only view' }).click();
   await expect(second.getByTestId('run-status')).toContainText('2 rounds played · read-only view of the autosave');
 

@@ -22,14 +22,25 @@ for (let i = 0; i < args.length; i++) {
 }
 
 // No HMR and no file watching: an edit elsewhere in the tree must not reload the page mid-run.
-const server = await createServer({ server: { host: '127.0.0.1', port: 5211, strictPort: false, hmr: false, watch: null }, logLevel: 'warn' });
+const server = await createServer({
+  server: { host: '127.0.0.1', port: 5211, strictPort: false, hmr: false, watch: null },
+  logLevel: 'warn',
+});
 await server.listen();
 const base = server.resolvedUrls?.local[0] ?? 'http://127.0.0.1:5211/';
 // Debian's Chromium with SwiftShader gives headless WebGPU without a GPU (/work/shared/WEBGPU-TESTING.md).
 const browser = await chromium.launch({
   executablePath: process.env.CHROME_PATH ?? '/usr/bin/chromium',
-  args: ['--enable-unsafe-webgpu', '--enable-unsafe-swiftshader', '--use-angle=swiftshader', '--no-sandbox',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+  args: [
+    '--enable-unsafe-webgpu',
+    '--enable-unsafe-swiftshader',
+    '--use-angle=swiftshader',
+    '--no-sandbox',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+    '--no-first-run',
+  ],
 });
 let failed = false;
 try {

@@ -6,7 +6,13 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 
-const candidates = [process.env.CHROME_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome', '/usr/bin/google-chrome-stable'].filter(Boolean);
+const candidates = [
+  process.env.CHROME_PATH,
+  '/usr/bin/chromium',
+  '/usr/bin/chromium-browser',
+  '/usr/bin/google-chrome',
+  '/usr/bin/google-chrome-stable',
+].filter(Boolean);
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 
 function findChrome() {
@@ -18,16 +24,25 @@ function isDebianRoot() {
 }
 
 let chrome = findChrome();
-const hasVulkanLoader = ['/usr/lib/x86_64-linux-gnu/libvulkan.so.1', '/usr/lib/aarch64-linux-gnu/libvulkan.so.1', '/usr/lib/libvulkan.so.1'].some((p) => existsSync(p));
+const hasVulkanLoader = [
+  '/usr/lib/x86_64-linux-gnu/libvulkan.so.1',
+  '/usr/lib/aarch64-linux-gnu/libvulkan.so.1',
+  '/usr/lib/libvulkan.so.1',
+].some((p) => existsSync(p));
 if (!chrome || !existsSync(SWIFTSHADER_ICD) || !hasVulkanLoader) {
   if (isDebianRoot()) {
     console.log('npm test: installing Debian chromium (browser for e2e, SwiftShader for WebGPU tests) with apt-get');
     execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit' });
-    execFileSync('apt-get', ['install', '-y', '-qq', 'chromium', 'libvulkan1'], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+    execFileSync('apt-get', ['install', '-y', '-qq', 'chromium', 'libvulkan1'], {
+      stdio: 'inherit',
+      env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
+    });
     chrome = findChrome();
   }
   if (!chrome) {
-    console.error('npm test: no Chromium or Chrome found. Install one (Debian/Ubuntu: `apt-get install chromium`) or set CHROME_PATH to its executable.');
+    console.error(
+      'npm test: no Chromium or Chrome found. Install one (Debian/Ubuntu: `apt-get install chromium`) or set CHROME_PATH to its executable.',
+    );
     process.exit(1);
   }
 }

@@ -34,17 +34,22 @@ afterAll(() => {
   gpu?.destroy();
 });
 
-
 const REL = 1e-5;
 const ABS = 1e-6;
 const FD_REL = 1e-6;
 const FD_ABS = 1e-9;
 
-
 /** The comparator must reject `wrong`, and by a wide margin (> 10x its tolerance). */
-function expectRejected(name: string, got: ArrayLike<number>, wrong: ArrayLike<number>, rel: number, abs: number): void {
+function expectRejected(
+  name: string,
+  got: ArrayLike<number>,
+  wrong: ArrayLike<number>,
+  rel: number,
+  abs: number,
+): void {
   const d = ref.compare(got, wrong, rel, abs);
-  measured[`${name} (must fail)`] = `max|err| ${d.maxAbs.toExponential(2)} vs tolerance ${(rel * d.maxRef + abs).toExponential(2)}`;
+  measured[`${name} (must fail)`] =
+    `max|err| ${d.maxAbs.toExponential(2)} vs tolerance ${(rel * d.maxRef + abs).toExponential(2)}`;
   expect(d.maxAbs, `${name}: a wrong backward was accepted`).toBeGreaterThan(10 * (rel * d.maxRef + abs));
 }
 
@@ -73,7 +78,15 @@ function numGrad(loss: () => number, x: Float64Array, h = 1e-5): Float64Array {
 // ---- deliberately wrong backwards (each a classic bug) -----------------------------------------
 
 /** rmsNorm backward without the rstd^3 mean(w dy x) term (treating rstd as a constant). */
-function rmsNormBackwardNoMeanTerm(dx: ref.Vec, dy: ref.Vec, x: ref.Vec, w: ref.Vec, R: number, D: number, eps: number): void {
+function rmsNormBackwardNoMeanTerm(
+  dx: ref.Vec,
+  dy: ref.Vec,
+  x: ref.Vec,
+  w: ref.Vec,
+  R: number,
+  D: number,
+  eps: number,
+): void {
   for (let r = 0; r < R; r++) {
     let ss = 0;
     for (let i = 0; i < D; i++) ss += x[r * D + i] ** 2;
@@ -83,7 +96,14 @@ function rmsNormBackwardNoMeanTerm(dx: ref.Vec, dy: ref.Vec, x: ref.Vec, w: ref.
 }
 
 /** silu' taken as sigmoid (the g s (1 - s) term dropped). */
-function siluMulBackwardNoProductRule(dgate: ref.Vec, dup: ref.Vec, dout: ref.Vec, gate: ref.Vec, up: ref.Vec, n: number): void {
+function siluMulBackwardNoProductRule(
+  dgate: ref.Vec,
+  dup: ref.Vec,
+  dout: ref.Vec,
+  gate: ref.Vec,
+  up: ref.Vec,
+  n: number,
+): void {
   for (let i = 0; i < n; i++) {
     const s = 1 / (1 + Math.exp(-gate[i]));
     dgate[i] += dout[i] * up[i] * s;
@@ -155,7 +175,11 @@ describe('reference backward vs finite differences (f64)', () => {
     expectRejected('fd rope dx rotated by +angle', wrong, numDx, FD_REL, FD_ABS);
   });
 
-  it.each([[5, 4, 2, 8], [4, 2, 2, 6], [3, 3, 1, 4]])('attention: dq, dk, dv (T=%i NH=%i NKV=%i HD=%i)', (T, NH, NKV, HD) => {
+  it.each([
+    [5, 4, 2, 8],
+    [4, 2, 2, 6],
+    [3, 3, 1, 4],
+  ])('attention: dq, dk, dv (T=%i NH=%i NKV=%i HD=%i)', (T, NH, NKV, HD) => {
     const rand = ref.rng(103 + T);
     const q = f64(ref.randn(T * NH * HD, rand));
     const k = f64(ref.randn(T * NKV * HD, rand));
@@ -172,7 +196,8 @@ describe('reference backward vs finite differences (f64)', () => {
       return r;
     };
     const got = grads(out);
-    for (const key of ['dq', 'dk', 'dv'] as const) expectClose(`fd attention ${key} T=${T} NH=${NH} NKV=${NKV}`, got[key], num[key], FD_REL, FD_ABS);
+    for (const key of ['dq', 'dk', 'dv'] as const)
+      expectClose(`fd attention ${key} T=${T} NH=${NH} NKV=${NKV}`, got[key], num[key], FD_REL, FD_ABS);
     // Without the D_i = dout_i . out_i term (out passed as zeros), dq and dk are wrong.
     const wrong = grads(new Float64Array(out.length));
     expectRejected(`fd attention dq without D T=${T}`, wrong.dq, num.dq, FD_REL, FD_ABS);
@@ -262,11 +287,12 @@ describe.each(['rows', 'gemv', 'tiled'] as const)('matmul training ops, %s', (va
     const gotDx = await gpu.readF32(dx, T * Kd);
     expectClose(`matmulBackwardInput+= ${name}`, gotDx, want, REL, ABS);
     const wrongDx = f64(initDx); // w transposed in the reduction: dy . w read as (K, N)
-    for (let t = 0; t < T; t++) for (let k = 0; k < Kd; k++) {
-      let s = 0;
-      for (let n = 0; n < N; n++) s += dy[t * N + n] * wB[(k * N + n) % (N * Kd)];
-      wrongDx[t * Kd + k] += s;
-    }
+    for (let t = 0; t < T; t++)
+      for (let k = 0; k < Kd; k++) {
+        let s = 0;
+        for (let n = 0; n < N; n++) s += dy[t * N + n] * wB[(k * N + n) % (N * Kd)];
+        wrongDx[t * Kd + k] += s;
+      }
     expectRejected(`matmulBackwardInput ${name} transposed w`, gotDx, wrongDx, REL, ABS);
 
     // matmulBackwardInputF32 with scale.
@@ -291,7 +317,13 @@ describe.each(['rows', 'gemv', 'tiled'] as const)('matmul training ops, %s', (va
 });
 
 describe('rmsNormBackward', () => {
-  it.each([[3, 100], [17, 16], [2, 1000], [5, 33], [1, 128]])('R=%i D=%i', async (R, D) => {
+  it.each([
+    [3, 100],
+    [17, 16],
+    [2, 1000],
+    [5, 33],
+    [1, 128],
+  ])('R=%i D=%i', async (R, D) => {
     const rand = ref.rng(300 + D);
     const x = ref.randn(R * D, rand, 3);
     const w = ref.roundBf16(ref.randn(D, rand));
@@ -374,13 +406,34 @@ describe('attentionForwardLse + attentionBackward', () => {
     const want = { dq: f64(init.dq), dk: f64(init.dk), dv: f64(init.dv) };
     ref.attentionBackward(want.dq, want.dk, want.dv, dout, wantOut, wantLse, q, k, v, T, NH, NKV, HD);
     const wrong = { dq: f64(init.dq), dk: f64(init.dk), dv: f64(init.dv) };
-    ref.attentionBackward(wrong.dq, wrong.dk, wrong.dv, dout, new Float64Array(q.length), wantLse, q, k, v, T, NH, NKV, HD);
+    ref.attentionBackward(
+      wrong.dq,
+      wrong.dk,
+      wrong.dv,
+      dout,
+      new Float64Array(q.length),
+      wantLse,
+      q,
+      k,
+      v,
+      T,
+      NH,
+      NKV,
+      HD,
+    );
     for (const key of ['dq', 'dk', 'dv'] as const) {
       const got = await gpu.readF32(grads[key]);
       expectClose(`attentionBackward ${key} ${name}`, got.subarray(0, want[key].length), want[key], ATT_REL, ABS);
       // Without D (dout . out), dq and dk go wrong; with T = 1 the softmax is constant and
       // dq = dk = 0 either way, so that case has nothing to catch.
-      if (key !== 'dv' && T > 1) expectRejected(`attentionBackward ${key} ${name} without D`, got.subarray(0, want[key].length), wrong[key], ATT_REL, ABS);
+      if (key !== 'dv' && T > 1)
+        expectRejected(
+          `attentionBackward ${key} ${name} without D`,
+          got.subarray(0, want[key].length),
+          wrong[key],
+          ATT_REL,
+          ABS,
+        );
     }
     for (const b of [qb, kb, vb, doutb, out, lse, grads.dq, grads.dk, grads.dv]) gpu.releaseBuffer(b);
   });

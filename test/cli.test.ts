@@ -18,29 +18,51 @@ function expectOneErrorLine(r: SpyrlResult, ...mustContain: string[]): void {
 }
 
 let tmp: string;
-beforeAll(async () => { tmp = await mkdtemp(join(tmpdir(), 'spyrl-cli-')); });
-afterAll(async () => { await rm(tmp, { recursive: true, force: true }); });
+beforeAll(async () => {
+  tmp = await mkdtemp(join(tmpdir(), 'spyrl-cli-'));
+});
+afterAll(async () => {
+  await rm(tmp, { recursive: true, force: true });
+});
 
 describe('spyrl logits / generate against PyTorch', () => {
-  it.each(['tied', 'untied-sharded'])('logits --tokens on %s match the PyTorch logits within 1e-3 x max|ref|', async (variant) => {
-    const dir = join(GOLDEN, variant);
-    const exp = JSON.parse(await readFile(join(dir, 'expected.json'), 'utf8')) as { tokens: number[]; shape: [number, number]; max_abs_logit: number };
-    const out = join(tmp, `${variant}.f32`);
-    const r = await spyrl('logits', '--model', dir, '--tokens', exp.tokens.join(','), '--out', out);
-    expect(r.code, r.stderr).toBe(0);
-    expect(JSON.parse(r.stdout)).toEqual({ tokens: exp.tokens, shape: exp.shape });
-    const got = new Float32Array((await readFile(out)).buffer.slice(0));
-    const ref = new Float32Array((await readFile(join(dir, 'logits.f32'))).buffer.slice(0));
-    expect(got.length).toBe(ref.length);
-    let err = 0;
-    for (let i = 0; i < ref.length; i++) err = Math.max(err, Math.abs(got[i] - ref[i]));
-    expect(err).toBeLessThanOrEqual(1e-3 * exp.max_abs_logit);
-  });
+  it.each(['tied', 'untied-sharded'])(
+    'logits --tokens on %s match the PyTorch logits within 1e-3 x max|ref|',
+    async (variant) => {
+      const dir = join(GOLDEN, variant);
+      const exp = JSON.parse(await readFile(join(dir, 'expected.json'), 'utf8')) as {
+        tokens: number[];
+        shape: [number, number];
+        max_abs_logit: number;
+      };
+      const out = join(tmp, `${variant}.f32`);
+      const r = await spyrl('logits', '--model', dir, '--tokens', exp.tokens.join(','), '--out', out);
+      expect(r.code, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout)).toEqual({ tokens: exp.tokens, shape: exp.shape });
+      const got = new Float32Array((await readFile(out)).buffer.slice(0));
+      const ref = new Float32Array((await readFile(join(dir, 'logits.f32'))).buffer.slice(0));
+      expect(got.length).toBe(ref.length);
+      let err = 0;
+      for (let i = 0; i < ref.length; i++) err = Math.max(err, Math.abs(got[i] - ref[i]));
+      expect(err).toBeLessThanOrEqual(1e-3 * exp.max_abs_logit);
+    },
+  );
 
   it('generate --temperature 0 reproduces the 16 greedy PyTorch tokens', async () => {
     const dir = join(GOLDEN, 'untied-sharded');
     const g = JSON.parse(await readFile(join(dir, 'greedy.json'), 'utf8')) as { prompt: number[]; tokens: number[] };
-    const r = await spyrl('generate', '--model', dir, '--prompt-tokens', g.prompt.join(','), '--temperature', '0', '--max-new-tokens', '16', '--print-tokens');
+    const r = await spyrl(
+      'generate',
+      '--model',
+      dir,
+      '--prompt-tokens',
+      g.prompt.join(','),
+      '--temperature',
+      '0',
+      '--max-new-tokens',
+      '16',
+      '--print-tokens',
+    );
     expect(r.code, r.stderr).toBe(0);
     expect(JSON.parse(r.stdout)).toEqual({ prompt: g.prompt, tokens: g.tokens });
   });
@@ -50,16 +72,42 @@ describe('spyrl tiny-model, and text in and out with the real tokenizer', () => 
   let model: string;
   beforeAll(async () => {
     model = join(tmp, 'tiny');
-    const r = await spyrl('tiny-model', '--out', model, '--layers', '1', '--hidden', '32', '--heads', '2', '--kv-heads', '1', '--intermediate', '64', '--shards', '2', '--tied', 'false');
+    const r = await spyrl(
+      'tiny-model',
+      '--out',
+      model,
+      '--layers',
+      '1',
+      '--hidden',
+      '32',
+      '--heads',
+      '2',
+      '--kv-heads',
+      '1',
+      '--intermediate',
+      '64',
+      '--shards',
+      '2',
+      '--tied',
+      'false',
+    );
     expect(r.code, r.stderr).toBe(0);
   });
 
   it('writes a sharded Hugging Face layout with the real tokenizer', async () => {
     const index = JSON.parse(await readFile(join(model, 'model.safetensors.index.json'), 'utf8'));
-    expect(new Set(Object.values(index.weight_map))).toEqual(new Set(['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors']));
+    expect(new Set(Object.values(index.weight_map))).toEqual(
+      new Set(['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors']),
+    );
     expect(index.weight_map['lm_head.weight']).toBeDefined();
     const cfg = JSON.parse(await readFile(join(model, 'config.json'), 'utf8'));
-    expect(cfg).toMatchObject({ model_type: 'qwen3', vocab_size: 151936, hidden_size: 32, num_hidden_layers: 1, tie_word_embeddings: false });
+    expect(cfg).toMatchObject({
+      model_type: 'qwen3',
+      vocab_size: 151936,
+      hidden_size: 32,
+      num_hidden_layers: 1,
+      tie_word_embeddings: false,
+    });
     expect((await stat(join(model, 'tokenizer.json'))).size).toBeGreaterThan(1e6);
   });
 
@@ -74,7 +122,18 @@ describe('spyrl tiny-model, and text in and out with the real tokenizer', () => 
   });
 
   it('generate --chat streams text and reports its speed', async () => {
-    const r = await spyrl('generate', '--model', model, '--prompt', 'Hi', '--chat', '--max-new-tokens', '3', '--seed', '1');
+    const r = await spyrl(
+      'generate',
+      '--model',
+      model,
+      '--prompt',
+      'Hi',
+      '--chat',
+      '--max-new-tokens',
+      '3',
+      '--seed',
+      '1',
+    );
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toMatch(/\d+ prompt tokens, [1-3] generated/);
   });
@@ -99,7 +158,11 @@ describe('bad input: one clear line, non-zero exit, nothing written', () => {
     const dir = await brokenCopy('llama');
     const cfg = JSON.parse(await readFile(join(dir, 'config.json'), 'utf8'));
     await writeFile(join(dir, 'config.json'), JSON.stringify({ ...cfg, model_type: 'llama' }));
-    expectOneErrorLine(await spyrl('logits', '--model', dir, '--tokens', '1,2', '--out', out()), 'config.json', 'llama');
+    expectOneErrorLine(
+      await spyrl('logits', '--model', dir, '--tokens', '1,2', '--out', out()),
+      'config.json',
+      'llama',
+    );
     await expect(stat(out())).rejects.toThrow();
   });
 
@@ -123,7 +186,10 @@ describe('bad input: one clear line, non-zero exit, nothing written', () => {
   it('missing shard', async () => {
     const dir = await brokenCopy('noshard', 'untied-sharded');
     await rm(join(dir, 'model-00002-of-00002.safetensors'));
-    expectOneErrorLine(await spyrl('logits', '--model', dir, '--tokens', '1,2', '--out', out()), 'model-00002-of-00002.safetensors');
+    expectOneErrorLine(
+      await spyrl('logits', '--model', dir, '--tokens', '1,2', '--out', out()),
+      'model-00002-of-00002.safetensors',
+    );
     await expect(stat(out())).rejects.toThrow();
   });
 

@@ -62,21 +62,29 @@ describe('parseQwen3Config', () => {
 
   it('defaults head_dim to hidden/heads and accepts rope_parameters', () => {
     const { head_dim: _, rope_theta: __, ...rest } = qwen3_06b;
-    const cfg = parseQwen3Config({ ...rest, rope_parameters: { rope_type: 'default', rope_theta: 5e6 }, eos_token_id: [1, 2] });
+    const cfg = parseQwen3Config({
+      ...rest,
+      rope_parameters: { rope_type: 'default', rope_theta: 5e6 },
+      eos_token_id: [1, 2],
+    });
     expect(cfg.headDim).toBe(64);
     expect(cfg.ropeTheta).toBe(5e6);
     expect(cfg.eosTokenIds).toEqual([1, 2]);
   });
 
   it('rejects other model types', () => {
-    expect(configError({ ...qwen3_06b, model_type: 'llama' }).message).toMatch(/config\.json: field "model_type" is "llama"/);
+    expect(configError({ ...qwen3_06b, model_type: 'llama' }).message).toMatch(
+      /config\.json: field "model_type" is "llama"/,
+    );
     expect(configError({ ...qwen3_06b, model_type: 'qwen3_moe' }).message).toMatch(/qwen3_moe/);
   });
 
   it('rejects missing and invalid fields, naming them', () => {
     const { hidden_size: _, ...noHidden } = qwen3_06b;
     expect(configError(noHidden).message).toMatch(/field "hidden_size" is missing/);
-    expect(configError({ ...qwen3_06b, num_hidden_layers: 2.5 }).message).toMatch(/"num_hidden_layers" must be a positive integer/);
+    expect(configError({ ...qwen3_06b, num_hidden_layers: 2.5 }).message).toMatch(
+      /"num_hidden_layers" must be a positive integer/,
+    );
     expect(configError({ ...qwen3_06b, num_key_value_heads: 3 }).message).toMatch(/"num_key_value_heads"/);
     expect(configError({ ...qwen3_06b, rms_norm_eps: 'x' }).message).toMatch(/"rms_norm_eps"/);
     expect(configError({ ...qwen3_06b, tie_word_embeddings: 'yes' }).message).toMatch(/"tie_word_embeddings"/);
@@ -86,7 +94,9 @@ describe('parseQwen3Config', () => {
   it('rejects rope_scaling other than null', () => {
     const e = configError({ ...qwen3_06b, rope_scaling: { rope_type: 'yarn', factor: 4 } });
     expect(e.message).toMatch(/"rope_scaling".*not supported, only null/);
-    expect(configError({ ...qwen3_06b, rope_parameters: { rope_type: 'yarn', rope_theta: 1e6 } }).message).toMatch(/rope_type/);
+    expect(configError({ ...qwen3_06b, rope_parameters: { rope_type: 'yarn', rope_theta: 1e6 } }).message).toMatch(
+      /rope_type/,
+    );
   });
 });
 
@@ -102,7 +112,8 @@ describe('weights', () => {
   });
 
   it('matches the published parameter counts (non-embedding, in billions)', () => {
-    const nonEmbedding = (cfg: Qwen3Config) => (paramCount(cfg, { lmHead: false }) - cfg.vocabSize * cfg.hiddenSize) / 1e9;
+    const nonEmbedding = (cfg: Qwen3Config) =>
+      (paramCount(cfg, { lmHead: false }) - cfg.vocabSize * cfg.hiddenSize) / 1e9;
     expect(nonEmbedding(QWEN3_PRESETS['Qwen/Qwen3-0.6B'])).toBeCloseTo(0.44, 2);
     expect(nonEmbedding(QWEN3_PRESETS['Qwen/Qwen3-1.7B'])).toBeCloseTo(1.4, 1);
     expect(nonEmbedding(QWEN3_PRESETS['Qwen/Qwen3-4B-Instruct-2507'])).toBeCloseTo(3.6, 1);
@@ -138,8 +149,12 @@ describe('weights', () => {
       }
     })()!;
     expect(e).toBeInstanceOf(ModelLoadError);
-    expect(e.message).toBe('model.safetensors: tensor "model.layers.1.mlp.up_proj.weight": missing; expected shape [128,64]');
-    expect(() => validateWeights({ ...config, tieWordEmbeddings: false }, model)).toThrow(/lm_head\.weight.*tie_word_embeddings=false/);
+    expect(e.message).toBe(
+      'model.safetensors: tensor "model.layers.1.mlp.up_proj.weight": missing; expected shape [128,64]',
+    );
+    expect(() => validateWeights({ ...config, tieWordEmbeddings: false }, model)).toThrow(
+      /lm_head\.weight.*tie_word_embeddings=false/,
+    );
   });
 
   it('reports a wrong shape with expected and actual', async () => {
@@ -155,7 +170,9 @@ describe('weights', () => {
     const { config, model } = await tinyModel();
     const tensors = new Map(model.tensors);
     tensors.set('model.norm.weight', { ...tensors.get('model.norm.weight')!, dtype: 'F32' });
-    expect(() => validateWeights(config, { name: model.name, tensors })).toThrow(/"model\.norm\.weight": dtype F32, expected BF16/);
+    expect(() => validateWeights(config, { name: model.name, tensors })).toThrow(
+      /"model\.norm\.weight": dtype F32, expected BF16/,
+    );
   });
 });
 
@@ -171,7 +188,12 @@ describe('gpuMemoryBytes', () => {
 
   it('has a row per preset, growing with model size', () => {
     const rows = memoryTable({ maxT: 2048, slots: 8 });
-    expect(rows.map((r) => r.repo)).toEqual(['Qwen/Qwen3-0.6B', 'Qwen/Qwen3-1.7B', 'Qwen/Qwen3-4B-Instruct-2507', 'Qwen/Qwen3-8B']);
+    expect(rows.map((r) => r.repo)).toEqual([
+      'Qwen/Qwen3-0.6B',
+      'Qwen/Qwen3-1.7B',
+      'Qwen/Qwen3-4B-Instruct-2507',
+      'Qwen/Qwen3-8B',
+    ]);
     for (let i = 1; i < rows.length; i++) expect(rows[i]!.total).toBeGreaterThan(rows[i - 1]!.total);
     expect(rows[3]!.weights / 2 ** 30).toBeCloseTo(15.26, 1); // 8.19B params * 2 bytes
   });

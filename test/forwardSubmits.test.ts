@@ -19,7 +19,15 @@ let gpu: Gpu, tmp: string, model: Qwen3Model;
 beforeAll(async () => {
   gpu = await createGpu();
   tmp = await mkdtemp(join(tmpdir(), 'spyrl-submits-'));
-  await writeTinyCheckpoint(tmp, { layers: LAYERS, hidden: 32, heads: 4, kvHeads: 2, headDim: 8, intermediate: 64, seed: 5 });
+  await writeTinyCheckpoint(tmp, {
+    layers: LAYERS,
+    hidden: 32,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 8,
+    intermediate: 64,
+    seed: 5,
+  });
   model = (await loadQwen3(gpu, nodeFolderSource(tmp))).model;
 });
 afterAll(async () => {
@@ -33,15 +41,30 @@ describe('decode step', () => {
     const ids = Array.from({ length: KV_PAGE_SIZE + 5 }, (_, i) => (i * 7919 + 11) % 5000);
     const prompt = KV_PAGE_SIZE - 1;
     const cache = model.createCache(1, 64);
-    const pre = model.forward({ ids: ids.slice(0, prompt), slots: new Array(prompt).fill(0), positions: ids.slice(0, prompt).map((_, i) => i), logitRows: [prompt - 1] }, cache);
+    const pre = model.forward(
+      {
+        ids: ids.slice(0, prompt),
+        slots: new Array(prompt).fill(0),
+        positions: ids.slice(0, prompt).map((_, i) => i),
+        logitRows: [prompt - 1],
+      },
+      cache,
+    );
     await gpu.readF32(pre, V);
     gpu.releaseBuffer(pre);
     const stepLogits: Float32Array[] = [];
     const perStep: { dispatches: number; submits: number; bindGroups: number }[] = [];
-    for (let pos = prompt; pos < ids.length; pos++) { // the step at position KV_PAGE_SIZE maps a new page
-      const d0 = gpu.dispatchCount, s0 = gpu.submitCount, b0 = gpu.bindGroupCount;
+    for (let pos = prompt; pos < ids.length; pos++) {
+      // the step at position KV_PAGE_SIZE maps a new page
+      const d0 = gpu.dispatchCount,
+        s0 = gpu.submitCount,
+        b0 = gpu.bindGroupCount;
       const out = model.forward({ ids: [ids[pos]], slots: [0], positions: [pos], logitRows: [0] }, cache);
-      perStep.push({ dispatches: gpu.dispatchCount - d0, submits: gpu.submitCount - s0, bindGroups: gpu.bindGroupCount - b0 });
+      perStep.push({
+        dispatches: gpu.dispatchCount - d0,
+        submits: gpu.submitCount - s0,
+        bindGroups: gpu.bindGroupCount - b0,
+      });
       stepLogits.push(await gpu.readF32(out, V));
       gpu.releaseBuffer(out);
     }
@@ -60,11 +83,15 @@ describe('decode step', () => {
     // The same tokens in one prefill: the decode steps' logits are its last rows.
     const whole = model.createCache(1, 64);
     const rows = Array.from({ length: ids.length - prompt }, (_, i) => prompt + i);
-    const all = model.forward({ ids, slots: new Array(ids.length).fill(0), positions: ids.map((_, i) => i), logitRows: rows }, whole);
+    const all = model.forward(
+      { ids, slots: new Array(ids.length).fill(0), positions: ids.map((_, i) => i), logitRows: rows },
+      whole,
+    );
     const want = await gpu.readF32(all, rows.length * V);
     gpu.releaseBuffer(all);
     whole.destroy();
-    let worst = 0, scale = 0;
+    let worst = 0,
+      scale = 0;
     stepLogits.forEach((got, r) => {
       for (let i = 0; i < V; i++) {
         worst = Math.max(worst, Math.abs(got[i] - want[r * V + i]));

@@ -13,11 +13,21 @@ import { generate, GREEDY } from '../src/model/generate.ts';
 const ROOT = join(import.meta.dirname, 'fixtures/golden');
 const VARIANTS = ['tied', 'untied-sharded', 'mha'] as const;
 
-interface Expected { tokens: number[]; shape: [number, number]; max_abs_logit: number; tolerance: { rel: number } }
-interface Greedy { prompt: number[]; tokens: number[] }
+interface Expected {
+  tokens: number[];
+  shape: [number, number];
+  max_abs_logit: number;
+  tolerance: { rel: number };
+}
+interface Greedy {
+  prompt: number[];
+  tokens: number[];
+}
 
 let gpu: Gpu;
-beforeAll(async () => { gpu = await createGpu(); });
+beforeAll(async () => {
+  gpu = await createGpu();
+});
 afterAll(() => gpu?.destroy());
 
 /** max |a - b| over all elements. */
@@ -45,7 +55,9 @@ describe.each(VARIANTS)('Qwen3 vs PyTorch golden: %s', (variant) => {
     cache.destroy();
     const err = maxAbsDiff(got, ref);
     const tol = exp.tolerance.rel * exp.max_abs_logit;
-    console.log(`${variant}: max|logit - ref| = ${err.toExponential(3)} (tolerance ${tol.toExponential(3)}, ${(err / exp.max_abs_logit).toExponential(2)} x max|ref|)`);
+    console.log(
+      `${variant}: max|logit - ref| = ${err.toExponential(3)} (tolerance ${tol.toExponential(3)}, ${(err / exp.max_abs_logit).toExponential(2)} x max|ref|)`,
+    );
     expect(err).toBeLessThanOrEqual(tol);
   });
 
@@ -53,7 +65,8 @@ describe.each(VARIANTS)('Qwen3 vs PyTorch golden: %s', (variant) => {
     const g = JSON.parse(await readFile(join(dir, 'greedy.json'), 'utf8')) as Greedy;
     const { model } = await loadQwen3(gpu, nodeFolderSource(dir));
     const out: number[] = [];
-    for await (const step of generate(model, [g.prompt], { ...GREEDY, maxNewTokens: g.tokens.length, stopIds: [] })) out.push(step[0].id);
+    for await (const step of generate(model, [g.prompt], { ...GREEDY, maxNewTokens: g.tokens.length, stopIds: [] }))
+      out.push(step[0].id);
     expect(out).toEqual(g.tokens);
   });
 });
@@ -66,10 +79,12 @@ describe('batched decode', () => {
     // Prompts of different lengths: the golden one, and two others built from it.
     const prompts = [g.prompt, g.prompt.slice(0, 3), [...g.prompt].reverse().concat([7])];
     const batched: number[][] = prompts.map(() => []);
-    for await (const step of generate(model, prompts, { ...GREEDY, maxNewTokens: 6, stopIds: [] })) for (const t of step) batched[t.seq].push(t.id);
+    for await (const step of generate(model, prompts, { ...GREEDY, maxNewTokens: 6, stopIds: [] }))
+      for (const t of step) batched[t.seq].push(t.id);
     for (const [i, p] of prompts.entries()) {
       const alone: number[] = [];
-      for await (const step of generate(model, [p], { ...GREEDY, maxNewTokens: 6, stopIds: [] })) alone.push(step[0].id);
+      for await (const step of generate(model, [p], { ...GREEDY, maxNewTokens: 6, stopIds: [] }))
+        alone.push(step[0].id);
       expect(batched[i], `prompt ${i}`).toEqual(alone);
     }
     expect(batched[0]).toEqual(g.tokens.slice(0, 6));

@@ -4,7 +4,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { shaderSource } from '#shaders';
 import {
-  createGpu, f32, splitGrid, GpuDeviceLostError, GpuError, GpuOutOfMemoryError, GpuValidationError, type Gpu,
+  createGpu,
+  f32,
+  splitGrid,
+  GpuDeviceLostError,
+  GpuError,
+  GpuOutOfMemoryError,
+  GpuValidationError,
+  type Gpu,
 } from '../src/gpu/index.ts';
 import * as K from '../src/ops/index.ts';
 import { MAX_PARAM_DISPATCHES_PER_SUBMIT } from '../src/gpu/device.ts';
@@ -32,7 +39,10 @@ fn write_ids(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
 let gpu: Gpu;
 
 beforeAll(async () => {
-  const testShaders: Record<string, string> = { test: TEST_WGSL, broken: '@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }' };
+  const testShaders: Record<string, string> = {
+    test: TEST_WGSL,
+    broken: '@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }',
+  };
   gpu = await createGpu({ shaderSource: (name) => testShaders[name] ?? shaderSource(name) });
 });
 
@@ -51,7 +61,10 @@ describe('device', () => {
 describe('buffers', () => {
   it('write/read round trip, with offsets and odd byte counts', async () => {
     const buf = gpu.createBuffer(64, 'roundtrip');
-    gpu.write(buf, Float32Array.from({ length: 16 }, (_, i) => i * 0.5));
+    gpu.write(
+      buf,
+      Float32Array.from({ length: 16 }, (_, i) => i * 0.5),
+    );
     gpu.write(buf, Uint32Array.from([0xdeadbeef]), 8);
     const all = new Float32Array(await gpu.read(buf));
     expect(all[0]).toBe(0);

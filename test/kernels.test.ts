@@ -26,8 +26,6 @@ afterAll(() => {
   gpu?.destroy();
 });
 
-
-
 const REL = 1e-5;
 const ABS = 1e-6;
 
@@ -49,7 +47,8 @@ describe('comparator', () => {
     expect(ref.compare(got, wrong, REL, ABS).ok).toBe(false);
     // Transposed weights (a classic layout bug) are far outside tolerance.
     const wT = new Float32Array(N * Kd);
-    for (let n = 0; n < N; n++) for (let k = 0; k < Kd; k++) wT[n * Kd + k] = w[((n * Kd + k) % N) * Kd + Math.floor((n * Kd + k) / N)];
+    for (let n = 0; n < N; n++)
+      for (let k = 0; k < Kd; k++) wT[n * Kd + k] = w[((n * Kd + k) % N) * Kd + Math.floor((n * Kd + k) / N)];
     ref.matmul(wrong, x, wT, T, N, Kd);
     expect(ref.compare(got, wrong, REL, ABS).ok).toBe(false);
     expect(ref.compare(got, new Float32Array(T * N + 1), REL, ABS).ok).toBe(false);
@@ -75,7 +74,10 @@ describe('bf16 helpers', () => {
 });
 
 describe('embed', () => {
-  it.each([[3, 37, 50], [1, 64, 10]])('T=%i C=%i V=%i', async (T, C, V) => {
+  it.each([
+    [3, 37, 50],
+    [1, 64, 10],
+  ])('T=%i C=%i V=%i', async (T, C, V) => {
     const rand = ref.rng(2);
     const table = ref.roundBf16(ref.randn(V * C, rand));
     const ids = Array.from({ length: T }, (_, i) => (i * 7 + 3) % V);
@@ -89,7 +91,12 @@ describe('embed', () => {
 
 describe('rmsNorm', () => {
   // R=70000 rows = 70000 workgroups > 65535: the launch splits the grid over x/y.
-  it.each([[3, 100], [17, 16], [2, 1000], [70000, 2]])('R=%i D=%i', async (R, D) => {
+  it.each([
+    [3, 100],
+    [17, 16],
+    [2, 1000],
+    [70000, 2],
+  ])('R=%i D=%i', async (R, D) => {
     const rand = ref.rng(3);
     const x = ref.randn(R * D, rand, 3);
     const w = ref.roundBf16(ref.randn(D, rand));
@@ -129,7 +136,12 @@ describe.each(['rows', 'gemv', 'tiled'] as const)('matmul %s', (variant) => {
     expectClose(`matmul ${variant} T=${T} N=${N} K=${Kd}`, await gpu.readF32(out, T * N), want, REL, ABS);
   });
 
-  it.each([[2, 33, 48], [20, 33, 48]].filter(([T]) => variant !== 'gemv' || T <= K.GEMV_MAX_T))('accumulate T=%i N=%i K=%i', async (T, N, Kd) => {
+  it.each(
+    [
+      [2, 33, 48],
+      [20, 33, 48],
+    ].filter(([T]) => variant !== 'gemv' || T <= K.GEMV_MAX_T),
+  )('accumulate T=%i N=%i K=%i', async (T, N, Kd) => {
     const rand = ref.rng(5);
     const x = ref.randn(T * Kd, rand);
     const w = ref.roundBf16(ref.randn(N * Kd, rand, 0.1));
@@ -174,7 +186,16 @@ describe('rope', () => {
 });
 
 describe('kvWrite + attention', () => {
-  async function run(NH: number, NKV: number, HD: number, S: number, maxT: number, slots: number[], lens: number[], name: string) {
+  async function run(
+    NH: number,
+    NKV: number,
+    HD: number,
+    S: number,
+    maxT: number,
+    slots: number[],
+    lens: number[],
+    name: string,
+  ) {
     // Fill every slot's history with kvWrite (prefill-style, pos 0..len-1), then attend with one
     // query per listed slot at position len-1 (decode-style) and also prefill-style on slot 0.
     const rand = ref.rng(8 + HD);
@@ -182,7 +203,10 @@ describe('kvWrite + attention', () => {
     // Identity page table, one token per page: the pool is then exactly the (S, maxT, NKV, HD)
     // layout of the reference (paging and f16 are tested in test/kvCache.test.ts).
     const kv: K.KvPaging = { dtype: 'f32', pageSize: 1, pages: S * maxT, pagesPerSlot: maxT, maxT };
-    const table = u32Buf(Array.from({ length: S * maxT }, (_, i) => i), 'pageTable');
+    const table = u32Buf(
+      Array.from({ length: S * maxT }, (_, i) => i),
+      'pageTable',
+    );
     const kC = new Float32Array(S * maxT * row);
     const vC = new Float32Array(S * maxT * row);
     const kCache = f32Buf(kC.slice(), 'kCache');
@@ -261,7 +285,10 @@ describe('sample', () => {
   const greedy = { temperature: 0, topK: 0, topP: 1 };
 
   it('greedy equals CPU argmax (ties -> lowest index), V=1000 and V=151936', async () => {
-    for (const [B, V] of [[4, 1000], [1, 151936]]) {
+    for (const [B, V] of [
+      [4, 1000],
+      [1, 151936],
+    ]) {
       const logits = ref.randn(B * V, ref.rng(11 + V), 3);
       if (V === 1000) {
         logits[1 * V + 500] = logits[1 * V + 900] = 50; // tie: expect 500

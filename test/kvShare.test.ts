@@ -27,18 +27,31 @@ import { assignRoles, type Roles } from '../src/game/roles.ts';
 import { Rng } from '../src/game/rng.ts';
 import { GpuPolicy, planPages } from '../src/train/policy.ts';
 
-const FULL = 'The agency spent $2 billion on the new system. It hired 300 staff in three regions. Audits found gaps in the records. The plan ends in 2030.';
+const FULL =
+  'The agency spent $2 billion on the new system. It hired 300 staff in three regions. Audits found gaps in the records. The plan ends in 2030.';
 const SPY = 'The agency spent $2 billion on the new system. Audits found gaps in the records. The plan ends in 2030.';
 const P = KV_PAGE_SIZE;
 // Short instructions keep the prompts (and SwiftShader's time) small; the structure is the game's.
-const PROMPTS = { ...DEFAULT_PROMPTS, summaryInstruction: 'Summarize the report.', voteInstruction: 'Find the spy: the player whose summary misses part of the report.' };
+const PROMPTS = {
+  ...DEFAULT_PROMPTS,
+  summaryInstruction: 'Summarize the report.',
+  voteInstruction: 'Find the spy: the player whose summary misses part of the report.',
+};
 
 let gpu: Gpu, tmp: string, model: Qwen3Model, tokenizer: Qwen3Tokenizer, roles: Roles;
 const matmulBefore = K.tuning.matmul;
 beforeAll(async () => {
   gpu = await createGpu();
   tmp = await mkdtemp(join(tmpdir(), 'spyrl-kvshare-'));
-  await writeTinyCheckpoint(tmp, { layers: 2, hidden: 32, heads: 4, kvHeads: 2, headDim: 16, intermediate: 64, seed: 3 });
+  await writeTinyCheckpoint(tmp, {
+    layers: 2,
+    hidden: 32,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 16,
+    intermediate: 64,
+    seed: 3,
+  });
   const loaded = await loadQwen3WithTokenizer(gpu, nodeFolderSource(tmp));
   model = loaded.model;
   tokenizer = loaded.tokenizer!;
@@ -88,9 +101,11 @@ describe('GpuPolicy with shared KV prefixes', () => {
     expect(full.pages).toBe(expectedPages(prompts, opts.maxTokens - 1, false));
     expect(shared.endPages).toBeLessThanOrEqual(shared.pages);
     expect(shared.bytesAllocated / full.bytesAllocated).toBeCloseTo(shared.pages / full.pages, 2);
-    console.log(`summaries: civilian prompt ${civ} tokens, spy ${spy} (${sharedPrefixTokens} shared); ` +
-      `KV pages after prefill ${shared.prefillPages} shared vs ${full.prefillPages} unshared; ` +
-      `cache ${shared.bytesAllocated} vs ${full.bytesAllocated} bytes; prefilled ${sharedPrefill} vs ${policy.prefilledTokens - sharedPrefill} tokens`);
+    console.log(
+      `summaries: civilian prompt ${civ} tokens, spy ${spy} (${sharedPrefixTokens} shared); ` +
+        `KV pages after prefill ${shared.prefillPages} shared vs ${full.prefillPages} unshared; ` +
+        `cache ${shared.bytesAllocated} vs ${full.bytesAllocated} bytes; prefilled ${sharedPrefill} vs ${policy.prefilledTokens - sharedPrefill} tokens`,
+    );
   });
 
   it('votes: the voters share their common prefix; identical vote log-probs', async () => {
@@ -118,11 +133,15 @@ describe('GpuPolicy with shared KV prefixes', () => {
     expect(withShare).toEqual(alone);
     expect(shared.prefillPages).toBe(expectedPages(prompts, 0, true));
     expect(full.prefillPages).toBe(expectedPages(prompts, 0, false));
-    console.log(`votes: prompts ${prompts.map((p) => p.tokenIds.length).join(', ')} tokens; KV pages ${shared.prefillPages} shared vs ${full.prefillPages} unshared`);
+    console.log(
+      `votes: prompts ${prompts.map((p) => p.tokenIds.length).join(', ')} tokens; KV pages ${shared.prefillPages} shared vs ${full.prefillPages} unshared`,
+    );
   });
 
   it('a kvShare that claims tokens the prompts do not share is refused', async () => {
-    const a = tokenizer.encode('one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty');
+    const a = tokenizer.encode(
+      'one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty',
+    );
     expect(a.length).toBeGreaterThan(P);
     const b = [...a];
     b[3] = (b[3]! + 1) % 1000;

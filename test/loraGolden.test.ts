@@ -15,7 +15,9 @@ import { loadLoraGolden } from './helpers/loraGolden.ts';
 const ROOT = join(import.meta.dirname, '..');
 
 let gpu: Gpu;
-beforeAll(async () => { gpu = await createGpu(); });
+beforeAll(async () => {
+  gpu = await createGpu();
+});
 afterAll(() => gpu?.destroy());
 
 const setup = (variant: string) => loadLoraGolden(gpu, variant);
@@ -64,19 +66,28 @@ describe.each(['tied-all', 'untied-rslora'])('LoRA vs PyTorch autograd: %s', (va
     let worst = 0;
     for (const [key, g] of want) {
       const mine = got.get(key)!;
-      let maxRef = 0, err = 0;
-      for (let i = 0; i < g.length; i++) { maxRef = Math.max(maxRef, Math.abs(g[i])); err = Math.max(err, Math.abs(mine[i] - g[i])); }
+      let maxRef = 0,
+        err = 0;
+      for (let i = 0; i < g.length; i++) {
+        maxRef = Math.max(maxRef, Math.abs(g[i]));
+        err = Math.max(err, Math.abs(mine[i] - g[i]));
+      }
       expect(err, key).toBeLessThanOrEqual(1e-3 * maxRef + 1e-6);
       worst = Math.max(worst, err / maxRef);
     }
-    console.log(`${variant}: loss ${loss.toFixed(6)} vs ${ref.loss.toFixed(6)}; worst per-tensor gradient error ${worst.toExponential(2)} x max|g_ref|`);
+    console.log(
+      `${variant}: loss ${loss.toFixed(6)} vs ${ref.loss.toFixed(6)}; worst per-tensor gradient error ${worst.toExponential(2)} x max|g_ref|`,
+    );
     adapter.destroy();
   });
 
-  it('with the adapter switched off (the KL reference policy) log-probs are the base model\'s', async () => {
+  it("with the adapter switched off (the KL reference policy) log-probs are the base model's", async () => {
     const { ref, adapter, model } = await setup(variant);
     const baseDir = join(ROOT, ref.model_dir);
-    const base = JSON.parse(await readFile(join(baseDir, 'expected.json'), 'utf8')) as { tokens: number[]; shape: [number, number] };
+    const base = JSON.parse(await readFile(join(baseDir, 'expected.json'), 'utf8')) as {
+      tokens: number[];
+      shape: [number, number];
+    };
     const logits = new Float32Array((await readFile(join(baseDir, 'logits.f32'))).buffer.slice(0));
     const [T, V] = base.shape;
     const ids = base.tokens;
@@ -88,7 +99,9 @@ describe.each(['tied-all', 'untied-rslora'])('LoRA vs PyTorch autograd: %s', (va
       const row = logits.subarray(t * V, (t + 1) * V);
       const mx = row.reduce((a, b) => Math.max(a, b), -Infinity);
       const lse = mx + Math.log(row.reduce((a, b) => a + Math.exp(b - mx), 0));
-      expect(Math.abs(logp[t] - (row[ids[t + 1]] - lse)), `t=${t}`).toBeLessThanOrEqual(1e-3 * Math.max(1, Math.abs(row[ids[t + 1]] - lse)));
+      expect(Math.abs(logp[t] - (row[ids[t + 1]] - lse)), `t=${t}`).toBeLessThanOrEqual(
+        1e-3 * Math.max(1, Math.abs(row[ids[t + 1]] - lse)),
+      );
     }
     adapter.enabled = true;
     adapter.destroy();

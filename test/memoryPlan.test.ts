@@ -21,7 +21,15 @@ import { Rng } from '../src/game/rng.ts';
 import { assignRoles } from '../src/game/roles.ts';
 import { planTableMarkdown } from '../src/cli/memory.ts';
 import {
-  checkPlanFits, FORWARD_CHUNK, Q4_STAGING_BYTES, planMemory, planRound, planSft, roundPlanOptions, roundSequences, type MemoryPlan,
+  checkPlanFits,
+  FORWARD_CHUNK,
+  Q4_STAGING_BYTES,
+  planMemory,
+  planRound,
+  planSft,
+  roundPlanOptions,
+  roundSequences,
+  type MemoryPlan,
 } from '../src/train/memory.ts';
 import { ROOT, spyrl } from './helpers/spyrl.ts';
 
@@ -31,8 +39,18 @@ const NO_LIMITS = { maxStorageBufferBindingSize: 2 ** 40, maxBufferSize: 2 ** 40
 
 function breakdown(p: MemoryPlan): string {
   const g = (b: number) => `${(b / GiB).toFixed(3)} GiB`;
-  return `total ${g(p.total)} at ${p.peakPhase}: weights ${g(p.weights)}, lora ${g(p.lora)}, kv ${g(p.kv)}, activations ${g(p.activations)}, workspace ${g(p.workspace)}; ` +
-    p.phases.map((ph) => `${ph.phase} ${g(ph.total)} [${ph.buffers.slice(0, 4).map((b) => `${b.name} ${g(b.bytes)}`).join(', ')}]`).join('; ');
+  return (
+    `total ${g(p.total)} at ${p.peakPhase}: weights ${g(p.weights)}, lora ${g(p.lora)}, kv ${g(p.kv)}, activations ${g(p.activations)}, workspace ${g(p.workspace)}; ` +
+    p.phases
+      .map(
+        (ph) =>
+          `${ph.phase} ${g(ph.total)} [${ph.buffers
+            .slice(0, 4)
+            .map((b) => `${b.name} ${g(b.bytes)}`)
+            .join(', ')}]`,
+      )
+      .join('; ')
+  );
 }
 
 describe('round sequence lengths: the plan bounds the prompts the game renders', () => {
@@ -40,7 +58,15 @@ describe('round sequence lengths: the plan bounds the prompts the game renders',
   let report: string;
   beforeAll(async () => {
     const { tokenizerJson, tokenizerConfig } = await qwen3TokenizerFiles();
-    tok = await loadTokenizer(memorySource('qwen3', new Map([['tokenizer.json', tokenizerJson], ['tokenizer_config.json', tokenizerConfig]])));
+    tok = await loadTokenizer(
+      memorySource(
+        'qwen3',
+        new Map([
+          ['tokenizer.json', tokenizerJson],
+          ['tokenizer_config.json', tokenizerConfig],
+        ]),
+      ),
+    );
     report = (await loadGovReportNode()).train[0]!.report;
   });
 
@@ -78,7 +104,8 @@ describe('round sequence lengths: the plan bounds the prompts the game renders',
     expect(seq.votePrompt - longest).toBeLessThanOrEqual(4 * N + 4 + shorter);
     // Every civilian shares all but at most voteTail tokens with the source (its KV pages are mapped, not held).
     for (const [seat, p] of vp.entries()) {
-      if (seat !== roles.spySeat && p.kvShare) expect(p.tokenIds.length - p.kvShare.tokens).toBeLessThanOrEqual(seq.voteTail);
+      if (seat !== roles.spySeat && p.kvShare)
+        expect(p.tokenIds.length - p.kvShare.tokens).toBeLessThanOrEqual(seq.voteTail);
     }
     if (reason) {
       const rp = reasonPrompts(tok, input, DEFAULT_PROMPTS);
@@ -99,15 +126,23 @@ describe('the plan', () => {
     expect(p.phases.map((ph) => ph.phase)).toEqual(['load', 'summaries', 'votes', 'update']);
     expect(p.total).toBe(p.weights + p.lora + p.kv + p.activations + p.workspace);
     expect(p.total).toBe(Math.max(...p.phases.map((ph) => ph.total)));
-    for (const ph of p.phases) expect(ph.total).toBe(p.weights + (ph.phase === 'load' ? 0 : p.lora) + ph.kv + ph.activations + ph.workspace);
+    for (const ph of p.phases)
+      expect(ph.total).toBe(p.weights + (ph.phase === 'load' ? 0 : p.lora) + ph.kv + ph.activations + ph.workspace);
     // The votes hold the most KV (report + 4 summaries per prompt); f16 halves it.
     const votes = p.phases.find((ph) => ph.phase === 'votes')!;
-    const f32 = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f32' })).phases.find((ph) => ph.phase === 'votes')!;
+    const f32 = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f32' })).phases.find(
+      (ph) => ph.phase === 'votes',
+    )!;
     expect(f32.kv / votes.kv).toBeCloseTo(2, 2);
   });
 
   it('Qwen3-4B-Instruct-2507, default round (q4 weights, f16 KV, 4 players, 2,048/256 tokens, LoRA r=16 x 7, training): at most 6 GiB', () => {
-    expect(DEFAULT_CONFIG).toMatchObject({ groupSize: 4, docTokenBudget: 2048, summaryMaxTokens: 256, lora: { r: 16 } });
+    expect(DEFAULT_CONFIG).toMatchObject({
+      groupSize: 4,
+      docTokenBudget: 2048,
+      summaryMaxTokens: 256,
+      lora: { r: 16 },
+    });
     expect(DEFAULT_CONFIG.lora.targetModules).toHaveLength(7);
     const p = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f16' }));
     expect(p.total, breakdown(p)).toBeLessThanOrEqual(6 * GiB);
@@ -117,30 +152,59 @@ describe('the plan', () => {
   it('refuses with what to change: the binding limit, then the budget', () => {
     const bf16 = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'bf16', kv: 'f16' }));
     // The bf16 embedding (778 MB) is above a 512 MiB binding; its q4 copy (219 MB) is not.
-    expect(() => checkPlanFits(bf16, { maxStorageBufferBindingSize: 512 * 2 ** 20, maxBufferSize: 2 ** 40 })).toThrow(/embed_tokens.*buffer limit: load the weights as q4/);
-    expect(() => checkPlanFits(bf16, { maxStorageBufferBindingSize: 128 * 2 ** 20, maxBufferSize: 2 ** 40 })).toThrow(/buffer limit: use a GPU\/browser that allows larger storage buffers, or a smaller model/);
-    expect(() => checkPlanFits(bf16, NO_LIMITS, 6 * GiB)).toThrow(/a round needs about 9\.\d\d GiB of GPU memory at its peak \(update: .*\), above the 6\.00 GiB available: load the weights as q4/);
+    expect(() => checkPlanFits(bf16, { maxStorageBufferBindingSize: 512 * 2 ** 20, maxBufferSize: 2 ** 40 })).toThrow(
+      /embed_tokens.*buffer limit: load the weights as q4/,
+    );
+    expect(() => checkPlanFits(bf16, { maxStorageBufferBindingSize: 128 * 2 ** 20, maxBufferSize: 2 ** 40 })).toThrow(
+      /buffer limit: use a GPU\/browser that allows larger storage buffers, or a smaller model/,
+    );
+    expect(() => checkPlanFits(bf16, NO_LIMITS, 6 * GiB)).toThrow(
+      /a round needs about 9\.\d\d GiB of GPU memory at its peak \(update: .*\), above the 6\.00 GiB available: load the weights as q4/,
+    );
     const q4 = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f16' }));
-    const msg = (() => { try { checkPlanFits(q4, NO_LIMITS, 3.5 * GiB); return ''; } catch (e) { return (e as Error).message; } })();
+    const msg = (() => {
+      try {
+        checkPlanFits(q4, NO_LIMITS, 3.5 * GiB);
+        return '';
+      } catch (e) {
+        return (e as Error).message;
+      }
+    })();
     const doc = Number(/set docTokenBudget to at most (\d+) tokens/.exec(msg)?.[1]);
     expect(doc, msg).toBeGreaterThan(16);
     // The named value fits and one more token does not.
-    const at = (d: number) => planRound(QWEN3_4B, roundPlanOptions({ ...DEFAULT_CONFIG, docTokenBudget: d }, { weights: 'q4', kv: 'f16' })).total;
+    const at = (d: number) =>
+      planRound(QWEN3_4B, roundPlanOptions({ ...DEFAULT_CONFIG, docTokenBudget: d }, { weights: 'q4', kv: 'f16' }))
+        .total;
     expect(at(doc)).toBeLessThanOrEqual(3.5 * GiB);
     expect(at(doc + 1)).toBeGreaterThan(3.5 * GiB);
     // SFT names the sequence length.
-    const sft = planSft(QWEN3_4B, { weights: 'q4', lora: { r: 16, targets: DEFAULT_CONFIG.lora.targetModules }, seqLen: 8192 });
-    expect(() => checkPlanFits(sft, NO_LIMITS, 3.5 * GiB)).toThrow(/training needs about .* GPU memory .*reduce the sequence length to at most \d+ tokens \(--seq-len\)/);
+    const sft = planSft(QWEN3_4B, {
+      weights: 'q4',
+      lora: { r: 16, targets: DEFAULT_CONFIG.lora.targetModules },
+      seqLen: 8192,
+    });
+    expect(() => checkPlanFits(sft, NO_LIMITS, 3.5 * GiB)).toThrow(
+      /training needs about .* GPU memory .*reduce the sequence length to at most \d+ tokens \(--seq-len\)/,
+    );
   });
 
   it("the app's check (planMemory): blocking above a binding limit, a warning above the budget", () => {
     const limits = { maxStorageBufferBindingSize: 2 ** 30, maxBufferSize: 2 ** 30 };
     const q4 = { weights: 'q4' as const, kv: 'f16' as const };
     expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 6 * GiB, q4)).toMatchObject({ problem: null, blocking: false });
-    expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 6 * GiB, q4).plan.total).toBe(planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, q4)).total);
-    expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 3 * GiB, q4)).toMatchObject({ problem: expect.stringMatching(/above the 3\.00 GiB available/), blocking: false });
+    expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 6 * GiB, q4).plan.total).toBe(
+      planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, q4)).total,
+    );
+    expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 3 * GiB, q4)).toMatchObject({
+      problem: expect.stringMatching(/above the 3\.00 GiB available/),
+      blocking: false,
+    });
     const small = { maxStorageBufferBindingSize: 128 * 2 ** 20, maxBufferSize: 2 ** 30 };
-    expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, small, undefined, q4)).toMatchObject({ problem: expect.stringMatching(/buffer limit/), blocking: true });
+    expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, small, undefined, q4)).toMatchObject({
+      problem: expect.stringMatching(/buffer limit/),
+      blocking: true,
+    });
   });
 
   it('the README table is the plan (spyrl memory --table)', async () => {
@@ -151,13 +215,37 @@ describe('the plan', () => {
 
 describe('spyrl memory', () => {
   it('prints one JSON line of byte counts, the same plan as planRound', async () => {
-    const r = await spyrl('memory', '--preset', 'Qwen/Qwen3-4B-Instruct-2507', '--weights', 'q4', '--kv', 'f16', '--players', '4', '--doc-tokens', '2048', '--summary-tokens', '256', '--lora-r', '16');
+    const r = await spyrl(
+      'memory',
+      '--preset',
+      'Qwen/Qwen3-4B-Instruct-2507',
+      '--weights',
+      'q4',
+      '--kv',
+      'f16',
+      '--players',
+      '4',
+      '--doc-tokens',
+      '2048',
+      '--summary-tokens',
+      '256',
+      '--lora-r',
+      '16',
+    );
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.trim().split('\n');
     expect(lines).toHaveLength(1);
     const got = JSON.parse(lines[0]!);
     const p = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f16' }));
-    expect(got).toMatchObject({ weights: p.weights, kv: p.kv, lora: p.lora, activations: p.activations, workspace: p.workspace, total: p.total, peakPhase: p.peakPhase });
+    expect(got).toMatchObject({
+      weights: p.weights,
+      kv: p.kv,
+      lora: p.lora,
+      activations: p.activations,
+      workspace: p.workspace,
+      total: p.total,
+      peakPhase: p.peakPhase,
+    });
   });
 
   it.each([
@@ -190,44 +278,84 @@ const CASES = [
   {
     name: 'q4 weights, f16 KV, 4 players, 3 layers, LoRA on q/v/down',
     model: ['--layers', '3', '--head-dim', '32'],
-    config: { groupSize: 4, docTokenBudget: 64, summaryMaxTokens: 8, lora: { r: 8, alpha: 16, targetModules: ['q_proj', 'v_proj', 'down_proj'] }, seed: 3 },
+    config: {
+      groupSize: 4,
+      docTokenBudget: 64,
+      summaryMaxTokens: 8,
+      lora: { r: 8, alpha: 16, targetModules: ['q_proj', 'v_proj', 'down_proj'] },
+      seed: 3,
+    },
     engine: ['--weights', 'q4', '--kv', 'f16'],
   },
   {
     name: 'bf16 weights, f16 KV, 3 players, 200-token reports in two forward chunks, reasons before votes',
     model: [],
-    config: { groupSize: 3, docTokenBudget: 200, summaryMaxTokens: 8, voteReason: true, voteReasonMaxTokens: 8, lora: { r: 4, alpha: 8, targetModules: ['q_proj', 'o_proj'] }, seed: 11 },
+    config: {
+      groupSize: 3,
+      docTokenBudget: 200,
+      summaryMaxTokens: 8,
+      voteReason: true,
+      voteReasonMaxTokens: 8,
+      lora: { r: 4, alpha: 8, targetModules: ['q_proj', 'o_proj'] },
+      seed: 11,
+    },
     engine: ['--kv', 'f16'],
   },
 ];
 
 describe('planned vs measured peak GPU memory of a round (spyrl train --report-memory)', () => {
   let tmp: string;
-  beforeAll(async () => { tmp = await mkdtemp(join(tmpdir(), 'spyrl-memory-')); });
-  afterAll(async () => { await rm(tmp, { recursive: true, force: true }); });
+  beforeAll(async () => {
+    tmp = await mkdtemp(join(tmpdir(), 'spyrl-memory-'));
+  });
+  afterAll(async () => {
+    await rm(tmp, { recursive: true, force: true });
+  });
 
-  it.each(CASES.map((c, i) => ({ ...c, i })))('$name: within 15%', async ({ model, config, engine, i }) => {
-    const dir = join(tmp, `tiny${i}`);
-    expect((await spyrl('tiny-model', '--out', dir, ...model)).code).toBe(0);
-    const cfgFile = join(tmp, `config${i}.json`);
-    await writeFile(cfgFile, JSON.stringify({ ...config, roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 0 }));
-    const r = await spyrl('train', '--model', dir, '--docs', 'bundled', '--rounds', '1', '--out', join(tmp, `out${i}`), '--config', cfgFile, '--report-memory', ...engine);
-    expect(r.code, r.stderr).toBe(0);
-    const last = r.stdout.trim().split('\n').at(-1)!;
-    const m = JSON.parse(last) as {
-      peakBytes: number; plannedBytes: number; loadedBytes: number; plannedWeightsBytes: number;
-      phases: Record<'play' | 'update', { peakBytes: number; plannedBytes: number }>;
-    };
-    // The weights are exact: the same tensors, the same packing.
-    expect(m.loadedBytes).toBe(m.plannedWeightsBytes);
-    expect(m.peakBytes / m.plannedBytes, last).toBeGreaterThan(0.85);
-    expect(m.peakBytes / m.plannedBytes, last).toBeLessThan(1.15);
-    for (const phase of ['play', 'update'] as const) {
-      // Above the weights: the plan is a bound at the budgets (a report that fills docTokenBudget),
-      // and real reports stop at a sentence end a little short of it.
-      const ratio = (m.phases[phase].peakBytes - m.loadedBytes) / (m.phases[phase].plannedBytes - m.plannedWeightsBytes);
-      expect(ratio, `${phase}: ${last}`).toBeGreaterThan(0.85);
-      expect(ratio, `${phase}: ${last}`).toBeLessThan(1.02);
-    }
-  }, 300_000);
+  it.each(CASES.map((c, i) => ({ ...c, i })))(
+    '$name: within 15%',
+    async ({ model, config, engine, i }) => {
+      const dir = join(tmp, `tiny${i}`);
+      expect((await spyrl('tiny-model', '--out', dir, ...model)).code).toBe(0);
+      const cfgFile = join(tmp, `config${i}.json`);
+      await writeFile(cfgFile, JSON.stringify({ ...config, roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 0 }));
+      const r = await spyrl(
+        'train',
+        '--model',
+        dir,
+        '--docs',
+        'bundled',
+        '--rounds',
+        '1',
+        '--out',
+        join(tmp, `out${i}`),
+        '--config',
+        cfgFile,
+        '--report-memory',
+        ...engine,
+      );
+      expect(r.code, r.stderr).toBe(0);
+      const last = r.stdout.trim().split('\n').at(-1)!;
+      const m = JSON.parse(last) as {
+        peakBytes: number;
+        plannedBytes: number;
+        loadedBytes: number;
+        plannedWeightsBytes: number;
+        phases: Record<'play' | 'update', { peakBytes: number; plannedBytes: number }>;
+      };
+      // The weights are exact: the same tensors, the same packing.
+      expect(m.loadedBytes).toBe(m.plannedWeightsBytes);
+      expect(m.peakBytes / m.plannedBytes, last).toBeGreaterThan(0.85);
+      expect(m.peakBytes / m.plannedBytes, last).toBeLessThan(1.15);
+      for (const phase of ['play', 'update'] as const) {
+        // Above the weights: the plan is a bound at the budgets (a report that fills docTokenBudget),
+        // and real reports stop at a sentence end a little short of it.
+        const ratio =
+          (m.phases[phase].peakBytes - m.loadedBytes) / (m.phases[phase].plannedBytes - m.plannedWeightsBytes);
+        expect(ratio, `${phase}: ${last}`).toBeGreaterThan(0.85);
+        expect(ratio, `${phase}: ${last}`).toBeLessThan(1.02);
+      }
+    },
+    300_000,
+  );
 });

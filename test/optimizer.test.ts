@@ -12,7 +12,9 @@ import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 import { LoraAdamW, DEFAULT_ADAMW } from '../src/train/optimizer.ts';
 
 let gpu: Gpu;
-beforeAll(async () => { gpu = await createGpu(); });
+beforeAll(async () => {
+  gpu = await createGpu();
+});
 afterAll(() => gpu?.destroy());
 
 async function setup() {
@@ -32,12 +34,14 @@ async function accumulate(model: Awaited<ReturnType<typeof setup>>['model'], ada
   pass.release();
 }
 
-const norm = (m: Map<string, Float32Array>) => Math.sqrt([...m.values()].reduce((s, a) => s + a.reduce((t, x) => t + x * x, 0), 0));
+const norm = (m: Map<string, Float32Array>) =>
+  Math.sqrt([...m.values()].reduce((s, a) => s + a.reduce((t, x) => t + x * x, 0), 0));
 
 describe('LoraAdamW', () => {
   it('averages gradients accumulated over sequences and reports their global norm', async () => {
     const { model, adapter } = await setup();
-    const a = [3, 14, 15, 92, 65, 35], b = [89, 79, 32, 38, 46];
+    const a = [3, 14, 15, 92, 65, 35],
+      b = [89, 79, 32, 38, 46];
     await accumulate(model, adapter, a);
     const ga = await adapter.getTensors('grads');
     adapter.zeroGrad();
@@ -67,7 +71,8 @@ describe('LoraAdamW', () => {
     expect(rep.reason).toMatch(/NaN or Inf/);
     expect(opt.step).toBe(0);
     const after = await adapter.getTensors('weights');
-    for (const [k, v] of before) expect(Buffer.compare(Buffer.from(v.buffer), Buffer.from(after.get(k)!.buffer)), k).toBe(0);
+    for (const [k, v] of before)
+      expect(Buffer.compare(Buffer.from(v.buffer), Buffer.from(after.get(k)!.buffer)), k).toBe(0);
     // The next finite step goes through.
     await accumulate(model, adapter, [1, 2, 3, 4]);
     expect((await opt.update(1)).skipped).toBe(false);

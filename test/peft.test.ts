@@ -28,7 +28,16 @@ import {
   type LoraTensors,
 } from '../src/model/peft.ts';
 import { writeFolder } from '../src/model/peft.node.ts';
-import { bf16BytesToF32, bytesSource, f32ArrayToBf16, openSafetensorsModel, readSafetensorsHeader, readTensor, writeSafetensors, type Dtype } from '../src/model/safetensors.ts';
+import {
+  bf16BytesToF32,
+  bytesSource,
+  f32ArrayToBf16,
+  openSafetensorsModel,
+  readSafetensorsHeader,
+  readTensor,
+  writeSafetensors,
+  type Dtype,
+} from '../src/model/safetensors.ts';
 import { memorySource, type ModelSource } from '../src/model/sources.ts';
 import { nodeFolderSource } from '../src/model/sources.node.ts';
 
@@ -38,8 +47,14 @@ const VARIANTS = ['tied-all', 'untied-rslora'] as const;
 
 // C=8, NH*HD=12 (!= C), NKV*HD=6, I=10: every target has its own (out, in).
 const tiny: Qwen3Config = parseQwen3Config({
-  model_type: 'qwen3', hidden_size: 8, num_hidden_layers: 2, num_attention_heads: 2, num_key_value_heads: 1,
-  head_dim: 6, intermediate_size: 10, vocab_size: 16,
+  model_type: 'qwen3',
+  hidden_size: 8,
+  num_hidden_layers: 2,
+  num_attention_heads: 2,
+  num_key_value_heads: 1,
+  head_dim: 6,
+  intermediate_size: 10,
+  vocab_size: 16,
 });
 
 function filesOf(files: object): ModelSource {
@@ -73,16 +88,57 @@ async function loadError(p: Promise<unknown>): Promise<ModelLoadError> {
 describe('LoRA tensor table', () => {
   it('all seven targets: PEFT keys, A (r, in), B (out, r), layer-major in module order', () => {
     const shapes = loraShapes(tiny, loraConfig({ r: 3, alpha: 6 }));
-    expect(shapes.map((s) => [s.aKey, s.aShape, s.bKey, s.bShape])).toEqual([0, 1].flatMap((i) => [
-      [`base_model.model.model.layers.${i}.self_attn.q_proj.lora_A.weight`, [3, 8], `base_model.model.model.layers.${i}.self_attn.q_proj.lora_B.weight`, [12, 3]],
-      [`base_model.model.model.layers.${i}.self_attn.k_proj.lora_A.weight`, [3, 8], `base_model.model.model.layers.${i}.self_attn.k_proj.lora_B.weight`, [6, 3]],
-      [`base_model.model.model.layers.${i}.self_attn.v_proj.lora_A.weight`, [3, 8], `base_model.model.model.layers.${i}.self_attn.v_proj.lora_B.weight`, [6, 3]],
-      [`base_model.model.model.layers.${i}.self_attn.o_proj.lora_A.weight`, [3, 12], `base_model.model.model.layers.${i}.self_attn.o_proj.lora_B.weight`, [8, 3]],
-      [`base_model.model.model.layers.${i}.mlp.gate_proj.lora_A.weight`, [3, 8], `base_model.model.model.layers.${i}.mlp.gate_proj.lora_B.weight`, [10, 3]],
-      [`base_model.model.model.layers.${i}.mlp.up_proj.lora_A.weight`, [3, 8], `base_model.model.model.layers.${i}.mlp.up_proj.lora_B.weight`, [10, 3]],
-      [`base_model.model.model.layers.${i}.mlp.down_proj.lora_A.weight`, [3, 10], `base_model.model.model.layers.${i}.mlp.down_proj.lora_B.weight`, [8, 3]],
-    ]));
-    expect(shapes[3]).toMatchObject({ layer: 0, target: 'o_proj', prefix: 'base_model.model.model.layers.0.self_attn.o_proj' });
+    expect(shapes.map((s) => [s.aKey, s.aShape, s.bKey, s.bShape])).toEqual(
+      [0, 1].flatMap((i) => [
+        [
+          `base_model.model.model.layers.${i}.self_attn.q_proj.lora_A.weight`,
+          [3, 8],
+          `base_model.model.model.layers.${i}.self_attn.q_proj.lora_B.weight`,
+          [12, 3],
+        ],
+        [
+          `base_model.model.model.layers.${i}.self_attn.k_proj.lora_A.weight`,
+          [3, 8],
+          `base_model.model.model.layers.${i}.self_attn.k_proj.lora_B.weight`,
+          [6, 3],
+        ],
+        [
+          `base_model.model.model.layers.${i}.self_attn.v_proj.lora_A.weight`,
+          [3, 8],
+          `base_model.model.model.layers.${i}.self_attn.v_proj.lora_B.weight`,
+          [6, 3],
+        ],
+        [
+          `base_model.model.model.layers.${i}.self_attn.o_proj.lora_A.weight`,
+          [3, 12],
+          `base_model.model.model.layers.${i}.self_attn.o_proj.lora_B.weight`,
+          [8, 3],
+        ],
+        [
+          `base_model.model.model.layers.${i}.mlp.gate_proj.lora_A.weight`,
+          [3, 8],
+          `base_model.model.model.layers.${i}.mlp.gate_proj.lora_B.weight`,
+          [10, 3],
+        ],
+        [
+          `base_model.model.model.layers.${i}.mlp.up_proj.lora_A.weight`,
+          [3, 8],
+          `base_model.model.model.layers.${i}.mlp.up_proj.lora_B.weight`,
+          [10, 3],
+        ],
+        [
+          `base_model.model.model.layers.${i}.mlp.down_proj.lora_A.weight`,
+          [3, 10],
+          `base_model.model.model.layers.${i}.mlp.down_proj.lora_B.weight`,
+          [8, 3],
+        ],
+      ]),
+    );
+    expect(shapes[3]).toMatchObject({
+      layer: 0,
+      target: 'o_proj',
+      prefix: 'base_model.model.model.layers.0.self_attn.o_proj',
+    });
   });
 
   it('a subset keeps module order whatever order it was given in', () => {
@@ -107,22 +163,56 @@ describe('LoRA tensor table', () => {
   it('loraConfig rejects bad settings', () => {
     expect(() => loraConfig({ r: 0, alpha: 1 })).toThrow(/positive integer/);
     expect(() => loraConfig({ r: 2.5, alpha: 1 })).toThrow(/positive integer/);
-    expect(() => loraConfig({ r: 2, alpha: 1, targetModules: ['lm_head' as never] })).toThrow(/unknown LoRA target "lm_head"/);
+    expect(() => loraConfig({ r: 2, alpha: 1, targetModules: ['lm_head' as never] })).toThrow(
+      /unknown LoRA target "lm_head"/,
+    );
     expect(() => loraConfig({ r: 2, alpha: 1, targetModules: [] })).toThrow(/at least one/);
   });
 });
 
 describe('adapter_config.json', () => {
   it('has exactly the fields PEFT saves, with PEFT defaults', () => {
-    const lora = loraConfig({ r: 4, alpha: 8, targetModules: ['v_proj', 'q_proj'], baseModel: 'Qwen/Qwen3-4B-Instruct-2507' });
+    const lora = loraConfig({
+      r: 4,
+      alpha: 8,
+      targetModules: ['v_proj', 'q_proj'],
+      baseModel: 'Qwen/Qwen3-4B-Instruct-2507',
+    });
     expect(adapterConfig(lora)).toEqual({
-      alora_invocation_tokens: null, alpha_pattern: {}, arrow_config: null, auto_mapping: null,
-      base_model_name_or_path: 'Qwen/Qwen3-4B-Instruct-2507', bias: 'none', corda_config: null, ensure_weight_tying: false,
-      eva_config: null, exclude_modules: null, fan_in_fan_out: false, inference_mode: true, init_lora_weights: true,
-      layer_replication: null, layers_pattern: null, layers_to_transform: null, loftq_config: {}, lora_alpha: 8,
-      lora_bias: false, lora_dropout: 0, megatron_config: null, megatron_core: 'megatron.core', modules_to_save: null,
-      peft_type: 'LORA', qalora_group_size: 16, r: 4, rank_pattern: {}, revision: null, target_modules: ['q_proj', 'v_proj'],
-      target_parameters: null, task_type: 'CAUSAL_LM', trainable_token_indices: null, use_dora: false, use_qalora: false,
+      alora_invocation_tokens: null,
+      alpha_pattern: {},
+      arrow_config: null,
+      auto_mapping: null,
+      base_model_name_or_path: 'Qwen/Qwen3-4B-Instruct-2507',
+      bias: 'none',
+      corda_config: null,
+      ensure_weight_tying: false,
+      eva_config: null,
+      exclude_modules: null,
+      fan_in_fan_out: false,
+      inference_mode: true,
+      init_lora_weights: true,
+      layer_replication: null,
+      layers_pattern: null,
+      layers_to_transform: null,
+      loftq_config: {},
+      lora_alpha: 8,
+      lora_bias: false,
+      lora_dropout: 0,
+      megatron_config: null,
+      megatron_core: 'megatron.core',
+      modules_to_save: null,
+      peft_type: 'LORA',
+      qalora_group_size: 16,
+      r: 4,
+      rank_pattern: {},
+      revision: null,
+      target_modules: ['q_proj', 'v_proj'],
+      target_parameters: null,
+      task_type: 'CAUSAL_LM',
+      trainable_token_indices: null,
+      use_dora: false,
+      use_qalora: false,
       use_rslora: false,
     });
   });
@@ -140,7 +230,10 @@ describe('adapter_config.json', () => {
 describe('writeAdapter -> readAdapter', () => {
   it.each([
     ['all seven targets', loraConfig({ r: 3, alpha: 6, baseModel: 'tiny' })],
-    ['a subset with rsLoRA', loraConfig({ r: 2, alpha: 16, targetModules: ['q_proj', 'v_proj', 'down_proj'], useRslora: true })],
+    [
+      'a subset with rsLoRA',
+      loraConfig({ r: 2, alpha: 16, targetModules: ['q_proj', 'v_proj', 'down_proj'], useRslora: true }),
+    ],
   ])('%s: same config, same tensors, bit for bit', async (_, lora) => {
     const tensors = tinyTensors(lora);
     const files = writeAdapter(lora, tensors, tiny);
@@ -153,7 +246,9 @@ describe('writeAdapter -> readAdapter', () => {
 
   it('writes F32, sorted keys, metadata {"format":"pt"}, PEFT shapes', async () => {
     const lora = loraConfig({ r: 2, alpha: 4, targetModules: ['o_proj'] });
-    const file = await readSafetensorsHeader(bytesSource('a', writeAdapter(lora, tinyTensors(lora))[ADAPTER_WEIGHTS_FILE]));
+    const file = await readSafetensorsHeader(
+      bytesSource('a', writeAdapter(lora, tinyTensors(lora))[ADAPTER_WEIGHTS_FILE]),
+    );
     expect(file.metadata).toEqual({ format: 'pt' });
     expect([...file.tensors.values()].map((t) => [t.name, t.dtype, t.shape])).toEqual([
       ['base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight', 'F32', [2, 12]],
@@ -166,13 +261,21 @@ describe('writeAdapter -> readAdapter', () => {
   it('writeAdapter rejects tensors that do not fit', () => {
     const lora = loraConfig({ r: 2, alpha: 4, targetModules: ['q_proj'] });
     const t = tinyTensors(lora);
-    expect(() => writeAdapter(loraConfig({ r: 2, alpha: 4, targetModules: ['k_proj'] }), t)).toThrow(/q_proj is not in targetModules/);
-    expect(() => writeAdapter(lora, new Map([...t, ['model.layers.0.self_attn.q_proj.weight', new Float32Array(2)]]))).toThrow(/not a PEFT LoRA key/);
-    expect(() => writeAdapter(lora, new Map([...t].filter(([k]) => !k.endsWith('1.self_attn.q_proj.lora_B.weight'))))).toThrow(/pair .*layers\.1\.self_attn\.q_proj\.lora_B\.weight is missing/);
+    expect(() => writeAdapter(loraConfig({ r: 2, alpha: 4, targetModules: ['k_proj'] }), t)).toThrow(
+      /q_proj is not in targetModules/,
+    );
+    expect(() =>
+      writeAdapter(lora, new Map([...t, ['model.layers.0.self_attn.q_proj.weight', new Float32Array(2)]])),
+    ).toThrow(/not a PEFT LoRA key/);
+    expect(() =>
+      writeAdapter(lora, new Map([...t].filter(([k]) => !k.endsWith('1.self_attn.q_proj.lora_B.weight')))),
+    ).toThrow(/pair .*layers\.1\.self_attn\.q_proj\.lora_B\.weight is missing/);
     const odd = new Map(t).set('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight', new Float32Array(15));
     expect(() => writeAdapter(lora, odd)).toThrow(/15 values do not fit/);
     expect(() => writeAdapter(lora, odd, tiny)).toThrow(/15 values do not fit shape \[2,8\]/);
-    expect(() => writeAdapter(lora, new Map([...t].slice(2)), tiny)).toThrow(/layers\.0\.self_attn\.q_proj\.lora_A\.weight is missing/);
+    expect(() => writeAdapter(lora, new Map([...t].slice(2)), tiny)).toThrow(
+      /layers\.0\.self_attn\.q_proj\.lora_A\.weight is missing/,
+    );
   });
 
   it('reads BF16 and F16 tensors as f32, and PEFT in-memory keys with the ".default" adapter name', async () => {
@@ -182,13 +285,40 @@ describe('writeAdapter -> readAdapter', () => {
     const aVals = Float32Array.from({ length: 8 }, (_, i) => (i - 3.3) / 7);
     const bf16 = new Uint8Array(f32ArrayToBf16(aVals).buffer);
     const weights = writeSafetensors([
-      { name: 'base_model.model.model.layers.0.self_attn.k_proj.lora_A.default.weight', dtype: 'BF16', shape: [1, 8], data: bf16 },
-      { name: 'base_model.model.model.layers.0.self_attn.k_proj.lora_B.default.weight', dtype: 'F16', shape: [6, 1], data: f16 },
-      { name: 'base_model.model.model.layers.1.self_attn.k_proj.lora_A.weight', dtype: 'BF16', shape: [1, 8], data: bf16 },
-      { name: 'base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight', dtype: 'F16', shape: [6, 1], data: f16 },
+      {
+        name: 'base_model.model.model.layers.0.self_attn.k_proj.lora_A.default.weight',
+        dtype: 'BF16',
+        shape: [1, 8],
+        data: bf16,
+      },
+      {
+        name: 'base_model.model.model.layers.0.self_attn.k_proj.lora_B.default.weight',
+        dtype: 'F16',
+        shape: [6, 1],
+        data: f16,
+      },
+      {
+        name: 'base_model.model.model.layers.1.self_attn.k_proj.lora_A.weight',
+        dtype: 'BF16',
+        shape: [1, 8],
+        data: bf16,
+      },
+      {
+        name: 'base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight',
+        dtype: 'F16',
+        shape: [6, 1],
+        data: f16,
+      },
     ]);
-    const { tensors } = await readAdapter(filesOf({ [ADAPTER_CONFIG_FILE]: adapterConfigJson(lora), [ADAPTER_WEIGHTS_FILE]: weights }), tiny);
-    expect([...tensors.keys()].sort()).toEqual(loraShapes(tiny, lora).flatMap((s) => [s.aKey, s.bKey]).sort());
+    const { tensors } = await readAdapter(
+      filesOf({ [ADAPTER_CONFIG_FILE]: adapterConfigJson(lora), [ADAPTER_WEIGHTS_FILE]: weights }),
+      tiny,
+    );
+    expect([...tensors.keys()].sort()).toEqual(
+      loraShapes(tiny, lora)
+        .flatMap((s) => [s.aKey, s.bKey])
+        .sort(),
+    );
     expect(tensors.get('base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight')).toEqual(bf16BytesToF32(bf16));
     expect([...tensors.get('base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight')!]).toEqual(halfs);
   });
@@ -213,7 +343,11 @@ describe('readAdapter names the file and the field or tensor it rejects', () => 
     ['use_rslora', { use_rslora: 'yes' }, /true or false/],
     ['bias', { bias: 'lora_only' }, /only "none"/],
     ['fan_in_fan_out', { fan_in_fan_out: true }, /must be false/],
-    ['target_modules', { target_modules: '.*\\.(q|v)_proj' }, /regex ".*\\\\.\(q\|v\)_proj"; only a list of module names/],
+    [
+      'target_modules',
+      { target_modules: '.*\\.(q|v)_proj' },
+      /regex ".*\\\\.\(q\|v\)_proj"; only a list of module names/,
+    ],
     ['target_modules', { target_modules: ['q_proj', 'lm_head'] }, /unsupported module "lm_head"/],
     ['target_modules', { target_modules: [] }, /non-empty list/],
     ['target_modules', { target_modules: null }, /non-empty list/],
@@ -248,39 +382,119 @@ describe('readAdapter names the file and the field or tensor it rejects', () => 
   });
 
   type Entry = { name: string; dtype?: Dtype; shape: number[]; data?: Uint8Array };
-  const baseEntries = (): Entry[] => loraShapes(tiny, lora).flatMap((s) => [{ name: s.aKey, shape: s.aShape }, { name: s.bKey, shape: s.bShape }]);
+  const baseEntries = (): Entry[] =>
+    loraShapes(tiny, lora).flatMap((s) => [
+      { name: s.aKey, shape: s.aShape },
+      { name: s.bKey, shape: s.bShape },
+    ]);
   async function tensorError(edit: (entries: Entry[]) => Entry[], modelCfg = tiny): Promise<ModelLoadError> {
     const entries = edit(baseEntries()).map((t) => {
       const dtype = t.dtype ?? 'F32';
       const n = t.shape.reduce((a, b) => a * b, 1);
       return { name: t.name, dtype, shape: t.shape, data: t.data ?? new Uint8Array(n * (dtype === 'F32' ? 4 : 2)) };
     });
-    const files = { [ADAPTER_CONFIG_FILE]: good[ADAPTER_CONFIG_FILE], [ADAPTER_WEIGHTS_FILE]: writeSafetensors(entries) };
+    const files = {
+      [ADAPTER_CONFIG_FILE]: good[ADAPTER_CONFIG_FILE],
+      [ADAPTER_WEIGHTS_FILE]: writeSafetensors(entries),
+    };
     const e = await loadError(readAdapter(filesOf(files), modelCfg));
     expect(e.file).toBe(ADAPTER_WEIGHTS_FILE);
     return e;
   }
   const Q0A = 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight';
   const D1B = 'base_model.model.model.layers.1.mlp.down_proj.lora_B.weight';
-  const replace = (name: string, patch: Partial<Entry>) => (es: Entry[]) => es.map((t) => (t.name === name ? { ...t, ...patch } : t));
+  const replace = (name: string, patch: Partial<Entry>) => (es: Entry[]) =>
+    es.map((t) => (t.name === name ? { ...t, ...patch } : t));
 
   it.each<[string, (es: Entry[]) => Entry[], string, RegExp]>([
-    ['a missing tensor', (es) => es.filter((t) => t.name !== D1B), D1B, /missing; expected shape \[8,2\] for down_proj of layer 1/],
-    ['an embedding LoRA', (es) => [...es, { name: 'base_model.model.model.embed_tokens.lora_embedding_A', shape: [2, 16] }], 'base_model.model.model.embed_tokens.lora_embedding_A', /LoRA on embeddings .* not supported/],
-    ['a modules_to_save tensor', (es) => [...es, { name: 'base_model.model.lm_head.modules_to_save.weight', shape: [16, 8] }], 'base_model.model.lm_head.modules_to_save.weight', /modules_to_save tensors are not supported/],
-    ['a DoRA magnitude', (es) => [...es, { name: 'base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector', shape: [12] }], 'base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector', /DoRA/],
-    ['a target not in target_modules', (es) => [...es, { name: 'base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight', shape: [2, 8] }], 'base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight', /k_proj is not in target_modules of adapter_config.json/],
-    ['a layer the model lacks', (es) => [...es, { name: 'base_model.model.model.layers.2.self_attn.q_proj.lora_A.weight', shape: [2, 8] }], 'base_model.model.model.layers.2.self_attn.q_proj.lora_A.weight', /layer 2 but the base model has 2 layers/],
-    ['a module in the wrong block', (es) => [...es, { name: 'base_model.model.model.layers.0.mlp.q_proj.lora_A.weight', shape: [2, 8] }], 'base_model.model.model.layers.0.mlp.q_proj.lora_A.weight', /q_proj belongs under self_attn, not mlp/],
-    ['an unknown module', (es) => [...es, { name: 'base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight', shape: [2, 8] }], 'base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight', /unknown module qkv_proj/],
-    ['keys without the base_model.model prefix', (es) => es.map((t) => ({ ...t, name: t.name.replace('base_model.model.', '') })), 'model.layers.0.self_attn.q_proj.lora_A.weight', /not a LoRA tensor of a Qwen3 decoder layer/],
-    ['a tensor stored twice', (es) => [...es, { name: Q0A.replace('lora_A.weight', 'lora_A.default.weight'), shape: [2, 8] }], Q0A.replace('lora_A.weight', 'lora_A.default.weight'), /present twice, also as base_model\.model\.model\.layers\.0\.self_attn\.q_proj\.lora_A\.weight$/],
-    ['a rank that is not r', replace(Q0A, { shape: [3, 8] }), Q0A, /rank 3 \(shape \[3,8\]\) does not match r=2 in adapter_config.json/],
+    [
+      'a missing tensor',
+      (es) => es.filter((t) => t.name !== D1B),
+      D1B,
+      /missing; expected shape \[8,2\] for down_proj of layer 1/,
+    ],
+    [
+      'an embedding LoRA',
+      (es) => [...es, { name: 'base_model.model.model.embed_tokens.lora_embedding_A', shape: [2, 16] }],
+      'base_model.model.model.embed_tokens.lora_embedding_A',
+      /LoRA on embeddings .* not supported/,
+    ],
+    [
+      'a modules_to_save tensor',
+      (es) => [...es, { name: 'base_model.model.lm_head.modules_to_save.weight', shape: [16, 8] }],
+      'base_model.model.lm_head.modules_to_save.weight',
+      /modules_to_save tensors are not supported/,
+    ],
+    [
+      'a DoRA magnitude',
+      (es) => [...es, { name: 'base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector', shape: [12] }],
+      'base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector',
+      /DoRA/,
+    ],
+    [
+      'a target not in target_modules',
+      (es) => [...es, { name: 'base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight', shape: [2, 8] }],
+      'base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight',
+      /k_proj is not in target_modules of adapter_config.json/,
+    ],
+    [
+      'a layer the model lacks',
+      (es) => [...es, { name: 'base_model.model.model.layers.2.self_attn.q_proj.lora_A.weight', shape: [2, 8] }],
+      'base_model.model.model.layers.2.self_attn.q_proj.lora_A.weight',
+      /layer 2 but the base model has 2 layers/,
+    ],
+    [
+      'a module in the wrong block',
+      (es) => [...es, { name: 'base_model.model.model.layers.0.mlp.q_proj.lora_A.weight', shape: [2, 8] }],
+      'base_model.model.model.layers.0.mlp.q_proj.lora_A.weight',
+      /q_proj belongs under self_attn, not mlp/,
+    ],
+    [
+      'an unknown module',
+      (es) => [...es, { name: 'base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight', shape: [2, 8] }],
+      'base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight',
+      /unknown module qkv_proj/,
+    ],
+    [
+      'keys without the base_model.model prefix',
+      (es) => es.map((t) => ({ ...t, name: t.name.replace('base_model.model.', '') })),
+      'model.layers.0.self_attn.q_proj.lora_A.weight',
+      /not a LoRA tensor of a Qwen3 decoder layer/,
+    ],
+    [
+      'a tensor stored twice',
+      (es) => [...es, { name: Q0A.replace('lora_A.weight', 'lora_A.default.weight'), shape: [2, 8] }],
+      Q0A.replace('lora_A.weight', 'lora_A.default.weight'),
+      /present twice, also as base_model\.model\.model\.layers\.0\.self_attn\.q_proj\.lora_A\.weight$/,
+    ],
+    [
+      'a rank that is not r',
+      replace(Q0A, { shape: [3, 8] }),
+      Q0A,
+      /rank 3 \(shape \[3,8\]\) does not match r=2 in adapter_config.json/,
+    ],
     ['B rank that is not r', replace(D1B, { shape: [8, 4] }), D1B, /rank 4 \(shape \[8,4\]\) does not match r=2/],
-    ['A in-features from another model', replace(Q0A, { shape: [2, 16] }), Q0A, /in-features 16 .* q_proj in-features 8 \(config.json\)/],
-    ['B out-features from another model', replace(D1B, { shape: [16, 2] }), D1B, /out-features 16 .* down_proj out-features 8 \(config.json\)/],
+    [
+      'A in-features from another model',
+      replace(Q0A, { shape: [2, 16] }),
+      Q0A,
+      /in-features 16 .* q_proj in-features 8 \(config.json\)/,
+    ],
+    [
+      'B out-features from another model',
+      replace(D1B, { shape: [16, 2] }),
+      D1B,
+      /out-features 16 .* down_proj out-features 8 \(config.json\)/,
+    ],
     ['a 1-D tensor', replace(Q0A, { shape: [16] }), Q0A, /not 2-D; expected \[2,8\]/],
-    ['a NaN', replace(Q0A, { data: new Uint8Array(new Float32Array([0, 0, NaN, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).buffer) }), Q0A, /element 2 is NaN/],
+    [
+      'a NaN',
+      replace(Q0A, {
+        data: new Uint8Array(new Float32Array([0, 0, NaN, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).buffer),
+      }),
+      Q0A,
+      /element 2 is NaN/,
+    ],
   ])('%s', async (_, edit, tensor, msg) => {
     const e = await tensorError(edit);
     expect(e.tensor).toBe(tensor);
@@ -289,7 +503,16 @@ describe('readAdapter names the file and the field or tensor it rejects', () => 
   });
 
   it('an adapter made for a bigger model', async () => {
-    const wide = parseQwen3Config({ model_type: 'qwen3', hidden_size: 16, num_hidden_layers: 2, num_attention_heads: 2, num_key_value_heads: 1, head_dim: 6, intermediate_size: 10, vocab_size: 16 });
+    const wide = parseQwen3Config({
+      model_type: 'qwen3',
+      hidden_size: 16,
+      num_hidden_layers: 2,
+      num_attention_heads: 2,
+      num_key_value_heads: 1,
+      head_dim: 6,
+      intermediate_size: 10,
+      vocab_size: 16,
+    });
     const e = await loadError(readAdapter(filesOf(writeAdapter(lora, tinyTensors(lora))), wide));
     expect(e.file).toBe(ADAPTER_WEIGHTS_FILE);
     expect(e.tensor).toBe(Q0A);
@@ -320,7 +543,16 @@ describe('initLora', () => {
   });
 
   it('is deterministic per seed and looks uniform', () => {
-    const big = parseQwen3Config({ model_type: 'qwen3', hidden_size: 256, num_hidden_layers: 1, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 64, intermediate_size: 512, vocab_size: 16 });
+    const big = parseQwen3Config({
+      model_type: 'qwen3',
+      hidden_size: 256,
+      num_hidden_layers: 1,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      head_dim: 64,
+      intermediate_size: 512,
+      vocab_size: 16,
+    });
     const a = initLora(big, lora, 1).get('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')!;
     expect(initLora(big, lora, 1).get('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')).toEqual(a);
     expect(initLora(big, lora, 2).get('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')).not.toEqual(a);
@@ -328,8 +560,8 @@ describe('initLora', () => {
     const mean = a.reduce((s, x) => s + x, 0) / a.length;
     const variance = a.reduce((s, x) => s + x * x, 0) / a.length;
     expect(Math.abs(mean)).toBeLessThan(0.1 * bound); // 1024 samples: sd of the mean ~ 0.018 bound
-    expect(variance / (bound * bound / 3)).toBeGreaterThan(0.9);
-    expect(variance / (bound * bound / 3)).toBeLessThan(1.1);
+    expect(variance / ((bound * bound) / 3)).toBeGreaterThan(0.9);
+    expect(variance / ((bound * bound) / 3)).toBeLessThan(1.1);
   });
 
   it('round-trips through writeAdapter / readAdapter', async () => {
@@ -345,7 +577,13 @@ describe('optimizer state', () => {
   const moments = (sign: number) => new Map([...params].map(([k, v]) => [k, v.map((x) => sign * x * 1e-3 + 1e-9)]));
   // AdamW's second moments are averages of squares: >= 0 (readOptimizerState refuses negative v).
   const squares = new Map([...params].map(([k, v]) => [k, v.map((x) => x * x * 1e-3 + 1e-9)]));
-  const state = { step: 17, m: moments(-1), v: squares, rng: { s: [1, 2, 3, 4294967295] }, extra: { lr: 2e-4, schedule: 'cosine', cursor: 41 } };
+  const state = {
+    step: 17,
+    m: moments(-1),
+    v: squares,
+    rng: { s: [1, 2, 3, 4294967295] },
+    extra: { lr: 2e-4, schedule: 'cosine', cursor: 41 },
+  };
 
   it('round-trips step, m, v, rng and extra exactly', async () => {
     const files = writeOptimizerState(state);
@@ -372,21 +610,35 @@ describe('optimizer state', () => {
   it('read names the file and field or tensor it rejects', async () => {
     const files = writeOptimizerState(state);
     const other = writeOptimizerState({ ...state, step: 18 });
-    let e = await loadError(readOptimizerState(filesOf({ ...files, 'optimizer.safetensors': other['optimizer.safetensors'] })));
-    expect(e.message).toMatch(/^optimizer\.safetensors: metadata global_step "18" does not match global_step 17 in trainer_state.json/);
+    let e = await loadError(
+      readOptimizerState(filesOf({ ...files, 'optimizer.safetensors': other['optimizer.safetensors'] })),
+    );
+    expect(e.message).toMatch(
+      /^optimizer\.safetensors: metadata global_step "18" does not match global_step 17 in trainer_state.json/,
+    );
     const ts = JSON.parse(files['trainer_state.json']);
-    e = await loadError(readOptimizerState(filesOf({ ...files, 'trainer_state.json': JSON.stringify({ ...ts, global_step: 'x' }) })));
+    e = await loadError(
+      readOptimizerState(filesOf({ ...files, 'trainer_state.json': JSON.stringify({ ...ts, global_step: 'x' }) })),
+    );
     expect(e.message).toMatch(/^trainer_state\.json: field "global_step" must be an integer/);
-    e = await loadError(readOptimizerState(filesOf({ ...files, 'trainer_state.json': JSON.stringify({ ...ts, version: 2 }) })));
+    e = await loadError(
+      readOptimizerState(filesOf({ ...files, 'trainer_state.json': JSON.stringify({ ...ts, version: 2 }) })),
+    );
     expect(e.message).toMatch(/^trainer_state\.json: field "version" is 2/);
     const fewer = new Map([...params].slice(1));
     e = await loadError(readOptimizerState(filesOf(files), fewer));
     expect(e.message).toMatch(/no such tensor in the adapter being resumed/);
     expect(e.tensor).toBe('exp_avg.base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight');
-    const resized = new Map(params).set('base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight', new Float32Array(3));
+    const resized = new Map(params).set(
+      'base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight',
+      new Float32Array(3),
+    );
     e = await loadError(readOptimizerState(filesOf(files), resized));
     expect(e.message).toMatch(/24 values but the adapter tensor has 3/);
-    const bf16 = writeSafetensors([{ name: 'exp_avg.k', dtype: 'BF16', shape: [1], data: new Uint8Array(2) }], { format: 'pt', global_step: '17' });
+    const bf16 = writeSafetensors([{ name: 'exp_avg.k', dtype: 'BF16', shape: [1], data: new Uint8Array(2) }], {
+      format: 'pt',
+      global_step: '17',
+    });
     e = await loadError(readOptimizerState(filesOf({ ...files, 'optimizer.safetensors': bf16 })));
     expect(e.message).toMatch(/tensor "exp_avg\.k": dtype BF16; optimizer moments must be F32/);
   });
@@ -395,7 +647,12 @@ describe('optimizer state', () => {
     const dir = await mkdtemp(join(tmpdir(), 'peft-'));
     try {
       await writeFolder(dir, { ...writeAdapter(lora, params, tiny), ...writeOptimizerState(state) });
-      expect((await readdir(dir)).sort()).toEqual([ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, 'optimizer.safetensors', 'trainer_state.json']);
+      expect((await readdir(dir)).sort()).toEqual([
+        ADAPTER_CONFIG_FILE,
+        ADAPTER_WEIGHTS_FILE,
+        'optimizer.safetensors',
+        'trainer_state.json',
+      ]);
       const { tensors } = await readAdapter(nodeFolderSource(dir), tiny);
       expect((await readOptimizerState(nodeFolderSource(dir), tensors)).step).toBe(17);
     } finally {
@@ -440,7 +697,8 @@ async function f32File(path: string): Promise<Float32Array> {
 async function baseWeights(modelDir: string): Promise<Map<string, Float64Array>> {
   const model = await openSafetensorsModel(nodeFolderSource(modelDir));
   const out = new Map<string, Float64Array>();
-  for (const name of model.tensors.keys()) out.set(name, Float64Array.from(bf16BytesToF32(await model.readTensor(name))));
+  for (const name of model.tensors.keys())
+    out.set(name, Float64Array.from(bf16BytesToF32(await model.readTensor(name))));
   return out;
 }
 
@@ -448,18 +706,33 @@ async function baseWeights(modelDir: string): Promise<Map<string, Float64Array>>
  * Float64 Qwen3 forward with LoRA, y = x W^T + s (x A^T) B^T: logits (T, V). Written from the
  * HF model definition for this test only; shares nothing with the engine or the Python script.
  */
-function forwardF64(cfg: Qwen3Config, W: Map<string, Float64Array>, lora: Map<string, Float64Array>, s: number, ids: number[]): Float64Array {
-  const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V, rmsNormEps: eps } = cfg;
+function forwardF64(
+  cfg: Qwen3Config,
+  W: Map<string, Float64Array>,
+  lora: Map<string, Float64Array>,
+  s: number,
+  ids: number[],
+): Float64Array {
+  const {
+    hiddenSize: C,
+    numHeads: NH,
+    numKvHeads: NKV,
+    headDim: HD,
+    intermediateSize: I,
+    vocabSize: V,
+    rmsNormEps: eps,
+  } = cfg;
   const T = ids.length;
   const w = (n: string) => W.get(n)!;
   const linear = (x: Float64Array, name: string, N: number, K: number, prefix?: string) => {
     const y = new Float64Array(T * N);
     const Wt = w(name);
-    for (let t = 0; t < T; t++) for (let n = 0; n < N; n++) {
-      let acc = 0;
-      for (let k = 0; k < K; k++) acc += x[t * K + k]! * Wt[n * K + k]!;
-      y[t * N + n] = acc;
-    }
+    for (let t = 0; t < T; t++)
+      for (let n = 0; n < N; n++) {
+        let acc = 0;
+        for (let k = 0; k < K; k++) acc += x[t * K + k]! * Wt[n * K + k]!;
+        y[t * N + n] = acc;
+      }
     const A = prefix && lora.get(`${prefix}.lora_A.weight`);
     if (A) {
       const B = lora.get(`${prefix}.lora_B.weight`)!;
@@ -487,13 +760,15 @@ function forwardF64(cfg: Qwen3Config, W: Map<string, Float64Array>, lora: Map<st
     return y;
   };
   const rope = (x: Float64Array, H: number) => {
-    for (let t = 0; t < T; t++) for (let h = 0; h < H; h++) for (let i = 0; i < HD / 2; i++) {
-      const ang = t / cfg.ropeTheta ** ((2 * i) / HD);
-      const o = (t * H + h) * HD;
-      const [a, b] = [x[o + i]!, x[o + i + HD / 2]!];
-      x[o + i] = a * Math.cos(ang) - b * Math.sin(ang);
-      x[o + i + HD / 2] = b * Math.cos(ang) + a * Math.sin(ang);
-    }
+    for (let t = 0; t < T; t++)
+      for (let h = 0; h < H; h++)
+        for (let i = 0; i < HD / 2; i++) {
+          const ang = t / cfg.ropeTheta ** ((2 * i) / HD);
+          const o = (t * H + h) * HD;
+          const [a, b] = [x[o + i]!, x[o + i + HD / 2]!];
+          x[o + i] = a * Math.cos(ang) - b * Math.sin(ang);
+          x[o + i + HD / 2] = b * Math.cos(ang) + a * Math.sin(ang);
+        }
   };
   let x = new Float64Array(T * C);
   ids.forEach((id, t) => x.set(w('model.embed_tokens.weight').subarray(id * C, (id + 1) * C), t * C));
@@ -501,24 +776,34 @@ function forwardF64(cfg: Qwen3Config, W: Map<string, Float64Array>, lora: Map<st
     const p = `model.layers.${l}.`;
     const lp = (m: string) => `base_model.model.${p}${m}`;
     let h = rms(x, w(`${p}input_layernorm.weight`), C);
-    const q = rms(linear(h, `${p}self_attn.q_proj.weight`, NH * HD, C, lp('self_attn.q_proj')), w(`${p}self_attn.q_norm.weight`), HD);
-    const k = rms(linear(h, `${p}self_attn.k_proj.weight`, NKV * HD, C, lp('self_attn.k_proj')), w(`${p}self_attn.k_norm.weight`), HD);
+    const q = rms(
+      linear(h, `${p}self_attn.q_proj.weight`, NH * HD, C, lp('self_attn.q_proj')),
+      w(`${p}self_attn.q_norm.weight`),
+      HD,
+    );
+    const k = rms(
+      linear(h, `${p}self_attn.k_proj.weight`, NKV * HD, C, lp('self_attn.k_proj')),
+      w(`${p}self_attn.k_norm.weight`),
+      HD,
+    );
     const v = linear(h, `${p}self_attn.v_proj.weight`, NKV * HD, C, lp('self_attn.v_proj'));
     rope(q, NH);
     rope(k, NKV);
     const att = new Float64Array(T * NH * HD);
-    for (let t = 0; t < T; t++) for (let hh = 0; hh < NH; hh++) {
-      const kv = Math.floor(hh / (NH / NKV));
-      const sc = Array.from({ length: t + 1 }, (_, j) => {
-        let d = 0;
-        for (let i = 0; i < HD; i++) d += q[(t * NH + hh) * HD + i]! * k[(j * NKV + kv) * HD + i]!;
-        return d / Math.sqrt(HD);
-      });
-      const m = Math.max(...sc);
-      const e = sc.map((z) => Math.exp(z - m));
-      const sum = e.reduce((a, b) => a + b, 0);
-      for (let j = 0; j <= t; j++) for (let i = 0; i < HD; i++) att[(t * NH + hh) * HD + i]! += (e[j]! / sum) * v[(j * NKV + kv) * HD + i]!;
-    }
+    for (let t = 0; t < T; t++)
+      for (let hh = 0; hh < NH; hh++) {
+        const kv = Math.floor(hh / (NH / NKV));
+        const sc = Array.from({ length: t + 1 }, (_, j) => {
+          let d = 0;
+          for (let i = 0; i < HD; i++) d += q[(t * NH + hh) * HD + i]! * k[(j * NKV + kv) * HD + i]!;
+          return d / Math.sqrt(HD);
+        });
+        const m = Math.max(...sc);
+        const e = sc.map((z) => Math.exp(z - m));
+        const sum = e.reduce((a, b) => a + b, 0);
+        for (let j = 0; j <= t; j++)
+          for (let i = 0; i < HD; i++) att[(t * NH + hh) * HD + i]! += (e[j]! / sum) * v[(j * NKV + kv) * HD + i]!;
+      }
     const o = linear(att, `${p}self_attn.o_proj.weight`, C, NH * HD, lp('self_attn.o_proj'));
     x = x.map((xi, i) => xi + o[i]!);
     h = rms(x, w(`${p}post_attention_layernorm.weight`), C);
@@ -547,19 +832,35 @@ describe.each(VARIANTS)('PyTorch-written PEFT adapter: %s', (variant) => {
   it('reads with the stated config, and rewrites to the same bytes', async () => {
     const { dir, meta, cfg } = await fixture(variant);
     const { lora, tensors } = await readAdapter(nodeFolderSource(dir), cfg);
-    expect(lora).toMatchObject({ r: meta.r, alpha: meta.lora_alpha, useRslora: meta.use_rslora, targetModules: meta.target_modules, baseModel: meta.model_dir });
+    expect(lora).toMatchObject({
+      r: meta.r,
+      alpha: meta.lora_alpha,
+      useRslora: meta.use_rslora,
+      targetModules: meta.target_modules,
+      baseModel: meta.model_dir,
+    });
     expect(loraScale(lora)).toBe(meta.scale);
     const files = writeAdapter(lora, tensors, cfg);
     expect(files[ADAPTER_CONFIG_FILE]).toBe(await readFile(join(dir, ADAPTER_CONFIG_FILE), 'utf8'));
-    expect(Buffer.compare(Buffer.from(files[ADAPTER_WEIGHTS_FILE]), await readFile(join(dir, ADAPTER_WEIGHTS_FILE)))).toBe(0);
+    expect(
+      Buffer.compare(Buffer.from(files[ADAPTER_WEIGHTS_FILE]), await readFile(join(dir, ADAPTER_WEIGHTS_FILE))),
+    ).toBe(0);
   });
 
   it('grads.safetensors holds one F32 gradient per adapter tensor, all non-trivial', async () => {
     const { dir, meta, cfg } = await fixture(variant);
     const { lora } = await readAdapter(nodeFolderSource(dir), cfg);
     const grads = await readSafetensorsHeader(await nodeFolderSource(dir).open('grads.safetensors'));
-    const shapes = loraShapes(cfg, lora).flatMap((s) => [[s.aKey, s.aShape], [s.bKey, s.bShape]] as const);
-    expect([...grads.tensors.values()].map((t) => [t.name, t.shape]).sort()).toEqual(shapes.map(([k, s]) => [k, [...s]]).sort());
+    const shapes = loraShapes(cfg, lora).flatMap(
+      (s) =>
+        [
+          [s.aKey, s.aShape],
+          [s.bKey, s.bShape],
+        ] as const,
+    );
+    expect([...grads.tensors.values()].map((t) => [t.name, t.shape]).sort()).toEqual(
+      shapes.map(([k, s]) => [k, [...s]]).sort(),
+    );
     for (const [k] of shapes) {
       const g = new Float32Array((await readTensor(grads, k)).buffer);
       const maxAbs = g.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
@@ -573,7 +874,12 @@ describe.each(VARIANTS)('PyTorch-written PEFT adapter: %s', (variant) => {
     const { meta, modelDir } = await fixture(variant);
     const { createHash } = await import('node:crypto');
     for (const [f, sha] of Object.entries(meta.model_sha256)) {
-      expect(createHash('sha256').update(await readFile(join(modelDir, f))).digest('hex'), f).toBe(sha);
+      expect(
+        createHash('sha256')
+          .update(await readFile(join(modelDir, f)))
+          .digest('hex'),
+        f,
+      ).toBe(sha);
     }
   });
 
@@ -620,7 +926,10 @@ describe.each(VARIANTS)('PyTorch-written PEFT adapter: %s', (variant) => {
 
 const run = promisify(execFile);
 const PY = process.env.SPYRL_PYTHON ?? '/usr/bin/python3';
-const hasTorch = await run(PY, ['-c', 'import torch']).then(() => true, () => false);
+const hasTorch = await run(PY, ['-c', 'import torch']).then(
+  () => true,
+  () => false,
+);
 
 describe.skipIf(!hasTorch && !process.env.CI)('golden LoRA fixtures are reproducible', () => {
   it('rerunning scripts/golden_lora.py gives byte-identical files', async () => {
@@ -633,7 +942,10 @@ describe.skipIf(!hasTorch && !process.env.CI)('golden LoRA fixtures are reproduc
         const files = (await readdir(committed)).sort();
         expect((await readdir(join(out, variant))).sort()).toEqual(files);
         for (const f of files.filter((f) => f !== 'loss.json')) {
-          expect(Buffer.compare(await readFile(join(out, variant, f)), await readFile(join(committed, f))), `${variant}/${f}`).toBe(0);
+          expect(
+            Buffer.compare(await readFile(join(out, variant, f)), await readFile(join(committed, f))),
+            `${variant}/${f}`,
+          ).toBe(0);
         }
         const strip = (j: string) => {
           const o = JSON.parse(j);
@@ -641,7 +953,9 @@ describe.skipIf(!hasTorch && !process.env.CI)('golden LoRA fixtures are reproduc
           delete o.peft_cross_check;
           return o;
         };
-        expect(strip(await readFile(join(out, variant, 'loss.json'), 'utf8'))).toEqual(strip(await readFile(join(committed, 'loss.json'), 'utf8')));
+        expect(strip(await readFile(join(out, variant, 'loss.json'), 'utf8'))).toEqual(
+          strip(await readFile(join(committed, 'loss.json'), 'utf8')),
+        );
       }
     } finally {
       await rm(out, { recursive: true, force: true });

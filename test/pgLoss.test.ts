@@ -3,7 +3,14 @@
 // Run: npx vitest run test/pgLoss.test.ts
 
 import { describe, expect, it } from 'vitest';
-import { crossEntropyLoss, klK3, ppoClipTerm, ppoLoss, type PpoBatch, type PpoLossOptions } from '../src/train/pgLoss.ts';
+import {
+  crossEntropyLoss,
+  klK3,
+  ppoClipTerm,
+  ppoLoss,
+  type PpoBatch,
+  type PpoLossOptions,
+} from '../src/train/pgLoss.ts';
 import { clipScale, learningRate } from '../src/train/schedule.ts';
 import { rng } from './reference.ts';
 
@@ -11,12 +18,12 @@ describe('ppoClipTerm', () => {
   const [lo, hi] = [1 - 0.2, 1 + 0.2];
   it.each([
     // ratio, A, loss, dRatio, clipped
-    [1.5, 2, -2.4, 0, true],    // A > 0, ratio above 1+eps: clipped, no gradient
-    [0.5, 2, -1, -2, false],    // A > 0, ratio below 1-eps: the unclipped term is smaller
-    [0.5, -2, 1.6, 0, true],    // A < 0, ratio below 1-eps: clipped
-    [1.5, -2, 3, 2, false],     // A < 0, ratio above 1+eps: unclipped (pessimistic bound)
-    [1.1, 3, -3.3, -3, false],  // inside the range
-    [1.7, 0, 0, 0, false],      // zero advantage: nothing to learn
+    [1.5, 2, -2.4, 0, true], // A > 0, ratio above 1+eps: clipped, no gradient
+    [0.5, 2, -1, -2, false], // A > 0, ratio below 1-eps: the unclipped term is smaller
+    [0.5, -2, 1.6, 0, true], // A < 0, ratio below 1-eps: clipped
+    [1.5, -2, 3, 2, false], // A < 0, ratio above 1+eps: unclipped (pessimistic bound)
+    [1.1, 3, -3.3, -3, false], // inside the range
+    [1.7, 0, 0, 0, false], // zero advantage: nothing to learn
   ])('ratio %f, A %f -> loss %f, dRatio %f, clipped %s', (ratio, A, loss, dRatio, clipped) => {
     const got = ppoClipTerm(ratio, A, lo, hi);
     expect(got.loss).toBeCloseTo(loss, 12);
@@ -56,12 +63,16 @@ describe('klK3', () => {
   it('stays accurate for tiny differences (k3 ~ d^2 / 2)', () => {
     const d = 1e-7;
     const k = klK3(0, d);
-    expect(k.value / (d * d / 2)).toBeCloseTo(1, 6);
+    expect(k.value / ((d * d) / 2)).toBeCloseTo(1, 6);
     expect(k.dlogp / -d).toBeCloseTo(1, 6);
   });
 
   it('gradient matches finite differences', () => {
-    for (const [logp, refLogp] of [[-1, -0.5], [-3, -0.2], [-0.01, -4]]) {
+    for (const [logp, refLogp] of [
+      [-1, -0.5],
+      [-3, -0.2],
+      [-0.01, -4],
+    ]) {
       const h = 1e-6;
       const fd = (klK3(logp + h, refLogp).value - klK3(logp - h, refLogp).value) / (2 * h);
       expect(Math.abs(klK3(logp, refLogp).dlogp - fd)).toBeLessThan(1e-8);
@@ -83,7 +94,7 @@ describe('ppoLoss', () => {
     const r = ppoLoss(small);
     expect(r.loss).toBeCloseTo((-2.4 + 1.6 - 3.3) / 3, 12);
     // Clipped tokens get no gradient; token 2: dloss/dlogp = w * (-A) * ratio = (1/3) * -3 * 1.1.
-    expect(Array.from(r.dlogp).map((x) => Math.abs(x) < 1e-15 ? 0 : x)).toEqual([0, 0, expect.closeTo(-1.1, 12)]);
+    expect(Array.from(r.dlogp).map((x) => (Math.abs(x) < 1e-15 ? 0 : x))).toEqual([0, 0, expect.closeTo(-1.1, 12)]);
     expect(r.stats.clipFraction).toBeCloseTo(2 / 3, 15);
     expect(r.stats.meanRatio).toBeCloseTo((1.5 + 0.5 + 1.1) / 3, 12);
     expect(r.stats.kl).toBe(0);
@@ -130,7 +141,8 @@ describe('ppoLoss', () => {
     const nearEdge = (d: number) => [0.8, 0.9, 1.1, 1.2, 1.28].some((edge) => Math.abs(Math.exp(d) - edge) < 1e-3);
     const logp = oldLogp.map((o) => {
       let d: number;
-      do d = (rand() - 0.5) * 0.8; while (nearEdge(d));
+      do d = (rand() - 0.5) * 0.8;
+      while (nearEdge(d));
       return o + d;
     });
     const advantages = Array.from({ length: T }, () => (rand() - 0.5) * 4);
@@ -175,7 +187,10 @@ describe('crossEntropyLoss', () => {
     expect(r.loss).toBe(1.5);
     expect(Array.from(r.dlogp)).toEqual([-0.25, -0.25, -0.25, -0.25]);
     const h = 1e-6;
-    const fd = (crossEntropyLoss([logp[0] + h, ...logp.slice(1)]).loss - crossEntropyLoss([logp[0] - h, ...logp.slice(1)]).loss) / (2 * h);
+    const fd =
+      (crossEntropyLoss([logp[0] + h, ...logp.slice(1)]).loss -
+        crossEntropyLoss([logp[0] - h, ...logp.slice(1)]).loss) /
+      (2 * h);
     expect(fd).toBeCloseTo(-0.25, 8);
   });
 });
@@ -200,7 +215,10 @@ describe('learningRate', () => {
     expect(lr(110)).toBeCloseTo(1e-4, 18);
     expect(lr(500)).toBeCloseTo(1e-4, 18);
     for (let k = 11; k <= 110; k++) expect(lr(k)).toBeLessThanOrEqual(lr(k - 1));
-    expect(learningRate(1e-3, { ...s, warmup: 0 }, 1)).toBeCloseTo(1e-4 + 0.5 * 9e-4 * (1 + Math.cos(Math.PI / 110)), 15);
+    expect(learningRate(1e-3, { ...s, warmup: 0 }, 1)).toBeCloseTo(
+      1e-4 + 0.5 * 9e-4 * (1 + Math.cos(Math.PI / 110)),
+      15,
+    );
   });
 
   it('rejects steps below 1 and total < warmup', () => {

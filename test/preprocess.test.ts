@@ -16,11 +16,17 @@ const include = (p: string) => {
   return t;
 };
 const run = (src: string, defines: Record<string, string | number | boolean> = {}) =>
-  preprocess(src, { defines, include, label: 'x' }).split('\n').map((l) => l.trim()).filter(Boolean);
+  preprocess(src, { defines, include, label: 'x' })
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean);
 
 describe('WGSL preprocessor', () => {
   it('includes a helper once per module, nested includes too', () => {
-    expect(run('#include "common/a.wgsl"\n#include "common/b.wgsl"\n#include "common/a.wgsl"')).toEqual(['fn a() {}', 'fn b() {}']);
+    expect(run('#include "common/a.wgsl"\n#include "common/b.wgsl"\n#include "common/a.wgsl"')).toEqual([
+      'fn a() {}',
+      'fn b() {}',
+    ]);
   });
 
   it('instantiates a template include each time with its arguments', () => {
@@ -31,8 +37,24 @@ describe('WGSL preprocessor', () => {
   });
 
   it('#if / #elif / #else / #endif, #ifdef / #ifndef, nested, with defines in expressions', () => {
-    const src = ['#if WEIGHTS == q4', 'q4', '#elif WEIGHTS == bf16', 'bf16', '#else', 'other', '#endif',
-      '#ifdef SUBGROUPS', 'sg', '#ifndef X', 'noX', '#endif', '#endif', '#if defined(N) && N >= 4 || !defined(SUBGROUPS)', 'big', '#endif'].join('\n');
+    const src = [
+      '#if WEIGHTS == q4',
+      'q4',
+      '#elif WEIGHTS == bf16',
+      'bf16',
+      '#else',
+      'other',
+      '#endif',
+      '#ifdef SUBGROUPS',
+      'sg',
+      '#ifndef X',
+      'noX',
+      '#endif',
+      '#endif',
+      '#if defined(N) && N >= 4 || !defined(SUBGROUPS)',
+      'big',
+      '#endif',
+    ].join('\n');
     expect(run(src, { WEIGHTS: 'q4', SUBGROUPS: 1, N: 4 })).toEqual(['q4', 'sg', 'noX', 'big']);
     expect(run(src, { WEIGHTS: 'bf16', N: 2 })).toEqual(['bf16', 'big']);
     expect(run(src, { WEIGHTS: 'f32', SUBGROUPS: 1, X: 1 })).toEqual(['other', 'sg']);
@@ -63,11 +85,27 @@ describe('WGSL preprocessor', () => {
 
   it('every shader file preprocesses for each of its variants without leftover placeholders', () => {
     const variants: [string, Record<string, string | number>][] = [
-      ['rmsnorm', {}], ['rmsnorm', { SUBGROUPS: 1 }], ['sample', {}], ['sample', { SUBGROUPS: 1 }], ['loss', {}], ['loss', { SUBGROUPS: 1 }],
-      ['matmul', { WEIGHTS: 'bf16', TMAX: 4, LANES: 64 }], ['matmul', { WEIGHTS: 'q4', TMAX: 1, LANES: 16, SUBGROUPS: 1 }],
-      ['matmul', { WEIGHTS: 'f32', TILED: 1 }], ['embed', { WEIGHTS: 'q4' }], ['embed', { WEIGHTS: 'bf16' }],
-      ['attention', {}], ['attention', { KV: 'f16' }], ['attention', { KV: 'f32' }], ['elementwise', {}], ['embed', { WEIGHTS: 'f32' }],
-      ['optim', {}], ['rope', {}], ['convert', { FORMAT: 'f16' }], ['convert', { FORMAT: 'bf16' }], ['quant', {}],
+      ['rmsnorm', {}],
+      ['rmsnorm', { SUBGROUPS: 1 }],
+      ['sample', {}],
+      ['sample', { SUBGROUPS: 1 }],
+      ['loss', {}],
+      ['loss', { SUBGROUPS: 1 }],
+      ['matmul', { WEIGHTS: 'bf16', TMAX: 4, LANES: 64 }],
+      ['matmul', { WEIGHTS: 'q4', TMAX: 1, LANES: 16, SUBGROUPS: 1 }],
+      ['matmul', { WEIGHTS: 'f32', TILED: 1 }],
+      ['embed', { WEIGHTS: 'q4' }],
+      ['embed', { WEIGHTS: 'bf16' }],
+      ['attention', {}],
+      ['attention', { KV: 'f16' }],
+      ['attention', { KV: 'f32' }],
+      ['elementwise', {}],
+      ['embed', { WEIGHTS: 'f32' }],
+      ['optim', {}],
+      ['rope', {}],
+      ['convert', { FORMAT: 'f16' }],
+      ['convert', { FORMAT: 'bf16' }],
+      ['quant', {}],
     ];
     for (const [shader, defines] of variants) {
       const text = preprocess(shaderSource(shader), { defines, include: shaderSource, label: shader });

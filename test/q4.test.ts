@@ -6,7 +6,16 @@ import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { dequantizeQ4, f16BitsToF32, f32ToF16Bits, logitDrift, Q4_GROUP, q4ScaleOffsetWords, q4Words, quantizeQ4 } from '../src/model/q4.ts';
+import {
+  dequantizeQ4,
+  f16BitsToF32,
+  f32ToF16Bits,
+  logitDrift,
+  Q4_GROUP,
+  q4ScaleOffsetWords,
+  q4Words,
+  quantizeQ4,
+} from '../src/model/q4.ts';
 import { openSafetensorsModel } from '../src/model/safetensors.ts';
 import { nodeFolderSource } from '../src/model/sources.node.ts';
 
@@ -16,14 +25,17 @@ const U = 2 ** -24; // smallest f16 subnormal
 /** bf16 bits of x, which must be a bf16 value exactly. */
 function bf16(x: number): number {
   const u = new Uint32Array(Float32Array.of(x).buffer)[0]!;
-  if ((u & 0xffff) !== 0 || new Float32Array(Uint32Array.of(u).buffer)[0] !== x) throw new Error(`${x} is not a bf16 value`);
+  if ((u & 0xffff) !== 0 || new Float32Array(Uint32Array.of(u).buffer)[0] !== x)
+    throw new Error(`${x} is not a bf16 value`);
   return u >>> 16;
 }
 
 /** q and scale of one group (1, 32): `values` then zeros. Decoded from the words by the spec. */
 function quantGroup(values: number[]): { q: number[]; sBits: number; s: number } {
   const w = new Uint16Array(Q4_GROUP);
-  values.forEach((x, i) => { w[i] = bf16(x); });
+  values.forEach((x, i) => {
+    w[i] = bf16(x);
+  });
   const packed = quantizeQ4(w, 1, Q4_GROUP, 'group');
   expect(packed.length).toBe(5); // 4 nibble words + 1 scale word (one group: high half unused)
   expect(packed[4]! >>> 16).toBe(0);
@@ -50,7 +62,12 @@ describe('f16 conversion', () => {
       const e = Math.max((h >> 10) & 31, 1);
       expect(f16BitsToF32(h + 1) - f16BitsToF32(h)).toBe(2 ** (e - 25));
     }
-    expect([f16BitsToF32(0x3c00), f16BitsToF32(0x7bff), f16BitsToF32(0x0400), f16BitsToF32(1)]).toEqual([1, 65504, 2 ** -14, U]);
+    expect([f16BitsToF32(0x3c00), f16BitsToF32(0x7bff), f16BitsToF32(0x0400), f16BitsToF32(1)]).toEqual([
+      1,
+      65504,
+      2 ** -14,
+      U,
+    ]);
     expect(f16BitsToF32(0xbc00)).toBe(-1);
     expect(f16BitsToF32(0x7c00)).toBe(Infinity);
     expect(f16BitsToF32(0xfc00)).toBe(-Infinity);
@@ -58,13 +75,16 @@ describe('f16 conversion', () => {
   });
 
   it('f32ToF16Bits: every f16 value, every midpoint (ties to even) and its neighbours, both signs', () => {
-    const next = (x: number, dir: 1 | -1) => { // the adjacent f64 (x > 0)
+    const next = (x: number, dir: 1 | -1) => {
+      // the adjacent f64 (x > 0)
       const b = new BigUint64Array(Float64Array.of(x).buffer);
       b[0] = b[0]! + BigInt(dir);
       return new Float64Array(b.buffer)[0]!;
     };
     const bad: string[] = [];
-    const check = (x: number, want: number) => { if (f32ToF16Bits(x) !== want) bad.push(`${x} -> ${f32ToF16Bits(x)}, want ${want}`); };
+    const check = (x: number, want: number) => {
+      if (f32ToF16Bits(x) !== want) bad.push(`${x} -> ${f32ToF16Bits(x)}, want ${want}`);
+    };
     for (let h = 0; h <= 0x7bff; h++) {
       const v = f16BitsToF32(h);
       check(v, h);
@@ -87,7 +107,7 @@ describe('f16 conversion', () => {
   it('f32ToF16Bits agrees with a brute-force nearest search on random values of every magnitude', () => {
     const values = Array.from({ length: 0x7c00 }, (_, h) => f16BitsToF32(h));
     let seed = 12345;
-    const rand = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
+    const rand = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
     for (let n = 0; n < 3000; n++) {
       const x = 2 ** (-27 + 44 * rand()) * (rand() < 0.5 ? -1 : 1);
       let best = 0;
@@ -140,7 +160,9 @@ describe('quantizeQ4 on hand-built groups', () => {
   });
 
   it('refuses K % 32 != 0, a wrong length, NaN and a scale beyond f16, naming the tensor', () => {
-    expect(() => quantizeQ4(new Uint16Array(48), 1, 48, 'model.layers.3.mlp.up_proj.weight')).toThrow(/model\.layers\.3\.mlp\.up_proj\.weight.*multiple of 32/);
+    expect(() => quantizeQ4(new Uint16Array(48), 1, 48, 'model.layers.3.mlp.up_proj.weight')).toThrow(
+      /model\.layers\.3\.mlp\.up_proj\.weight.*multiple of 32/,
+    );
     expect(() => quantizeQ4(new Uint16Array(64), 1, 32, 'lm_head.weight')).toThrow(/lm_head\.weight/);
     const big = new Uint16Array(32);
     big[5] = bf16(456704); // the largest bf16 amax whose scale is finite: 456704 / 7 -> 65248
@@ -163,19 +185,21 @@ describe('q4 layout', () => {
   });
 
   it('nibble of (n, k) at word i >> 3, bits 4(i & 7); scale of group g in half g & 1 of word N*K/8 + g/2', () => {
-    const N = 3, K = 64; // 6 groups
+    const N = 3,
+      K = 64; // 6 groups
     const w = new Uint16Array(N * K);
     const qOf = (i: number) => (i % 32 === 0 ? 7 : ((i * 5) % 15) - 7);
     for (let i = 0; i < N * K; i++) w[i] = bf16(qOf(i) * ((i >> 5) + 1)); // group g: s = g + 1 exactly
     const p = quantizeQ4(w, N, K, 't');
-    expect(p.length).toBe(N * K / 8 + Math.ceil(N * K / 64));
+    expect(p.length).toBe((N * K) / 8 + Math.ceil((N * K) / 64));
     for (let n = 0; n < N; n++) {
       for (let k = 0; k < K; k++) {
         const i = n * K + k;
         expect((p[i >> 3]! >>> (4 * (i & 7))) & 15).toBe(qOf(i) + 8);
       }
     }
-    for (let g = 0; g < (N * K) / 32; g++) expect((p[N * K / 8 + (g >> 1)]! >>> (16 * (g & 1))) & 0xffff).toBe(f32ToF16Bits(g + 1));
+    for (let g = 0; g < (N * K) / 32; g++)
+      expect((p[(N * K) / 8 + (g >> 1)]! >>> (16 * (g & 1))) & 0xffff).toBe(f32ToF16Bits(g + 1));
     const dq = dequantizeQ4(p, N, K);
     for (let i = 0; i < N * K; i++) expect(dq[i]).toBe(qOf(i) * ((i >> 5) + 1));
   });
@@ -190,17 +214,19 @@ describe('q4 layout', () => {
 
   it('dequantize(quantize(w)) is within s / 2 of w on random tensors of every scale', () => {
     let seed = 7;
-    const rand = () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32);
-    const N = 7, K = 96;
+    const rand = () => (seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32;
+    const N = 7,
+      K = 96;
     for (const mag of [1e-4, 0.02, 1, 300, 5e4]) {
       const w = new Uint16Array(N * K);
-      for (let i = 0; i < w.length; i++) w[i] = bf16AtMost(mag * (0.001 + rand()) * (rand() < 0.05 ? 8 : 1)) | (rand() < 0.5 ? 0x8000 : 0); // outliers x8
+      for (let i = 0; i < w.length; i++)
+        w[i] = bf16AtMost(mag * (0.001 + rand()) * (rand() < 0.05 ? 8 : 1)) | (rand() < 0.5 ? 0x8000 : 0); // outliers x8
       const p = quantizeQ4(w, N, K, 'rand');
       const dq = dequantizeQ4(p, N, K);
       const value = (b: number) => new Float32Array(Uint32Array.of(b << 16).buffer)[0]!;
       for (let i = 0; i < w.length; i++) {
         const g = i >> 5;
-        const s = f16BitsToF32((p[N * K / 8 + (g >> 1)]! >>> (16 * (g & 1))) & 0xffff);
+        const s = f16BitsToF32((p[(N * K) / 8 + (g >> 1)]! >>> (16 * (g & 1))) & 0xffff);
         expect(Math.abs(value(w[i]!) - dq[i]!), `mag ${mag} i ${i}`).toBeLessThanOrEqual(s / 2);
       }
     }
@@ -208,13 +234,25 @@ describe('q4 layout', () => {
 });
 
 describe('against scripts/golden_q4.py (independent numpy packing)', () => {
-  interface Q4Entry { shape: [number, number]; words: number; sha256: string }
-  interface Expected { q4: Record<string, Q4Entry>; shape: [number, number]; drift_vs_bf16: { max_abs: number; max_rel: number; mean_kl: number } }
+  interface Q4Entry {
+    shape: [number, number];
+    words: number;
+    sha256: string;
+  }
+  interface Expected {
+    q4: Record<string, Q4Entry>;
+    shape: [number, number];
+    drift_vs_bf16: { max_abs: number; max_rel: number; mean_kl: number };
+  }
 
   it.each(['tied', 'untied-sharded', 'mha'])('%s: every quantized tensor packs to the same bytes', async (variant) => {
-    const exp = JSON.parse(await readFile(join(ROOT, 'test/fixtures/golden-q4', variant, 'expected.json'), 'utf8')) as Expected;
+    const exp = JSON.parse(
+      await readFile(join(ROOT, 'test/fixtures/golden-q4', variant, 'expected.json'), 'utf8'),
+    ) as Expected;
     const st = await openSafetensorsModel(nodeFolderSource(join(ROOT, 'test/fixtures/golden', variant)));
-    const quantized = [...st.tensors.keys()].filter((n) => n.endsWith('_proj.weight') || n === 'model.embed_tokens.weight' || n === 'lm_head.weight').sort();
+    const quantized = [...st.tensors.keys()]
+      .filter((n) => n.endsWith('_proj.weight') || n === 'model.embed_tokens.weight' || n === 'lm_head.weight')
+      .sort();
     expect(quantized).toEqual(Object.keys(exp.q4).sort());
     for (const name of quantized) {
       const [N, K] = st.tensors.get(name)!.shape as [number, number];
@@ -229,16 +267,21 @@ describe('against scripts/golden_q4.py (independent numpy packing)', () => {
     }
   });
 
-  it.each(['tied', 'untied-sharded', 'mha'])('%s: logitDrift reproduces the script\'s drift numbers', async (variant) => {
-    const exp = JSON.parse(await readFile(join(ROOT, 'test/fixtures/golden-q4', variant, 'expected.json'), 'utf8')) as Expected;
-    const f32 = async (p: string) => new Float32Array((await readFile(p)).buffer.slice(0));
-    const bf16Logits = await f32(join(ROOT, 'test/fixtures/golden', variant, 'logits.f32'));
-    const q4Logits = await f32(join(ROOT, 'test/fixtures/golden-q4', variant, 'logits.f32'));
-    const d = logitDrift(bf16Logits, q4Logits, exp.shape[1]);
-    expect(d.maxAbs).toBe(exp.drift_vs_bf16.max_abs);
-    expect(d.maxRel).toBe(exp.drift_vs_bf16.max_rel);
-    expect(Math.abs(d.meanKl - exp.drift_vs_bf16.mean_kl)).toBeLessThanOrEqual(1e-9 * exp.drift_vs_bf16.mean_kl);
-  });
+  it.each(['tied', 'untied-sharded', 'mha'])(
+    "%s: logitDrift reproduces the script's drift numbers",
+    async (variant) => {
+      const exp = JSON.parse(
+        await readFile(join(ROOT, 'test/fixtures/golden-q4', variant, 'expected.json'), 'utf8'),
+      ) as Expected;
+      const f32 = async (p: string) => new Float32Array((await readFile(p)).buffer.slice(0));
+      const bf16Logits = await f32(join(ROOT, 'test/fixtures/golden', variant, 'logits.f32'));
+      const q4Logits = await f32(join(ROOT, 'test/fixtures/golden-q4', variant, 'logits.f32'));
+      const d = logitDrift(bf16Logits, q4Logits, exp.shape[1]);
+      expect(d.maxAbs).toBe(exp.drift_vs_bf16.max_abs);
+      expect(d.maxRel).toBe(exp.drift_vs_bf16.max_rel);
+      expect(Math.abs(d.meanKl - exp.drift_vs_bf16.mean_kl)).toBeLessThanOrEqual(1e-9 * exp.drift_vs_bf16.mean_kl);
+    },
+  );
 });
 
 describe('logitDrift', () => {

@@ -41,7 +41,8 @@ afterAll(() => {
 /** bf16 bits of x, which must be a bf16 value exactly. */
 function bf16(x: number): number {
   const u = new Uint32Array(Float32Array.of(x).buffer)[0]!;
-  if ((u & 0xffff) !== 0 || new Float32Array(Uint32Array.of(u).buffer)[0] !== x) throw new Error(`${x} is not a bf16 value`);
+  if ((u & 0xffff) !== 0 || new Float32Array(Uint32Array.of(u).buffer)[0] !== x)
+    throw new Error(`${x} is not a bf16 value`);
   return u >>> 16;
 }
 
@@ -50,7 +51,13 @@ function bf16(x: number): number {
  * buffer first filled with garbage, so every word must be written. Returns the packed words and
  * the status word.
  */
-async function gpuQuantize(g: Gpu, w: Uint16Array, N: number, Kd: number, chunks: number[] = [N]): Promise<{ packed: Uint32Array; status: number }> {
+async function gpuQuantize(
+  g: Gpu,
+  w: Uint16Array,
+  N: number,
+  Kd: number,
+  chunks: number[] = [N],
+): Promise<{ packed: Uint32Array; status: number }> {
   const words = q4Words(N, Kd);
   const out = g.createBuffer(words * 4, 'q4');
   g.write(out, new Uint32Array(words).fill(0xdeadbeef));
@@ -72,7 +79,8 @@ async function gpuQuantize(g: Gpu, w: Uint16Array, N: number, Kd: number, chunks
 
 /** Index and value of the first differing word, for a readable failure. */
 function firstDiff(a: Uint32Array, b: Uint32Array): string {
-  for (let i = 0; i < Math.max(a.length, b.length); i++) if (a[i] !== b[i]) return `word ${i}: ${a[i]?.toString(16)} vs ${b[i]?.toString(16)}`;
+  for (let i = 0; i < Math.max(a.length, b.length); i++)
+    if (a[i] !== b[i]) return `word ${i}: ${a[i]?.toString(16)} vs ${b[i]?.toString(16)}`;
   return 'equal';
 }
 
@@ -84,7 +92,10 @@ async function expectSameAsCpu(w: Uint16Array, N: number, Kd: number, chunks?: n
   return packed;
 }
 
-const sha256 = (u: Uint32Array) => createHash('sha256').update(new Uint8Array(u.buffer, u.byteOffset, u.byteLength)).digest('hex');
+const sha256 = (u: Uint32Array) =>
+  createHash('sha256')
+    .update(new Uint8Array(u.buffer, u.byteOffset, u.byteLength))
+    .digest('hex');
 
 describe('quantize_q4 against the CPU quantizer, bit for bit', () => {
   // The hand-built groups of test/q4.test.ts, one per row of a (rows, 32) tensor: exact ties of
@@ -108,7 +119,11 @@ describe('quantize_q4 against the CPU quantizer, bit for bit', () => {
 
   it('hand-built groups: ties to even, subnormal scales, clamps, s = 0, the largest scale', async () => {
     const w = new Uint16Array(GROUPS.length * 32);
-    GROUPS.forEach((g, r) => g.forEach((x, i) => { w[r * 32 + i] = bf16(x); }));
+    GROUPS.forEach((g, r) =>
+      g.forEach((x, i) => {
+        w[r * 32 + i] = bf16(x);
+      }),
+    );
     const packed = await expectSameAsCpu(w, GROUPS.length, 32, [1, 2, 3]);
     // Spot checks straight from the spec, independent of the CPU quantizer.
     const q = (r: number, i: number) => ((packed[(r * 32 + i) >> 3]! >>> (4 * (i & 7))) & 15) - 8;
@@ -120,7 +135,8 @@ describe('quantize_q4 against the CPU quantizer, bit for bit', () => {
 
   it('every finite scale: one row per bf16 amax from 0 up to the largest that fits f16', async () => {
     const maxBits = bf16(456704);
-    const N = maxBits + 1, Kd = 32;
+    const N = maxBits + 1,
+      Kd = 32;
     const rand = ref.rng(11);
     const w = new Uint16Array(N * Kd);
     for (let r = 0; r < N; r++) {
@@ -136,7 +152,12 @@ describe('quantize_q4 against the CPU quantizer, bit for bit', () => {
 
   it('random tensors of every magnitude, odd groups per row, chunks of 1..7 rows', async () => {
     const rand = ref.rng(12);
-    for (const [N, Kd] of [[37, 96], [5, 32], [64, 160], [3, 1024]] as const) {
+    for (const [N, Kd] of [
+      [37, 96],
+      [5, 32],
+      [64, 160],
+      [3, 1024],
+    ] as const) {
       const w = new Uint16Array(N * Kd);
       for (let g = 0; g < (N * Kd) / 32; g++) {
         const e0 = Math.floor(rand() * 140); // bf16 exponent field of the group's largest values
@@ -150,7 +171,8 @@ describe('quantize_q4 against the CPU quantizer, bit for bit', () => {
   });
 
   it('reports the first NaN group and the first group whose scale overflows f16', async () => {
-    const N = 4, Kd = 96; // 12 groups
+    const N = 4,
+      Kd = 96; // 12 groups
     const w = new Uint16Array(N * Kd).fill(bf16(0.5));
     w[2 * Kd + 40] = bf16(-458752); // row 2, group 1: 458752 / 7 = 65536 -> Inf
     w[3 * Kd + 70] = 0x7fc0; // row 3, group 2: NaN
@@ -166,7 +188,9 @@ describe('quantize_q4 against the CPU quantizer, bit for bit', () => {
   });
 
   it('refuses K % 32 != 0 and rows outside the tensor', () => {
-    const b = gpu.createBuffer(1024, 'b'), s = gpu.createBuffer(4, 's'), src = gpu.createBuffer(1024, 'src');
+    const b = gpu.createBuffer(1024, 'b'),
+      s = gpu.createBuffer(4, 's'),
+      src = gpu.createBuffer(1024, 'src');
     expect(() => K.quantizeQ4(gpu, b, s, src, 0, 1, 2, 48, 0)).toThrow(/multiple of 32/);
     expect(() => K.quantizeQ4(gpu, b, s, src, 1, 2, 2, 32, 0)).toThrow(/outside/);
     for (const x of [b, s, src]) gpu.releaseBuffer(x);
@@ -174,9 +198,13 @@ describe('quantize_q4 against the CPU quantizer, bit for bit', () => {
 });
 
 describe('quantize_q4 against scripts/golden_q4.py: per-tensor sha256 of the golden checkpoints', () => {
-  interface Expected { q4: Record<string, { shape: [number, number]; words: number; sha256: string }> }
+  interface Expected {
+    q4: Record<string, { shape: [number, number]; words: number; sha256: string }>;
+  }
   it.each(['tied', 'untied-sharded', 'mha'])('%s', async (variant) => {
-    const exp = JSON.parse(await readFile(join(ROOT, 'test/fixtures/golden-q4', variant, 'expected.json'), 'utf8')) as Expected;
+    const exp = JSON.parse(
+      await readFile(join(ROOT, 'test/fixtures/golden-q4', variant, 'expected.json'), 'utf8'),
+    ) as Expected;
     const st = await openSafetensorsModel(nodeFolderSource(join(ROOT, 'test/fixtures/golden', variant)));
     for (const [name, e] of Object.entries(exp.q4)) {
       const [N, Kd] = st.tensors.get(name)!.shape as [number, number];
@@ -218,9 +246,19 @@ describe.each([
   ['tiled', () => gpu],
 ] as const)('matmul q4 %s', (name, getGpu) => {
   const variant = name.split(' ')[0] as 'rows' | 'gemv' | 'tiled';
-  beforeAll(() => { K.tuning.matmul = variant; });
-  afterAll(() => { K.tuning.matmul = 'auto'; });
-  const shapes: [number, number, number][] = [[1, 1000, 128], [3, 37, 64], [8, 17, 160], [17, 100, 96], [70, 130, 224]];
+  beforeAll(() => {
+    K.tuning.matmul = variant;
+  });
+  afterAll(() => {
+    K.tuning.matmul = 'auto';
+  });
+  const shapes: [number, number, number][] = [
+    [1, 1000, 128],
+    [3, 37, 64],
+    [8, 17, 160],
+    [17, 100, 96],
+    [70, 130, 224],
+  ];
   it.each(shapes.filter(([T]) => variant !== 'gemv' || T <= K.GEMV_MAX_T))('T=%i N=%i K=%i', async (T, N, Kd) => {
     const g = getGpu();
     const { w, deq } = q4Weight(g, N, Kd, 20 + T);
@@ -236,7 +274,12 @@ describe.each([
     expectClose(`matmul q4 ${name} T=${T} N=${N} K=${Kd}`, await g.readF32(out, T * N), want, REL, ABS);
   });
 
-  it.each([[2, 33, 64], [20, 33, 96]].filter(([T]) => variant !== 'gemv' || T <= K.GEMV_MAX_T))('accumulate T=%i N=%i K=%i', async (T, N, Kd) => {
+  it.each(
+    [
+      [2, 33, 64],
+      [20, 33, 96],
+    ].filter(([T]) => variant !== 'gemv' || T <= K.GEMV_MAX_T),
+  )('accumulate T=%i N=%i K=%i', async (T, N, Kd) => {
     const g = getGpu();
     const { w, deq } = q4Weight(g, N, Kd, 40);
     const rand = ref.rng(41);
@@ -279,9 +322,17 @@ describe.each([
 });
 
 describe.each(['rows', 'tiled'] as const)('matmulBackwardInput q4 (gemm %s)', (variant) => {
-  beforeAll(() => { K.tuning.matmul = variant; });
-  afterAll(() => { K.tuning.matmul = 'auto'; });
-  it.each([[3, 40, 64], [20, 33, 96], [70, 130, 224]])('T=%i N=%i K=%i, overwrite and accumulate', async (T, N, Kd) => {
+  beforeAll(() => {
+    K.tuning.matmul = variant;
+  });
+  afterAll(() => {
+    K.tuning.matmul = 'auto';
+  });
+  it.each([
+    [3, 40, 64],
+    [20, 33, 96],
+    [70, 130, 224],
+  ])('T=%i N=%i K=%i, overwrite and accumulate', async (T, N, Kd) => {
     const { w, deq } = q4Weight(gpu, N, Kd, 70 + T);
     const rand = ref.rng(71);
     const dy = ref.randn(T * N, rand);
@@ -289,10 +340,18 @@ describe.each(['rows', 'tiled'] as const)('matmulBackwardInput q4 (gemm %s)', (v
     const dyb = f32Buf(dy, 'dy');
     const dx = outBuf(T * Kd, 'dx');
     K.matmulBackwardInput(gpu, dx, dyb, w, T, N, Kd, false);
-    expect(K.kernelVariant(gpu, 'matmulBackwardInput')!.label).toContain(variant === 'rows' ? 'gemm_rows' : 'gemm_tiled');
+    expect(K.kernelVariant(gpu, 'matmulBackwardInput')!.label).toContain(
+      variant === 'rows' ? 'gemm_rows' : 'gemm_tiled',
+    );
     const want = new Float32Array(T * Kd);
     ref.matmulBackwardInput(want, dy, deq, T, N, Kd, false);
-    expectClose(`matmulBackwardInput q4 ${variant} T=${T} N=${N} K=${Kd}`, await gpu.readF32(dx, T * Kd), want, REL, ABS);
+    expectClose(
+      `matmulBackwardInput q4 ${variant} T=${T} N=${N} K=${Kd}`,
+      await gpu.readF32(dx, T * Kd),
+      want,
+      REL,
+      ABS,
+    );
     const acc = f32Buf(init, 'dxAcc');
     K.matmulBackwardInput(gpu, acc, dyb, w, T, N, Kd, true);
     const wantAcc = init.slice();
@@ -302,7 +361,10 @@ describe.each(['rows', 'tiled'] as const)('matmulBackwardInput q4 (gemm %s)', (v
 });
 
 describe('embed q4', () => {
-  it.each([[5, 64, 300], [9, 96, 37]])('T=%i C=%i V=%i: exactly the dequantized rows', async (T, C, V) => {
+  it.each([
+    [5, 64, 300],
+    [9, 96, 37],
+  ])('T=%i C=%i V=%i: exactly the dequantized rows', async (T, C, V) => {
     const { w, deq } = q4Weight(gpu, V, C, 80 + C);
     const ids = Array.from({ length: T }, (_, t) => (t * 7919 + 3) % V);
     ids[T - 1] = V - 1; // the last row: its scales sit at the end of the buffer

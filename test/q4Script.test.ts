@@ -14,7 +14,10 @@ const ROOT = join(import.meta.dirname, '..');
 const FIX = join(ROOT, 'test/fixtures/golden-q4');
 const FOLDERS = ['tied', 'untied-sharded', 'mha', 'lora-tied-all'];
 
-const hasTorch = await run(PY, ['-c', 'import torch']).then(() => true, () => false);
+const hasTorch = await run(PY, ['-c', 'import torch']).then(
+  () => true,
+  () => false,
+);
 
 /** The JSON minus the library versions, which may differ between machines. */
 function stripVersions(text: string): unknown {
@@ -36,7 +39,10 @@ describe.skipIf(!hasTorch && !process.env.CI)('golden q4 fixtures are reproducib
         expect((await readdir(join(out, folder))).sort(), folder).toEqual(files);
         for (const f of files) {
           const [mine, committed] = [await readFile(join(out, folder, f)), await readFile(join(FIX, folder, f))];
-          if (f.endsWith('.json')) expect(stripVersions(mine.toString('utf8')), `${folder}/${f}`).toEqual(stripVersions(committed.toString('utf8')));
+          if (f.endsWith('.json'))
+            expect(stripVersions(mine.toString('utf8')), `${folder}/${f}`).toEqual(
+              stripVersions(committed.toString('utf8')),
+            );
           else expect(Buffer.compare(mine, committed), `${folder}/${f}`).toBe(0);
         }
       }

@@ -4,7 +4,15 @@ import { describe, expect, it } from 'vitest';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { deleteCachedModel, listCachedModels, memoryHubCache, quantizedCacheSource, writeQuantizedCache, type HubCache, type QuantizedFile } from '../src/model/sources.ts';
+import {
+  deleteCachedModel,
+  listCachedModels,
+  memoryHubCache,
+  quantizedCacheSource,
+  writeQuantizedCache,
+  type HubCache,
+  type QuantizedFile,
+} from '../src/model/sources.ts';
 import { nodeFolderHubCache } from '../src/model/sources.node.ts';
 
 const REPO = 'spyrl-test/tiny';
@@ -31,19 +39,31 @@ async function putDownload(cache: HubCache, revision: string, file: string, data
 describe('quantized cache entries', () => {
   it.each([
     ['memory', async () => ({ cache: memoryHubCache(), done: async () => undefined })],
-    ['node folder', async () => {
-      const dir = await mkdtemp(join(tmpdir(), 'q4cache-'));
-      return { cache: nodeFolderHubCache(dir), done: () => rm(dir, { recursive: true }) };
-    }],
+    [
+      'node folder',
+      async () => {
+        const dir = await mkdtemp(join(tmpdir(), 'q4cache-'));
+        return { cache: nodeFolderHubCache(dir), done: () => rm(dir, { recursive: true }) };
+      },
+    ],
   ])('%s: stores, reads back, lists beside the download and deletes per format', async (_kind, make) => {
     const { cache, done } = await make();
     try {
       await putDownload(cache, 'main', 'model.safetensors', bytes(5000, 3));
       expect(await quantizedCacheSource(cache, REPO, 'main', 'q4', 1)).toBeNull();
       const seen: string[] = [];
-      const stored = await writeQuantizedCache(cache, REPO, 'main', 'q4', 1, files(), (p) => seen.push(`${p.file} ${p.written}`));
+      const stored = await writeQuantizedCache(cache, REPO, 'main', 'q4', 1, files(), (p) =>
+        seen.push(`${p.file} ${p.written}`),
+      );
       expect(stored).toBe(22 + 1152 + 128);
-      expect(seen).toEqual(['config.json 22', 'model.q4.safetensors 522', 'model.q4.safetensors 1022', 'model.q4.safetensors 1174', 'tokenizer.json 1274', 'tokenizer.json 1302']);
+      expect(seen).toEqual([
+        'config.json 22',
+        'model.q4.safetensors 522',
+        'model.q4.safetensors 1022',
+        'model.q4.safetensors 1174',
+        'tokenizer.json 1274',
+        'tokenizer.json 1302',
+      ]);
 
       const src = (await quantizedCacheSource(cache, REPO, 'main', 'q4', 1))!;
       expect(src).toMatchObject({ repo: REPO, revision: 'main', format: 'q4', bytes: stored });
@@ -59,7 +79,15 @@ describe('quantized cache entries', () => {
       expect(await quantizedCacheSource(cache, REPO, 'v1.0', 'q4', 1)).toBeNull();
 
       const listed = await listCachedModels(cache);
-      expect(listed.map(({ repo, revision, format, complete, bytes: b }) => ({ repo, revision, format, complete, bytes: b }))).toEqual([
+      expect(
+        listed.map(({ repo, revision, format, complete, bytes: b }) => ({
+          repo,
+          revision,
+          format,
+          complete,
+          bytes: b,
+        })),
+      ).toEqual([
         { repo: REPO, revision: 'main', format: 'bf16', complete: true, bytes: 5000 },
         { repo: REPO, revision: 'main', format: 'q4', complete: true, bytes: stored },
       ]);
@@ -79,19 +107,27 @@ describe('quantized cache entries', () => {
     const cache = memoryHubCache();
     async function* failing(): AsyncIterable<QuantizedFile> {
       yield config;
-      yield { name: 'model.q4.safetensors', bytes: (async function* () {
-        yield weights.subarray(0, 500);
-        throw new Error('QuotaExceededError: no room');
-      })() };
+      yield {
+        name: 'model.q4.safetensors',
+        bytes: (async function* () {
+          yield weights.subarray(0, 500);
+          throw new Error('QuotaExceededError: no room');
+        })(),
+      };
     }
     await expect(writeQuantizedCache(cache, REPO, 'main', 'q4', 1, failing())).rejects.toThrow('no room');
     expect(await cache.entries()).toEqual([]);
 
     await writeQuantizedCache(cache, REPO, 'main', 'q4', 1, files());
     await writeQuantizedCache(cache, REPO, 'main', 'q4', 1, files().slice(0, 2));
-    expect((await (await quantizedCacheSource(cache, REPO, 'main', 'q4', 1))!.list!()).sort()).toEqual(['config.json', 'model.q4.safetensors']);
+    expect((await (await quantizedCacheSource(cache, REPO, 'main', 'q4', 1))!.list!()).sort()).toEqual([
+      'config.json',
+      'model.q4.safetensors',
+    ]);
     await expect(writeQuantizedCache(cache, REPO, 'main', 'q4', 1, [config, config])).rejects.toThrow('config.json');
-    await expect(writeQuantizedCache(cache, REPO, 'main', 'q4', 1, [{ name: 'a/b', bytes: new Uint8Array(1) }])).rejects.toThrow('a/b');
+    await expect(
+      writeQuantizedCache(cache, REPO, 'main', 'q4', 1, [{ name: 'a/b', bytes: new Uint8Array(1) }]),
+    ).rejects.toThrow('a/b');
   });
 
   it('an entry without its manifest, or with a file of the wrong size, is not read', async () => {

@@ -98,8 +98,16 @@ export function rope(x: Vec, pos: Uint32Array, T: number, H: number, HD: number,
 }
 
 export function kvWrite(
-  kCache: Float32Array, vCache: Float32Array, k: Float32Array, v: Float32Array, slot: Uint32Array, pos: Uint32Array,
-  T: number, NKV: number, HD: number, maxT: number,
+  kCache: Float32Array,
+  vCache: Float32Array,
+  k: Float32Array,
+  v: Float32Array,
+  slot: Uint32Array,
+  pos: Uint32Array,
+  T: number,
+  NKV: number,
+  HD: number,
+  maxT: number,
 ): void {
   const row = NKV * HD;
   for (let t = 0; t < T; t++) {
@@ -112,8 +120,17 @@ export function kvWrite(
 }
 
 export function attention(
-  out: Float32Array, q: Float32Array, kCache: Float32Array, vCache: Float32Array, slot: Uint32Array, pos: Uint32Array,
-  T: number, NH: number, NKV: number, HD: number, maxT: number,
+  out: Float32Array,
+  q: Float32Array,
+  kCache: Float32Array,
+  vCache: Float32Array,
+  slot: Uint32Array,
+  pos: Uint32Array,
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+  maxT: number,
 ): void {
   const row = NKV * HD;
   const scale = 1 / Math.sqrt(HD);
@@ -132,7 +149,7 @@ export function attention(
         m = Math.max(m, scores[j]);
       }
       let l = 0;
-      for (let j = 0; j < n; j++) l += (scores[j] = Math.exp(scores[j] - m));
+      for (let j = 0; j < n; j++) l += scores[j] = Math.exp(scores[j] - m);
       for (let d = 0; d < HD; d++) {
         let acc = 0;
         for (let j = 0; j < n; j++) acc += scores[j] * vCache[(slot[t] * maxT + j) * row + kvh * HD + d];
@@ -149,7 +166,16 @@ export function siluMul(out: Vec, gate: Vec, up: Vec, n: number): void {
 // ---- training: LoRA matmuls, backward ops, attention with lse (f64 accumulation) -------------
 // Each backward adds into its gradient arrays, like the kernels.
 
-export function matmulF32(out: Vec, x: Vec, w: Vec, T: number, N: number, K: number, accumulate = false, scale = 1): void {
+export function matmulF32(
+  out: Vec,
+  x: Vec,
+  w: Vec,
+  T: number,
+  N: number,
+  K: number,
+  accumulate = false,
+  scale = 1,
+): void {
   for (let t = 0; t < T; t++) {
     for (let n = 0; n < N; n++) {
       let s = 0;
@@ -160,7 +186,16 @@ export function matmulF32(out: Vec, x: Vec, w: Vec, T: number, N: number, K: num
 }
 
 /** dx (T, K) (+)= scale * dy (T, N) . w (N, K): matmulBackwardInput (bf16 w unpacked) and ...F32. */
-export function matmulBackwardInput(dx: Vec, dy: Vec, w: Vec, T: number, N: number, K: number, accumulate = true, scale = 1): void {
+export function matmulBackwardInput(
+  dx: Vec,
+  dy: Vec,
+  w: Vec,
+  T: number,
+  N: number,
+  K: number,
+  accumulate = true,
+  scale = 1,
+): void {
   for (let t = 0; t < T; t++) {
     for (let k = 0; k < K; k++) {
       let s = 0;
@@ -202,7 +237,17 @@ export function ropeBackward(dx: Vec, pos: Uint32Array, T: number, H: number, HD
 }
 
 /** One causal sequence, no cache: q (T, NH, HD), k/v (T, NKV, HD); lse (T, NH) of the scaled scores. */
-export function attentionForwardLse(out: Vec, lse: Vec, q: Vec, k: Vec, v: Vec, T: number, NH: number, NKV: number, HD: number): void {
+export function attentionForwardLse(
+  out: Vec,
+  lse: Vec,
+  q: Vec,
+  k: Vec,
+  v: Vec,
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+): void {
   const scale = 1 / Math.sqrt(HD);
   const G = NH / NKV;
   const p = new Float64Array(T);
@@ -218,7 +263,7 @@ export function attentionForwardLse(out: Vec, lse: Vec, q: Vec, k: Vec, v: Vec, 
         m = Math.max(m, p[j]);
       }
       let l = 0;
-      for (let j = 0; j <= t; j++) l += (p[j] = Math.exp(p[j] - m));
+      for (let j = 0; j <= t; j++) l += p[j] = Math.exp(p[j] - m);
       lse[t * NH + h] = m + Math.log(l);
       for (let d = 0; d < HD; d++) {
         let acc = 0;
@@ -234,7 +279,19 @@ export function attentionForwardLse(out: Vec, lse: Vec, q: Vec, k: Vec, v: Vec, 
  * P = exp(scale q.k - lse), dS = P (dout.v - dout.out); dq = scale dS k, dk = scale dS^T q, dv = P^T dout.
  */
 export function attentionBackward(
-  dq: Vec, dk: Vec, dv: Vec, dout: Vec, out: Vec, lse: Vec, q: Vec, k: Vec, v: Vec, T: number, NH: number, NKV: number, HD: number,
+  dq: Vec,
+  dk: Vec,
+  dv: Vec,
+  dout: Vec,
+  out: Vec,
+  lse: Vec,
+  q: Vec,
+  k: Vec,
+  v: Vec,
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
 ): void {
   const scale = 1 / Math.sqrt(HD);
   const G = NH / NKV;
@@ -292,7 +349,12 @@ export function argmax(logits: Float32Array, offset: number, V: number): number 
  * The distribution sample() draws from: softmax(logits / temperature), top-k (ties at the k-th
  * value all kept), then the smallest top-p nucleus, renormalized. Excluded tokens get 0.
  */
-export function sampleDistribution(logits: Float32Array, temperature: number, topK: number, topP: number): Float64Array {
+export function sampleDistribution(
+  logits: Float32Array,
+  temperature: number,
+  topK: number,
+  topP: number,
+): Float64Array {
   const V = logits.length;
   const z = Array.from(logits, (l) => Math.fround(l / temperature));
   const order = z.map((_, i) => i).sort((a, b) => z[b] - z[a]);

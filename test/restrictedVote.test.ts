@@ -11,7 +11,9 @@ import { initLora, loraConfig } from '../src/model/peft.ts';
 import { TrainingPass } from '../src/train/trainingPass.ts';
 
 let gpu: Gpu;
-beforeAll(async () => { gpu = await createGpu(); });
+beforeAll(async () => {
+  gpu = await createGpu();
+});
 afterAll(() => gpu?.destroy());
 
 describe('restricted (vote) log-probabilities', () => {
@@ -35,7 +37,10 @@ describe('restricted (vote) log-probabilities', () => {
     // Restricted log-prob equals log softmax over the candidates' full-model logits.
     model.lora = adapter;
     const cache = model.createCache(1, ids.length);
-    const buf = model.forward({ ids: prompt, slots: prompt.map(() => 0), positions: prompt.map((_, i) => i), logitRows: [prompt.length - 1] }, cache);
+    const buf = model.forward(
+      { ids: prompt, slots: prompt.map(() => 0), positions: prompt.map((_, i) => i), logitRows: [prompt.length - 1] },
+      cache,
+    );
     const logits = await gpu.readF32(buf, cfg.vocabSize);
     gpu.releaseBuffer(buf);
     cache.destroy();
@@ -52,13 +57,21 @@ describe('restricted (vote) log-probabilities', () => {
     let checked = 0;
     for (const [key, grad] of g) {
       const i = grad.reduce((best, x, j) => (Math.abs(x) > Math.abs(grad[best]) ? j : best), 0);
-      const h = 1e-2, orig = w.get(key)![i];
-      w.get(key)![i] = orig + h; adapter.setWeights(w); const up = await lossOf();
-      w.get(key)![i] = orig - h; adapter.setWeights(w); const dn = await lossOf();
-      w.get(key)![i] = orig; adapter.setWeights(w);
+      const h = 1e-2,
+        orig = w.get(key)![i];
+      w.get(key)![i] = orig + h;
+      adapter.setWeights(w);
+      const up = await lossOf();
+      w.get(key)![i] = orig - h;
+      adapter.setWeights(w);
+      const dn = await lossOf();
+      w.get(key)![i] = orig;
+      adapter.setWeights(w);
       const fd = (up - dn) / (2 * h);
       expect(Math.abs(grad[i]), `${key} has no gradient`).toBeGreaterThan(1e-3);
-      expect(Math.abs(fd - grad[i]), `${key}[${i}]: analytic ${grad[i]} fd ${fd}`).toBeLessThanOrEqual(0.02 * Math.abs(grad[i]) + 1e-4);
+      expect(Math.abs(fd - grad[i]), `${key}[${i}]: analytic ${grad[i]} fd ${fd}`).toBeLessThanOrEqual(
+        0.02 * Math.abs(grad[i]) + 1e-4,
+      );
       checked++;
     }
     expect(checked).toBe(4);

@@ -62,7 +62,12 @@ describe('writer -> reader round trip', () => {
     expect(file.headerLength % 8).toBe(0);
     for (const t of sample) {
       const info = file.tensors.get(t.name)!;
-      expect(info).toMatchObject({ dtype: t.dtype, shape: t.shape, byteLength: t.data.byteLength, file: 'x.safetensors' });
+      expect(info).toMatchObject({
+        dtype: t.dtype,
+        shape: t.shape,
+        byteLength: t.data.byteLength,
+        file: 'x.safetensors',
+      });
       expect(await readTensor(file, t.name)).toEqual(t.data);
     }
   });
@@ -99,7 +104,10 @@ describe('writer -> reader round trip', () => {
     const dir = await mkdtemp(join(tmpdir(), 'st-'));
     try {
       await writeFile(join(dir, 'm.safetensors'), bytes);
-      for (const source of [blobSource(new Blob([bytes as Uint8Array<ArrayBuffer>]), 'm.safetensors'), await nodeFileSource(join(dir, 'm.safetensors'), 'm.safetensors')]) {
+      for (const source of [
+        blobSource(new Blob([bytes as Uint8Array<ArrayBuffer>]), 'm.safetensors'),
+        await nodeFileSource(join(dir, 'm.safetensors'), 'm.safetensors'),
+      ]) {
         const file = await readSafetensorsHeader(source);
         expect(await readTensor(file, 'b')).toEqual(sample[1]!.data);
       }
@@ -108,13 +116,16 @@ describe('writer -> reader round trip', () => {
     }
   });
 
-  it.skipIf(!existsSync('test/fixtures/golden/tied/model.safetensors'))('reads a file written by Python safetensors', async () => {
-    const model = await openSafetensorsModel(nodeFolderSource('test/fixtures/golden/tied'));
-    expect(model.has('model.embed_tokens.weight')).toBe(true);
-    const info = model.tensors.get('model.embed_tokens.weight')!;
-    expect(info.dtype).toBe('BF16');
-    expect((await model.readTensor(info.name)).byteLength).toBe(info.byteLength);
-  });
+  it.skipIf(!existsSync('test/fixtures/golden/tied/model.safetensors'))(
+    'reads a file written by Python safetensors',
+    async () => {
+      const model = await openSafetensorsModel(nodeFolderSource('test/fixtures/golden/tied'));
+      expect(model.has('model.embed_tokens.weight')).toBe(true);
+      const info = model.tensors.get('model.embed_tokens.weight')!;
+      expect(info.dtype).toBe('BF16');
+      expect((await model.readTensor(info.name)).byteLength).toBe(info.byteLength);
+    },
+  );
 });
 
 describe('header validation', () => {
@@ -137,7 +148,9 @@ describe('header validation', () => {
   });
 
   it('rejects bad JSON', async () => {
-    expect((await loadError(rawFile(null, 0, '{"a": [1, 2'))).message).toMatch(/bad\.safetensors: header is not valid UTF-8 JSON/);
+    expect((await loadError(rawFile(null, 0, '{"a": [1, 2'))).message).toMatch(
+      /bad\.safetensors: header is not valid UTF-8 JSON/,
+    );
   });
 
   it('rejects a truncated data block, naming the last tensor', async () => {
@@ -154,7 +167,13 @@ describe('header validation', () => {
 
   it('rejects a gap in data_offsets', async () => {
     const e = await loadError(
-      rawFile({ a: { dtype: 'F32', shape: [1], data_offsets: [0, 4] }, b: { dtype: 'F32', shape: [1], data_offsets: [8, 12] } }, 12),
+      rawFile(
+        {
+          a: { dtype: 'F32', shape: [1], data_offsets: [0, 4] },
+          b: { dtype: 'F32', shape: [1], data_offsets: [8, 12] },
+        },
+        12,
+      ),
     );
     expect(e.tensor).toBe('b');
     expect(e.message).toMatch(/bad\.safetensors: tensor "b": gap in data_offsets/);
@@ -162,7 +181,13 @@ describe('header validation', () => {
 
   it('rejects overlapping data_offsets', async () => {
     const e = await loadError(
-      rawFile({ a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] }, b: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }, 8),
+      rawFile(
+        {
+          a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] },
+          b: { dtype: 'F32', shape: [1], data_offsets: [4, 8] },
+        },
+        8,
+      ),
     );
     expect(e.tensor).toBe('b');
     expect(e.message).toMatch(/overlap/);
@@ -189,14 +214,20 @@ describe('header validation', () => {
 describe('sharded models', () => {
   const shard1 = writeSafetensors([sample[0]!, sample[1]!]);
   const shard2 = writeSafetensors([sample[2]!]);
-  const index = { metadata: { total_size: 36 }, weight_map: { a: 'm-1.safetensors', b: 'm-1.safetensors', c: 'm-2.safetensors' } };
+  const index = {
+    metadata: { total_size: 36 },
+    weight_map: { a: 'm-1.safetensors', b: 'm-1.safetensors', c: 'm-2.safetensors' },
+  };
 
   it('presents the shards as one model', async () => {
-    const source = memorySource('mem', new Map<string, Uint8Array | string>([
-      ['model.safetensors.index.json', JSON.stringify(index)],
-      ['m-1.safetensors', shard1],
-      ['m-2.safetensors', shard2],
-    ]));
+    const source = memorySource(
+      'mem',
+      new Map<string, Uint8Array | string>([
+        ['model.safetensors.index.json', JSON.stringify(index)],
+        ['m-1.safetensors', shard1],
+        ['m-2.safetensors', shard2],
+      ]),
+    );
     const model = await openSafetensorsModel(source);
     expect(model.name).toBe('model.safetensors.index.json');
     expect([...model.tensors.keys()].sort()).toEqual(['a', 'b', 'c']);
@@ -207,10 +238,13 @@ describe('sharded models', () => {
   });
 
   it('rejects a missing shard', async () => {
-    const source = memorySource('mem', new Map<string, Uint8Array | string>([
-      ['model.safetensors.index.json', JSON.stringify(index)],
-      ['m-1.safetensors', shard1],
-    ]));
+    const source = memorySource(
+      'mem',
+      new Map<string, Uint8Array | string>([
+        ['model.safetensors.index.json', JSON.stringify(index)],
+        ['m-1.safetensors', shard1],
+      ]),
+    );
     const e = await openSafetensorsModel(source).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(ModelLoadError);
     expect((e as ModelLoadError).file).toBe('model.safetensors.index.json');
@@ -219,11 +253,17 @@ describe('sharded models', () => {
   });
 
   it('rejects an index entry whose shard lacks the tensor', async () => {
-    const source = memorySource('mem', new Map<string, Uint8Array | string>([
-      ['model.safetensors.index.json', JSON.stringify({ weight_map: { ...index.weight_map, ghost: 'm-2.safetensors' } })],
-      ['m-1.safetensors', shard1],
-      ['m-2.safetensors', shard2],
-    ]));
+    const source = memorySource(
+      'mem',
+      new Map<string, Uint8Array | string>([
+        [
+          'model.safetensors.index.json',
+          JSON.stringify({ weight_map: { ...index.weight_map, ghost: 'm-2.safetensors' } }),
+        ],
+        ['m-1.safetensors', shard1],
+        ['m-2.safetensors', shard2],
+      ]),
+    );
     const e = (await openSafetensorsModel(source).catch((x: unknown) => x)) as ModelLoadError;
     expect(e).toBeInstanceOf(ModelLoadError);
     expect(e.file).toBe('m-2.safetensors');

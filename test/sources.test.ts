@@ -19,7 +19,9 @@ import { nodeFolderHubCache, nodeFolderSource } from '../src/model/sources.node.
 const REPO = 'Qwen/Qwen3-0.6B';
 /** The commit main resolves to on the fake Hub. */
 const SHA = 'c0ffee'.padEnd(40, '0');
-const weights = writeSafetensors([{ name: 'w', dtype: 'F32', shape: [4096], data: Uint8Array.from({ length: 16384 }, (_, i) => i % 251) }]);
+const weights = writeSafetensors([
+  { name: 'w', dtype: 'F32', shape: [4096], data: Uint8Array.from({ length: 16384 }, (_, i) => i % 251) },
+]);
 const repoFiles = new Map<string, Uint8Array>([
   ['config.json', new TextEncoder().encode('{"model_type":"qwen3"}')],
   ['model.safetensors', weights],
@@ -34,7 +36,10 @@ function fakeHub(files = repoFiles) {
   const fetchFn = (async (input: RequestInfo | URL, init?: RequestInit) => {
     const url = String(input);
     calls.push(`${init?.method ?? 'GET'} ${url}`);
-    if (url === `https://huggingface.co/api/models/${REPO}/revision/main` || url === `https://huggingface.co/api/models/${REPO}/revision/${SHA}`) {
+    if (
+      url === `https://huggingface.co/api/models/${REPO}/revision/main` ||
+      url === `https://huggingface.co/api/models/${REPO}/revision/${SHA}`
+    ) {
       return Response.json({ sha: SHA, siblings: [...files.keys()].map((rfilename) => ({ rfilename })) });
     }
     const prefix = `https://huggingface.co/${REPO}/resolve/${SHA}/`;
@@ -55,7 +60,13 @@ function fakeHub(files = repoFiles) {
 
 describe('memorySource and filesSource', () => {
   it('serves files by name and says what is missing', async () => {
-    const s = memorySource('mem', new Map<string, Uint8Array | string>([['a.txt', 'hello'], ['b.bin', new Uint8Array([1, 2, 3])]]));
+    const s = memorySource(
+      'mem',
+      new Map<string, Uint8Array | string>([
+        ['a.txt', 'hello'],
+        ['b.bin', new Uint8Array([1, 2, 3])],
+      ]),
+    );
     expect(await s.readText('a.txt')).toBe('hello');
     expect(await (await s.open('b.bin')).read(1, 2)).toEqual(new Uint8Array([2, 3]));
     expect(await s.exists('c')).toBe(false);
@@ -84,7 +95,12 @@ describe('hubSource', () => {
     const hub = fakeHub();
     const cache = memoryHubCache();
     const events: DownloadProgress[] = [];
-    const source = hubSource(REPO, { fetch: hub.fetch, cache, onProgress: (p) => events.push(p), progressIntervalMs: 0 });
+    const source = hubSource(REPO, {
+      fetch: hub.fetch,
+      cache,
+      onProgress: (p) => events.push(p),
+      progressIntervalMs: 0,
+    });
     const bytes = await source.open('model.safetensors');
     expect(bytes.size).toBe(weights.length);
     expect(await bytes.read(100, 50)).toEqual(weights.subarray(100, 150));
@@ -119,7 +135,9 @@ describe('hubSource', () => {
     const e = (await source.open('missing.safetensors').catch((x: unknown) => x)) as ModelLoadError;
     expect(e).toBeInstanceOf(ModelLoadError);
     expect(e.file).toBe('missing.safetensors');
-    expect(e.message).toContain(`HTTP 404 Not Found fetching https://huggingface.co/${REPO}/resolve/${SHA}/missing.safetensors`);
+    expect(e.message).toContain(
+      `HTTP 404 Not Found fetching https://huggingface.co/${REPO}/resolve/${SHA}/missing.safetensors`,
+    );
     expect(await source.exists('missing.safetensors')).toBe(false);
     expect(await source.exists('config.json')).toBe(true);
   });
@@ -131,7 +149,9 @@ describe('hubSource', () => {
       const res = await short.fetch(input);
       return new Response(res.body, { headers: { 'content-length': String(weights.length + 10) } });
     }) as typeof fetch;
-    await expect(hubSource(REPO, { fetch: lying, cache }).open('model.safetensors')).rejects.toThrow(/ended at \d+ of \d+ bytes/);
+    await expect(hubSource(REPO, { fetch: lying, cache }).open('model.safetensors')).rejects.toThrow(
+      /ended at \d+ of \d+ bytes/,
+    );
     expect((await cache.entries()).filter((e) => e.key.includes('model.safetensors'))).toEqual([]);
     expect(await listCachedModels(cache)).toEqual([]);
   });

@@ -26,12 +26,20 @@ beforeAll(async () => {
 });
 
 afterAll(() => {
-  console.log('subgroup vs shared-memory kernel errors:\n' + Object.entries(measured).map(([k, v]) => `  ${k}: ${v}`).join('\n'));
+  console.log(
+    'subgroup vs shared-memory kernel errors:\n' +
+      Object.entries(measured)
+        .map(([k, v]) => `  ${k}: ${v}`)
+        .join('\n'),
+  );
   sg?.destroy();
   tree?.destroy();
 });
 
-const variants = [['subgroups', () => sg], ['shared', () => tree]] as const;
+const variants = [
+  ['subgroups', () => sg],
+  ['shared', () => tree],
+] as const;
 
 function upload(gpu: Gpu, data: Float32Array | Uint32Array, label: string): GPUBuffer {
   const buf = gpu.createBuffer(Math.max(4, data.byteLength), label);
@@ -45,8 +53,12 @@ const outBuf = (gpu: Gpu, n: number, label = 'out') => gpu.createBuffer(Math.max
 
 function expectClose(name: string, got: ArrayLike<number>, want: ArrayLike<number>, rel: number, abs: number): void {
   const d = ref.compare(got, want, rel, abs);
-  measured[name] = `max|err| ${d.maxAbs.toExponential(2)}  max|ref| ${d.maxRef.toExponential(2)}  rel ${(d.maxAbs / (d.maxRef || 1)).toExponential(2)}`;
-  expect(d.ok, `${name}: max|err| ${d.maxAbs} at ${d.worst} (got ${got[d.worst]}, want ${want[d.worst]}) > ${rel}*${d.maxRef}+${abs}`).toBe(true);
+  measured[name] =
+    `max|err| ${d.maxAbs.toExponential(2)}  max|ref| ${d.maxRef.toExponential(2)}  rel ${(d.maxAbs / (d.maxRef || 1)).toExponential(2)}`;
+  expect(
+    d.ok,
+    `${name}: max|err| ${d.maxAbs} at ${d.worst} (got ${got[d.worst]}, want ${want[d.worst]}) > ${rel}*${d.maxRef}+${abs}`,
+  ).toBe(true);
 }
 
 /** The pipeline `op` last ran on gpu is the subgroup one exactly on the subgroup device. */
@@ -67,7 +79,13 @@ describe('devices', () => {
 
 describe.each(variants)('%s', (name, getGpu) => {
   // D <= 512 runs 64 threads per row, D > 512 256; D=1000 leaves threads without work.
-  it.each([[3, 100], [17, 16], [2, 1000], [5, 33], [1, 2048]])('rmsNorm + backward R=%i D=%i', async (R, D) => {
+  it.each([
+    [3, 100],
+    [17, 16],
+    [2, 1000],
+    [5, 33],
+    [1, 2048],
+  ])('rmsNorm + backward R=%i D=%i', async (R, D) => {
     const gpu = getGpu();
     const rand = ref.rng(3 + D);
     const x = ref.randn(R * D, rand, 3);
@@ -143,7 +161,11 @@ describe.each(variants)('%s', (name, getGpu) => {
     it('greedy equals CPU argmax (ties, -inf, -0 vs +0, threads without tokens)', async () => {
       const gpu = getGpu();
       // WG = 16 (V=10: 6 threads own no token), 64 (V=1000), 256 (V=151936).
-      for (const [B, V] of [[5, 10], [5, 1000], [1, 151936]]) {
+      for (const [B, V] of [
+        [5, 10],
+        [5, 1000],
+        [1, 151936],
+      ]) {
         const logits = ref.randn(B * V, ref.rng(11 + V), 3);
         if (B === 5) {
           logits[1 * V + 3] = logits[1 * V + V - 1] = 50; // tie: lowest index
@@ -203,7 +225,12 @@ describe.each(variants)('%s', (name, getGpu) => {
 
   describe('logSoftmaxGather', () => {
     // (R, V, sigma): WG 64 with V=5 (threads without tokens), V=37 and V=1000; WG 256 at V=151936.
-    it.each([[4, 5, 3], [70, 37, 10], [3, 1000, 10], [3, 151936, 10]])('R=%i V=%i sigma=%i', async (R, V, sigma) => {
+    it.each([
+      [4, 5, 3],
+      [70, 37, 10],
+      [3, 1000, 10],
+      [3, 151936, 10],
+    ])('R=%i V=%i sigma=%i', async (R, V, sigma) => {
       const gpu = getGpu();
       const rand = ref.rng(V + sigma);
       const logits = ref.randn(R * V, rand, sigma);

@@ -32,9 +32,22 @@ describe('makeTinyCheckpoint', () => {
     const { files, config } = makeTinyCheckpoint();
     expect([...files.keys()].sort()).toEqual(['config.json', 'generation_config.json', 'model.safetensors']);
     const raw = JSON.parse(files.get('config.json') as string) as Record<string, unknown>;
-    expect(raw).toMatchObject({ model_type: 'qwen3', architectures: ['Qwen3ForCausalLM'], torch_dtype: 'bfloat16', vocab_size: 151936 });
+    expect(raw).toMatchObject({
+      model_type: 'qwen3',
+      architectures: ['Qwen3ForCausalLM'],
+      torch_dtype: 'bfloat16',
+      vocab_size: 151936,
+    });
     expect(parseQwen3Config(raw)).toEqual(config);
-    expect(config).toMatchObject({ numLayers: 2, hiddenSize: 64, numHeads: 4, numKvHeads: 2, headDim: 16, intermediateSize: 128, tieWordEmbeddings: true });
+    expect(config).toMatchObject({
+      numLayers: 2,
+      hiddenSize: 64,
+      numHeads: 4,
+      numKvHeads: 2,
+      headDim: 16,
+      intermediateSize: 128,
+      tieWordEmbeddings: true,
+    });
     const model = await openSafetensorsModel(memorySource('tiny', files));
     expect(validateWeights(config, model).lmHead).toBe('model.embed_tokens.weight');
     expect(model.tensors.size).toBe(weightNames(config).length);
@@ -69,7 +82,10 @@ describe('makeTinyCheckpoint', () => {
       'model-00002-of-00003.safetensors',
       'model-00003-of-00003.safetensors',
     ]);
-    const index = JSON.parse(sharded.files.get('model.safetensors.index.json') as string) as { metadata: { total_size: number }; weight_map: Record<string, string> };
+    const index = JSON.parse(sharded.files.get('model.safetensors.index.json') as string) as {
+      metadata: { total_size: number };
+      weight_map: Record<string, string>;
+    };
     const a = await openSafetensorsModel(memorySource('single', single.files));
     const b = await openSafetensorsModel(memorySource('sharded', sharded.files));
     expect(index.metadata.total_size).toBe([...a.tensors.values()].reduce((n, t) => n + t.byteLength, 0));

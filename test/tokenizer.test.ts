@@ -38,7 +38,9 @@ describe('Qwen3 tokenizer', () => {
   });
 
   it('renders the chat template', () => {
-    expect(tok.applyChatTemplate([{ role: 'user', content: 'Hello, world!' }], { addGenerationPrompt: true })).toBe(CHAT);
+    expect(tok.applyChatTemplate([{ role: 'user', content: 'Hello, world!' }], { addGenerationPrompt: true })).toBe(
+      CHAT,
+    );
     expect(tok.applyChatTemplate([{ role: 'user', content: 'Hi' }], { enableThinking: false })).toBe(
       '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n',
     );
@@ -51,7 +53,9 @@ describe('Qwen3 tokenizer', () => {
         ],
         { addGenerationPrompt: false },
       ),
-    ).toBe('<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello!<|im_end|>\n');
+    ).toBe(
+      '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello!<|im_end|>\n',
+    );
   });
 
   it('streams text without splitting multi-byte characters', () => {
@@ -88,14 +92,21 @@ describe('Qwen3 tokenizer', () => {
   });
 
   it('falls back to <|im_end|> and <|endoftext|> when nothing names an eos', async () => {
-    const config = JSON.parse(new TextDecoder().decode(files.get('tokenizer_config.json') as Uint8Array)) as Record<string, unknown>;
+    const config = JSON.parse(new TextDecoder().decode(files.get('tokenizer_config.json') as Uint8Array)) as Record<
+      string,
+      unknown
+    >;
     delete config['eos_token'];
-    const t = await loadTokenizer(memorySource('qwen3', new Map([...files, ['tokenizer_config.json', JSON.stringify(config)]])));
+    const t = await loadTokenizer(
+      memorySource('qwen3', new Map([...files, ['tokenizer_config.json', JSON.stringify(config)]])),
+    );
     expect(t.stopIds).toEqual([151645, 151643]);
   });
 
   it('names the missing or broken file', async () => {
-    await expect(loadTokenizer(memorySource('x', new Map([['tokenizer_config.json', '{}']])))).rejects.toThrow(/^tokenizer\.json: not found/);
+    await expect(loadTokenizer(memorySource('x', new Map([['tokenizer_config.json', '{}']])))).rejects.toThrow(
+      /^tokenizer\.json: not found/,
+    );
     const broken = new Map(files);
     broken.set('tokenizer_config.json', '{oops');
     const e = await loadTokenizer(memorySource('x', broken)).catch((x: unknown) => x);

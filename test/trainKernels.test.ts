@@ -32,12 +32,15 @@ afterAll(() => {
   gpu?.destroy();
 });
 
-
-
 // ---- CPU references (f64) -------------------------------------------------------------------
 
 /** lse[r] = logsumexp(logits[r, :]), logp[r] = logits[r, targets[r]] - lse[r], in f64. */
-function logSoftmaxRef(logits: Float32Array, targets: ArrayLike<number>, R: number, V: number): { logp: Float64Array; lse: Float64Array } {
+function logSoftmaxRef(
+  logits: Float32Array,
+  targets: ArrayLike<number>,
+  R: number,
+  V: number,
+): { logp: Float64Array; lse: Float64Array } {
   const logp = new Float64Array(R);
   const lse = new Float64Array(R);
   for (let r = 0; r < R; r++) {
@@ -51,15 +54,27 @@ function logSoftmaxRef(logits: Float32Array, targets: ArrayLike<number>, R: numb
   return { logp, lse };
 }
 
-function logSoftmaxBackwardRef(dlogp: ArrayLike<number>, logits: Float32Array, lse: Float64Array, targets: ArrayLike<number>, R: number, V: number): Float64Array {
+function logSoftmaxBackwardRef(
+  dlogp: ArrayLike<number>,
+  logits: Float32Array,
+  lse: Float64Array,
+  targets: ArrayLike<number>,
+  R: number,
+  V: number,
+): Float64Array {
   const d = new Float64Array(R * V);
   for (let r = 0; r < R; r++) {
-    for (let v = 0; v < V; v++) d[r * V + v] = dlogp[r] * ((v === targets[r] ? 1 : 0) - Math.exp(logits[r * V + v] - lse[r]));
+    for (let v = 0; v < V; v++)
+      d[r * V + v] = dlogp[r] * ((v === targets[r] ? 1 : 0) - Math.exp(logits[r * V + v] - lse[r]));
   }
   return d;
 }
 
-interface AdamWState { param: Float32Array; m: Float32Array; v: Float32Array }
+interface AdamWState {
+  param: Float32Array;
+  m: Float32Array;
+  v: Float32Array;
+}
 
 type AdamWVariant = 'torch' | 'noBiasCorrection' | 'l2Decay' | 'noDecay' | 'noGradScale';
 
@@ -78,7 +93,8 @@ function adamwRef(s: AdamWState, grad: Float32Array, hp: TK.AdamWHyper, variant:
   const fr = Math.fround;
   for (let i = 0; i < s.param.length; i++) {
     let g = variant === 'noGradScale' ? grad[i] : fr(grad[i] * hp.gradScale);
-    if (variant === 'l2Decay') g = fr(g + hp.weightDecay * s.param[i]); // Adam + L2, not AdamW
+    if (variant === 'l2Decay')
+      g = fr(g + hp.weightDecay * s.param[i]); // Adam + L2, not AdamW
     else if (variant !== 'noDecay') s.param[i] = fr(s.param[i] * (1 - hp.lr * hp.weightDecay));
     s.m[i] = fr(s.m[i] + (1 - hp.beta1) * (g - s.m[i]));
     s.v[i] = fr(fr(hp.beta2 * s.v[i]) + (1 - hp.beta2) * g * g);
@@ -90,7 +106,11 @@ function adamwRef(s: AdamWState, grad: Float32Array, hp: TK.AdamWHyper, variant:
 // ---- tests ----------------------------------------------------------------------------------
 
 describe('logSoftmaxGather', () => {
-  for (const [V, sigma] of [[1000, 10], [151936, 10], [151936, 1]] as const) {
+  for (const [V, sigma] of [
+    [1000, 10],
+    [151936, 10],
+    [151936, 1],
+  ] as const) {
     it(`matches f64 at R=3, V=${V}, logits ~ N(0, ${sigma})`, async () => {
       const R = 3;
       const rand = ref.rng(V + sigma);
@@ -195,7 +215,13 @@ describe('logSoftmaxBackward', () => {
       fd.push((up - down) / (2 * h));
     }
     // Central differences in f64 are good to ~1e-9 here; the GPU side carries f32 roundings.
-    expectClose('logSoftmaxBackward vs finite differences', probe.map((i) => got[i]), fd, 1e-5, 1e-7);
+    expectClose(
+      'logSoftmaxBackward vs finite differences',
+      probe.map((i) => got[i]),
+      fd,
+      1e-5,
+      1e-7,
+    );
     expect(Math.abs(fd[0])).toBeGreaterThan(0.5); // the target's own term is exercised
   });
 });
@@ -228,7 +254,11 @@ describe('sumSquares', () => {
   it('makes out[outIndex] NaN for a NaN or Inf anywhere, and keeps it NaN', async () => {
     const n = 300_001;
     const out = f32Buf([0, 0, 0, 0], 'out');
-    for (const [k, bad, at] of [[0, NaN, n - 1], [1, Infinity, 0], [2, -Infinity, 123_457]] as const) {
+    for (const [k, bad, at] of [
+      [0, NaN, n - 1],
+      [1, Infinity, 0],
+      [2, -Infinity, 123_457],
+    ] as const) {
       const x = ref.randn(n, ref.rng(k));
       x[at] = bad;
       TK.sumSquares(gpu, out, f32Buf(x, 'x'), n, k);
@@ -243,7 +273,15 @@ describe('sumSquares', () => {
 
 describe('adamw', () => {
   const n = 10_007; // not a multiple of the workgroup size
-  const hp0: TK.AdamWHyper = { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.1, step: 1, gradScale: 0.5 };
+  const hp0: TK.AdamWHyper = {
+    lr: 1e-3,
+    beta1: 0.9,
+    beta2: 0.999,
+    eps: 1e-8,
+    weightDecay: 0.1,
+    step: 1,
+    gradScale: 0.5,
+  };
 
   // Per element: |got - want| <= REL_P * |want| + REL_U * max|want - param0|. A few f32 ulps of
   // the parameter (decay and the update each round once per step) plus a small fraction of the
@@ -251,7 +289,11 @@ describe('adamw', () => {
   const REL_P = 1e-6;
   const REL_U = 1e-5;
 
-  function adamwCompare(got: Float32Array, want: Float32Array, param0: Float32Array): { ok: boolean; worst: number; ratio: number } {
+  function adamwCompare(
+    got: Float32Array,
+    want: Float32Array,
+    param0: Float32Array,
+  ): { ok: boolean; worst: number; ratio: number } {
     let maxUpdate = 0;
     for (let i = 0; i < n; i++) maxUpdate = Math.max(maxUpdate, Math.abs(want[i] - param0[i]));
     let ratio = 0; // worst |err| / tolerance
@@ -266,7 +308,12 @@ describe('adamw', () => {
     return { ok: ratio <= 1, worst, ratio };
   }
 
-  async function run5Steps(): Promise<{ got: Float32Array; grads: Float32Array[]; hps: TK.AdamWHyper[]; param0: Float32Array }> {
+  async function run5Steps(): Promise<{
+    got: Float32Array;
+    grads: Float32Array[];
+    hps: TK.AdamWHyper[];
+    param0: Float32Array;
+  }> {
     const rand = ref.rng(31);
     // LoRA-sized values (A ~ 0.02) and unit-sized ones, where the weight decay term is visible.
     const param0 = ref.randn(n, rand, 0.02);
@@ -289,7 +336,12 @@ describe('adamw', () => {
     return { got: await gpu.readF32(paramBuf, n), grads, hps, param0 };
   }
 
-  function reference(param0: Float32Array, grads: Float32Array[], hps: TK.AdamWHyper[], variant?: AdamWVariant): Float32Array {
+  function reference(
+    param0: Float32Array,
+    grads: Float32Array[],
+    hps: TK.AdamWHyper[],
+    variant?: AdamWVariant,
+  ): Float32Array {
     const s: AdamWState = { param: param0.slice(), m: new Float32Array(n), v: new Float32Array(n) };
     grads.forEach((g, k) => adamwRef(s, g, hps[k], variant));
     return s.param;
@@ -299,7 +351,8 @@ describe('adamw', () => {
     const { got, grads, hps, param0 } = await run5Steps();
     const want = reference(param0, grads, hps);
     const c = adamwCompare(got, want, param0);
-    measured['adamw 5 steps'] = `worst |err| / tolerance ${c.ratio.toExponential(2)} at ${c.worst} (got ${got[c.worst]}, want ${want[c.worst]})`;
+    measured['adamw 5 steps'] =
+      `worst |err| / tolerance ${c.ratio.toExponential(2)} at ${c.worst} (got ${got[c.worst]}, want ${want[c.worst]})`;
     expect(c.ok, measured['adamw 5 steps']).toBe(true);
   });
 

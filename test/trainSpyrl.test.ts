@@ -17,14 +17,41 @@ beforeAll(async () => {
   expect((await spyrl('tiny-model', '--out', model)).code).toBe(0);
   config = join(tmp, 'config.json');
   // Small enough for SwiftShader: 3 players, short documents and summaries, an update every round.
-  await writeFile(config, JSON.stringify({ groupSize: 3, docTokenBudget: 48, summaryMaxTokens: 8, roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 1, lora: { r: 4, alpha: 8 }, optimizer: { lr: 0.001 }, seed: 7 }));
+  await writeFile(
+    config,
+    JSON.stringify({
+      groupSize: 3,
+      docTokenBudget: 48,
+      summaryMaxTokens: 8,
+      roundsPerUpdate: 1,
+      evalEvery: 0,
+      checkpointEvery: 1,
+      lora: { r: 4, alpha: 8 },
+      optimizer: { lr: 0.001 },
+      seed: 7,
+    }),
+  );
 });
-afterAll(async () => { await rm(tmp, { recursive: true, force: true }); });
+afterAll(async () => {
+  await rm(tmp, { recursive: true, force: true });
+});
 
 describe('spyrl train', () => {
   it('plays 2 rounds, writes adapter + run log + checkpoint, and resumes exactly', async () => {
     const full = join(tmp, 'full');
-    const r = await spyrl('train', '--model', model, '--docs', 'bundled', '--rounds', '2', '--out', full, '--config', config);
+    const r = await spyrl(
+      'train',
+      '--model',
+      model,
+      '--docs',
+      'bundled',
+      '--rounds',
+      '2',
+      '--out',
+      full,
+      '--config',
+      config,
+    );
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/round 1\/2/);
     expect(r.stdout).toMatch(/round 2\/2/);
@@ -35,14 +62,39 @@ describe('spyrl train', () => {
     const init = initLora(cfg, lora, 7);
     const moved = [...tensors].some(([k, v]) => v.some((x, i) => x !== init.get(k)![i]));
     expect(moved).toBe(true);
-    expect([...tensors.keys()].some((k) => k.endsWith('lora_B.weight') && tensors.get(k)!.some((x) => x !== 0))).toBe(true);
+    expect([...tensors.keys()].some((k) => k.endsWith('lora_B.weight') && tensors.get(k)!.some((x) => x !== 0))).toBe(
+      true,
+    );
 
     // Run log: one line per round with every field.
-    const lines = (await readFile(join(full, 'run.jsonl'), 'utf8')).trim().split('\n').map((l) => JSON.parse(l));
+    const lines = (await readFile(join(full, 'run.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(lines).toHaveLength(2);
     for (const rec of lines) {
-      expect(Object.keys(rec)).toEqual(expect.arrayContaining(['round', 'documentId', 'spySeat', 'labels', 'mask', 'summaries', 'votes', 'rewards', 'advantages', 'metrics', 'train', 'timings']));
-      expect(rec.mask.span).toMatchObject({ charStart: expect.any(Number), charEnd: expect.any(Number), tokenStart: expect.any(Number), tokenEnd: expect.any(Number) });
+      expect(Object.keys(rec)).toEqual(
+        expect.arrayContaining([
+          'round',
+          'documentId',
+          'spySeat',
+          'labels',
+          'mask',
+          'summaries',
+          'votes',
+          'rewards',
+          'advantages',
+          'metrics',
+          'train',
+          'timings',
+        ]),
+      );
+      expect(rec.mask.span).toMatchObject({
+        charStart: expect.any(Number),
+        charEnd: expect.any(Number),
+        tokenStart: expect.any(Number),
+        tokenEnd: expect.any(Number),
+      });
       expect(rec.votes[0].probs.length).toBe(2);
       expect(typeof rec.train.loss).toBe('number');
       expect(typeof rec.train.gradNorm).toBe('number');
@@ -54,7 +106,21 @@ describe('spyrl train', () => {
 
     // Resume from the checkpoint written after round 1: round 2 must be identical.
     const resumed = join(tmp, 'resumed');
-    const r2 = await spyrl('train', '--model', model, '--docs', 'bundled', '--rounds', '2', '--out', resumed, '--config', config, '--resume', join(full, 'checkpoint-1'));
+    const r2 = await spyrl(
+      'train',
+      '--model',
+      model,
+      '--docs',
+      'bundled',
+      '--rounds',
+      '2',
+      '--out',
+      resumed,
+      '--config',
+      config,
+      '--resume',
+      join(full, 'checkpoint-1'),
+    );
     expect(r2.code, r2.stderr).toBe(0);
     const again = (await readFile(join(resumed, 'run.jsonl'), 'utf8')).trim().split('\n');
     expect(again).toHaveLength(2);

@@ -22,7 +22,12 @@ import type { Qwen3Config } from '../src/model/config.ts';
 import { f16BitsToF32, f32ToF16Bits } from '../src/model/q4.ts';
 import { bf16BytesToF32, openSafetensorsModel } from '../src/model/safetensors.ts';
 import { memorySource } from '../src/model/sources.ts';
-import { TrainingPass, trainingPassBytes, type CheckpointDtype, type TrainingPassOptions } from '../src/train/trainingPass.ts';
+import {
+  TrainingPass,
+  trainingPassBytes,
+  type CheckpointDtype,
+  type TrainingPassOptions,
+} from '../src/train/trainingPass.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 import { nodeFolderSource } from '../src/model/sources.node.ts';
 import { loadLoraGolden } from './helpers/loraGolden.ts';
@@ -33,7 +38,9 @@ const UNIT = { f16: 2 ** -11, bf16: 2 ** -8 };
 const roundTo = { f16: (x: number) => f16BitsToF32(f32ToF16Bits(x)), bf16: (x: number) => bf16ToF32(f32ToBf16(x)) };
 
 let gpu: Gpu;
-beforeAll(async () => { gpu = await createGpu(); });
+beforeAll(async () => {
+  gpu = await createGpu();
+});
 afterAll(() => gpu?.destroy());
 
 type Grads = Map<string, Float32Array>;
@@ -57,7 +64,13 @@ async function readF32Tensors(file: string): Promise<Grads> {
 }
 
 /** Forward + backward of the mean cross-entropy (or of given dlogp); returns logp, loss and the LoRA gradients. */
-async function gradients(s: Setup, opts: TrainingPassOptions, ids = s.ids, targets = s.targets, dlogpOf?: (M: number) => number[]) {
+async function gradients(
+  s: Setup,
+  opts: TrainingPassOptions,
+  ids = s.ids,
+  targets = s.targets,
+  dlogpOf?: (M: number) => number[],
+) {
   s.adapter.zeroGrad();
   const pass = new TrainingPass(s.model, s.adapter, ids, targets, null, opts);
   const logp = await pass.forward();
@@ -69,7 +82,11 @@ async function gradients(s: Setup, opts: TrainingPassOptions, ids = s.ids, targe
 
 async function lossOf(s: Setup, opts: TrainingPassOptions): Promise<number> {
   const pass = new TrainingPass(s.model, s.adapter, s.ids, s.targets, null, opts);
-  try { return crossEntropyLoss(await pass.forward()).loss; } finally { pass.release(); }
+  try {
+    return crossEntropyLoss(await pass.forward()).loss;
+  } finally {
+    pass.release();
+  }
 }
 
 /** Worst per-tensor max|a - b| / max|b|, and whether every tensor is within rel x max|b| + abs. */
@@ -78,15 +95,23 @@ function compareGrads(a: Grads, b: Grads, rel: number, abs: number): { worst: nu
   const bad: string[] = [];
   for (const [key, want] of b) {
     const got = a.get(key)!;
-    let maxRef = 0, err = 0;
-    for (let i = 0; i < want.length; i++) { maxRef = Math.max(maxRef, Math.abs(want[i])); err = Math.max(err, Math.abs(got[i] - want[i])); }
+    let maxRef = 0,
+      err = 0;
+    for (let i = 0; i < want.length; i++) {
+      maxRef = Math.max(maxRef, Math.abs(want[i]));
+      err = Math.max(err, Math.abs(got[i] - want[i]));
+    }
     if (err > rel * maxRef + abs) bad.push(`${key}: ${err} > ${rel} x ${maxRef} + ${abs}`);
     worst = Math.max(worst, err / (maxRef || 1));
   }
   return { worst, bad };
 }
 
-const maxAbsDiff = (a: ArrayLike<number>, b: ArrayLike<number>) => { let m = 0; for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i])); return m; };
+const maxAbsDiff = (a: ArrayLike<number>, b: ArrayLike<number>) => {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
+  return m;
+};
 
 describe.each(['tied-all', 'untied-rslora'])('MLP in token chunks: %s', (variant) => {
   it('gives the same log-probs and gradients, and still matches PyTorch, with 5-token chunks', async () => {
@@ -99,86 +124,110 @@ describe.each(['tied-all', 'untied-rslora'])('MLP in token chunks: %s', (variant
     expect(vsWhole.bad).toEqual([]);
     const vsTorch = compareGrads(chunked.grads, await readF32Tensors(join(s.dir, 'grads.safetensors')), 1e-3, 1e-6);
     expect(vsTorch.bad).toEqual([]);
-    console.log(`${variant} mlpChunk 5: vs one chunk ${vsWhole.worst.toExponential(2)}, vs PyTorch ${vsTorch.worst.toExponential(2)} x max|g|`);
+    console.log(
+      `${variant} mlpChunk 5: vs one chunk ${vsWhole.worst.toExponential(2)}, vs PyTorch ${vsTorch.worst.toExponential(2)} x max|g|`,
+    );
     s.adapter.destroy();
   });
 });
 
 describe.each(['tied-all', 'untied-rslora'])('reduced-precision checkpoints: %s', (variant) => {
-  it.each(['f16', 'bf16'] as const)('%s: loss and gradients within a few roundoffs of PyTorch f32, and of the pass\'s own finite differences', async (dtype) => {
-    const s = await setup(variant);
-    const u = UNIT[dtype];
-    const r = await gradients(s, { checkpoints: dtype });
-    const lossErr = Math.abs(r.loss - s.ref.loss) / s.ref.loss;
-    expect(lossErr).toBeLessThanOrEqual(0.5 * u);
-    const vsTorch = compareGrads(r.grads, await readF32Tensors(join(s.dir, 'grads.safetensors')), 10 * u, 1e-6);
-    expect(vsTorch.bad).toEqual([]);
+  it.each(['f16', 'bf16'] as const)(
+    "%s: loss and gradients within a few roundoffs of PyTorch f32, and of the pass's own finite differences",
+    async (dtype) => {
+      const s = await setup(variant);
+      const u = UNIT[dtype];
+      const r = await gradients(s, { checkpoints: dtype });
+      const lossErr = Math.abs(r.loss - s.ref.loss) / s.ref.loss;
+      expect(lossErr).toBeLessThanOrEqual(0.5 * u);
+      const vsTorch = compareGrads(r.grads, await readF32Tensors(join(s.dir, 'grads.safetensors')), 10 * u, 1e-6);
+      expect(vsTorch.bad).toEqual([]);
 
-    // Central difference of the pass's own loss along d = g / |g|: it must equal g . d = |g|.
-    const norm = Math.sqrt([...r.grads.values()].reduce((n, g) => n + g.reduce((m, x) => m + x * x, 0), 0));
-    const step = 1e-2;
-    const shifted = (sign: number) => new Map([...s.tensors].map(([k, w]) => [k, w.map((x, i) => x + (sign * step * r.grads.get(k)![i]) / norm)]));
-    s.adapter.setWeights(shifted(1));
-    const up = await lossOf(s, { checkpoints: dtype });
-    s.adapter.setWeights(shifted(-1));
-    const down = await lossOf(s, { checkpoints: dtype });
-    s.adapter.setWeights(s.tensors);
-    const fdErr = Math.abs((up - down) / (2 * step) - norm) / norm;
-    expect(fdErr).toBeLessThanOrEqual(10 * u + 1e-3);
-    console.log(`${variant} ${dtype}: loss ${lossErr.toExponential(2)} rel; gradients vs PyTorch ${vsTorch.worst.toExponential(2)} x max|g| (${(vsTorch.worst / u).toFixed(1)}u); finite difference ${fdErr.toExponential(2)}`);
-    s.adapter.destroy();
-  });
+      // Central difference of the pass's own loss along d = g / |g|: it must equal g . d = |g|.
+      const norm = Math.sqrt([...r.grads.values()].reduce((n, g) => n + g.reduce((m, x) => m + x * x, 0), 0));
+      const step = 1e-2;
+      const shifted = (sign: number) =>
+        new Map([...s.tensors].map(([k, w]) => [k, w.map((x, i) => x + (sign * step * r.grads.get(k)![i]) / norm)]));
+      s.adapter.setWeights(shifted(1));
+      const up = await lossOf(s, { checkpoints: dtype });
+      s.adapter.setWeights(shifted(-1));
+      const down = await lossOf(s, { checkpoints: dtype });
+      s.adapter.setWeights(s.tensors);
+      const fdErr = Math.abs((up - down) / (2 * step) - norm) / norm;
+      expect(fdErr).toBeLessThanOrEqual(10 * u + 1e-3);
+      console.log(
+        `${variant} ${dtype}: loss ${lossErr.toExponential(2)} rel; gradients vs PyTorch ${vsTorch.worst.toExponential(2)} x max|g| (${(vsTorch.worst / u).toFixed(1)}u); finite difference ${fdErr.toExponential(2)}`,
+      );
+      s.adapter.destroy();
+    },
+  );
 });
 
 describe('the forward continues from the rounded checkpoint', () => {
-  it.each(['f16', 'bf16'] as const)('%s: checkpoints hold representable values and the log-probs are the head of the rounded final residual', async (dtype) => {
-    const s = await setup('tied-all');
-    const { cfg } = s;
-    const C = cfg.hiddenSize, V = cfg.vocabSize, T = s.ids.length;
-    const pass = new TrainingPass(s.model, s.adapter, s.ids, s.targets, null, { checkpoints: dtype });
-    const logp = await pass.forward();
-    const xs: Float32Array[] = [];
-    for (let l = 0; l <= cfg.numLayers; l++) xs.push(await pass.readCheckpoint(l));
-    pass.release();
-    for (const [l, x] of xs.entries()) {
-      const bad = x.findIndex((v) => roundTo[dtype](v) !== v);
-      expect(bad, `checkpoint ${l} element ${bad} = ${x[bad]} is not a ${dtype} value`).toBe(-1);
-    }
-    // CPU head (f64) of the rounded final residual: final norm, tied LM head, log-softmax.
-    const st = await openSafetensorsModel(nodeFolderSource(join(ROOT, s.ref.model_dir)));
-    const W = bf16BytesToF32(await st.readTensor('model.embed_tokens.weight')); // (V, C)
-    const w = bf16BytesToF32(await st.readTensor('model.norm.weight')); // (C)
-    const xL = xs[cfg.numLayers];
-    const cpu = s.targets.slice(0, T - 1).map((target, t) => {
-      const x = xL.subarray(t * C, (t + 1) * C);
-      const inv = 1 / Math.sqrt(x.reduce((a, v) => a + v * v, 0) / C + cfg.rmsNormEps);
-      const h = Array.from(x, (v, c) => v * inv * w[c]);
-      const z = Array.from({ length: V }, (_, v) => h.reduce((a, hc, c) => a + hc * W[v * C + c], 0));
-      const mx = Math.max(...z);
-      return z[target] - mx - Math.log(z.reduce((a, zv) => a + Math.exp(zv - mx), 0));
-    });
-    const f32 = new TrainingPass(s.model, s.adapter, s.ids, s.targets);
-    const logp32 = await f32.forward();
-    f32.release();
-    const err = maxAbsDiff(logp, cpu), shift = maxAbsDiff(logp, logp32);
-    console.log(`${dtype}: log-probs vs CPU head of the rounded x_L ${err.toExponential(2)}; vs the f32 pass ${shift.toExponential(2)}`);
-    expect(err).toBeLessThanOrEqual(1e-4); // f32 head arithmetic on |logits| ~ 1e2
-    expect(shift).toBeGreaterThan(10 * err); // the check can tell rounded from unrounded
-    s.adapter.destroy();
-  });
+  it.each(['f16', 'bf16'] as const)(
+    '%s: checkpoints hold representable values and the log-probs are the head of the rounded final residual',
+    async (dtype) => {
+      const s = await setup('tied-all');
+      const { cfg } = s;
+      const C = cfg.hiddenSize,
+        V = cfg.vocabSize,
+        T = s.ids.length;
+      const pass = new TrainingPass(s.model, s.adapter, s.ids, s.targets, null, { checkpoints: dtype });
+      const logp = await pass.forward();
+      const xs: Float32Array[] = [];
+      for (let l = 0; l <= cfg.numLayers; l++) xs.push(await pass.readCheckpoint(l));
+      pass.release();
+      for (const [l, x] of xs.entries()) {
+        const bad = x.findIndex((v) => roundTo[dtype](v) !== v);
+        expect(bad, `checkpoint ${l} element ${bad} = ${x[bad]} is not a ${dtype} value`).toBe(-1);
+      }
+      // CPU head (f64) of the rounded final residual: final norm, tied LM head, log-softmax.
+      const st = await openSafetensorsModel(nodeFolderSource(join(ROOT, s.ref.model_dir)));
+      const W = bf16BytesToF32(await st.readTensor('model.embed_tokens.weight')); // (V, C)
+      const w = bf16BytesToF32(await st.readTensor('model.norm.weight')); // (C)
+      const xL = xs[cfg.numLayers];
+      const cpu = s.targets.slice(0, T - 1).map((target, t) => {
+        const x = xL.subarray(t * C, (t + 1) * C);
+        const inv = 1 / Math.sqrt(x.reduce((a, v) => a + v * v, 0) / C + cfg.rmsNormEps);
+        const h = Array.from(x, (v, c) => v * inv * w[c]);
+        const z = Array.from({ length: V }, (_, v) => h.reduce((a, hc, c) => a + hc * W[v * C + c], 0));
+        const mx = Math.max(...z);
+        return z[target] - mx - Math.log(z.reduce((a, zv) => a + Math.exp(zv - mx), 0));
+      });
+      const f32 = new TrainingPass(s.model, s.adapter, s.ids, s.targets);
+      const logp32 = await f32.forward();
+      f32.release();
+      const err = maxAbsDiff(logp, cpu),
+        shift = maxAbsDiff(logp, logp32);
+      console.log(
+        `${dtype}: log-probs vs CPU head of the rounded x_L ${err.toExponential(2)}; vs the f32 pass ${shift.toExponential(2)}`,
+      );
+      expect(err).toBeLessThanOrEqual(1e-4); // f32 head arithmetic on |logits| ~ 1e2
+      expect(shift).toBeGreaterThan(10 * err); // the check can tell rounded from unrounded
+      s.adapter.destroy();
+    },
+  );
 });
 
 describe('LM head chunks spanning runs of targets, with MLP chunks (T = 70)', () => {
   it('log-probs match the inference path and the backward is linear over the runs', async () => {
     const s = await setup('tied-all');
-    const T = 70, V = s.cfg.vocabSize;
+    const T = 70,
+      V = s.cfg.vocabSize;
     const ids = Array.from({ length: T }, (_, t) => (t * 7919 + 13) % V);
     // Targets at 0..29 and 33..68: 66 rows, so the first head chunk of 64 spans both runs.
-    const runA = (t: number) => t < 30, runB = (t: number) => t >= 33 && t < 69;
+    const runA = (t: number) => t < 30,
+      runB = (t: number) => t >= 33 && t < 69;
     const tgt = (keep: (t: number) => boolean) => ids.map((_, t) => (keep(t) ? ids[t + 1] : -1));
     const dl = (M: number) => Array.from({ length: M }, (_, m) => Math.sin(m + 1));
     const opts = { mlpChunk: 16 };
-    const both = await gradients(s, opts, ids, tgt((t) => runA(t) || runB(t)), dl);
+    const both = await gradients(
+      s,
+      opts,
+      ids,
+      tgt((t) => runA(t) || runB(t)),
+      dl,
+    );
     expect(both.logp.length).toBe(66);
 
     const cache = s.model.createCache(1, T);
@@ -187,11 +236,13 @@ describe('LM head chunks spanning runs of targets, with MLP chunks (T = 70)', ()
     const logits = await gpu.readF32(buf, T * V);
     gpu.releaseBuffer(buf);
     cache.destroy();
-    const want = rows.filter((t) => runA(t) || runB(t)).map((t) => {
-      const z = logits.subarray(t * V, (t + 1) * V);
-      const mx = z.reduce((a, b) => Math.max(a, b), -Infinity);
-      return z[ids[t + 1]] - mx - Math.log(z.reduce((a, b) => a + Math.exp(b - mx), 0));
-    });
+    const want = rows
+      .filter((t) => runA(t) || runB(t))
+      .map((t) => {
+        const z = logits.subarray(t * V, (t + 1) * V);
+        const mx = z.reduce((a, b) => Math.max(a, b), -Infinity);
+        return z[ids[t + 1]] - mx - Math.log(z.reduce((a, b) => a + Math.exp(b - mx), 0));
+      });
     expect(maxAbsDiff(both.logp, want)).toBeLessThanOrEqual(1e-3 * Math.max(1, ...want.map(Math.abs)));
 
     // dlogp of rows m (A: m < 30; B: 30 + m') gives the same gradient split into two passes.
@@ -207,8 +258,10 @@ describe('LM head chunks spanning runs of targets, with MLP chunks (T = 70)', ()
 /** Live bytes of buffers created through gpu.createBuffer, and their peak. */
 function trackLiveBytes(g: Gpu) {
   const live = new Map<GPUBuffer, number>();
-  let bytes = 0, peak = 0;
-  const create = g.createBuffer.bind(g), release = g.releaseBuffer.bind(g);
+  let bytes = 0,
+    peak = 0;
+  const create = g.createBuffer.bind(g),
+    release = g.releaseBuffer.bind(g);
   g.createBuffer = (n: number, label: string) => {
     const buf = create(n, label);
     live.set(buf, buf.size);
@@ -218,14 +271,26 @@ function trackLiveBytes(g: Gpu) {
   };
   g.releaseBuffer = (buf: GPUBuffer) => {
     const n = live.get(buf);
-    if (n !== undefined) { live.delete(buf); bytes -= n; }
+    if (n !== undefined) {
+      live.delete(buf);
+      bytes -= n;
+    }
     release(buf);
   };
   return {
-    get bytes() { return bytes; },
-    get peak() { return peak; },
-    resetPeak() { peak = bytes; },
-    restore() { g.createBuffer = create; g.releaseBuffer = release; },
+    get bytes() {
+      return bytes;
+    },
+    get peak() {
+      return peak;
+    },
+    resetPeak() {
+      peak = bytes;
+    },
+    restore() {
+      g.createBuffer = create;
+      g.releaseBuffer = release;
+    },
   };
 }
 
@@ -255,7 +320,12 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
       pass.release();
       expect(track.bytes).toBe(0);
       expect({ fwdPeak, bwdPeak }).toEqual({ fwdPeak: want.peakForward, bwdPeak: want.peakBackward });
-      expect(want.checkpoints).toBe((s.cfg.numLayers + 1) * ids.length * s.cfg.hiddenSize * (opts.checkpoints && opts.checkpoints !== 'f32' ? 2 : 4));
+      expect(want.checkpoints).toBe(
+        (s.cfg.numLayers + 1) *
+          ids.length *
+          s.cfg.hiddenSize *
+          (opts.checkpoints && opts.checkpoints !== 'f32' ? 2 : 4),
+      );
     } finally {
       track.restore();
       s.adapter.destroy();
@@ -263,27 +333,58 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
   });
 
   it('equals the closed-form formula of its doc comment (Qwen3-0.6B sizes)', () => {
-    const cfg = { hiddenSize: 1024, numLayers: 28, numHeads: 16, numKvHeads: 8, headDim: 128, intermediateSize: 3072, vocabSize: 151936 } as Qwen3Config;
-    const { hiddenSize: C, numLayers: L, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V } = cfg;
+    const cfg = {
+      hiddenSize: 1024,
+      numLayers: 28,
+      numHeads: 16,
+      numKvHeads: 8,
+      headDim: 128,
+      intermediateSize: 3072,
+      vocabSize: 151936,
+    } as Qwen3Config;
+    const {
+      hiddenSize: C,
+      numLayers: L,
+      numHeads: NH,
+      numKvHeads: NKV,
+      headDim: HD,
+      intermediateSize: I,
+      vocabSize: V,
+    } = cfg;
     const w = 4;
     for (const [T, M, dtype, chunk, r, targets, nc] of [
       [4096, 4095, 'f16', 256, 16, ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], 0],
       [100, 1, 'f32', 256, 8, ['q_proj', 'v_proj'], 4],
       [777, 200, 'bf16', 100, 4, ['down_proj'], 0],
     ] as const) {
-      const Tc = Math.min(T, chunk), c = T > chunk ? 1 : 0, Hr = Math.min(64, M);
+      const Tc = Math.min(T, chunk),
+        c = T > chunk ? 1 : 0,
+        Hr = Math.min(64, M);
       const nA = targets.filter((t) => ['q_proj', 'k_proj', 'v_proj', 'o_proj'].includes(t)).length;
       const nM = targets.length - nA;
       const ck = dtype === 'f32' ? T * C * w : Math.ceil((T * C) / 2) * w;
-      const layerForward = w * (T * (3 * C + 3 * NH * HD + 3 * NKV * HD + NH) + 3 * Tc * I + 2 * c * Tc * C + r * (nA * T + nM * Tc));
+      const layerForward =
+        w * (T * (3 * C + 3 * NH * HD + 3 * NKV * HD + NH) + 3 * Tc * I + 2 * c * Tc * C + r * (nA * T + nM * Tc));
       const layerBackward = layerForward + w * (T * (2 * C + 2 * NH * HD + 2 * NKV * HD + NH + r) + 3 * Tc * I);
       const headForward = nc ? w * (M * nc + Hr * (2 * C + V)) : w * (M + Hr * (2 * C + V + 3));
       const headBackward = w * (T * C + M + Hr * (4 * C + 2 * V + 3));
       const base = (L + 1) * ck + w * (T + 2 * M) + (dtype === 'f32' ? 0 : T * C * w);
-      const got = trainingPassBytes(cfg, { seqLen: T, numTargets: M, lora: { r, targetModules: [...targets] }, checkpoints: dtype as CheckpointDtype, mlpChunk: chunk, candidates: nc || undefined });
+      const got = trainingPassBytes(cfg, {
+        seqLen: T,
+        numTargets: M,
+        lora: { r, targetModules: [...targets] },
+        checkpoints: dtype as CheckpointDtype,
+        mlpChunk: chunk,
+        candidates: nc || undefined,
+      });
       expect(got).toMatchObject({
-        checkpoints: (L + 1) * ck, layerForward, layerBackward, headForward, headBackward,
-        peakForward: base + Math.max(w * T, layerForward, headForward), peakBackward: base + Math.max(headBackward, layerBackward),
+        checkpoints: (L + 1) * ck,
+        layerForward,
+        layerBackward,
+        headForward,
+        headBackward,
+        peakForward: base + Math.max(w * T, layerForward, headForward),
+        peakBackward: base + Math.max(headBackward, layerBackward),
       });
     }
   });
@@ -292,8 +393,12 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
 describe('TrainingPass options', () => {
   it('refuses an unknown checkpoint dtype and a bad MLP chunk, naming the option', async () => {
     const s = await setup('tied-all');
-    expect(() => new TrainingPass(s.model, s.adapter, s.ids, s.targets, null, { checkpoints: 'fp8' as CheckpointDtype })).toThrow(/option checkpoints must be one of f32, f16, bf16/);
-    expect(() => new TrainingPass(s.model, s.adapter, s.ids, s.targets, null, { mlpChunk: 0 })).toThrow(/option mlpChunk must be a positive integer/);
+    expect(
+      () => new TrainingPass(s.model, s.adapter, s.ids, s.targets, null, { checkpoints: 'fp8' as CheckpointDtype }),
+    ).toThrow(/option checkpoints must be one of f32, f16, bf16/);
+    expect(() => new TrainingPass(s.model, s.adapter, s.ids, s.targets, null, { mlpChunk: 0 })).toThrow(
+      /option mlpChunk must be a positive integer/,
+    );
     s.adapter.destroy();
   });
 });

@@ -33,7 +33,11 @@ export function int(flags: Flags, name: string, fallback: number, min = 0): numb
 }
 
 /** Bounds of a numeric flag; `above` is an open lower bound (x > above), `min` a closed one. */
-export interface NumRange { min?: number; above?: number; max?: number }
+export interface NumRange {
+  min?: number;
+  above?: number;
+  max?: number;
+}
 
 function describeRange(r: NumRange): string {
   const lo = r.above !== undefined ? `> ${r.above}` : r.min !== undefined ? `>= ${r.min}` : '';
@@ -46,8 +50,13 @@ export function num(flags: Flags, name: string, fallback: number, range: NumRang
   if (v === undefined) return fallback;
   const n = Number(v);
   const bounded = Object.keys(range).length > 0;
-  if (!Number.isFinite(n)) throw new UsageError(`--${name} must be a number${bounded ? ` ${describeRange(range)}` : ''} (got "${v}")`);
-  if ((range.min !== undefined && n < range.min) || (range.above !== undefined && n <= range.above) || (range.max !== undefined && n > range.max)) {
+  if (!Number.isFinite(n))
+    throw new UsageError(`--${name} must be a number${bounded ? ` ${describeRange(range)}` : ''} (got "${v}")`);
+  if (
+    (range.min !== undefined && n < range.min) ||
+    (range.above !== undefined && n <= range.above) ||
+    (range.max !== undefined && n > range.max)
+  ) {
     throw new UsageError(`--${name} must be ${describeRange(range)} (got "${v}")`);
   }
   return n;
@@ -70,7 +79,10 @@ export function bool(flags: Flags, name: string, fallback: boolean): boolean {
 }
 
 export function tokenList(v: string, flag: string): number[] {
-  const parts = v.split(',').map((s) => s.trim()).filter(Boolean);
+  const parts = v
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   if (parts.length === 0) throw new UsageError(`--${flag} is empty`);
   return parts.map((p) => {
     const n = Number(p);
@@ -81,7 +93,10 @@ export function tokenList(v: string, flag: string): number[] {
 
 export function checkIds(ids: number[], V: number): void {
   const bad = ids.findIndex((id) => id >= V);
-  if (bad >= 0) throw new UsageError(`token id ${ids[bad]} (index ${bad}) is out of range: the model's vocabulary has ${V} tokens (0..${V - 1})`);
+  if (bad >= 0)
+    throw new UsageError(
+      `token id ${ids[bad]} (index ${bad}) is out of range: the model's vocabulary has ${V} tokens (0..${V - 1})`,
+    );
 }
 
 /** The engine's storage choices, shared by every command that loads a model. */

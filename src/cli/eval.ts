@@ -7,7 +7,17 @@ import { readFile, stat, writeFile } from 'node:fs/promises';
 import { ModelLoadError } from '../model/errors.ts';
 import type { SpyRLConfig } from '../game/config.ts';
 import type { SpyDocument } from '../game/documents.ts';
-import { architectureMismatch, coverageNote, evalReportJsonl, evaluateHeldOut, type EvalProgress, type EvalReport, type EvalSystem, type MeanScores, type SummaryScores } from '../train/evaluate.ts';
+import {
+  architectureMismatch,
+  coverageNote,
+  evalReportJsonl,
+  evaluateHeldOut,
+  type EvalProgress,
+  type EvalReport,
+  type EvalSystem,
+  type MeanScores,
+  type SummaryScores,
+} from '../train/evaluate.ts';
 import { ENGINE_FLAGS, engineOptions, int, parse, str, UsageError } from './args.ts';
 import { openModel, openModelOrRepo, parseHubSpec, requireDir } from './open.ts';
 
@@ -15,8 +25,14 @@ async function readEvalConfig(file: string | undefined, heldOut: number | undefi
   const { validateConfig } = await import('../game/config.ts');
   let raw: Record<string, unknown> = {};
   if (file) {
-    const text = await readFile(file, 'utf8').catch(() => { throw new ModelLoadError(file, 'config file not found'); });
-    try { raw = JSON.parse(text); } catch (e) { throw new ModelLoadError(file, `not valid JSON (${(e as Error).message})`); }
+    const text = await readFile(file, 'utf8').catch(() => {
+      throw new ModelLoadError(file, 'config file not found');
+    });
+    try {
+      raw = JSON.parse(text);
+    } catch (e) {
+      throw new ModelLoadError(file, `not valid JSON (${(e as Error).message})`);
+    }
   }
   if (heldOut !== undefined) raw = { ...raw, evalHeldOut: heldOut };
   try {
@@ -46,16 +62,20 @@ export async function heldOutDocs(spec: string | undefined, heldOut: number): Pr
   }
   const held = splitGovReport(docs, heldOut).eval;
   if (held.length === 0) {
-    const why = heldOut === 0
-      ? 'config evalHeldOut is 0'
-      : `it has ${docs.length} document(s), ${docs.filter((d) => d.summary).length} with a reference "summary"; a held-out split needs at least 2 documents and references`;
-    throw new UsageError(`no held-out split in ${name} (${why}): spyrl eval scores held-out reports only, never training documents`);
+    const why =
+      heldOut === 0
+        ? 'config evalHeldOut is 0'
+        : `it has ${docs.length} document(s), ${docs.filter((d) => d.summary).length} with a reference "summary"; a held-out split needs at least 2 documents and references`;
+    throw new UsageError(
+      `no held-out split in ${name} (${why}): spyrl eval scores held-out reports only, never training documents`,
+    );
   }
   return held;
 }
 
 const f4 = (x: number) => x.toFixed(4);
-const scoreCols = (s: SummaryScores | MeanScores) => `ROUGE-1 ${f4(s.rouge1)}\tROUGE-2 ${f4(s.rouge2)}\tROUGE-L ${f4(s.rougeL)}\ttokens ${Number.isInteger(s.tokens) ? s.tokens : s.tokens.toFixed(1)}`;
+const scoreCols = (s: SummaryScores | MeanScores) =>
+  `ROUGE-1 ${f4(s.rouge1)}\tROUGE-2 ${f4(s.rouge2)}\tROUGE-L ${f4(s.rougeL)}\ttokens ${Number.isInteger(s.tokens) ? s.tokens : s.tokens.toFixed(1)}`;
 
 /** One line per (report, system), then one mean line per system. */
 export function formatEvalReport(report: EvalReport): string {
@@ -65,29 +85,42 @@ export function formatEvalReport(report: EvalReport): string {
       lines.push(`${d.id}\t-\t${coverageNote(d)}`);
       continue;
     }
-    for (const s of report.systems) lines.push(`${d.id}\t${s.key}\t${scoreCols(d.results[s.key]!.scores)}\t${coverageNote(d)}`);
+    for (const s of report.systems)
+      lines.push(`${d.id}\t${s.key}\t${scoreCols(d.results[s.key]!.scores)}\t${coverageNote(d)}`);
   }
   const n = report.documents.filter((d) => d.coverage !== 'skipped').length;
-  for (const s of report.systems) lines.push(`mean\t${s.key}\t${scoreCols(report.means[s.key]!)}\t(${n} documents, ${s.label})`);
+  for (const s of report.systems)
+    lines.push(`mean\t${s.key}\t${scoreCols(report.means[s.key]!)}\t(${n} documents, ${s.label})`);
   return lines.join('\n') + '\n';
 }
 
 export async function evalCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
   const f = parse(args, {
-    model: { type: 'string' }, adapter: { type: 'string' }, 'compare-model': { type: 'string' }, docs: { type: 'string' },
-    config: { type: 'string' }, 'held-out': { type: 'string' }, out: { type: 'string' }, ...ENGINE_FLAGS,
+    model: { type: 'string' },
+    adapter: { type: 'string' },
+    'compare-model': { type: 'string' },
+    docs: { type: 'string' },
+    config: { type: 'string' },
+    'held-out': { type: 'string' },
+    out: { type: 'string' },
+    ...ENGINE_FLAGS,
   });
   const dir = str(f, 'model', true)!;
   const adapterDir = str(f, 'adapter');
   const compareDir = str(f, 'compare-model');
   // A folder, or a Hub repo owner/name[@revision] (e.g. SpyRL/SpyRL-Qwen3-4B-Summarization) when no such folder exists.
-  if (compareDir && !(await stat(compareDir).catch(() => null)) && !(await parseHubSpec(compareDir))) await requireDir(compareDir, 'compare model folder (or Hub repo owner/name[@revision])');
-  const config = await readEvalConfig(str(f, 'config'), str(f, 'held-out') === undefined ? undefined : int(f, 'held-out', 6, 0));
+  if (compareDir && !(await stat(compareDir).catch(() => null)) && !(await parseHubSpec(compareDir)))
+    await requireDir(compareDir, 'compare model folder (or Hub repo owner/name[@revision])');
+  const config = await readEvalConfig(
+    str(f, 'config'),
+    str(f, 'held-out') === undefined ? undefined : int(f, 'held-out', 6, 0),
+  );
   const docs = await heldOutDocs(str(f, 'docs'), config.evalHeldOut);
   const { GpuPolicy } = await import('../train/policy.ts');
   const engine = engineOptions(f);
   const progress = (p: EvalProgress) => {
-    if ((process.stderr as { isTTY?: boolean }).isTTY) process.stderr.write(`\r\x1b[2K[eval] ${p.system}: ${p.done}/${p.total} ${p.documentId}`);
+    if ((process.stderr as { isTTY?: boolean }).isTTY)
+      process.stderr.write(`\r\x1b[2K[eval] ${p.system}: ${p.done}/${p.total} ${p.documentId}`);
   };
   out.write(
     `spyrl eval: ${docs.length} held-out reports, each read up to ${config.evalDocTokenBudget} tokens (longer: ${config.evalOverflow === 'mark' ? 'cut, reference marked as covering more' : 'skipped'}), ` +
@@ -101,20 +134,41 @@ export async function evalCmd(args: string[], out: NodeJS.WritableStream): Promi
     if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}`);
     const policy = new GpuPolicy(model, tokenizer);
     const generate: EvalSystem['generate'] = (p, o) => policy.generate(p, o);
-    const systems: EvalSystem[] = [{
-      key: 'base', label: `base model ${dir}`, generate,
-      around: async (job) => { if (model.lora) model.lora.enabled = false; try { return await job(); } finally { if (model.lora) model.lora.enabled = true; } },
-    }];
+    const systems: EvalSystem[] = [
+      {
+        key: 'base',
+        label: `base model ${dir}`,
+        generate,
+        around: async (job) => {
+          if (model.lora) model.lora.enabled = false;
+          try {
+            return await job();
+          } finally {
+            if (model.lora) model.lora.enabled = true;
+          }
+        },
+      },
+    ];
     if (adapterDir) systems.push({ key: 'adapter', label: `adapter ${adapterDir}`, generate });
     report = await evaluateHeldOut({ docs, tokenizer, config, systems, onProgress: progress });
     if (compareDir) {
       const other = await openModelOrRepo(compareDir, engine);
       try {
         const mismatch = architectureMismatch(cfg, other.cfg);
-        if (mismatch) throw new ModelLoadError(`${compareDir}/config.json`, `--compare-model must have the architecture of --model; it differs in ${mismatch}`);
+        if (mismatch)
+          throw new ModelLoadError(
+            `${compareDir}/config.json`,
+            `--compare-model must have the architecture of --model; it differs in ${mismatch}`,
+          );
         if (!other.tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${compareDir}`);
         const otherPolicy = new GpuPolicy(other.model, other.tokenizer);
-        const cmp = await evaluateHeldOut({ docs, tokenizer: other.tokenizer, config, systems: [{ key: 'compare', label: `compare ${compareDir}`, generate: (p, o) => otherPolicy.generate(p, o) }], onProgress: progress });
+        const cmp = await evaluateHeldOut({
+          docs,
+          tokenizer: other.tokenizer,
+          config,
+          systems: [{ key: 'compare', label: `compare ${compareDir}`, generate: (p, o) => otherPolicy.generate(p, o) }],
+          onProgress: progress,
+        });
         report = mergeReports(report, cmp);
       } finally {
         other.gpu.destroy();

@@ -6,7 +6,19 @@
 import { createWriteStream } from 'node:fs';
 import { rename, rm } from 'node:fs/promises';
 import { ModelLoadError } from '../model/errors.ts';
-import { bool, checkIds, ENGINE_FLAGS, engineOptions, FORCE_FLAG, int, num, parse, str, tokenList, UsageError } from './args.ts';
+import {
+  bool,
+  checkIds,
+  ENGINE_FLAGS,
+  engineOptions,
+  FORCE_FLAG,
+  int,
+  num,
+  parse,
+  str,
+  tokenList,
+  UsageError,
+} from './args.ts';
 import { inputIds, openModel, requireDir } from './open.ts';
 
 const HELP = `spyrl: Qwen3 on your GPU in our own WebGPU kernels
@@ -42,23 +54,47 @@ Environment: VK_ICD_FILENAMES picks the Vulkan driver (SwiftShader is used when 
 
 async function tinyModel(args: string[], out: NodeJS.WritableStream): Promise<void> {
   const f = parse(args, {
-    out: { type: 'string' }, layers: { type: 'string' }, hidden: { type: 'string' }, heads: { type: 'string' },
-    'kv-heads': { type: 'string' }, 'head-dim': { type: 'string' }, intermediate: { type: 'string' }, vocab: { type: 'string' },
-    tied: { type: 'string' }, shards: { type: 'string' }, seed: { type: 'string' }, ...FORCE_FLAG,
+    out: { type: 'string' },
+    layers: { type: 'string' },
+    hidden: { type: 'string' },
+    heads: { type: 'string' },
+    'kv-heads': { type: 'string' },
+    'head-dim': { type: 'string' },
+    intermediate: { type: 'string' },
+    vocab: { type: 'string' },
+    tied: { type: 'string' },
+    shards: { type: 'string' },
+    seed: { type: 'string' },
+    ...FORCE_FLAG,
   });
   const dir = str(f, 'out', true)!;
   const opts = {
-    layers: int(f, 'layers', 2, 1), hidden: int(f, 'hidden', 64, 2), heads: int(f, 'heads', 4, 1), kvHeads: int(f, 'kv-heads', 2, 1),
-    headDim: int(f, 'head-dim', 16, 2), intermediate: int(f, 'intermediate', 128, 2), vocab: int(f, 'vocab', 151936, 2),
-    tied: bool(f, 'tied', true), shards: int(f, 'shards', 1, 1), seed: int(f, 'seed', 0, 0),
+    layers: int(f, 'layers', 2, 1),
+    hidden: int(f, 'hidden', 64, 2),
+    heads: int(f, 'heads', 4, 1),
+    kvHeads: int(f, 'kv-heads', 2, 1),
+    headDim: int(f, 'head-dim', 16, 2),
+    intermediate: int(f, 'intermediate', 128, 2),
+    vocab: int(f, 'vocab', 151936, 2),
+    tied: bool(f, 'tied', true),
+    shards: int(f, 'shards', 1, 1),
+    seed: int(f, 'seed', 0, 0),
   };
-  if (opts.heads % opts.kvHeads !== 0) throw new UsageError(`--heads (${opts.heads}) must be a multiple of --kv-heads (${opts.kvHeads})`);
-  for (const [k, v] of [['hidden', opts.hidden], ['head-dim', opts.headDim], ['intermediate', opts.intermediate]] as const) {
+  if (opts.heads % opts.kvHeads !== 0)
+    throw new UsageError(`--heads (${opts.heads}) must be a multiple of --kv-heads (${opts.kvHeads})`);
+  for (const [k, v] of [
+    ['hidden', opts.hidden],
+    ['head-dim', opts.headDim],
+    ['intermediate', opts.intermediate],
+  ] as const) {
     if (v % 2 !== 0) throw new UsageError(`--${k} must be even (bf16 weights are packed in pairs)`);
   }
   const { checkOutDir, saveFolder } = await import('./saveFolder.ts');
   await checkOutDir(dir, f.force === true);
-  const [{ makeTinyCheckpoint }, { qwen3TokenizerFiles }] = await Promise.all([import('../model/tinyModel.ts'), import('../model/tinyModel.node.ts')]);
+  const [{ makeTinyCheckpoint }, { qwen3TokenizerFiles }] = await Promise.all([
+    import('../model/tinyModel.ts'),
+    import('../model/tinyModel.node.ts'),
+  ]);
   const ckpt = makeTinyCheckpoint({ ...(await qwen3TokenizerFiles()), ...opts });
   // The whole folder is replaced (never merged): an old shard index cannot outlive a --force.
   await saveFolder(dir, Object.fromEntries(ckpt.files));
@@ -66,25 +102,40 @@ async function tinyModel(args: string[], out: NodeJS.WritableStream): Promise<vo
 }
 
 async function logits(args: string[], out: NodeJS.WritableStream): Promise<void> {
-  const f = parse(args, { model: { type: 'string' }, tokens: { type: 'string' }, text: { type: 'string' }, out: { type: 'string' }, adapter: { type: 'string' }, ...ENGINE_FLAGS });
+  const f = parse(args, {
+    model: { type: 'string' },
+    tokens: { type: 'string' },
+    text: { type: 'string' },
+    out: { type: 'string' },
+    adapter: { type: 'string' },
+    ...ENGINE_FLAGS,
+  });
   const dir = str(f, 'model', true)!;
   const file = str(f, 'out', true)!;
-  if ((str(f, 'tokens') === undefined) === (f.text === undefined)) throw new UsageError('give exactly one of --tokens or --text');
+  if ((str(f, 'tokens') === undefined) === (f.text === undefined))
+    throw new UsageError('give exactly one of --tokens or --text');
   const { gpu, model, cfg, tokenizer } = await openModel(dir, str(f, 'adapter'), engineOptions(f));
   try {
     const ids = inputIds(f, tokenizer, dir, cfg.vocabSize);
-    const T = ids.length, V = cfg.vocabSize;
+    const T = ids.length,
+      V = cfg.vocabSize;
     const cache = model.createCache(1, T);
     const tmp = `${file}.partial-${process.pid}`;
     const sink = createWriteStream(tmp);
-    const sinkDone = new Promise<void>((res, rej) => { sink.on('finish', res); sink.on('error', rej); });
+    const sinkDone = new Promise<void>((res, rej) => {
+      sink.on('finish', res);
+      sink.on('error', rej);
+    });
     try {
       // Streams the logits out chunk by chunk: [T, V] f32 never has to fit in memory at once.
       const step = Math.max(1, Math.min(model.chunk, Math.floor((64 << 20) / (V * 4))));
       for (let t0 = 0; t0 < T; t0 += step) {
         const n = Math.min(step, T - t0);
         const rows = Array.from({ length: n }, (_, i) => i);
-        const buf = model.forward({ ids: ids.slice(t0, t0 + n), slots: rows.map(() => 0), positions: rows.map((i) => t0 + i), logitRows: rows }, cache);
+        const buf = model.forward(
+          { ids: ids.slice(t0, t0 + n), slots: rows.map(() => 0), positions: rows.map((i) => t0 + i), logitRows: rows },
+          cache,
+        );
         const bytes = await gpu.read(buf, n * V * 4);
         gpu.releaseBuffer(buf);
         if (!sink.write(new Uint8Array(bytes))) await new Promise<void>((r) => sink.once('drain', () => r()));
@@ -107,18 +158,31 @@ async function logits(args: string[], out: NodeJS.WritableStream): Promise<void>
 
 async function generateCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
   const f = parse(args, {
-    model: { type: 'string' }, prompt: { type: 'string' }, 'prompt-tokens': { type: 'string' }, chat: { type: 'boolean' },
-    'max-new-tokens': { type: 'string' }, temperature: { type: 'string' }, 'top-p': { type: 'string' }, 'top-k': { type: 'string' },
-    seed: { type: 'string' }, 'print-tokens': { type: 'boolean' }, adapter: { type: 'string' }, ...ENGINE_FLAGS,
+    model: { type: 'string' },
+    prompt: { type: 'string' },
+    'prompt-tokens': { type: 'string' },
+    chat: { type: 'boolean' },
+    'max-new-tokens': { type: 'string' },
+    temperature: { type: 'string' },
+    'top-p': { type: 'string' },
+    'top-k': { type: 'string' },
+    seed: { type: 'string' },
+    'print-tokens': { type: 'boolean' },
+    adapter: { type: 'string' },
+    ...ENGINE_FLAGS,
   });
   const dir = str(f, 'model', true)!;
   const prompt = f.prompt === undefined ? undefined : String(f.prompt);
   const promptTokens = str(f, 'prompt-tokens');
-  if ((prompt === undefined) === (promptTokens === undefined)) throw new UsageError('give exactly one of --prompt or --prompt-tokens');
+  if ((prompt === undefined) === (promptTokens === undefined))
+    throw new UsageError('give exactly one of --prompt or --prompt-tokens');
   if (f.chat && prompt === undefined) throw new UsageError('--chat needs --prompt');
   const maxNewTokens = int(f, 'max-new-tokens', 128, 1);
   await requireDir(dir);
-  const [{ generate, validateSampling, samplingDefaults }, { nodeFolderSource }] = await Promise.all([import('../model/generate.ts'), import('../model/sources.node.ts')]);
+  const [{ generate, validateSampling, samplingDefaults }, { nodeFolderSource }] = await Promise.all([
+    import('../model/generate.ts'),
+    import('../model/sources.node.ts'),
+  ]);
   const defaults = await samplingDefaults(nodeFolderSource(dir));
   const sampling = {
     temperature: num(f, 'temperature', defaults.temperature),
@@ -126,15 +190,25 @@ async function generateCmd(args: string[], out: NodeJS.WritableStream): Promise<
     topK: int(f, 'top-k', defaults.topK, 0),
     seed: int(f, 'seed', 0, 0),
   };
-  try { validateSampling(sampling); } catch (e) { throw new UsageError((e as Error).message); }
+  try {
+    validateSampling(sampling);
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
 
   const { gpu, model, cfg, tokenizer } = await openModel(dir, str(f, 'adapter'), engineOptions(f));
   try {
     let ids: number[];
     if (promptTokens !== undefined) ids = tokenList(promptTokens, 'prompt-tokens');
     else {
-      if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}: --prompt needs the tokenizer files (or use --prompt-tokens)`);
-      const text = f.chat ? tokenizer.applyChatTemplate([{ role: 'user', content: prompt! }], { addGenerationPrompt: true }) : prompt!;
+      if (!tokenizer)
+        throw new ModelLoadError(
+          'tokenizer.json',
+          `not found in ${dir}: --prompt needs the tokenizer files (or use --prompt-tokens)`,
+        );
+      const text = f.chat
+        ? tokenizer.applyChatTemplate([{ role: 'user', content: prompt! }], { addGenerationPrompt: true })
+        : prompt!;
       ids = tokenizer.encode(text);
       if (ids.length === 0) throw new UsageError('--prompt encodes to no tokens');
     }
@@ -156,7 +230,9 @@ async function generateCmd(args: string[], out: NodeJS.WritableStream): Promise<
       if (streamer) out.write(streamer.flush());
       out.write('\n');
       const decodeS = (performance.now() - firstAt) / 1000;
-      process.stderr.write(`[${ids.length} prompt tokens, ${generated.length} generated; prefill+first token ${((firstAt - started) / 1000).toFixed(2)} s, decode ${generated.length > 1 ? ((generated.length - 1) / decodeS).toFixed(2) : '-'} tok/s on ${gpu.info.description || gpu.info.architecture || 'GPU'}]\n`);
+      process.stderr.write(
+        `[${ids.length} prompt tokens, ${generated.length} generated; prefill+first token ${((firstAt - started) / 1000).toFixed(2)} s, decode ${generated.length > 1 ? ((generated.length - 1) / decodeS).toFixed(2) : '-'} tok/s on ${gpu.info.description || gpu.info.architecture || 'GPU'}]\n`,
+      );
     }
   } finally {
     gpu.destroy();
@@ -177,7 +253,11 @@ const COMMANDS: Record<string, (args: string[], out: NodeJS.WritableStream) => P
 };
 
 /** Runs one command; returns the process exit code. Errors become one line on stderr. */
-export async function main(argv: string[], out: NodeJS.WritableStream = process.stdout, err: NodeJS.WritableStream = process.stderr): Promise<number> {
+export async function main(
+  argv: string[],
+  out: NodeJS.WritableStream = process.stdout,
+  err: NodeJS.WritableStream = process.stderr,
+): Promise<number> {
   const [cmd, ...args] = argv;
   if (!cmd || cmd === '--help' || cmd === '-h' || cmd === 'help') {
     out.write(HELP + '\n');
@@ -185,7 +265,9 @@ export async function main(argv: string[], out: NodeJS.WritableStream = process.
   }
   const run = COMMANDS[cmd];
   if (!run) {
-    err.write(`spyrl: error: unknown command "${cmd}" (commands: ${Object.keys(COMMANDS).join(', ')}; see spyrl --help)\n`);
+    err.write(
+      `spyrl: error: unknown command "${cmd}" (commands: ${Object.keys(COMMANDS).join(', ')}; see spyrl --help)\n`,
+    );
     return 2;
   }
   try {

@@ -36,7 +36,10 @@ const HUB = 'https://huggingface.co';
  * under the commit the revision resolves to (src/model/sources.ts hubSource).
  */
 export async function cliHubSource(repo: string, revision: string): Promise<ModelSource> {
-  const [{ hubSource }, { nodeFolderHubCache }] = await Promise.all([import('../model/sources.ts'), import('../model/sources.node.ts')]);
+  const [{ hubSource }, { nodeFolderHubCache }] = await Promise.all([
+    import('../model/sources.ts'),
+    import('../model/sources.node.ts'),
+  ]);
   const endpoint = (process.env.HF_ENDPOINT || HUB).replace(/\/+$/, '');
   const token = process.env.HF_TOKEN;
   const doFetch: typeof fetch = (input, init) => {
@@ -46,7 +49,8 @@ export async function cliHubSource(repo: string, revision: string): Promise<Mode
     if (token && new URL(url).origin === new URL(endpoint).origin) headers.set('authorization', `Bearer ${token}`);
     return fetch(url, { ...init, headers });
   };
-  const cacheDir = process.env.SPYRL_HUB_CACHE || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'spyrl', 'hub');
+  const cacheDir =
+    process.env.SPYRL_HUB_CACHE || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'spyrl', 'hub');
   return hubSource(repo, { revision, fetch: doFetch, cache: nodeFolderHubCache(cacheDir) });
 }
 
@@ -61,13 +65,18 @@ export async function openModelOrRepo(spec: string, engine?: EngineOptions) {
 async function openModelSource(source: ModelSource, adapterDir?: string, engine?: EngineOptions) {
   if (adapterDir) await requireDir(adapterDir, 'adapter folder');
   const [{ createGpu }, { nodeFolderSource }, { loadQwen3WithTokenizer }] = await Promise.all([
-    import('../gpu/index.ts'), import('../model/sources.node.ts'), import('../model/load.ts'),
+    import('../gpu/index.ts'),
+    import('../model/sources.node.ts'),
+    import('../model/load.ts'),
   ]);
   const gpu = await createGpu();
   try {
     const loaded = await loadQwen3WithTokenizer(gpu, source, { weights: engine?.weights, kv: engine?.kv });
     if (adapterDir) {
-      const [{ readAdapter }, { LoraAdapter }] = await Promise.all([import('../model/peft.ts'), import('../model/lora.ts')]);
+      const [{ readAdapter }, { LoraAdapter }] = await Promise.all([
+        import('../model/peft.ts'),
+        import('../model/lora.ts'),
+      ]);
       const { lora, tensors } = await readAdapter(nodeFolderSource(adapterDir), loaded.cfg);
       const adapter = new LoraAdapter(gpu, loaded.cfg, lora);
       adapter.setWeights(tensors);
@@ -81,14 +90,24 @@ async function openModelSource(source: ModelSource, adapterDir?: string, engine?
 }
 
 /** Token ids from --tokens or (with the model's tokenizer) --text. */
-export function inputIds(f: Flags, tokenizer: { encode(t: string): number[] } | null, dir: string, V: number): number[] {
+export function inputIds(
+  f: Flags,
+  tokenizer: { encode(t: string): number[] } | null,
+  dir: string,
+  V: number,
+): number[] {
   const tokensArg = str(f, 'tokens');
   const text = f.text === undefined ? undefined : String(f.text);
-  if ((tokensArg === undefined) === (text === undefined)) throw new UsageError('give exactly one of --tokens or --text');
+  if ((tokensArg === undefined) === (text === undefined))
+    throw new UsageError('give exactly one of --tokens or --text');
   let ids: number[];
   if (tokensArg !== undefined) ids = tokenList(tokensArg, 'tokens');
   else {
-    if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}: --text needs the tokenizer files (or use --tokens)`);
+    if (!tokenizer)
+      throw new ModelLoadError(
+        'tokenizer.json',
+        `not found in ${dir}: --text needs the tokenizer files (or use --tokens)`,
+      );
     ids = tokenizer.encode(text!);
     if (ids.length === 0) throw new UsageError('--text encodes to no tokens');
   }

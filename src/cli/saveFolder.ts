@@ -41,12 +41,20 @@ async function durableWrite(path: string, data: string | Uint8Array): Promise<vo
 async function syncDir(dir: string): Promise<void> {
   const fh = await open(dir, 'r').catch(() => null); // not every platform opens folders
   if (!fh) return;
-  try { await fh.sync(); } catch { /* best effort */ } finally { await fh.close(); }
+  try {
+    await fh.sync();
+  } catch {
+    /* best effort */
+  } finally {
+    await fh.close();
+  }
 }
 
 function checkName(name: string): void {
   if (!name || name === '.' || name === '..' || name.includes('/') || name.includes('\\') || name.includes('\0')) {
-    throw new Error(`refusing to write the file name ${JSON.stringify(name)}: only plain file names are allowed in a saved folder`);
+    throw new Error(
+      `refusing to write the file name ${JSON.stringify(name)}: only plain file names are allowed in a saved folder`,
+    );
   }
 }
 

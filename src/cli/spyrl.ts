@@ -10,8 +10,12 @@ import type { SpyRLConfig } from '../game/config.ts';
 import type { SpyDocument } from '../game/documents.ts';
 
 /** --docs FILE (.jsonl/.txt/.md) or the bundled GovReport sample (`bundled`, the default); `heldOut` (config evalHeldOut) reports held out. */
-async function loadDocs(spec: string | undefined, heldOut: number): Promise<{ train: SpyDocument[]; evalDocs: SpyDocument[] }> {
-  const { checkDocumentSize, readDocumentFile, splitGovReport, parseDocuments, GOVREPORT_PATH } = await import('../game/documents.ts');
+async function loadDocs(
+  spec: string | undefined,
+  heldOut: number,
+): Promise<{ train: SpyDocument[]; evalDocs: SpyDocument[] }> {
+  const { checkDocumentSize, readDocumentFile, splitGovReport, parseDocuments, GOVREPORT_PATH } =
+    await import('../game/documents.ts');
   if (!spec || spec === 'bundled' || spec === 'govreport') {
     const { readGovReportText } = await import('../game/govreport.node.ts');
     const split = splitGovReport(parseDocuments(await readGovReportText(), GOVREPORT_PATH), heldOut);
@@ -26,7 +30,10 @@ async function loadDocs(spec: string | undefined, heldOut: number): Promise<{ tr
   if (warning) process.stderr.write(`warning: ${warning}\n`);
   // With reference summaries and 3+ documents, hold out evalHeldOut of them for evaluation.
   if (docs.length >= 3 && docs.some((d) => d.summary)) {
-    const split = splitGovReport(docs.map((d) => ({ ...d, source: d.source ?? 'user' })), heldOut);
+    const split = splitGovReport(
+      docs.map((d) => ({ ...d, source: d.source ?? 'user' })),
+      heldOut,
+    );
     return { train: split.train, evalDocs: split.eval.filter((d) => d.summary) };
   }
   return { train: docs, evalDocs: [] };
@@ -36,8 +43,14 @@ async function readConfig(file: string | undefined, seed: number | undefined) {
   const { validateConfig } = await import('../game/config.ts');
   let raw: Record<string, unknown> = {};
   if (file) {
-    const text = await readFile(file, 'utf8').catch(() => { throw new ModelLoadError(file, 'config file not found'); });
-    try { raw = JSON.parse(text); } catch (e) { throw new ModelLoadError(file, `not valid JSON (${(e as Error).message})`); }
+    const text = await readFile(file, 'utf8').catch(() => {
+      throw new ModelLoadError(file, 'config file not found');
+    });
+    try {
+      raw = JSON.parse(text);
+    } catch (e) {
+      throw new ModelLoadError(file, `not valid JSON (${(e as Error).message})`);
+    }
   }
   if (seed !== undefined) raw = { ...raw, seed };
   try {
@@ -62,7 +75,9 @@ async function readFolder(dir: string): Promise<Record<string, Uint8Array | stri
  */
 function memoryPeaks(gpu: import('../gpu/index.ts').Gpu) {
   const loadedBytes = gpu.memory.inUseBytes; // the weights, before the adapter exists
-  let overall = 0, play = 0, update = 0;
+  let overall = 0,
+    play = 0,
+    update = 0;
   const take = () => {
     const m = gpu.memory;
     overall = Math.max(overall, m.peakBytes);
@@ -89,7 +104,9 @@ function memoryPeaks(gpu: import('../gpu/index.ts').Gpu) {
  * a --docs that would change the schedule.
  */
 const RUN_FILE = 'spyrl_run.json';
-interface RunDocsSpec { docs: { spec: string; sha256: string } }
+interface RunDocsSpec {
+  docs: { spec: string; sha256: string };
+}
 
 function docsSha256(docs: { train: SpyDocument[]; evalDocs: SpyDocument[] }): string {
   return createHash('sha256').update(JSON.stringify(docs)).digest('hex');
@@ -103,10 +120,16 @@ function docsSpecOf(spec: string | undefined): string {
 function parseRunFile(text: string | Uint8Array | undefined): RunDocsSpec | null {
   if (text === undefined) return null;
   let json: unknown;
-  try { json = JSON.parse(String(text)); } catch (e) { throw new ModelLoadError(RUN_FILE, `not valid JSON (${(e as Error).message})`); }
+  try {
+    json = JSON.parse(String(text));
+  } catch (e) {
+    throw new ModelLoadError(RUN_FILE, `not valid JSON (${(e as Error).message})`);
+  }
   const d = (json as { docs?: { spec?: unknown; sha256?: unknown } } | null)?.docs;
-  if (typeof d?.spec !== 'string' || !d.spec) throw new ModelLoadError(RUN_FILE, `field "docs.spec" must be a non-empty string, got ${JSON.stringify(d?.spec)}`);
-  if (typeof d.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(d.sha256)) throw new ModelLoadError(RUN_FILE, `field "docs.sha256" must be 64 hex digits, got ${JSON.stringify(d.sha256)}`);
+  if (typeof d?.spec !== 'string' || !d.spec)
+    throw new ModelLoadError(RUN_FILE, `field "docs.spec" must be a non-empty string, got ${JSON.stringify(d?.spec)}`);
+  if (typeof d.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(d.sha256))
+    throw new ModelLoadError(RUN_FILE, `field "docs.sha256" must be 64 hex digits, got ${JSON.stringify(d.sha256)}`);
   return { docs: { spec: d.spec, sha256: d.sha256 } };
 }
 
@@ -115,9 +138,8 @@ function parseRunFile(text: string | Uint8Array | undefined): RunDocsSpec | null
  * against the model): trainer state, run stamp, optimizer moments, pending rounds, run log.
  */
 async function checkCheckpoint(resume: Record<string, Uint8Array | string>): Promise<void> {
-  const [{ parseTrainerExtra, parsePending, parseRunLog }, { readOptimizerState }, { memorySource }] = await Promise.all([
-    import('../train/checkpoint.ts'), import('../model/peft.ts'), import('../model/sources.ts'),
-  ]);
+  const [{ parseTrainerExtra, parsePending, parseRunLog }, { readOptimizerState }, { memorySource }] =
+    await Promise.all([import('../train/checkpoint.ts'), import('../model/peft.ts'), import('../model/sources.ts')]);
   const st = await readOptimizerState(memorySource('checkpoint', new Map(Object.entries(resume))));
   parseTrainerExtra(st.extra);
   if (resume['pending_samples.json'] !== undefined) parsePending(String(resume['pending_samples.json']));
@@ -128,28 +150,47 @@ async function checkCheckpoint(resume: Record<string, Uint8Array | string>): Pro
  * The config of a resumed run is the checkpoint's spyrl_config.json. A --config or --seed that
  * would change it is refused, naming each differing setting (leave them out to continue).
  */
-async function resumedConfig(resume: Record<string, Uint8Array | string>, configFile: string | undefined, seed: number | undefined): Promise<SpyRLConfig> {
+async function resumedConfig(
+  resume: Record<string, Uint8Array | string>,
+  configFile: string | undefined,
+  seed: number | undefined,
+): Promise<SpyRLConfig> {
   const { parseSavedConfig, configDiff, configValues, describeDiff } = await import('../train/checkpoint.ts');
   const { CONFIG_FILE } = await import('../train/spyrl.ts');
   const text = resume[CONFIG_FILE];
-  if (text === undefined) throw new ModelLoadError(CONFIG_FILE, 'is missing from the --resume folder: a checkpoint of spyrl train holds the config it ran with');
+  if (text === undefined)
+    throw new ModelLoadError(
+      CONFIG_FILE,
+      'is missing from the --resume folder: a checkpoint of spyrl train holds the config it ran with',
+    );
   const saved = parseSavedConfig(String(text), CONFIG_FILE);
   if (configFile === undefined && seed === undefined) return saved;
   const asked = configFile === undefined ? { ...saved, seed: seed! } : await readConfig(configFile, seed);
   const diff = configDiff(saved, asked);
   if (diff.length) {
-    throw new UsageError(`--resume: ${configFile ? `--config ${configFile}` : '--seed'} would change the run: ${describeDiff(configValues(saved), configValues(asked), diff)}; leave ${configFile ? '--config' : '--seed'} out to continue with the checkpoint's ${CONFIG_FILE}`);
+    throw new UsageError(
+      `--resume: ${configFile ? `--config ${configFile}` : '--seed'} would change the run: ${describeDiff(configValues(saved), configValues(asked), diff)}; leave ${configFile ? '--config' : '--seed'} out to continue with the checkpoint's ${CONFIG_FILE}`,
+    );
   }
   return saved;
 }
 
-const fmtTime = (s: number) => (!Number.isFinite(s) ? '?' : s >= 60 ? `${Math.floor(s / 60)}m${Math.round(s % 60)}s` : `${s.toFixed(0)}s`);
+const fmtTime = (s: number) =>
+  !Number.isFinite(s) ? '?' : s >= 60 ? `${Math.floor(s / 60)}m${Math.round(s % 60)}s` : `${s.toFixed(0)}s`;
 
 export async function trainCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
   const f = parse(args, {
-    model: { type: 'string' }, docs: { type: 'string' }, rounds: { type: 'string' }, out: { type: 'string' },
-    config: { type: 'string' }, seed: { type: 'string' }, resume: { type: 'string' }, 'gpu-memory': { type: 'string' }, ...ENGINE_FLAGS,
-    'report-memory': { type: 'boolean' }, ...FORCE_FLAG,
+    model: { type: 'string' },
+    docs: { type: 'string' },
+    rounds: { type: 'string' },
+    out: { type: 'string' },
+    config: { type: 'string' },
+    seed: { type: 'string' },
+    resume: { type: 'string' },
+    'gpu-memory': { type: 'string' },
+    ...ENGINE_FLAGS,
+    'report-memory': { type: 'boolean' },
+    ...FORCE_FLAG,
   });
   const dir = str(f, 'model', true)!;
   const outDir = str(f, 'out', true)!;
@@ -164,13 +205,17 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
   // A checkpoint (trainer_state.json) fixes the config and documents; a bare PEFT adapter does not.
   const continuing = resume !== undefined && 'trainer_state.json' in resume;
   if (continuing) await checkCheckpoint(resume);
-  const config = continuing ? await resumedConfig(resume, str(f, 'config'), seed) : await readConfig(str(f, 'config'), seed);
+  const config = continuing
+    ? await resumedConfig(resume, str(f, 'config'), seed)
+    : await readConfig(str(f, 'config'), seed);
   const savedRun = continuing ? parseRunFile(resume[RUN_FILE]) : null;
   const docsSpec = str(f, 'docs') ?? savedRun?.docs.spec;
   const { train, evalDocs } = await loadDocs(docsSpec, config.evalHeldOut);
   const runFile: RunDocsSpec = { docs: { spec: docsSpecOf(docsSpec), sha256: docsSha256({ train, evalDocs }) } };
   if (savedRun && savedRun.docs.sha256 !== runFile.docs.sha256) {
-    throw new UsageError(`--resume: --docs ${docsSpec} would change the run: its documents differ from the checkpoint's (${savedRun.docs.spec}, sha256 ${savedRun.docs.sha256.slice(0, 12)}...); leave --docs out to continue with them`);
+    throw new UsageError(
+      `--resume: --docs ${docsSpec} would change the run: its documents differ from the checkpoint's (${savedRun.docs.spec}, sha256 ${savedRun.docs.sha256.slice(0, 12)}...); leave --docs out to continue with them`,
+    );
   }
   const runJson = JSON.stringify(runFile, null, 2) + '\n';
 
@@ -178,7 +223,8 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
   const engine = engineOptions(f);
   const { gpu, model, tokenizer } = await openModel(dir, undefined, engine);
   try {
-    if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}: the game needs the tokenizer and chat template`);
+    if (!tokenizer)
+      throw new ModelLoadError('tokenizer.json', `not found in ${dir}: the game needs the tokenizer and chat template`);
     // The round's memory plan (src/train/memory.ts), the same the app checks before loading.
     const { planRound, roundPlanOptions, checkPlanFits } = await import('../train/memory.ts');
     const evalCount = config.evalEvery > 0 ? evalDocs.filter((d) => d.summary).length : 0;
@@ -187,18 +233,31 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
     const peaks = f['report-memory'] ? memoryPeaks(gpu) : null;
     const tty = (process.stderr as { isTTY?: boolean }).isTTY;
     const trainer = await SpyRLTrainer.create({
-      model, tokenizer, config, train, evalDocs, resume, baseModel: dir,
+      model,
+      tokenizer,
+      config,
+      train,
+      evalDocs,
+      resume,
+      baseModel: dir,
       onEvent: (e) => {
         peaks?.onEvent(e);
-        if (e.type === 'update') out.write(`  update ${e.step}: loss ${e.loss.toFixed(4)}  kl ${e.kl === null ? 'off' : e.kl.toFixed(4)}${e.stages ? `  summaries ${e.stages.summary.loss.toFixed(4)} (grad share ${e.stages.summary.gradShare.toFixed(2)})  votes ${e.stages.vote.loss.toFixed(4)} (grad share ${e.stages.vote.gradShare.toFixed(2)})` : ''}  grad-norm ${e.gradNorm.toPrecision(4)}  lr ${e.lr.toExponential(2)}${e.skipped ? `  SKIPPED: ${e.reason}` : ''}\n`);
-        if (e.type === 'eval') out.write(`  eval: ROUGE-L base ${e.base.toFixed(4)}  adapter ${e.adapter.toFixed(4)}\n`);
+        if (e.type === 'update')
+          out.write(
+            `  update ${e.step}: loss ${e.loss.toFixed(4)}  kl ${e.kl === null ? 'off' : e.kl.toFixed(4)}${e.stages ? `  summaries ${e.stages.summary.loss.toFixed(4)} (grad share ${e.stages.summary.gradShare.toFixed(2)})  votes ${e.stages.vote.loss.toFixed(4)} (grad share ${e.stages.vote.gradShare.toFixed(2)})` : ''}  grad-norm ${e.gradNorm.toPrecision(4)}  lr ${e.lr.toExponential(2)}${e.skipped ? `  SKIPPED: ${e.reason}` : ''}\n`,
+          );
+        if (e.type === 'eval')
+          out.write(`  eval: ROUGE-L base ${e.base.toFixed(4)}  adapter ${e.adapter.toFixed(4)}\n`);
       },
     });
-    if (trainer.round >= rounds) throw new UsageError(`the resumed run has already played ${trainer.round} rounds; ask for more with --rounds`);
+    if (trainer.round >= rounds)
+      throw new UsageError(`the resumed run has already played ${trainer.round} rounds; ask for more with --rounds`);
     const written: string[] = []; // this run's checkpoint-N folders, kept when the final save replaces --out
     const started = performance.now();
     const first = trainer.round;
-    out.write(`spyrl train: ${train.length} training / ${evalDocs.length} held-out documents, group ${config.groupSize}, rounds ${first + 1}..${rounds}\n`);
+    out.write(
+      `spyrl train: ${train.length} training / ${evalDocs.length} held-out documents, group ${config.groupSize}, rounds ${first + 1}..${rounds}\n`,
+    );
     while (trainer.round < rounds) {
       const t0 = performance.now();
       const rec = await trainer.runRound();
@@ -211,7 +270,10 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
         `round ${rec.round + 1}/${rounds}  doc ${rec.documentId}  spy Player ${rec.spyLabel}  ${rec.metrics.spyCaught ? 'caught' : 'escaped'}  vote-acc ${rec.metrics.voteAccuracy.toFixed(2)}` +
           `  spy-suspicion ${rec.metrics.spySuspicion.toFixed(2)}  ${(summaryTokens / secs).toFixed(1)} tok/s  ${secs.toFixed(1)} s\n`,
       );
-      if (tty) process.stderr.write(`[${'#'.repeat(Math.round((trainer.round / rounds) * 24)).padEnd(24, '.')}] round ${trainer.round}/${rounds} ETA ${fmtTime(eta)}`);
+      if (tty)
+        process.stderr.write(
+          `[${'#'.repeat(Math.round((trainer.round / rounds) * 24)).padEnd(24, '.')}] round ${trainer.round}/${rounds} ETA ${fmtTime(eta)}`,
+        );
       if (config.checkpointEvery > 0 && trainer.round % config.checkpointEvery === 0 && trainer.round < rounds) {
         const name = `checkpoint-${trainer.round}`;
         await saveFolder(join(outDir, name), { ...(await trainer.checkpointFiles()), [RUN_FILE]: runJson });
@@ -223,15 +285,21 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
     await saveFolder(outDir, files, { keep: written });
     out.write(`wrote ${Object.keys(files).join(', ')} to ${outDir} (${CONFIG_FILE} is the config used)\n`);
     if (peaks) {
-      const planned = (names: string[]) => Math.max(0, ...plan.phases.filter((p) => names.includes(p.phase)).map((p) => p.total));
+      const planned = (names: string[]) =>
+        Math.max(0, ...plan.phases.filter((p) => names.includes(p.phase)).map((p) => p.total));
       const m = peaks.done();
-      out.write(JSON.stringify({
-        peakBytes: m.peakBytes, plannedBytes: plan.total, loadedBytes: m.loadedBytes, plannedWeightsBytes: plan.weights,
-        phases: {
-          play: { peakBytes: m.play, plannedBytes: planned(['summaries', 'reasons', 'votes']) },
-          update: { peakBytes: m.update, plannedBytes: planned(['update']) },
-        },
-      }) + '\n');
+      out.write(
+        JSON.stringify({
+          peakBytes: m.peakBytes,
+          plannedBytes: plan.total,
+          loadedBytes: m.loadedBytes,
+          plannedWeightsBytes: plan.weights,
+          phases: {
+            play: { peakBytes: m.play, plannedBytes: planned(['summaries', 'reasons', 'votes']) },
+            update: { peakBytes: m.update, plannedBytes: planned(['update']) },
+          },
+        }) + '\n',
+      );
     }
     trainer.destroy();
   } finally {

@@ -55,7 +55,11 @@ export function groupAdvantages(rewards: readonly number[], opts: Pick<Advantage
 export function updateSpyBaseline(state: SpyBaselineState, reward: number, window: number): SpyBaselineState {
   const alpha = Math.max(1 / (state.count + 1), 1 / window);
   const d = reward - state.mean;
-  return { count: state.count + 1, mean: state.mean + alpha * d, variance: (1 - alpha) * (state.variance + alpha * d * d) };
+  return {
+    count: state.count + 1,
+    mean: state.mean + alpha * d,
+    variance: (1 - alpha) * (state.variance + alpha * d * d),
+  };
 }
 
 export interface RoundAdvantages {
@@ -92,7 +96,10 @@ export function roundAdvantages(
     summary[spySeat] = (rSpy - spyBaseline) / scale;
   }
   const trained = voteRewards.map((r, s) => (r === null ? -1 : s)).filter((s) => s >= 0);
-  const voteAdv = groupAdvantages(trained.map((s) => voteRewards[s]!), cfg);
+  const voteAdv = groupAdvantages(
+    trained.map((s) => voteRewards[s]!),
+    cfg,
+  );
   const vote = voteRewards.map((): number | null => null);
   trained.forEach((s, i) => (vote[s] = voteAdv[i]!));
   return { summary, vote, spyBaseline, nextSpyBaseline: updateSpyBaseline(baseline, rSpy, cfg.spyBaselineWindow) };

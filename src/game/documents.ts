@@ -49,18 +49,23 @@ function parseJsonl(text: string, filename: string): SpyDocument[] {
     } catch (e) {
       throw new DocumentParseError(filename, lineNo, `not valid JSON (${(e as Error).message})`);
     }
-    if (typeof row !== 'object' || row === null || Array.isArray(row)) throw new DocumentParseError(filename, lineNo, 'each line must be a JSON object');
+    if (typeof row !== 'object' || row === null || Array.isArray(row))
+      throw new DocumentParseError(filename, lineNo, 'each line must be a JSON object');
     const r = row as Record<string, unknown>;
-    if (typeof r['report'] !== 'string') throw new DocumentParseError(filename, lineNo, 'needs a string field "report"');
+    if (typeof r['report'] !== 'string')
+      throw new DocumentParseError(filename, lineNo, 'needs a string field "report"');
     const report = normalizeText(r['report']).trim();
     if (report === '') throw new DocumentParseError(filename, lineNo, '"report" is empty');
     for (const k of ['summary', 'source'] as const) {
-      if (r[k] !== undefined && typeof r[k] !== 'string') throw new DocumentParseError(filename, lineNo, `"${k}" must be a string when present`);
+      if (r[k] !== undefined && typeof r[k] !== 'string')
+        throw new DocumentParseError(filename, lineNo, `"${k}" must be a string when present`);
     }
     const rawId = r['id'];
-    if (rawId !== undefined && typeof rawId !== 'string' && typeof rawId !== 'number') throw new DocumentParseError(filename, lineNo, '"id" must be a string or a number when present');
+    if (rawId !== undefined && typeof rawId !== 'string' && typeof rawId !== 'number')
+      throw new DocumentParseError(filename, lineNo, '"id" must be a string or a number when present');
     const id = rawId === undefined ? `${baseName(filename)}:${lineNo}` : String(rawId);
-    if (seen.has(id)) throw new DocumentParseError(filename, lineNo, `duplicate id "${id}" (first on line ${seen.get(id)})`);
+    if (seen.has(id))
+      throw new DocumentParseError(filename, lineNo, `duplicate id "${id}" (first on line ${seen.get(id)})`);
     seen.set(id, lineNo);
     const doc: SpyDocument = { id, report };
     if (typeof r['source'] === 'string') doc.source = r['source'];
@@ -85,7 +90,11 @@ function megabytes(bytes: number): string {
 /** Refuses a document file (or paste) over DOCUMENT_MAX_BYTES, naming its size and the cap. */
 export function checkDocumentSize(bytes: number, filename: string): void {
   if (bytes > DOCUMENT_MAX_BYTES) {
-    throw new DocumentParseError(filename, null, `is ${megabytes(bytes)}; the cap is ${megabytes(DOCUMENT_MAX_BYTES)} per file`);
+    throw new DocumentParseError(
+      filename,
+      null,
+      `is ${megabytes(bytes)}; the cap is ${megabytes(DOCUMENT_MAX_BYTES)} per file`,
+    );
   }
 }
 
@@ -128,7 +137,10 @@ export function decodeDocumentBytes(bytes: Uint8Array, filename: string): Decode
   let decodedFffd = 0;
   for (let i = text.indexOf('\uFFFD'); i >= 0; i = text.indexOf('\uFFFD', i + 1)) decodedFffd++;
   const replaced = Math.max(0, decodedFffd - countEncodedReplacementChars(bytes));
-  const warning = replaced > 0 ? `${filename}: ${replaced} byte sequence${replaced === 1 ? '' : 's'} not valid UTF-8, read as \uFFFD` : null;
+  const warning =
+    replaced > 0
+      ? `${filename}: ${replaced} byte sequence${replaced === 1 ? '' : 's'} not valid UTF-8, read as \uFFFD`
+      : null;
   return { text, replaced, warning };
 }
 
@@ -175,13 +187,16 @@ export const DEFAULT_HELD_OUT = 6;
  * At least one document always stays for training. Both lists keep the input order.
  */
 export function splitGovReport(docs: readonly SpyDocument[], heldOut = DEFAULT_HELD_OUT): DocumentSplit {
-  if (!Number.isSafeInteger(heldOut) || heldOut < 0) throw new RangeError(`the held-out count must be a non-negative integer, got ${heldOut}`);
+  if (!Number.isSafeInteger(heldOut) || heldOut < 0)
+    throw new RangeError(`the held-out count must be a non-negative integer, got ${heldOut}`);
   const bySource = new Map<string, number[]>();
   docs.forEach((d, i) => {
     if (d.source === undefined || !d.summary) return;
     bySource.set(d.source, [...(bySource.get(d.source) ?? []), i]);
   });
-  const queues = [...bySource.keys()].sort().map((k) => bySource.get(k)!.sort((a, b) => docs[a]!.report.length - docs[b]!.report.length || a - b));
+  const queues = [...bySource.keys()]
+    .sort()
+    .map((k) => bySource.get(k)!.sort((a, b) => docs[a]!.report.length - docs[b]!.report.length || a - b));
   const want = Math.min(heldOut, docs.length - 1);
   const held = new Set<number>();
   while (held.size < want && queues.some((q) => q.length > 0)) {
@@ -229,13 +244,21 @@ export interface BudgetedText {
 export const PRECUT_CHARS_PER_TOKEN = 8;
 
 /** The prefix of `report` tokenized for `budget`: up to budget × 8 characters, ending at a sentence end or else whitespace. */
-export function precutReport(report: string, budget: number): { text: string; snappedTo: DocumentCut['snappedTo'] } | null {
+export function precutReport(
+  report: string,
+  budget: number,
+): { text: string; snappedTo: DocumentCut['snappedTo'] } | null {
   const limit = budget * PRECUT_CHARS_PER_TOKEN;
   if (report.length <= limit) return null;
   const window = report.slice(0, limit + 64); // a little lookahead so an end at `limit` is judged in context
-  const sentence = sentenceEnds(window).filter((e) => e <= limit).pop();
-  if (sentence !== undefined && sentence >= limit / 2) return { text: report.slice(0, sentence), snappedTo: 'sentence' };
-  const word = wordEnds(window).filter((e) => e <= limit).pop();
+  const sentence = sentenceEnds(window)
+    .filter((e) => e <= limit)
+    .pop();
+  if (sentence !== undefined && sentence >= limit / 2)
+    return { text: report.slice(0, sentence), snappedTo: 'sentence' };
+  const word = wordEnds(window)
+    .filter((e) => e <= limit)
+    .pop();
   if (word !== undefined && word >= limit / 2) return { text: report.slice(0, word), snappedTo: 'word' };
   return { text: report.slice(0, snapBack(report, limit)), snappedTo: 'char' };
 }
@@ -251,7 +274,8 @@ const FIT_CACHE_ENTRIES = 64;
  * (tokenizer, budget, report) and frozen: callers share it.
  */
 export function fitToBudget(report: string, tokenizer: GameTokenizer, budget: number): BudgetedText {
-  if (!Number.isSafeInteger(budget) || budget < 1) throw new RangeError(`docTokenBudget must be a positive integer, got ${budget}`);
+  if (!Number.isSafeInteger(budget) || budget < 1)
+    throw new RangeError(`docTokenBudget must be a positive integer, got ${budget}`);
   let perTokenizer = fitCache.get(tokenizer);
   if (!perTokenizer) fitCache.set(tokenizer, (perTokenizer = new Map()));
   let perBudget = perTokenizer.get(budget);
@@ -300,13 +324,15 @@ function fitUncached(report: string, tokenizer: GameTokenizer, budget: number): 
       const text = source.slice(0, ends[k]).trimEnd();
       if (text === '') return null;
       const kept = tokenizer.encodeText(text);
-      if (kept.length <= budget) return { text, tokenIds: kept, cut: { ...total(kept.length), charOffset: text.length, snappedTo } };
+      if (kept.length <= budget)
+        return { text, tokenIds: kept, cut: { ...total(kept.length), charOffset: text.length, snappedTo } };
     }
     return null;
   };
   const charEnds: number[] = [];
   for (let p = snapBack(source, limit); p > 0 && charEnds.length < 8; p = snapBack(source, p - 1)) charEnds.unshift(p);
-  const fit = tryEnds(sentenceEnds(source), 'sentence') ?? tryEnds(wordEnds(source), 'word') ?? tryEnds(charEnds, 'char');
+  const fit =
+    tryEnds(sentenceEnds(source), 'sentence') ?? tryEnds(wordEnds(source), 'word') ?? tryEnds(charEnds, 'char');
   if (!fit) throw new RangeError(`cannot fit any prefix of the report into ${budget} tokens`);
   return fit;
 }
@@ -317,8 +343,11 @@ function fitUncached(report: string, tokenizer: GameTokenizer, budget: number): 
 /** Round r plays documents in epochs: each epoch is a seeded shuffle, so resuming needs only (seed, round). */
 export function documentForRound<T>(docs: readonly T[], round: number, seed: number | string): T {
   if (docs.length === 0) throw new RangeError('no training documents');
-  if (!Number.isSafeInteger(round) || round < 0) throw new RangeError(`round must be a non-negative integer, got ${round}`);
+  if (!Number.isSafeInteger(round) || round < 0)
+    throw new RangeError(`round must be a non-negative integer, got ${round}`);
   const epoch = Math.floor(round / docs.length);
-  const order = Rng.fromSeed(seed).fork(`documents/epoch-${epoch}`).shuffle(docs.map((_, i) => i));
+  const order = Rng.fromSeed(seed)
+    .fork(`documents/epoch-${epoch}`)
+    .shuffle(docs.map((_, i) => i));
   return docs[order[round % docs.length]!]!;
 }

@@ -50,7 +50,13 @@ interface Candidate {
  * target (ties: the shorter span); kept when within tolerance and, for reports of 2+ tokens,
  * when something of the report remains.
  */
-function candidateSpans(cuts: number[], tokensAt: (pos: number) => number, target: number, tol: number, total: number): Candidate[] {
+function candidateSpans(
+  cuts: number[],
+  tokensAt: (pos: number) => number,
+  target: number,
+  tol: number,
+  total: number,
+): Candidate[] {
   const out: Candidate[] = [];
   let j = 1;
   for (let i = 0; i < cuts.length - 1; i++) {
@@ -60,7 +66,8 @@ function candidateSpans(cuts: number[], tokensAt: (pos: number) => number, targe
     let best = j;
     if (j + 1 < cuts.length && tokensAt(cuts[j + 1]!) - t0 - target < target - (tokensAt(cuts[j]!) - t0)) best = j + 1;
     const count = tokensAt(cuts[best]!) - t0;
-    if (count > 0 && Math.abs(count - target) <= tol && (total < 2 || count < total)) out.push({ start: cuts[i]!, end: cuts[best]! });
+    if (count > 0 && Math.abs(count - target) <= tol && (total < 2 || count < total))
+      out.push({ start: cuts[i]!, end: cuts[best]! });
   }
   return out;
 }

@@ -51,15 +51,26 @@ export interface ChatPrompt {
  * encodeChat keeps special-token matching off for them, so only the chat template's own markers
  * are control tokens and a summary cannot close the voter's turn by writing "<|im_end|>".
  */
-export function renderPrompt(tokenizer: GameTokenizer, messages: ChatMessage[], prefill: string, cfg: Pick<PromptConfig, 'enableThinking'>): ChatPrompt {
-  const { text, tokenIds } = tokenizer.encodeChat(messages, { addGenerationPrompt: true, enableThinking: cfg.enableThinking }, prefill);
+export function renderPrompt(
+  tokenizer: GameTokenizer,
+  messages: ChatMessage[],
+  prefill: string,
+  cfg: Pick<PromptConfig, 'enableThinking'>,
+): ChatPrompt {
+  const { text, tokenIds } = tokenizer.encodeChat(
+    messages,
+    { addGenerationPrompt: true, enableThinking: cfg.enableThinking },
+    prefill,
+  );
   return { messages, prefill, text, tokenIds, kvShare: null };
 }
 
 /** Marks every prompt after `source` with the prefix it shares with prompts[source]. */
 export function shareKvPrefix(prompts: ChatPrompt[], source: number): ChatPrompt[] {
   const src = prompts[source]!;
-  return prompts.map((p, i) => (i === source ? p : { ...p, kvShare: { source, tokens: commonPrefixLength(src.tokenIds, p.tokenIds) } }));
+  return prompts.map((p, i) =>
+    i === source ? p : { ...p, kvShare: { source, tokens: commonPrefixLength(src.tokenIds, p.tokenIds) } },
+  );
 }
 
 export function summaryMessages(report: string, cfg: PromptConfig): ChatMessage[] {
@@ -73,7 +84,13 @@ export interface SummaryPrompts {
   sharedPrefixTokens: number;
 }
 
-export function summaryPrompts(tokenizer: GameTokenizer, roles: Roles, civilianText: string, spyText: string, cfg: PromptConfig): SummaryPrompts {
+export function summaryPrompts(
+  tokenizer: GameTokenizer,
+  roles: Roles,
+  civilianText: string,
+  spyText: string,
+  cfg: PromptConfig,
+): SummaryPrompts {
   const civilian = renderPrompt(tokenizer, summaryMessages(civilianText, cfg), '', cfg);
   const spy = renderPrompt(tokenizer, summaryMessages(spyText, cfg), '', cfg);
   const firstCivilian = roles.spySeat === 0 ? 1 : 0;
@@ -90,7 +107,14 @@ function listedSummary(text: string): string {
   return t === '' ? '(no summary)' : t;
 }
 
-export function voteMessages(report: string, summaries: readonly string[], roles: Roles, voterSeat: number, question: string, cfg: PromptConfig): ChatMessage[] {
+export function voteMessages(
+  report: string,
+  summaries: readonly string[],
+  roles: Roles,
+  voterSeat: number,
+  question: string,
+  cfg: PromptConfig,
+): ChatMessage[] {
   const listed = seatsByLabel(roles)
     .map((seat) => `${playerName(roles.labels[seat]!)}: ${listedSummary(summaries[seat] ?? '')}`)
     .join('\n\n');
@@ -110,10 +134,26 @@ export interface VotePromptInput {
 }
 
 /** The prompts that ask each seat for a free-text reason (voteReason mode). */
-export function reasonPrompts(tokenizer: GameTokenizer, input: Omit<VotePromptInput, 'reasons'>, cfg: PromptConfig): ChatPrompt[] {
+export function reasonPrompts(
+  tokenizer: GameTokenizer,
+  input: Omit<VotePromptInput, 'reasons'>,
+  cfg: PromptConfig,
+): ChatPrompt[] {
   const { roles } = input;
   const prompts = Array.from({ length: roles.groupSize }, (_, seat) =>
-    renderPrompt(tokenizer, voteMessages(seat === roles.spySeat ? input.spyText : input.civilianText, input.summaries, roles, seat, cfg.reasonQuestion, cfg), '', cfg),
+    renderPrompt(
+      tokenizer,
+      voteMessages(
+        seat === roles.spySeat ? input.spyText : input.civilianText,
+        input.summaries,
+        roles,
+        seat,
+        cfg.reasonQuestion,
+        cfg,
+      ),
+      '',
+      cfg,
+    ),
   );
   return shareKvPrefix(prompts, roles.spySeat === 0 ? 1 : 0);
 }
@@ -130,7 +170,9 @@ export function votePrompts(tokenizer: GameTokenizer, input: VotePromptInput, cf
   const prompts = Array.from({ length: roles.groupSize }, (_, seat) => {
     const report = seat === roles.spySeat ? input.spyText : input.civilianText;
     const question = reasons ? cfg.reasonQuestion : cfg.voteQuestion;
-    const prefill = reasons ? `${cleanReason(reasons[seat] ?? '')}${REASON_VOTE_SEPARATOR}${VOTE_ANSWER_PREFIX}` : VOTE_ANSWER_PREFIX;
+    const prefill = reasons
+      ? `${cleanReason(reasons[seat] ?? '')}${REASON_VOTE_SEPARATOR}${VOTE_ANSWER_PREFIX}`
+      : VOTE_ANSWER_PREFIX;
     return renderPrompt(tokenizer, voteMessages(report, input.summaries, roles, seat, question, cfg), prefill, cfg);
   });
   return shareKvPrefix(prompts, roles.spySeat === 0 ? 1 : 0);
@@ -147,7 +189,9 @@ export function labelTokenIds(tokenizer: GameTokenizer, maxLabel: number): numbe
   for (let k = 1; k <= maxLabel; k++) {
     const ids = tokenizer.encode(`${VOTE_ANSWER_PREFIX}${k}`);
     if (ids.length !== prefix.length + 1 || commonPrefixLength(ids, prefix) !== prefix.length) {
-      throw new RangeError(`"${VOTE_ANSWER_PREFIX}${k}" does not tokenize as "${VOTE_ANSWER_PREFIX}" plus one token (${JSON.stringify(ids)}): votes need one token per label`);
+      throw new RangeError(
+        `"${VOTE_ANSWER_PREFIX}${k}" does not tokenize as "${VOTE_ANSWER_PREFIX}" plus one token (${JSON.stringify(ids)}): votes need one token per label`,
+      );
     }
     out.push(ids[ids.length - 1]!);
   }

@@ -39,7 +39,11 @@ export function summaryFormat(text: string, truncated: boolean): FormatFlags {
 }
 
 export function formatPenalty(f: FormatFlags, cfg: RewardConfig): number {
-  return (f.empty ? cfg.emptyPenalty : 0) + (f.multiParagraph ? cfg.multiParagraphPenalty : 0) + (f.truncated ? cfg.truncatedPenalty : 0);
+  return (
+    (f.empty ? cfg.emptyPenalty : 0) +
+    (f.multiParagraph ? cfg.multiParagraphPenalty : 0) +
+    (f.truncated ? cfg.truncatedPenalty : 0)
+  );
 }
 
 export interface RoundRewards {
@@ -63,7 +67,12 @@ function probOf(v: Vote, seat: number): number {
 }
 
 /** votes[seat] is seat's own vote; formats[seat] its summary's format flags. */
-export function computeRewards(votes: readonly Vote[], spySeat: number, formats: readonly FormatFlags[], cfg: RewardConfig): RoundRewards {
+export function computeRewards(
+  votes: readonly Vote[],
+  spySeat: number,
+  formats: readonly FormatFlags[],
+  cfg: RewardConfig,
+): RoundRewards {
   const n = votes.length;
   if (formats.length !== n) throw new RangeError(`${formats.length} summaries for ${n} votes`);
   votes.forEach((v, seat) => {
@@ -71,7 +80,9 @@ export function computeRewards(votes: readonly Vote[], spySeat: number, formats:
   });
   const others = n - 1;
   const suspicion = votes.map((_, s) => votes.filter((v) => v.voter !== s && v.chosen === s).length / others);
-  const expectedSuspicion = votes.map((_, s) => votes.reduce((acc, v) => acc + (v.voter === s ? 0 : probOf(v, s)), 0) / others);
+  const expectedSuspicion = votes.map(
+    (_, s) => votes.reduce((acc, v) => acc + (v.voter === s ? 0 : probOf(v, s)), 0) / others,
+  );
   const penalties = formats.map((f) => formatPenalty(f, cfg));
   const susp = cfg.useExpectedVotes ? expectedSuspicion : suspicion;
   const summary = susp.map((x, s) => cfg.evadeSuspicion * (1 - x) - penalties[s]!);
@@ -81,7 +92,14 @@ export function computeRewards(votes: readonly Vote[], spySeat: number, formats:
   const expectedVote = votes.map((v): number | null => {
     if (v.voter !== spySeat) return cfg.catchSpy * probOf(v, spySeat);
     if (cfg.spyVote === 0) return null;
-    return cfg.spyVote * spyVote.candidates.reduce((acc, c, i) => acc + spyVote.probs[i]! * civilians.reduce((a, w) => a + probOf(w, c), 0), 0) / others;
+    return (
+      (cfg.spyVote *
+        spyVote.candidates.reduce(
+          (acc, c, i) => acc + spyVote.probs[i]! * civilians.reduce((a, w) => a + probOf(w, c), 0),
+          0,
+        )) /
+      others
+    );
   });
   const castVote = votes.map((v): number | null => {
     if (v.voter !== spySeat) return v.chosen === spySeat ? cfg.catchSpy : 0;

@@ -57,7 +57,8 @@ export class Rng {
   /** A non-negative safe integer or any string (hashed). */
   static fromSeed(seed: number | string): Rng {
     if (typeof seed === 'string') return new Rng(expandSeed(hashString(seed), hashString(`#${seed}`)));
-    if (!Number.isSafeInteger(seed) || seed < 0) throw new RangeError(`Rng seed must be a non-negative safe integer or a string, got ${seed}`);
+    if (!Number.isSafeInteger(seed) || seed < 0)
+      throw new RangeError(`Rng seed must be a non-negative safe integer or a string, got ${seed}`);
     return new Rng(expandSeed(seed >>> 0, Math.floor(seed / 2 ** 32) >>> 0));
   }
 
@@ -96,7 +97,8 @@ export class Rng {
 
   /** Uniform integer in [0, n), unbiased (rejection sampling). */
   int(n: number): number {
-    if (!Number.isSafeInteger(n) || n <= 0 || n > 2 ** 32) throw new RangeError(`Rng.int needs an integer in 1..2^32, got ${n}`);
+    if (!Number.isSafeInteger(n) || n <= 0 || n > 2 ** 32)
+      throw new RangeError(`Rng.int needs an integer in 1..2^32, got ${n}`);
     const limit = 2 ** 32 - (2 ** 32 % n); // largest multiple of n that fits
     for (;;) {
       const x = this.nextUint32();
@@ -120,8 +122,13 @@ export class Rng {
   fork(label: string): Rng {
     const h = hashString(label);
     const s = this.s;
-    const words = [0, 1, 2, 3].map((i) => fmix32((s[i]! ^ fmix32(h + Math.imul(i + 1, 0x9e3779b9))) >>> 0) ^ rotl(s[(i + 1) & 3]!, 13));
-    const mixed = expandSeed(fmix32((words[0]! ^ words[2]!) >>> 0), fmix32((words[1]! ^ words[3]! ^ hashString(`${label}/fork`)) >>> 0));
+    const words = [0, 1, 2, 3].map(
+      (i) => fmix32((s[i]! ^ fmix32(h + Math.imul(i + 1, 0x9e3779b9))) >>> 0) ^ rotl(s[(i + 1) & 3]!, 13),
+    );
+    const mixed = expandSeed(
+      fmix32((words[0]! ^ words[2]!) >>> 0),
+      fmix32((words[1]! ^ words[3]! ^ hashString(`${label}/fork`)) >>> 0),
+    );
     // Fold all four parent words in so two parents differing in any word fork differently.
     const out = mixed.map((w, i) => (w ^ words[i]!) >>> 0);
     if (!out.some((w) => w !== 0)) out[0] = 1;

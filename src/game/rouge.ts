@@ -11,7 +11,10 @@ export interface RougeScore {
 }
 
 export function rougeTokenize(text: string, useStemmer = false): string[] {
-  const tokens = text.toLowerCase().replace(/[^a-z0-9]+/g, ' ').split(/\s+/);
+  const tokens = text
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, ' ')
+    .split(/\s+/);
   return tokens.map((t) => (useStemmer && t.length > 3 ? porterStem(t) : t)).filter((t) => /^[a-z0-9]+$/.test(t));
 }
 
@@ -85,6 +88,9 @@ export interface RougeScores {
 export function rougeScores(target: string, prediction: string, opts: { useStemmer?: boolean } = {}): RougeScores {
   const t = rougeTokenize(target, opts.useStemmer);
   const p = rougeTokenize(prediction, opts.useStemmer);
-  const l = t.length === 0 || p.length === 0 ? { precision: 0, recall: 0, fmeasure: 0 } : fromOverlap(lcsLength(t, p), p.length, t.length);
+  const l =
+    t.length === 0 || p.length === 0
+      ? { precision: 0, recall: 0, fmeasure: 0 }
+      : fromOverlap(lcsLength(t, p), p.length, t.length);
   return { rouge1: rougeNTokens(t, p, 1), rouge2: rougeNTokens(t, p, 2), rougeL: l };
 }

@@ -195,7 +195,8 @@ function seeds(rng: Rng, n: number): number[] {
 function checkGenerations(gens: Generation[], n: number, what: string): void {
   if (gens.length !== n) throw new RangeError(`policy.generate returned ${gens.length} ${what} for ${n} prompts`);
   gens.forEach((g, i) => {
-    if (g.tokenIds.length !== g.logprobs.length) throw new RangeError(`${what}[${i}]: ${g.tokenIds.length} tokens but ${g.logprobs.length} log-probs`);
+    if (g.tokenIds.length !== g.logprobs.length)
+      throw new RangeError(`${what}[${i}]: ${g.tokenIds.length} tokens but ${g.logprobs.length} log-probs`);
   });
 }
 
@@ -208,14 +209,23 @@ export async function playRound(ctx: RoundContext, policy: Policy): Promise<Roun
   const N = cfg.groupSize;
 
   const doc = budgeted(ctx.document, tokenizer, cfg.docTokenBudget);
-  const masked = maskSpan(doc.text, tokenizer, { maskRatio: cfg.maskRatio, mode: cfg.maskMode, rng: rng.fork('mask'), placeholder: cfg.maskPlaceholder });
+  const masked = maskSpan(doc.text, tokenizer, {
+    maskRatio: cfg.maskRatio,
+    mode: cfg.maskMode,
+    rng: rng.fork('mask'),
+    placeholder: cfg.maskPlaceholder,
+  });
   const roles = assignRoles(N, rng.fork('roles'));
   const { spySeat, labels } = roles;
 
   // Performing stage.
   const sp = summaryPrompts(tokenizer, roles, masked.full, masked.spyText, cfg.prompts);
   const sampling = { temperature: cfg.sampling.temperature, topP: cfg.sampling.topP, topK: cfg.sampling.topK };
-  const gens = await policy.generate(sp.prompts, { maxTokens: cfg.summaryMaxTokens, ...sampling, seeds: seeds(rng.fork('summary-seeds'), N) });
+  const gens = await policy.generate(sp.prompts, {
+    maxTokens: cfg.summaryMaxTokens,
+    ...sampling,
+    seeds: seeds(rng.fork('summary-seeds'), N),
+  });
   checkGenerations(gens, N, 'summaries');
   const t1 = clock?.();
   const texts = gens.map((g) => g.text);
@@ -227,7 +237,11 @@ export async function playRound(ctx: RoundContext, policy: Policy): Promise<Roun
   let reasonGens: { prompts: ChatPrompt[]; gens: Generation[] } | null = null;
   if (cfg.voteReason) {
     const rp = reasonPrompts(tokenizer, voteInput, cfg.prompts);
-    const rg = await policy.generate(rp, { maxTokens: cfg.voteReasonMaxTokens, ...sampling, seeds: seeds(rng.fork('reason-seeds'), N) });
+    const rg = await policy.generate(rp, {
+      maxTokens: cfg.voteReasonMaxTokens,
+      ...sampling,
+      seeds: seeds(rng.fork('reason-seeds'), N),
+    });
     checkGenerations(rg, N, 'reasons');
     reasons = rg.map((g) => cleanReason(g.text));
     reasonGens = { prompts: rp, gens: rg };
@@ -260,13 +274,23 @@ export async function playRound(ctx: RoundContext, policy: Policy): Promise<Roun
     spyLabel: labels[spySeat]!,
     labels: [...labels],
     cut: doc.cut,
-    mask: { mode: masked.mode, totalTokens: masked.totalTokens, targetTokens: masked.targetTokens, ratio: masked.ratio, span: masked.span },
+    mask: {
+      mode: masked.mode,
+      totalTokens: masked.totalTokens,
+      targetTokens: masked.targetTokens,
+      ratio: masked.ratio,
+      span: masked.span,
+    },
     prompts: {
       civilianSummaryTokens: sp.prompts[spySeat === 0 ? 1 : 0]!.tokenIds.length,
       spySummaryTokens: sp.prompts[spySeat]!.tokenIds.length,
       sharedPrefixTokens: sp.sharedPrefixTokens,
       voteTokens: vp.map((p) => p.tokenIds.length),
-      texts: { civilianSummary: sp.prompts[spySeat === 0 ? 1 : 0]!.text, spySummary: sp.prompts[spySeat]!.text, votes: vp.map((p) => p.text) },
+      texts: {
+        civilianSummary: sp.prompts[spySeat === 0 ? 1 : 0]!.text,
+        spySummary: sp.prompts[spySeat]!.text,
+        votes: vp.map((p) => p.text),
+      },
     },
     summaries: gens.map((g, seat) => ({
       seat,
@@ -289,7 +313,12 @@ export async function playRound(ctx: RoundContext, policy: Policy): Promise<Roun
       reason: reasons ? reasons[v.voter]! : null,
     })),
     rewards,
-    advantages: { summary: adv.summary, vote: adv.vote, spyBaseline: adv.spyBaseline, spyBaselineCount: ctx.spyBaseline.count },
+    advantages: {
+      summary: adv.summary,
+      vote: adv.vote,
+      spyBaseline: adv.spyBaseline,
+      spyBaselineCount: ctx.spyBaseline.count,
+    },
     metrics: {
       spyCaught: voteCounts.every((c, s) => s === spySeat || c < voteCounts[spySeat]!),
       voteAccuracy: mean(civilianVotes.map((v) => (v.chosen === spySeat ? 1 : 0))),

@@ -4,11 +4,17 @@
 import type { Qwen3Tokenizer } from '../model/tokenizer.ts';
 
 /** The part of the tokenizer the game uses; a scripted test tokenizer can implement it. */
-export type GameTokenizer = Pick<Qwen3Tokenizer, 'encode' | 'encodeText' | 'encodeChat' | 'decode' | 'idToToken' | 'applyChatTemplate'>;
+export type GameTokenizer = Pick<
+  Qwen3Tokenizer,
+  'encode' | 'encodeText' | 'encodeChat' | 'decode' | 'idToToken' | 'applyChatTemplate'
+>;
 
 /** Documents enter the game NFC-normalised, as the Qwen3 tokenizer's normalizer would see them. */
 export function normalizeText(text: string): string {
-  return text.replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n').normalize('NFC');
+  return text
+    .replace(/^\uFEFF/, '')
+    .replace(/\r\n?/g, '\n')
+    .normalize('NFC');
 }
 
 const MARK = /^[\p{M}\u200D]/u; // combining marks (incl. variation selectors) and ZWJ attach to the previous character
@@ -53,9 +59,51 @@ export function snapForward(text: string, i: number): number {
 }
 
 const ABBREVIATIONS = new Set([
-  'mr', 'mrs', 'ms', 'dr', 'prof', 'st', 'jr', 'sr', 'no', 'nos', 'vs', 'etc', 'inc', 'ltd', 'co', 'corp',
-  'fig', 'sec', 'secs', 'pp', 'vol', 'gen', 'gov', 'sen', 'rep', 'reps', 'dept', 'approx', 'est', 'al',
-  'jan', 'feb', 'mar', 'apr', 'jun', 'jul', 'aug', 'sep', 'sept', 'oct', 'nov', 'dec', 'e.g', 'i.e', 'u.s',
+  'mr',
+  'mrs',
+  'ms',
+  'dr',
+  'prof',
+  'st',
+  'jr',
+  'sr',
+  'no',
+  'nos',
+  'vs',
+  'etc',
+  'inc',
+  'ltd',
+  'co',
+  'corp',
+  'fig',
+  'sec',
+  'secs',
+  'pp',
+  'vol',
+  'gen',
+  'gov',
+  'sen',
+  'rep',
+  'reps',
+  'dept',
+  'approx',
+  'est',
+  'al',
+  'jan',
+  'feb',
+  'mar',
+  'apr',
+  'jun',
+  'jul',
+  'aug',
+  'sep',
+  'sept',
+  'oct',
+  'nov',
+  'dec',
+  'e.g',
+  'i.e',
+  'u.s',
 ]);
 const LATIN_TERMINATOR = /[.!?]/;
 const CJK_TERMINATOR = /[。！？]/;
@@ -93,7 +141,11 @@ export function sentenceEnds(text: string): number[] {
     const cjk = CJK_TERMINATOR.test(c);
     if (!cjk && !LATIN_TERMINATOR.test(c)) continue;
     let e = i + 1;
-    while (e < n && (CLOSER.test(text[e]!) || (cjk && CJK_TERMINATOR.test(text[e]!)) || (!cjk && LATIN_TERMINATOR.test(text[e]!)))) e++;
+    while (
+      e < n &&
+      (CLOSER.test(text[e]!) || (cjk && CJK_TERMINATOR.test(text[e]!)) || (!cjk && LATIN_TERMINATOR.test(text[e]!)))
+    )
+      e++;
     if (e >= n) break;
     if (!cjk) {
       if (!/\s/.test(text[e]!)) continue; // "3.5", "e.g.," and URLs are not ends
@@ -164,10 +216,14 @@ function tokenByteLengths(tokenizer: Pick<GameTokenizer, 'idToToken'>, ids: read
  * token starts inside a character), offsets[ids.length] = text.length. `ids` must be
  * tokenizer.encode(text) for an NFC text (see normalizeText).
  */
-export function tokenCharOffsets(tokenizer: Pick<GameTokenizer, 'idToToken'>, text: string, ids: readonly number[]): number[] {
+export function tokenCharOffsets(
+  tokenizer: Pick<GameTokenizer, 'idToToken'>,
+  text: string,
+  ids: readonly number[],
+): number[] {
   const lens = tokenByteLengths(tokenizer, ids);
   const byteToChar: number[] = []; // byte offset -> UTF-16 index of the character holding it
-  for (let i = 0; i < text.length; ) {
+  for (let i = 0; i < text.length;) {
     const cp = text.codePointAt(i)!;
     const units = cp > 0xffff ? 2 : 1;
     const bytes = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
@@ -176,7 +232,9 @@ export function tokenCharOffsets(tokenizer: Pick<GameTokenizer, 'idToToken'>, te
   }
   const total = lens.reduce((a, b) => a + b, 0);
   if (total !== byteToChar.length) {
-    throw new RangeError(`tokens cover ${total} bytes but the text has ${byteToChar.length}: encode an NFC text (normalizeText) and pass its own ids`);
+    throw new RangeError(
+      `tokens cover ${total} bytes but the text has ${byteToChar.length}: encode an NFC text (normalizeText) and pass its own ids`,
+    );
   }
   const offsets: number[] = [];
   let byte = 0;

@@ -28,7 +28,8 @@ function logSumExp(xs: readonly number[]): number {
 
 /** log-softmax over the given log-probs; all -Infinity (the model gives no label any mass) becomes uniform. */
 export function renormalize(logprobs: readonly number[]): number[] {
-  for (const x of logprobs) if (Number.isNaN(x) || x === Infinity) throw new RangeError(`vote log-prob must be finite or -Infinity, got ${x}`);
+  for (const x of logprobs)
+    if (Number.isNaN(x) || x === Infinity) throw new RangeError(`vote log-prob must be finite or -Infinity, got ${x}`);
   const lse = logSumExp(logprobs);
   if (lse === -Infinity) return logprobs.map(() => -Math.log(logprobs.length));
   return logprobs.map((x) => x - lse);
@@ -42,13 +43,19 @@ export function renormalize(logprobs: readonly number[]): number[] {
  * the candidate listed first, i.e. the lowest "Player k" label, a seeded-random seat because
  * labels are reshuffled every round); trained as a sample, it is a biased heuristic.
  */
-export function castVotes(labelLogprobs: readonly (readonly number[])[], eligible: readonly (readonly number[])[], opts: { choice: VoteChoice; rng?: Rng }): Vote[] {
-  if (labelLogprobs.length !== eligible.length) throw new RangeError(`${labelLogprobs.length} voters' log-probs for ${eligible.length} voters' candidates`);
+export function castVotes(
+  labelLogprobs: readonly (readonly number[])[],
+  eligible: readonly (readonly number[])[],
+  opts: { choice: VoteChoice; rng?: Rng },
+): Vote[] {
+  if (labelLogprobs.length !== eligible.length)
+    throw new RangeError(`${labelLogprobs.length} voters' log-probs for ${eligible.length} voters' candidates`);
   if (opts.choice === 'sample' && !opts.rng) throw new RangeError("castVotes: choice 'sample' needs an rng");
   return labelLogprobs.map((lp, voter) => {
     const candidates = [...eligible[voter]!];
     if (candidates.length === 0) throw new RangeError(`voter ${voter} has no candidates`);
-    if (lp.length !== candidates.length) throw new RangeError(`voter ${voter}: ${lp.length} log-probs for ${candidates.length} candidates`);
+    if (lp.length !== candidates.length)
+      throw new RangeError(`voter ${voter}: ${lp.length} log-probs for ${candidates.length} candidates`);
     if (candidates.includes(voter)) throw new RangeError(`voter ${voter} cannot vote for itself`);
     const logp = renormalize(lp);
     const probs = logp.map(Math.exp);

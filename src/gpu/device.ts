@@ -4,7 +4,17 @@
 import { shaderSource } from '#shaders';
 import { BufferPool, MemoryCounter } from './pool.ts';
 import { GpuDeviceLostError, GpuError, GpuOutOfMemoryError, GpuUnavailableError, fromGpuError } from './errors.ts';
-import { PipelineCache, UniformArena, UploadArena, splitGrid, type Constants, type Defines, type Kernel, type Param, type Workgroups } from './launch.ts';
+import {
+  PipelineCache,
+  UniformArena,
+  UploadArena,
+  splitGrid,
+  type Constants,
+  type Defines,
+  type Kernel,
+  type Param,
+  type Workgroups,
+} from './launch.ts';
 
 export interface GpuFeatures {
   f16: boolean;
@@ -93,11 +103,15 @@ export async function createGpu(opts: CreateGpuOptions = {}): Promise<Gpu> {
     throw new GpuUnavailableError(`requestDevice failed: ${(e as Error).message}`);
   }
   const info = adapter.info as GPUAdapterInfo | undefined;
-  return new Gpu(device, {
-    vendor: info?.vendor ?? '',
-    architecture: info?.architecture ?? '',
-    description: info?.description ?? '',
-  }, opts.shaderSource ?? shaderSource);
+  return new Gpu(
+    device,
+    {
+      vendor: info?.vendor ?? '',
+      architecture: info?.architecture ?? '',
+      description: info?.description ?? '',
+    },
+    opts.shaderSource ?? shaderSource,
+  );
 }
 
 let nodeGpuInstance: GPU | undefined;
@@ -232,7 +246,10 @@ export class Gpu {
    */
   write(buf: GPUBuffer, data: ArrayBufferView | ArrayBuffer, byteOffset = 0): void {
     this.throwIfLost();
-    let bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    let bytes =
+      data instanceof ArrayBuffer
+        ? new Uint8Array(data)
+        : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     if (bytes.byteLength % 4 !== 0) {
       const padded = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4);
       padded.set(bytes);
@@ -321,7 +338,10 @@ export class Gpu {
   dispatch(kernel: Kernel, buffers: readonly GPUBuffer[], workgroups: Workgroups, params?: readonly Param[]): void {
     this.throwIfLost();
     const maxDim = this.limits.maxComputeWorkgroupsPerDimension;
-    const [x, y, z] = typeof workgroups === 'number' ? splitGrid(workgroups, maxDim) : [workgroups[0], workgroups[1] ?? 1, workgroups[2] ?? 1];
+    const [x, y, z] =
+      typeof workgroups === 'number'
+        ? splitGrid(workgroups, maxDim)
+        : [workgroups[0], workgroups[1] ?? 1, workgroups[2] ?? 1];
     if (x === 0 || y === 0 || z === 0) return;
     let slot: GPUBufferBinding | null = null;
     if (params) {
@@ -372,7 +392,8 @@ export class Gpu {
 
   /** A snapshot of the GPU memory held (bytes of buffer sizes as created), with its peak. */
   get memory(): GpuMemory {
-    const s = this.pool.stats, r = this.readPool.stats;
+    const s = this.pool.stats,
+      r = this.readPool.stats;
     return {
       liveBytes: this.counter.bytes,
       peakBytes: this.counter.peakBytes,
@@ -409,7 +430,11 @@ export class Gpu {
     if (!group) {
       const entries: GPUBindGroupEntry[] = buffers.map((buffer, i) => ({ binding: i + 1, resource: { buffer } }));
       if (slot) entries.push({ binding: 0, resource: slot });
-      group = this.device.createBindGroup({ layout: kernel.pipeline.getBindGroupLayout(0), entries, label: kernel.label });
+      group = this.device.createBindGroup({
+        layout: kernel.pipeline.getBindGroupLayout(0),
+        entries,
+        label: kernel.label,
+      });
       this.bindGroupCount++;
       if (this.bindGroups.size >= BIND_GROUP_CACHE) this.bindGroups.clear();
       this.bindGroups.set(key, group);
@@ -454,14 +479,16 @@ export class Gpu {
   }
 
   private track(scope: Promise<GPUError | null>, context: string): void {
-    const p: Promise<void> = scope.then(
-      (err) => {
-        if (err) this.errors.push(fromGpuError(err, context));
-      },
-      (e: unknown) => {
-        this.errors.push(new GpuError(`${context}: popErrorScope failed: ${(e as Error).message}`));
-      },
-    ).finally(() => this.scopes.delete(p));
+    const p: Promise<void> = scope
+      .then(
+        (err) => {
+          if (err) this.errors.push(fromGpuError(err, context));
+        },
+        (e: unknown) => {
+          this.errors.push(new GpuError(`${context}: popErrorScope failed: ${(e as Error).message}`));
+        },
+      )
+      .finally(() => this.scopes.delete(p));
     this.scopes.add(p);
   }
 

@@ -19,7 +19,10 @@ export class GpuOutOfMemoryError extends GpuError {}
 
 /** The device was lost (driver reset, tab backgrounded too long, GPU removed). */
 export class GpuDeviceLostError extends GpuError {
-  constructor(message: string, readonly reason: string = 'unknown') {
+  constructor(
+    message: string,
+    readonly reason: string = 'unknown',
+  ) {
     super(message);
   }
 }
@@ -28,10 +31,16 @@ export class GpuDeviceLostError extends GpuError {
 export function fromGpuError(err: GPUError, context: string): GpuError {
   const kind = err.constructor?.name ?? '';
   const msg = `${context}: ${err.message}`;
-  if ((typeof GPUValidationError !== 'undefined' && err instanceof GPUValidationError) || kind === 'GPUValidationError') {
+  if (
+    (typeof GPUValidationError !== 'undefined' && err instanceof GPUValidationError) ||
+    kind === 'GPUValidationError'
+  ) {
     return new GpuValidationError(msg);
   }
-  if ((typeof GPUOutOfMemoryError !== 'undefined' && err instanceof GPUOutOfMemoryError) || kind === 'GPUOutOfMemoryError') {
+  if (
+    (typeof GPUOutOfMemoryError !== 'undefined' && err instanceof GPUOutOfMemoryError) ||
+    kind === 'GPUOutOfMemoryError'
+  ) {
     return new GpuOutOfMemoryError(msg);
   }
   return new GpuError(msg);

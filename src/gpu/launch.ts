@@ -35,7 +35,11 @@ export interface Kernel {
   readonly constants: Constants;
 }
 
-const keyOf = (o: Readonly<Record<string, unknown>>) => Object.keys(o).sort().map((k) => `${k}=${o[k]}`).join(',');
+const keyOf = (o: Readonly<Record<string, unknown>>) =>
+  Object.keys(o)
+    .sort()
+    .map((k) => `${k}=${o[k]}`)
+    .join(',');
 
 /**
  * Splits a 1-D workgroup count into an (x, y) grid within maxPerDim. Shaders recover the linear
@@ -108,10 +112,15 @@ class StagedChunks {
 
   /** `bytes` (<= chunkBytes) at the next free offset of a chunk, for the CPU to fill. */
   alloc(bytes: number): { buffer: GPUBuffer; cpu: ArrayBuffer; offset: number } {
-    if (bytes > this.chunkBytes) throw new Error(`${this.label}: ${bytes} bytes exceed a ${this.chunkBytes}-byte chunk`);
+    if (bytes > this.chunkBytes)
+      throw new Error(`${this.label}: ${bytes} bytes exceed a ${this.chunkBytes}-byte chunk`);
     if (this.current < this.chunks.length && this.chunks[this.current].used + bytes > this.chunkBytes) this.current++;
     if (this.current === this.chunks.length) {
-      const buffer = this.device.createBuffer({ size: this.chunkBytes, usage: this.usage | GPUBufferUsage.COPY_DST, label: `${this.label}#${this.current}` });
+      const buffer = this.device.createBuffer({
+        size: this.chunkBytes,
+        usage: this.usage | GPUBufferUsage.COPY_DST,
+        label: `${this.label}#${this.current}`,
+      });
       this.chunks.push({ buffer, cpu: new ArrayBuffer(this.chunkBytes), used: 0 });
     }
     const chunk = this.chunks[this.current];
@@ -153,7 +162,8 @@ export class UniformArena {
 
   /** Writes params into the next slot; returns the binding for it. */
   slot(params: readonly Param[], label: string): GPUBufferBinding {
-    if (params.length * 4 > this.slotBytes) throw new Error(`${label}: ${params.length} params exceed a ${this.slotBytes}-byte slot`);
+    if (params.length * 4 > this.slotBytes)
+      throw new Error(`${label}: ${params.length} params exceed a ${this.slotBytes}-byte slot`);
     const { buffer, cpu, offset } = this.staged.alloc(this.slotBytes);
     const u = new Uint32Array(cpu, offset, params.length);
     const f = new Float32Array(cpu, offset, params.length);
@@ -161,7 +171,8 @@ export class UniformArena {
       const v = params[i];
       if (v instanceof F32) f[i] = v.value;
       else {
-        if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) throw new Error(`${label}: param ${i} = ${v} is not a u32 (wrap floats with f32())`);
+        if (!Number.isInteger(v) || v < 0 || v > 0xffffffff)
+          throw new Error(`${label}: param ${i} = ${v} is not a u32 (wrap floats with f32())`);
         u[i] = v;
       }
     }

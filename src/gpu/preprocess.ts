@@ -33,7 +33,13 @@ export function preprocess(source: string, opts: PreprocessOptions): string {
 
 const INCLUDE = /^#include\s+"([\w/.-]+)\.wgsl"\s*(?:\((.*)\))?\s*$/;
 
-function expand(source: string, defines: Defines, opts: PreprocessOptions, included: Set<string>, stack: string[]): string {
+function expand(
+  source: string,
+  defines: Defines,
+  opts: PreprocessOptions,
+  included: Set<string>,
+  stack: string[],
+): string {
   const where = (line: number) => `${stack[stack.length - 1]}:${line + 1}`;
   const fail = (line: number, msg: string): never => {
     throw new ShaderPreprocessError(`${opts.label}: ${where(line)}: ${msg}`);
@@ -62,7 +68,7 @@ function expand(source: string, defines: Defines, opts: PreprocessOptions, inclu
           if (word === 'if') value = evalHere(rest);
           else {
             if (!/^\w+$/.test(rest)) fail(i, `#${word} needs one name, got '${rest}'`);
-            value = (rest in defines) === (word === 'ifdef');
+            value = rest in defines === (word === 'ifdef');
           }
         }
         conds.push({ parentLive, taken: value, live: parentLive && value, line: i, sawElse: false });
@@ -177,7 +183,18 @@ function evaluate(expr: string, defines: Defines, fail: (msg: string) => never):
       const op = next();
       const b = primary();
       const [x, y] = typeof a === 'number' || typeof b === 'number' ? [Number(a), Number(b)] : [String(a), String(b)];
-      a = op === '==' ? x === y : op === '!=' ? x !== y : op === '<' ? x < y : op === '<=' ? x <= y : op === '>' ? x > y : x >= y;
+      a =
+        op === '=='
+          ? x === y
+          : op === '!='
+            ? x !== y
+            : op === '<'
+              ? x < y
+              : op === '<='
+                ? x <= y
+                : op === '>'
+                  ? x > y
+                  : x >= y;
     }
     return a;
   };

@@ -1,5 +1,8 @@
 // Shader text in the browser: every shaders/**/*.wgsl inlined by Vite at build time.
-const files = import.meta.glob('/shaders/**/*.wgsl', { query: '?raw', import: 'default', eager: true }) as Record<string, string>;
+const files = import.meta.glob('/shaders/**/*.wgsl', { query: '?raw', import: 'default', eager: true }) as Record<
+  string,
+  string
+>;
 
 export function shaderSource(name: string): string {
   const text = files[`/shaders/${name}.wgsl`];

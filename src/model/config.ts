@@ -56,7 +56,8 @@ function posInt(raw: Record<string, unknown>, field: keyof typeof CONFIG_CAPS, f
 
 function posNumber(raw: Record<string, unknown>, field: string, fallback: number): number {
   const v = raw[field] ?? fallback;
-  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) fail(field, `must be a positive number, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0)
+    fail(field, `must be a positive number, got ${JSON.stringify(v)}`);
   return v;
 }
 
@@ -64,7 +65,8 @@ function tokenIds(raw: Record<string, unknown>, field: string): number[] {
   const v = raw[field];
   if (v === undefined || v === null) return [];
   const ids = Array.isArray(v) ? v : [v];
-  if (!ids.every((x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0)) fail(field, `must be a token id or a list of them, got ${JSON.stringify(v)}`);
+  if (!ids.every((x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0))
+    fail(field, `must be a token id or a list of them, got ${JSON.stringify(v)}`);
   return ids as number[];
 }
 
@@ -78,7 +80,8 @@ export function parseQwen3Config(json: unknown): Qwen3Config {
       throw new ModelLoadError(CONFIG_FILE, `not valid JSON (${(e as Error).message})`);
     }
   }
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new ModelLoadError(CONFIG_FILE, 'is not a JSON object');
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+    throw new ModelLoadError(CONFIG_FILE, 'is not a JSON object');
   const r = raw as Record<string, unknown>;
 
   if (r['model_type'] !== 'qwen3') {
@@ -90,18 +93,27 @@ export function parseQwen3Config(json: unknown): Qwen3Config {
   if (typeof ropeParams === 'object' && ropeParams !== null) {
     const p = ropeParams as Record<string, unknown>;
     if (p['rope_type'] !== undefined && p['rope_type'] !== 'default') {
-      fail('rope_parameters.rope_type', `is ${JSON.stringify(p['rope_type'])}; only plain RoPE (no scaling) is supported`);
+      fail(
+        'rope_parameters.rope_type',
+        `is ${JSON.stringify(p['rope_type'])}; only plain RoPE (no scaling) is supported`,
+      );
     }
     ropeTheta = posNumber(p, 'rope_theta', posNumber(r, 'rope_theta', 10000));
   } else {
     ropeTheta = posNumber(r, 'rope_theta', 10000);
   }
   if (r['rope_scaling'] !== undefined && r['rope_scaling'] !== null) {
-    fail('rope_scaling', `is ${JSON.stringify(r['rope_scaling'])}; RoPE scaling (YaRN etc.) is not supported, only null`);
+    fail(
+      'rope_scaling',
+      `is ${JSON.stringify(r['rope_scaling'])}; RoPE scaling (YaRN etc.) is not supported, only null`,
+    );
   }
-  if (r['use_sliding_window'] === true) fail('use_sliding_window', 'is true; sliding-window attention is not supported');
-  if (r['attention_bias'] === true) fail('attention_bias', 'is true; Qwen3 attention has no biases and neither does this engine');
-  if (r['hidden_act'] !== undefined && r['hidden_act'] !== 'silu') fail('hidden_act', `is ${JSON.stringify(r['hidden_act'])}; only "silu" is supported`);
+  if (r['use_sliding_window'] === true)
+    fail('use_sliding_window', 'is true; sliding-window attention is not supported');
+  if (r['attention_bias'] === true)
+    fail('attention_bias', 'is true; Qwen3 attention has no biases and neither does this engine');
+  if (r['hidden_act'] !== undefined && r['hidden_act'] !== 'silu')
+    fail('hidden_act', `is ${JSON.stringify(r['hidden_act'])}; only "silu" is supported`);
 
   // Every size is range-checked here, before head_dim is derived or any list is built from them.
   const numLayers = posInt(r, 'num_hidden_layers');
@@ -111,8 +123,13 @@ export function parseQwen3Config(json: unknown): Qwen3Config {
   const hiddenSize = posInt(r, 'hidden_size');
   const numHeads = posInt(r, 'num_attention_heads');
   const numKvHeads = posInt(r, 'num_key_value_heads', numHeads);
-  if (numHeads % numKvHeads !== 0) fail('num_key_value_heads', `(${numKvHeads}) must divide num_attention_heads (${numHeads})`);
-  if (r['head_dim'] === undefined && hiddenSize % numHeads !== 0) fail('head_dim', `is missing and hidden_size (${hiddenSize}) is not divisible by num_attention_heads (${numHeads})`);
+  if (numHeads % numKvHeads !== 0)
+    fail('num_key_value_heads', `(${numKvHeads}) must divide num_attention_heads (${numHeads})`);
+  if (r['head_dim'] === undefined && hiddenSize % numHeads !== 0)
+    fail(
+      'head_dim',
+      `is missing and hidden_size (${hiddenSize}) is not divisible by num_attention_heads (${numHeads})`,
+    );
   const headDim = posInt(r, 'head_dim', hiddenSize / numHeads);
   if (headDim % 2 !== 0) fail('head_dim', `(${headDim}) must be even for rotate-half RoPE`);
 
@@ -184,7 +201,11 @@ export const EMBED = 'model.embed_tokens.weight';
  * Checks a checkpoint's tensors against the config (names, shapes, dtype).
  * Returns the tensor to use as the LM head: lm_head.weight whenever present, even if the config says tied.
  */
-export function validateWeights(cfg: Qwen3Config, model: Pick<SafetensorsModel, 'name' | 'tensors'>, opts: { dtype?: Dtype } = {}): { lmHead: string } {
+export function validateWeights(
+  cfg: Qwen3Config,
+  model: Pick<SafetensorsModel, 'name' | 'tensors'>,
+  opts: { dtype?: Dtype } = {},
+): { lmHead: string } {
   const dtype = opts.dtype ?? 'BF16';
   const hasLmHead = model.tensors.has(LM_HEAD);
   for (const w of weightNames(cfg, { lmHead: hasLmHead || !cfg.tieWordEmbeddings })) {
@@ -194,7 +215,11 @@ export function validateWeights(cfg: Qwen3Config, model: Pick<SafetensorsModel, 
       throw new ModelLoadError(model.name, `missing${why}; expected shape ${JSON.stringify(w.shape)}`, w.name);
     }
     if (t.shape.length !== w.shape.length || t.shape.some((d, i) => d !== w.shape[i])) {
-      throw new ModelLoadError(t.file, `wrong shape: expected ${JSON.stringify(w.shape)} from config.json, got ${JSON.stringify(t.shape)}`, w.name);
+      throw new ModelLoadError(
+        t.file,
+        `wrong shape: expected ${JSON.stringify(w.shape)} from config.json, got ${JSON.stringify(t.shape)}`,
+        w.name,
+      );
     }
     if (t.dtype !== dtype) throw new ModelLoadError(t.file, `dtype ${t.dtype}, expected ${dtype}`, w.name);
   }
@@ -219,8 +244,19 @@ export interface MemoryEstimate {
  * Bytes of GPU memory to run the model. Activations: one forward chunk of `tokensPerCall` tokens
  * (residual, normed, q, k, v, attention out, gate, up, silu*up) plus (slots, V) logits.
  */
-export function gpuMemoryBytes(cfg: Qwen3Config, opts: { maxT: number; slots: number; tokensPerCall?: number }): MemoryEstimate {
-  const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V, numLayers: L } = cfg;
+export function gpuMemoryBytes(
+  cfg: Qwen3Config,
+  opts: { maxT: number; slots: number; tokensPerCall?: number },
+): MemoryEstimate {
+  const {
+    hiddenSize: C,
+    numHeads: NH,
+    numKvHeads: NKV,
+    headDim: HD,
+    intermediateSize: I,
+    vocabSize: V,
+    numLayers: L,
+  } = cfg;
   const T = opts.tokensPerCall ?? 256;
   const weights = paramCount(cfg) * 2;
   const kvCache = 2 * L * opts.slots * opts.maxT * NKV * HD * 4;
@@ -241,8 +277,24 @@ const QWEN3_COMMON = {
 
 /** Official configs from the Hub (config.json of each repo). */
 export const QWEN3_PRESETS = {
-  'Qwen/Qwen3-0.6B': { ...QWEN3_COMMON, eosTokenIds: [151645], hiddenSize: 1024, numLayers: 28, numHeads: 16, intermediateSize: 3072, tieWordEmbeddings: true },
-  'Qwen/Qwen3-1.7B': { ...QWEN3_COMMON, eosTokenIds: [151645], hiddenSize: 2048, numLayers: 28, numHeads: 16, intermediateSize: 6144, tieWordEmbeddings: true },
+  'Qwen/Qwen3-0.6B': {
+    ...QWEN3_COMMON,
+    eosTokenIds: [151645],
+    hiddenSize: 1024,
+    numLayers: 28,
+    numHeads: 16,
+    intermediateSize: 3072,
+    tieWordEmbeddings: true,
+  },
+  'Qwen/Qwen3-1.7B': {
+    ...QWEN3_COMMON,
+    eosTokenIds: [151645],
+    hiddenSize: 2048,
+    numLayers: 28,
+    numHeads: 16,
+    intermediateSize: 6144,
+    tieWordEmbeddings: true,
+  },
   'Qwen/Qwen3-4B-Instruct-2507': {
     ...QWEN3_COMMON,
     eosTokenIds: [151645],
@@ -254,7 +306,15 @@ export const QWEN3_PRESETS = {
     ropeTheta: 5_000_000,
     maxPositionEmbeddings: 262144,
   },
-  'Qwen/Qwen3-8B': { ...QWEN3_COMMON, eosTokenIds: [151645], hiddenSize: 4096, numLayers: 36, numHeads: 32, intermediateSize: 12288, tieWordEmbeddings: false },
+  'Qwen/Qwen3-8B': {
+    ...QWEN3_COMMON,
+    eosTokenIds: [151645],
+    hiddenSize: 4096,
+    numLayers: 36,
+    numHeads: 32,
+    intermediateSize: 12288,
+    tieWordEmbeddings: false,
+  },
 } satisfies Record<string, Qwen3Config>;
 
 export type Qwen3PresetName = keyof typeof QWEN3_PRESETS;

@@ -34,16 +34,22 @@ export interface GeneratedToken {
 }
 
 export function validateSampling(o: SamplingOptions): void {
-  if (!(o.temperature >= 0) || !Number.isFinite(o.temperature)) throw new RangeError(`temperature must be a number >= 0 (got ${o.temperature})`);
+  if (!(o.temperature >= 0) || !Number.isFinite(o.temperature))
+    throw new RangeError(`temperature must be a number >= 0 (got ${o.temperature})`);
   if (!Number.isInteger(o.topK) || o.topK < 0) throw new RangeError(`top-k must be an integer >= 0 (got ${o.topK})`);
   if (!(o.topP > 0 && o.topP <= 1)) throw new RangeError(`top-p must be in (0, 1] (got ${o.topP})`);
   if (!Number.isInteger(o.seed) || o.seed < 0) throw new RangeError(`seed must be an integer >= 0 (got ${o.seed})`);
 }
 
 /** Yields tokens as they are sampled, one decode step at a time (B tokens per step). */
-export async function* generate(model: Qwen3Model, prompts: readonly (readonly number[])[], opts: GenerateOptions): AsyncGenerator<GeneratedToken[]> {
+export async function* generate(
+  model: Qwen3Model,
+  prompts: readonly (readonly number[])[],
+  opts: GenerateOptions,
+): AsyncGenerator<GeneratedToken[]> {
   validateSampling(opts);
-  if (!Number.isInteger(opts.maxNewTokens) || opts.maxNewTokens < 1) throw new RangeError(`maxNewTokens must be an integer >= 1 (got ${opts.maxNewTokens})`);
+  if (!Number.isInteger(opts.maxNewTokens) || opts.maxNewTokens < 1)
+    throw new RangeError(`maxNewTokens must be an integer >= 1 (got ${opts.maxNewTokens})`);
   const B = prompts.length;
   if (B === 0) return;
   for (const [i, p] of prompts.entries()) if (p.length === 0) throw new RangeError(`prompt ${i} is empty`);
@@ -54,14 +60,22 @@ export async function* generate(model: Qwen3Model, prompts: readonly (readonly n
   const pages = prompts.reduce((n, p) => n + kvPages(p.length + opts.maxNewTokens - 1), 0);
   const cache = opts.cache ?? model.createCache(B, maxPrompt + opts.maxNewTokens, { pages });
   if (cache.slots < B) throw new RangeError(`cache has ${cache.slots} slots for ${B} prompts`);
-  if (cache.maxT < maxPrompt + opts.maxNewTokens) throw new RangeError(`cache holds ${cache.maxT} tokens; prompt + new tokens need ${maxPrompt + opts.maxNewTokens}`);
+  if (cache.maxT < maxPrompt + opts.maxNewTokens)
+    throw new RangeError(`cache holds ${cache.maxT} tokens; prompt + new tokens need ${maxPrompt + opts.maxNewTokens}`);
   const stop = new Set(opts.stopIds);
   const sampled = gpu.createBuffer(B * 4, 'sampledIds'); // (B) u32
   try {
     // Prefill every prompt in one forward; the last token of each gives its first logits.
-    const ids: number[] = [], slots: number[] = [], positions: number[] = [], lastRows: number[] = [];
+    const ids: number[] = [],
+      slots: number[] = [],
+      positions: number[] = [],
+      lastRows: number[] = [];
     prompts.forEach((p, b) => {
-      p.forEach((id, t) => { ids.push(id); slots.push(b); positions.push(t); });
+      p.forEach((id, t) => {
+        ids.push(id);
+        slots.push(b);
+        positions.push(t);
+      });
       lastRows.push(ids.length - 1);
     });
     let active = prompts.map((_, b) => b); // sequences still generating
@@ -85,7 +99,15 @@ export async function* generate(model: Qwen3Model, prompts: readonly (readonly n
       const nextIds = still.map((b) => next[active.indexOf(b)]);
       active = still;
       if (active.length === 0) break;
-      logits = model.forward({ ids: nextIds, slots: active, positions: active.map((b) => length[b] - 1), logitRows: active.map((_, i) => i) }, cache);
+      logits = model.forward(
+        {
+          ids: nextIds,
+          slots: active,
+          positions: active.map((b) => length[b] - 1),
+          logitRows: active.map((_, i) => i),
+        },
+        cache,
+      );
     }
   } finally {
     gpu.releaseBuffer(sampled);
@@ -97,7 +119,9 @@ export async function* generate(model: Qwen3Model, prompts: readonly (readonly n
  * Sampling defaults from generation_config.json (Qwen3 ships do_sample with temperature,
  * top_p, top_k); greedy when the file is absent or says do_sample: false.
  */
-export async function samplingDefaults(source: Pick<ModelSource, 'exists' | 'readText'>): Promise<Omit<SamplingOptions, 'seed'>> {
+export async function samplingDefaults(
+  source: Pick<ModelSource, 'exists' | 'readText'>,
+): Promise<Omit<SamplingOptions, 'seed'>> {
   if (!(await source.exists('generation_config.json'))) return { temperature: 0, topK: 0, topP: 1 };
   const g = (await readJson(source, 'generation_config.json')) as Record<string, unknown>;
   const n = (k: string, d: number) => (typeof g[k] === 'number' && Number.isFinite(g[k]) ? (g[k] as number) : d);

@@ -49,14 +49,18 @@ export class KVCache {
     this.dtype = opts.dtype ?? 'f32';
     this.pageSize = opts.pageSize ?? KV_PAGE_SIZE;
     const P = this.pageSize;
-    if (this.dtype !== 'f32' && this.dtype !== 'f16') throw new RangeError(`KV cache dtype must be f32 or f16 (got ${String(this.dtype)})`);
-    if (!Number.isInteger(P) || P < 1 || (P & (P - 1)) !== 0) throw new RangeError(`KV cache page size must be a power of two (got ${P})`);
+    if (this.dtype !== 'f32' && this.dtype !== 'f16')
+      throw new RangeError(`KV cache dtype must be f32 or f16 (got ${String(this.dtype)})`);
+    if (!Number.isInteger(P) || P < 1 || (P & (P - 1)) !== 0)
+      throw new RangeError(`KV cache page size must be a power of two (got ${P})`);
     if (!Number.isInteger(slots) || slots < 1) throw new RangeError(`KV cache needs at least one slot (got ${slots})`);
     if (!Number.isInteger(maxT) || maxT < 1) throw new RangeError(`KV cache needs maxT >= 1 (got ${maxT})`);
-    if (this.dtype === 'f16' && cfg.headDim % 2 !== 0) throw new RangeError(`f16 KV cache needs an even head_dim (got ${cfg.headDim})`);
+    if (this.dtype === 'f16' && cfg.headDim % 2 !== 0)
+      throw new RangeError(`f16 KV cache needs an even head_dim (got ${cfg.headDim})`);
     this.pagesPerSlot = kvPages(maxT, P);
     this.pages = opts.pages ?? slots * this.pagesPerSlot;
-    if (!Number.isInteger(this.pages) || this.pages < 1) throw new RangeError(`KV cache needs at least one page (got ${this.pages})`);
+    if (!Number.isInteger(this.pages) || this.pages < 1)
+      throw new RangeError(`KV cache needs at least one page (got ${this.pages})`);
     const poolBytes = K.kvPoolBytes(this, cfg.numKvHeads, cfg.headDim);
     for (let l = 0; l < cfg.numLayers; l++) {
       this.k.push(gpu.createBuffer(poolBytes, `kCache.${l}`));
@@ -71,7 +75,13 @@ export class KVCache {
 
   /** The layout the kernels read (K.kvWrite, K.attention). */
   get paging(): K.KvPaging {
-    return { dtype: this.dtype, pageSize: this.pageSize, pages: this.pages, pagesPerSlot: this.pagesPerSlot, maxT: this.maxT };
+    return {
+      dtype: this.dtype,
+      pageSize: this.pageSize,
+      pages: this.pages,
+      pagesPerSlot: this.pagesPerSlot,
+      maxT: this.maxT,
+    };
   }
 
   /** Physical pages mapped by at least one slot. */
@@ -102,15 +112,20 @@ export class KVCache {
     this.checkSlot(dst, 'share dst');
     this.checkSlot(src, 'share src');
     if (dst === src) throw new RangeError(`share: slot ${dst} cannot borrow from itself`);
-    if (!Number.isInteger(tokens) || tokens < 0 || tokens > this.maxT) throw new RangeError(`share: ${tokens} tokens is not in [0, ${this.maxT}]`);
+    if (!Number.isInteger(tokens) || tokens < 0 || tokens > this.maxT)
+      throw new RangeError(`share: ${tokens} tokens is not in [0, ${this.maxT}]`);
     const row = this.pagesPerSlot;
     for (let j = 0; j < row; j++) {
-      if (this.table[dst * row + j] !== UNMAPPED) throw new Error(`share: slot ${dst} already holds pages; resetSlot(${dst}) first`);
+      if (this.table[dst * row + j] !== UNMAPPED)
+        throw new Error(`share: slot ${dst} already holds pages; resetSlot(${dst}) first`);
     }
     const n = Math.floor(tokens / this.pageSize);
     for (let j = 0; j < n; j++) {
       const page = this.table[src * row + j];
-      if (page === UNMAPPED) throw new Error(`share: slot ${src} has no page for positions ${j * this.pageSize}..${(j + 1) * this.pageSize - 1}`);
+      if (page === UNMAPPED)
+        throw new Error(
+          `share: slot ${src} has no page for positions ${j * this.pageSize}..${(j + 1) * this.pageSize - 1}`,
+        );
       this.table[dst * row + j] = page;
       this.refs[page]++;
     }
@@ -126,7 +141,10 @@ export class KVCache {
       const page = this.table[slot * row + j];
       if (page === UNMAPPED) continue;
       this.table[slot * row + j] = UNMAPPED;
-      if (--this.refs[page] === 0) { this.free.push(page); this.inUse--; }
+      if (--this.refs[page] === 0) {
+        this.free.push(page);
+        this.inUse--;
+      }
       this.dirty = true;
     }
   }
@@ -140,13 +158,19 @@ export class KVCache {
     const row = this.pagesPerSlot;
     const fresh = new Set<number>(); // page-table entries this call maps
     for (let t = 0; t < slots.length; t++) {
-      const s = slots[t], p = positions[t];
-      if (!Number.isInteger(s) || s < 0 || s >= this.slots) throw new RangeError(`slot ${s} at index ${t} is out of range (cache has ${this.slots} slots)`);
-      if (!Number.isInteger(p) || p < 0 || p >= this.maxT) throw new RangeError(`position ${p} at index ${t} exceeds the KV cache capacity of ${this.maxT} tokens`);
+      const s = slots[t],
+        p = positions[t];
+      if (!Number.isInteger(s) || s < 0 || s >= this.slots)
+        throw new RangeError(`slot ${s} at index ${t} is out of range (cache has ${this.slots} slots)`);
+      if (!Number.isInteger(p) || p < 0 || p >= this.maxT)
+        throw new RangeError(`position ${p} at index ${t} exceeds the KV cache capacity of ${this.maxT} tokens`);
       const e = s * row + Math.floor(p / this.pageSize);
       const page = this.table[e];
       if (page === UNMAPPED) fresh.add(e);
-      else if (this.refs[page] > 1) throw new Error(`KV cache: slot ${s} writes position ${p} into page ${page}, shared with ${this.refs[page] - 1} other slot(s)`);
+      else if (this.refs[page] > 1)
+        throw new Error(
+          `KV cache: slot ${s} writes position ${p} into page ${page}, shared with ${this.refs[page] - 1} other slot(s)`,
+        );
     }
     // Attention reads every position up to the token's own: those pages must exist after this call.
     const last = new Map<number, number>();
@@ -154,11 +178,16 @@ export class KVCache {
     for (const [s, p] of last) {
       for (let j = 0; j <= Math.floor(p / this.pageSize); j++) {
         const e = s * row + j;
-        if (this.table[e] === UNMAPPED && !fresh.has(e)) throw new RangeError(`KV cache: slot ${s} writes position ${p}, but positions ${j * this.pageSize}..${(j + 1) * this.pageSize - 1} were never written`);
+        if (this.table[e] === UNMAPPED && !fresh.has(e))
+          throw new RangeError(
+            `KV cache: slot ${s} writes position ${p}, but positions ${j * this.pageSize}..${(j + 1) * this.pageSize - 1} were never written`,
+          );
       }
     }
     if (fresh.size > this.free.length) {
-      throw new RangeError(`KV cache is out of pages: ${fresh.size} more needed, ${this.free.length} of ${this.pages} pages of ${this.pageSize} tokens free`);
+      throw new RangeError(
+        `KV cache is out of pages: ${fresh.size} more needed, ${this.free.length} of ${this.pages} pages of ${this.pageSize} tokens free`,
+      );
     }
     for (const e of fresh) {
       const page = this.free.pop()!;
@@ -180,6 +209,7 @@ export class KVCache {
   }
 
   private checkSlot(slot: number, what: string): void {
-    if (!Number.isInteger(slot) || slot < 0 || slot >= this.slots) throw new RangeError(`${what}: slot ${slot} is out of range (cache has ${this.slots} slots)`);
+    if (!Number.isInteger(slot) || slot < 0 || slot >= this.slots)
+      throw new RangeError(`${what}: slot ${slot} is out of range (cache has ${this.slots} slots)`);
   }
 }

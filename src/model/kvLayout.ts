@@ -13,7 +13,6 @@ export type KvDtype = 'f32' | 'f16';
  */
 export const KV_PAGE_SIZE = 16;
 
-
 /** Pages that hold `tokens` positions of one sequence. */
 export function kvPages(tokens: number, pageSize = KV_PAGE_SIZE): number {
   return Math.ceil(tokens / pageSize);
@@ -29,10 +28,12 @@ export function kvCacheBytes(
   opts: { dtype: KvDtype; pageSize?: number; pages?: number; tokens?: number; slots?: number; maxT?: number },
 ): number {
   const pageSize = opts.pageSize ?? KV_PAGE_SIZE;
-  if ((opts.pages === undefined) === (opts.tokens === undefined)) throw new RangeError('kvCacheBytes: give exactly one of pages or tokens');
+  if ((opts.pages === undefined) === (opts.tokens === undefined))
+    throw new RangeError('kvCacheBytes: give exactly one of pages or tokens');
   const pages = opts.pages ?? kvPages(opts.tokens!, pageSize);
   const pools = 2 * cfg.numLayers * kvPoolBytes({ dtype: opts.dtype, pageSize, pages }, cfg.numKvHeads, cfg.headDim);
-  const table = opts.slots !== undefined && opts.maxT !== undefined ? pageTableBytes(opts.slots, opts.maxT, pageSize) : 0;
+  const table =
+    opts.slots !== undefined && opts.maxT !== undefined ? pageTableBytes(opts.slots, opts.maxT, pageSize) : 0;
   return pools + table;
 }
 

@@ -48,12 +48,21 @@ export interface LoadedModel {
 
 function checkBindingSize(gpu: Gpu, file: string, name: string, bytes: number): void {
   if (bytes > gpu.limits.maxStorageBufferBindingSize) {
-    throw new ModelLoadError(file, `${bytes} bytes exceeds this GPU's maxStorageBufferBindingSize (${gpu.limits.maxStorageBufferBindingSize})`, name);
+    throw new ModelLoadError(
+      file,
+      `${bytes} bytes exceeds this GPU's maxStorageBufferBindingSize (${gpu.limits.maxStorageBufferBindingSize})`,
+      name,
+    );
   }
 }
 
 /** Copies a tensor's bytes as they are: bf16 weights, and the packed words of a q4 store. */
-async function uploadTensor(gpu: Gpu, st: SafetensorsModel, name: string, onBytes: (n: number) => void): Promise<GPUBuffer> {
+async function uploadTensor(
+  gpu: Gpu,
+  st: SafetensorsModel,
+  name: string,
+  onBytes: (n: number) => void,
+): Promise<GPUBuffer> {
   const info = st.tensors.get(name);
   if (!info) throw new ModelLoadError(st.name, 'missing', name);
   checkBindingSize(gpu, info.file, name, info.byteLength);
@@ -75,7 +84,11 @@ async function uploadTensor(gpu: Gpu, st: SafetensorsModel, name: string, onByte
  * each. Chunks that hold whole rows pass through as views; a row split across chunks is carried
  * in a buffer that the next batch reuses, so consume each batch before asking for the next.
  */
-export async function* wholeRows(chunks: AsyncIterable<TensorChunk>, rowBytes: number, maxRows: number): AsyncGenerator<{ row0: number; rows: number; bytes: Uint8Array }> {
+export async function* wholeRows(
+  chunks: AsyncIterable<TensorChunk>,
+  rowBytes: number,
+  maxRows: number,
+): AsyncGenerator<{ row0: number; rows: number; bytes: Uint8Array }> {
   const cap = maxRows * rowBytes;
   let carry: Uint8Array | null = null;
   let fill = 0; // bytes in carry
@@ -128,12 +141,17 @@ class Q4Quantizer {
 
   /** Refuses, before allocating anything, a tensor whose last dimension is not a multiple of 32 or whose q4 buffer is too big. */
   static create(gpu: Gpu, st: SafetensorsModel, names: string[], stagingBytes = Q4_STAGING_BYTES): Q4Quantizer {
-    let maxRow = 0, maxTensor = 0;
+    let maxRow = 0,
+      maxTensor = 0;
     for (const name of names) {
       const info = st.tensors.get(name)!;
       const [N, Kd] = info.shape as [number, number];
       if (Kd % 32 !== 0) {
-        throw new ModelLoadError(info.file, `shape ${JSON.stringify(info.shape)}: q4 needs the last dimension to be a multiple of 32 (groups of 32), ${Kd} is not; load this model with bf16 weights`, name);
+        throw new ModelLoadError(
+          info.file,
+          `shape ${JSON.stringify(info.shape)}: q4 needs the last dimension to be a multiple of 32 (groups of 32), ${Kd} is not; load this model with bf16 weights`,
+          name,
+        );
       }
       checkBindingSize(gpu, info.file, name, K.q4Words(N, Kd) * 4);
       maxRow = Math.max(maxRow, Kd * 2);
@@ -181,9 +199,13 @@ class Q4Quantizer {
       const bad = K.q4StatusGroup(status[slot]!, info.shape[1]!);
       if (!bad) continue;
       const where = `row ${bad.row}, columns ${bad.col}..${bad.col + 31}`;
-      throw new ModelLoadError(info.file, bad.nan
-        ? `NaN at ${where}: cannot be quantized to q4`
-        : `max |w| at ${where} needs a q4 scale beyond f16 (max |w| / 7 >= 65520); load this model with bf16 weights`, name);
+      throw new ModelLoadError(
+        info.file,
+        bad.nan
+          ? `NaN at ${where}: cannot be quantized to q4`
+          : `max |w| at ${where} needs a q4 scale beyond f16 (max |w| / 7 >= 65520); load this model with bf16 weights`,
+        name,
+      );
     }
   }
 
@@ -205,7 +227,8 @@ export async function loadQwen3(gpu: Gpu, source: ModelSource, opts: LoadOptions
   const shapes = new Map(expected.map((w) => [w.name, w.shape]));
   const names = expected.map((w) => w.name);
   const total = names.reduce((n, t) => n + st.tensors.get(t)!.byteLength, 0);
-  const quantizer = q4 && !opts.prequantized ? Q4Quantizer.create(gpu, st, names.filter(isQ4Tensor), opts.q4StagingBytes) : null;
+  const quantizer =
+    q4 && !opts.prequantized ? Q4Quantizer.create(gpu, st, names.filter(isQ4Tensor), opts.q4StagingBytes) : null;
   let loaded = 0;
   const uploaded: K.Weight[] = [];
   const up = async (name: string): Promise<K.Weight> => {
@@ -216,7 +239,9 @@ export async function loadQwen3(gpu: Gpu, source: ModelSource, opts: LoadOptions
     let w: K.Weight;
     if (q4 && isQ4Tensor(name)) {
       const [N, Kd] = shapes.get(name)! as [number, number];
-      w = quantizer ? await quantizer.upload(name, onBytes) : { format: 'q4', buf: await uploadTensor(gpu, st, name, onBytes), N, K: Kd };
+      w = quantizer
+        ? await quantizer.upload(name, onBytes)
+        : { format: 'q4', buf: await uploadTensor(gpu, st, name, onBytes), N, K: Kd };
     } else {
       w = await uploadTensor(gpu, st, name, onBytes);
     }
@@ -259,7 +284,11 @@ export async function loadQwen3(gpu: Gpu, source: ModelSource, opts: LoadOptions
 }
 
 /** The model and, when the folder has tokenizer files, its tokenizer. */
-export async function loadQwen3WithTokenizer(gpu: Gpu, source: ModelSource, opts: LoadOptions = {}): Promise<LoadedModel & { tokenizer: Qwen3Tokenizer | null }> {
+export async function loadQwen3WithTokenizer(
+  gpu: Gpu,
+  source: ModelSource,
+  opts: LoadOptions = {},
+): Promise<LoadedModel & { tokenizer: Qwen3Tokenizer | null }> {
   const tokenizer = (await source.exists('tokenizer.json')) ? await loadTokenizer(source) : null;
   return { ...(await loadQwen3(gpu, source, opts)), tokenizer };
 }

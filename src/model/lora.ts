@@ -40,7 +40,10 @@ export class LoraAdapter {
         const { out: N, in: Kin } = targetDims(cfg, target);
         const name = `lora.${l}.${target}`;
         const pair: LoraPair = {
-          layer: l, target, N, K: Kin,
+          layer: l,
+          target,
+          N,
+          K: Kin,
           A: gpu.createBuffer(r * Kin * 4, `${name}.A`),
           B: gpu.createBuffer(N * r * 4, `${name}.B`),
           dA: gpu.createBuffer(r * Kin * 4, `${name}.dA`),
@@ -74,9 +77,11 @@ export class LoraAdapter {
   setWeights(tensors: ReadonlyMap<string, Float32Array>): void {
     for (const p of this.pairs) {
       const pre = loraPrefix(p.layer, p.target);
-      const a = tensors.get(`${pre}.lora_A.weight`), b = tensors.get(`${pre}.lora_B.weight`);
+      const a = tensors.get(`${pre}.lora_A.weight`),
+        b = tensors.get(`${pre}.lora_B.weight`);
       if (!a || !b) throw new Error(`LoRA tensor ${pre}.lora_${a ? 'B' : 'A'}.weight is missing`);
-      if (a.length !== this.settings.r * p.K || b.length !== p.N * this.settings.r) throw new Error(`LoRA tensor ${pre}: wrong size`);
+      if (a.length !== this.settings.r * p.K || b.length !== p.N * this.settings.r)
+        throw new Error(`LoRA tensor ${pre}: wrong size`);
       this.gpu.write(p.A, a);
       this.gpu.write(p.B, b);
     }
@@ -104,7 +109,16 @@ export class LoraAdapter {
  * out (T,N) += s * (x A^T) B^T, the LoRA branch of a projection. `u` (T, r) receives x A^T
  * (kept for the backward when the caller passes its own buffer).
  */
-export function loraForward(gpu: Gpu, out: GPUBuffer, u: GPUBuffer, x: GPUBuffer, p: LoraPair, T: number, r: number, scale: number): void {
+export function loraForward(
+  gpu: Gpu,
+  out: GPUBuffer,
+  u: GPUBuffer,
+  x: GPUBuffer,
+  p: LoraPair,
+  T: number,
+  r: number,
+  scale: number,
+): void {
   K.matmulF32(gpu, u, x, p.A, T, r, p.K);
   K.matmulF32(gpu, out, u, p.B, T, p.N, r, true, scale);
 }
@@ -113,7 +127,18 @@ export function loraForward(gpu: Gpu, out: GPUBuffer, u: GPUBuffer, x: GPUBuffer
  * Backward of the LoRA branch: dB += s dy^T u; du = s dy B; dA += du^T x; dx += du A.
  * `du` (T, r) is scratch.
  */
-export function loraBackward(gpu: Gpu, dx: GPUBuffer, du: GPUBuffer, dy: GPUBuffer, x: GPUBuffer, u: GPUBuffer, p: LoraPair, T: number, r: number, scale: number): void {
+export function loraBackward(
+  gpu: Gpu,
+  dx: GPUBuffer,
+  du: GPUBuffer,
+  dy: GPUBuffer,
+  x: GPUBuffer,
+  u: GPUBuffer,
+  p: LoraPair,
+  T: number,
+  r: number,
+  scale: number,
+): void {
   K.matmulBackwardWeightF32(gpu, p.dB, dy, u, T, p.N, r, scale);
   K.matmulBackwardInputF32(gpu, du, dy, p.B, T, p.N, r, false, scale);
   K.matmulBackwardWeightF32(gpu, p.dA, du, x, T, r, p.K);

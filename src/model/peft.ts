@@ -3,7 +3,13 @@
 // needs to resume exactly. Pure data: no GPU, no fs (folders on disk: peft.node.ts).
 import type { Qwen3Config } from './config.ts';
 import { ModelLoadError } from './errors.ts';
-import { bf16BytesToF32, readSafetensorsHeader, readTensor, writeSafetensors, type SafetensorsFile } from './safetensors.ts';
+import {
+  bf16BytesToF32,
+  readSafetensorsHeader,
+  readTensor,
+  writeSafetensors,
+  type SafetensorsFile,
+} from './safetensors.ts';
 import { readJson, type ModelSource } from './sources.ts';
 import { mulberry32 } from './prng.ts';
 
@@ -41,9 +47,12 @@ export const MAX_LORA_ALPHA = 1e4;
 /** Fills defaults (all seven targets, no rsLoRA, unknown base) and puts targets in module order. */
 export function loraConfig(c: Pick<LoraConfig, 'r' | 'alpha'> & Partial<LoraConfig>): LoraConfig {
   const targets = c.targetModules ?? LORA_TARGETS;
-  for (const t of targets) if (!isTarget(t)) throw new RangeError(`unknown LoRA target "${t}" (supported: ${LORA_TARGETS.join(', ')})`);
-  if (!Number.isSafeInteger(c.r) || c.r <= 0 || c.r > MAX_LORA_R) throw new RangeError(`LoRA rank r must be a positive integer, got ${c.r} (allowed range 1..${MAX_LORA_R})`);
-  if (!Number.isFinite(c.alpha) || c.alpha <= 0 || c.alpha > MAX_LORA_ALPHA) throw new RangeError(`lora alpha must be a number > 0, got ${c.alpha} (allowed range (0, ${MAX_LORA_ALPHA}])`);
+  for (const t of targets)
+    if (!isTarget(t)) throw new RangeError(`unknown LoRA target "${t}" (supported: ${LORA_TARGETS.join(', ')})`);
+  if (!Number.isSafeInteger(c.r) || c.r <= 0 || c.r > MAX_LORA_R)
+    throw new RangeError(`LoRA rank r must be a positive integer, got ${c.r} (allowed range 1..${MAX_LORA_R})`);
+  if (!Number.isFinite(c.alpha) || c.alpha <= 0 || c.alpha > MAX_LORA_ALPHA)
+    throw new RangeError(`lora alpha must be a number > 0, got ${c.alpha} (allowed range (0, ${MAX_LORA_ALPHA}])`);
   if (targets.length === 0) throw new RangeError('LoRA needs at least one target module');
   return {
     r: c.r,
@@ -67,13 +76,18 @@ export function loraScale(cfg: Pick<LoraConfig, 'r' | 'alpha' | 'useRslora'>): n
 export function targetDims(modelCfg: Qwen3Config, t: LoraTarget): { out: number; in: number } {
   const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = modelCfg;
   switch (t) {
-    case 'q_proj': return { out: NH * HD, in: C };
+    case 'q_proj':
+      return { out: NH * HD, in: C };
     case 'k_proj':
-    case 'v_proj': return { out: NKV * HD, in: C };
-    case 'o_proj': return { out: C, in: NH * HD };
+    case 'v_proj':
+      return { out: NKV * HD, in: C };
+    case 'o_proj':
+      return { out: C, in: NH * HD };
     case 'gate_proj':
-    case 'up_proj': return { out: I, in: C };
-    case 'down_proj': return { out: C, in: I };
+    case 'up_proj':
+      return { out: I, in: C };
+    case 'down_proj':
+      return { out: C, in: I };
   }
 }
 
@@ -104,7 +118,15 @@ export function loraShapes(modelCfg: Qwen3Config, lora: Pick<LoraConfig, 'r' | '
       if (!lora.targetModules.includes(target)) continue;
       const d = targetDims(modelCfg, target);
       const prefix = loraPrefix(layer, target);
-      out.push({ layer, target, prefix, aKey: `${prefix}.lora_A.weight`, bKey: `${prefix}.lora_B.weight`, aShape: [lora.r, d.in], bShape: [d.out, lora.r] });
+      out.push({
+        layer,
+        target,
+        prefix,
+        aKey: `${prefix}.lora_A.weight`,
+        bKey: `${prefix}.lora_B.weight`,
+        aShape: [lora.r, d.in],
+        bShape: [d.out, lora.r],
+      });
     }
   }
   return out;
@@ -126,7 +148,13 @@ function parseKey(key: string): ParsedKey | null {
   const m = KEY_RE.exec(key);
   if (!m) return null;
   const [, layer, block, target, which] = m as unknown as [string, string, string, string, 'A' | 'B'];
-  return { layer: Number(layer), block, target, which, canonical: `base_model.model.model.layers.${layer}.${block}.${target}.lora_${which}.weight` };
+  return {
+    layer: Number(layer),
+    block,
+    target,
+    which,
+    canonical: `base_model.model.model.layers.${layer}.${block}.${target}.lora_${which}.weight`,
+  };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -181,7 +209,11 @@ export function adapterConfig(lora: LoraConfig): Record<string, unknown> {
 /** adapter_config.json text, formatted as PEFT writes it (sorted keys, indent 2, no final newline). */
 export function adapterConfigJson(lora: LoraConfig): string {
   const cfg = adapterConfig(lora);
-  const sorted = Object.fromEntries(Object.keys(cfg).sort().map((k) => [k, cfg[k]]));
+  const sorted = Object.fromEntries(
+    Object.keys(cfg)
+      .sort()
+      .map((k) => [k, cfg[k]]),
+  );
   return JSON.stringify(sorted, null, 2);
 }
 
@@ -190,7 +222,13 @@ function isRecord(x: unknown): x is Record<string, unknown> {
 }
 
 function isEmpty(v: unknown): boolean {
-  return v === undefined || v === null || v === false || (Array.isArray(v) && v.length === 0) || (isRecord(v) && Object.keys(v).length === 0);
+  return (
+    v === undefined ||
+    v === null ||
+    v === false ||
+    (Array.isArray(v) && v.length === 0) ||
+    (isRecord(v) && Object.keys(v).length === 0)
+  );
 }
 
 // Fields that change what the adapter computes or which tensors it holds; each must be at its default.
@@ -216,35 +254,55 @@ export function parseAdapterConfig(json: unknown): LoraConfig {
   };
   if (!isRecord(json)) throw new ModelLoadError(ADAPTER_CONFIG_FILE, 'is not a JSON object');
   const c = json;
-  if (c['peft_type'] !== 'LORA') fail('peft_type', `is ${JSON.stringify(c['peft_type'])}; only "LORA" adapters are supported`);
+  if (c['peft_type'] !== 'LORA')
+    fail('peft_type', `is ${JSON.stringify(c['peft_type'])}; only "LORA" adapters are supported`);
   const task = c['task_type'];
-  if (task !== undefined && task !== null && task !== 'CAUSAL_LM') fail('task_type', `is ${JSON.stringify(task)}; expected "CAUSAL_LM" (keys base_model.model.model.layers.*)`);
+  if (task !== undefined && task !== null && task !== 'CAUSAL_LM')
+    fail('task_type', `is ${JSON.stringify(task)}; expected "CAUSAL_LM" (keys base_model.model.model.layers.*)`);
 
   const r = c['r'];
-  if (typeof r !== 'number' || !Number.isSafeInteger(r) || r <= 0 || r > MAX_LORA_R) fail('r', `must be a positive integer, got ${JSON.stringify(r)} (allowed range 1..${MAX_LORA_R})`);
+  if (typeof r !== 'number' || !Number.isSafeInteger(r) || r <= 0 || r > MAX_LORA_R)
+    fail('r', `must be a positive integer, got ${JSON.stringify(r)} (allowed range 1..${MAX_LORA_R})`);
   const alpha = c['lora_alpha'];
-  if (typeof alpha !== 'number' || !Number.isFinite(alpha)) fail('lora_alpha', `must be a number, got ${JSON.stringify(alpha)}`);
-  if ((alpha as number) <= 0 || (alpha as number) > MAX_LORA_ALPHA) fail('lora_alpha', `must be > 0, got ${JSON.stringify(alpha)} (allowed range (0, ${MAX_LORA_ALPHA}])`);
+  if (typeof alpha !== 'number' || !Number.isFinite(alpha))
+    fail('lora_alpha', `must be a number, got ${JSON.stringify(alpha)}`);
+  if ((alpha as number) <= 0 || (alpha as number) > MAX_LORA_ALPHA)
+    fail('lora_alpha', `must be > 0, got ${JSON.stringify(alpha)} (allowed range (0, ${MAX_LORA_ALPHA}])`);
   const useRslora = c['use_rslora'] ?? false;
   if (typeof useRslora !== 'boolean') fail('use_rslora', `must be true or false, got ${JSON.stringify(useRslora)}`);
   const bias = c['bias'] ?? 'none';
   if (bias !== 'none') fail('bias', `is ${JSON.stringify(bias)}; only "none" is supported (biases are frozen)`);
-  if ((c['fan_in_fan_out'] ?? false) !== false) fail('fan_in_fan_out', `is ${JSON.stringify(c['fan_in_fan_out'])}; must be false for nn.Linear (Qwen3)`);
+  if ((c['fan_in_fan_out'] ?? false) !== false)
+    fail('fan_in_fan_out', `is ${JSON.stringify(c['fan_in_fan_out'])}; must be false for nn.Linear (Qwen3)`);
   for (const [field, why] of UNSUPPORTED_FIELDS) {
     if (!isEmpty(c[field])) fail(field, `is ${JSON.stringify(c[field])}: ${why}`);
   }
 
   let targets: unknown = c['target_modules'];
-  if (targets === 'all-linear') targets = [...LORA_TARGETS]; // PEFT's wildcard: every Linear but lm_head
-  else if (typeof targets === 'string') fail('target_modules', `is the regex ${JSON.stringify(targets)}; only a list of module names (${LORA_TARGETS.join(', ')}) is supported`);
-  if (!Array.isArray(targets) || targets.length === 0) fail('target_modules', `must be a non-empty list of module names, got ${JSON.stringify(targets)}`);
+  if (targets === 'all-linear')
+    targets = [...LORA_TARGETS]; // PEFT's wildcard: every Linear but lm_head
+  else if (typeof targets === 'string')
+    fail(
+      'target_modules',
+      `is the regex ${JSON.stringify(targets)}; only a list of module names (${LORA_TARGETS.join(', ')}) is supported`,
+    );
+  if (!Array.isArray(targets) || targets.length === 0)
+    fail('target_modules', `must be a non-empty list of module names, got ${JSON.stringify(targets)}`);
   for (const t of targets as unknown[]) {
-    if (!isTarget(t)) fail('target_modules', `has unsupported module ${JSON.stringify(t)} (supported: ${LORA_TARGETS.join(', ')})`);
+    if (!isTarget(t))
+      fail('target_modules', `has unsupported module ${JSON.stringify(t)} (supported: ${LORA_TARGETS.join(', ')})`);
   }
   const base = c['base_model_name_or_path'] ?? null;
-  if (base !== null && typeof base !== 'string') fail('base_model_name_or_path', `must be a string or null, got ${JSON.stringify(base)}`);
+  if (base !== null && typeof base !== 'string')
+    fail('base_model_name_or_path', `must be a string or null, got ${JSON.stringify(base)}`);
 
-  return loraConfig({ r: r as number, alpha: alpha as number, targetModules: targets as LoraTarget[], useRslora: useRslora as boolean, baseModel: base as string | null });
+  return loraConfig({
+    r: r as number,
+    alpha: alpha as number,
+    targetModules: targets as LoraTarget[],
+    useRslora: useRslora as boolean,
+    baseModel: base as string | null,
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -265,7 +323,11 @@ function f32Bytes(x: Float32Array): Uint8Array {
  * Serialises an adapter as PEFT saves it: F32 tensors sorted by key, metadata {"format":"pt"}.
  * Shapes come from the key (A is (r, n/r), B is (n/r, r)); pass modelCfg to check every tensor too.
  */
-export function writeAdapter(lora: LoraConfig, tensors: ReadonlyMap<string, Float32Array>, modelCfg?: Qwen3Config): AdapterFiles {
+export function writeAdapter(
+  lora: LoraConfig,
+  tensors: ReadonlyMap<string, Float32Array>,
+  modelCfg?: Qwen3Config,
+): AdapterFiles {
   const shapes = new Map<string, number[]>();
   if (modelCfg) {
     for (const s of loraShapes(modelCfg, lora)) {
@@ -278,17 +340,23 @@ export function writeAdapter(lora: LoraConfig, tensors: ReadonlyMap<string, Floa
     const data = tensors.get(key)!;
     const p = parseKey(key);
     if (!p || p.canonical !== key || !isTarget(p.target) || blockOf(p.target) !== p.block) {
-      throw new RangeError(`adapter tensor ${key}: not a PEFT LoRA key (base_model.model.model.layers.{i}.{self_attn|mlp}.{target}.lora_{A|B}.weight)`);
+      throw new RangeError(
+        `adapter tensor ${key}: not a PEFT LoRA key (base_model.model.model.layers.{i}.{self_attn|mlp}.{target}.lora_{A|B}.weight)`,
+      );
     }
-    if (!lora.targetModules.includes(p.target)) throw new RangeError(`adapter tensor ${key}: ${p.target} is not in targetModules`);
+    if (!lora.targetModules.includes(p.target))
+      throw new RangeError(`adapter tensor ${key}: ${p.target} is not in targetModules`);
     const twin = key.replace(/lora_[AB]\.weight$/, p.which === 'A' ? 'lora_B.weight' : 'lora_A.weight');
     if (!tensors.has(twin)) throw new RangeError(`adapter tensor ${key}: its pair ${twin} is missing`);
     const known = shapes.get(key);
-    if (modelCfg && !known) throw new RangeError(`adapter tensor ${key}: not part of this model (${modelCfg.numLayers} layers)`);
+    if (modelCfg && !known)
+      throw new RangeError(`adapter tensor ${key}: not part of this model (${modelCfg.numLayers} layers)`);
     const n = data.length / lora.r;
     const shape = known ? [...known] : p.which === 'A' ? [lora.r, n] : [n, lora.r];
     if (!Number.isInteger(n) || shape[0]! * shape[1]! !== data.length) {
-      throw new RangeError(`adapter tensor ${key}: ${data.length} values do not fit shape ${JSON.stringify(shape)} (r=${lora.r})`);
+      throw new RangeError(
+        `adapter tensor ${key}: ${data.length} values do not fit shape ${JSON.stringify(shape)} (r=${lora.r})`,
+      );
     }
     return { name: key, dtype: 'F32' as const, shape, data: f32Bytes(data) };
   });
@@ -312,15 +380,21 @@ async function readF32(file: SafetensorsFile, name: string): Promise<Float32Arra
   const info = file.tensors.get(name)!;
   const bytes = await readTensor(file, name);
   switch (info.dtype) {
-    case 'F32': return new Float32Array(bytes.slice().buffer);
-    case 'BF16': return bf16BytesToF32(bytes);
+    case 'F32':
+      return new Float32Array(bytes.slice().buffer);
+    case 'BF16':
+      return bf16BytesToF32(bytes);
     case 'F16': {
       const out = new Float32Array(bytes.byteLength >>> 1);
       for (let i = 0; i < out.length; i++) out[i] = f16ToF32(bytes[2 * i]! | (bytes[2 * i + 1]! << 8));
       return out;
     }
     default:
-      throw new ModelLoadError(file.source.name, `dtype ${info.dtype} is not a LoRA weight type (F32, BF16 or F16)`, name);
+      throw new ModelLoadError(
+        file.source.name,
+        `dtype ${info.dtype} is not a LoRA weight type (F32, BF16 or F16)`,
+        name,
+      );
   }
 }
 
@@ -329,16 +403,21 @@ function unknownKeyReason(key: string, modelCfg: Qwen3Config, lora: LoraConfig):
   if (key.includes('modules_to_save')) return 'modules_to_save tensors are not supported, only LoRA pairs';
   if (key.includes('lora_magnitude_vector')) return 'DoRA magnitude vectors are not supported';
   const p = parseKey(key);
-  if (!p) return 'not a LoRA tensor of a Qwen3 decoder layer (expected base_model.model.model.layers.{i}.{self_attn|mlp}.{target}.lora_{A|B}.weight)';
+  if (!p)
+    return 'not a LoRA tensor of a Qwen3 decoder layer (expected base_model.model.model.layers.{i}.{self_attn|mlp}.{target}.lora_{A|B}.weight)';
   if (!isTarget(p.target)) return `unknown module ${p.target} (supported: ${LORA_TARGETS.join(', ')})`;
   if (blockOf(p.target) !== p.block) return `${p.target} belongs under ${blockOf(p.target)}, not ${p.block}`;
-  if (p.layer >= modelCfg.numLayers) return `layer ${p.layer} but the base model has ${modelCfg.numLayers} layers (config.json)`;
+  if (p.layer >= modelCfg.numLayers)
+    return `layer ${p.layer} but the base model has ${modelCfg.numLayers} layers (config.json)`;
   if (!lora.targetModules.includes(p.target)) return `${p.target} is not in target_modules of ${ADAPTER_CONFIG_FILE}`;
   return 'unexpected tensor';
 }
 
 /** Reads and validates a PEFT LoRA adapter folder against the base model's config. Tensors come back f32, keyed in PEFT's saved form. */
-export async function readAdapter(source: Pick<ModelSource, 'open' | 'readText'>, modelCfg: Qwen3Config): Promise<{ lora: LoraConfig; tensors: LoraTensors }> {
+export async function readAdapter(
+  source: Pick<ModelSource, 'open' | 'readText'>,
+  modelCfg: Qwen3Config,
+): Promise<{ lora: LoraConfig; tensors: LoraTensors }> {
   const lora = parseAdapterConfig(await readJson(source, ADAPTER_CONFIG_FILE));
   const file = await readSafetensorsHeader(await source.open(ADAPTER_WEIGHTS_FILE));
   const fileName = file.source.name;
@@ -360,19 +439,42 @@ export async function readAdapter(source: Pick<ModelSource, 'open' | 'readText'>
   const tensors: LoraTensors = new Map();
   for (const [canonical, { s, which }] of expected) {
     const key = stored.get(canonical);
-    if (key === undefined) throw new ModelLoadError(fileName, `missing; expected shape ${JSON.stringify(which === 'A' ? s.aShape : s.bShape)} for ${s.target} of layer ${s.layer}`, canonical);
+    if (key === undefined)
+      throw new ModelLoadError(
+        fileName,
+        `missing; expected shape ${JSON.stringify(which === 'A' ? s.aShape : s.bShape)} for ${s.target} of layer ${s.layer}`,
+        canonical,
+      );
     const info = file.tensors.get(key)!;
     const want = which === 'A' ? s.aShape : s.bShape;
     const dims = targetDims(modelCfg, s.target);
-    if (info.shape.length !== 2) throw new ModelLoadError(fileName, `shape ${JSON.stringify(info.shape)} is not 2-D; expected ${JSON.stringify(want)}`, key);
+    if (info.shape.length !== 2)
+      throw new ModelLoadError(
+        fileName,
+        `shape ${JSON.stringify(info.shape)} is not 2-D; expected ${JSON.stringify(want)}`,
+        key,
+      );
     const [d0, d1] = info.shape as [number, number];
     const rank = which === 'A' ? d0 : d1;
-    if (rank !== lora.r) throw new ModelLoadError(fileName, `rank ${rank} (shape ${JSON.stringify(info.shape)}) does not match r=${lora.r} in ${ADAPTER_CONFIG_FILE}`, key);
+    if (rank !== lora.r)
+      throw new ModelLoadError(
+        fileName,
+        `rank ${rank} (shape ${JSON.stringify(info.shape)}) does not match r=${lora.r} in ${ADAPTER_CONFIG_FILE}`,
+        key,
+      );
     if (which === 'A' && d1 !== dims.in) {
-      throw new ModelLoadError(fileName, `in-features ${d1} (shape ${JSON.stringify(info.shape)}) do not match the base model's ${s.target} in-features ${dims.in} (config.json); adapter for another model?`, key);
+      throw new ModelLoadError(
+        fileName,
+        `in-features ${d1} (shape ${JSON.stringify(info.shape)}) do not match the base model's ${s.target} in-features ${dims.in} (config.json); adapter for another model?`,
+        key,
+      );
     }
     if (which === 'B' && d0 !== dims.out) {
-      throw new ModelLoadError(fileName, `out-features ${d0} (shape ${JSON.stringify(info.shape)}) do not match the base model's ${s.target} out-features ${dims.out} (config.json); adapter for another model?`, key);
+      throw new ModelLoadError(
+        fileName,
+        `out-features ${d0} (shape ${JSON.stringify(info.shape)}) do not match the base model's ${s.target} out-features ${dims.out} (config.json); adapter for another model?`,
+        key,
+      );
     }
     const data = await readF32(file, key);
     for (let i = 0; i < data.length; i++) {
@@ -448,21 +550,28 @@ function checkJsonExact(x: unknown, path: string): void {
     for (const [k, v] of Object.entries(x)) checkJsonExact(v, `${path}.${k}`);
     return;
   }
-  throw new RangeError(`${path} is a ${typeof x === 'object' ? (x as object).constructor?.name ?? 'object' : typeof x}, which JSON cannot hold exactly`);
+  throw new RangeError(
+    `${path} is a ${typeof x === 'object' ? ((x as object).constructor?.name ?? 'object') : typeof x}, which JSON cannot hold exactly`,
+  );
 }
 
 /**
  * The first problem in AdamW moments, or null: every value must be finite and every second
  * moment >= 0 (a NaN, an Inf or a negative v would turn the next step into NaN weights).
  */
-export function badMoment(m: ReadonlyMap<string, Float32Array>, v: ReadonlyMap<string, Float32Array>): { tensor: string; message: string } | null {
+export function badMoment(
+  m: ReadonlyMap<string, Float32Array>,
+  v: ReadonlyMap<string, Float32Array>,
+): { tensor: string; message: string } | null {
   for (const [key, x] of m) {
     const i = x.findIndex((e) => !Number.isFinite(e));
-    if (i >= 0) return { tensor: M_PREFIX + key, message: `value ${x[i]} at index ${i}: optimizer moments must be finite` };
+    if (i >= 0)
+      return { tensor: M_PREFIX + key, message: `value ${x[i]} at index ${i}: optimizer moments must be finite` };
   }
   for (const [key, x] of v) {
     const i = x.findIndex((e) => !Number.isFinite(e) || e < 0);
-    if (i >= 0) return { tensor: V_PREFIX + key, message: `value ${x[i]} at index ${i}: second moments must be finite and >= 0` };
+    if (i >= 0)
+      return { tensor: V_PREFIX + key, message: `value ${x[i]} at index ${i}: second moments must be finite and >= 0` };
   }
   return null;
 }
@@ -474,9 +583,11 @@ export function writeOptimizerState(state: OptimizerState): OptimizerFiles {
   for (const [key, mk] of m) {
     const vk = v.get(key);
     if (!vk) throw new RangeError(`optimizer state: ${key} has a first moment but no second moment`);
-    if (vk.length !== mk.length) throw new RangeError(`optimizer state: ${key} has m of ${mk.length} values but v of ${vk.length}`);
+    if (vk.length !== mk.length)
+      throw new RangeError(`optimizer state: ${key} has m of ${mk.length} values but v of ${vk.length}`);
   }
-  for (const key of v.keys()) if (!m.has(key)) throw new RangeError(`optimizer state: ${key} has a second moment but no first moment`);
+  for (const key of v.keys())
+    if (!m.has(key)) throw new RangeError(`optimizer state: ${key} has a second moment but no first moment`);
   if (state.rng !== undefined) checkJsonExact(state.rng, 'rng');
   if (state.extra !== undefined) checkJsonExact(state.extra, 'extra');
 
@@ -513,43 +624,62 @@ export async function readOptimizerState(
   };
   const json = await readJson(source, TRAINER_STATE_FILE);
   if (!isRecord(json)) throw new ModelLoadError(TRAINER_STATE_FILE, 'is not a JSON object');
-  if (json['format'] !== TRAINER_STATE_FORMAT) fail('format', `is ${JSON.stringify(json['format'])}, expected "${TRAINER_STATE_FORMAT}"`);
-  if (json['version'] !== TRAINER_STATE_VERSION) fail('version', `is ${JSON.stringify(json['version'])}; this build reads version ${TRAINER_STATE_VERSION}`);
+  if (json['format'] !== TRAINER_STATE_FORMAT)
+    fail('format', `is ${JSON.stringify(json['format'])}, expected "${TRAINER_STATE_FORMAT}"`);
+  if (json['version'] !== TRAINER_STATE_VERSION)
+    fail('version', `is ${JSON.stringify(json['version'])}; this build reads version ${TRAINER_STATE_VERSION}`);
   const step = json['global_step'];
-  if (typeof step !== 'number' || !Number.isSafeInteger(step) || step < 0) fail('global_step', `must be an integer >= 0, got ${JSON.stringify(step)}`);
+  if (typeof step !== 'number' || !Number.isSafeInteger(step) || step < 0)
+    fail('global_step', `must be an integer >= 0, got ${JSON.stringify(step)}`);
   const extra = json['extra'] ?? {};
   if (!isRecord(extra)) fail('extra', `must be an object, got ${JSON.stringify(extra)}`);
 
   const file = await readSafetensorsHeader(await source.open(OPTIMIZER_FILE));
   const fileName = file.source.name;
   if (file.metadata['global_step'] !== String(step)) {
-    throw new ModelLoadError(fileName, `metadata global_step ${JSON.stringify(file.metadata['global_step'])} does not match global_step ${step} in ${TRAINER_STATE_FILE}: files from different checkpoints?`);
+    throw new ModelLoadError(
+      fileName,
+      `metadata global_step ${JSON.stringify(file.metadata['global_step'])} does not match global_step ${step} in ${TRAINER_STATE_FILE}: files from different checkpoints?`,
+    );
   }
   const m = new Map<string, Float32Array>();
   const v = new Map<string, Float32Array>();
   for (const [name, info] of file.tensors) {
     const into = name.startsWith(M_PREFIX) ? m : name.startsWith(V_PREFIX) ? v : null;
-    if (!into) throw new ModelLoadError(fileName, `unexpected tensor (names start with "${M_PREFIX}" or "${V_PREFIX}")`, name);
-    if (info.dtype !== 'F32') throw new ModelLoadError(fileName, `dtype ${info.dtype}; optimizer moments must be F32 to resume exactly`, name);
+    if (!into)
+      throw new ModelLoadError(fileName, `unexpected tensor (names start with "${M_PREFIX}" or "${V_PREFIX}")`, name);
+    if (info.dtype !== 'F32')
+      throw new ModelLoadError(fileName, `dtype ${info.dtype}; optimizer moments must be F32 to resume exactly`, name);
     into.set(name.slice(into === m ? M_PREFIX.length : V_PREFIX.length), await readF32(file, name));
   }
   for (const [key, mk] of m) {
     const vk = v.get(key);
     if (!vk) throw new ModelLoadError(fileName, 'second moment missing', V_PREFIX + key);
-    if (vk.length !== mk.length) throw new ModelLoadError(fileName, `${vk.length} values but the first moment has ${mk.length}`, V_PREFIX + key);
+    if (vk.length !== mk.length)
+      throw new ModelLoadError(fileName, `${vk.length} values but the first moment has ${mk.length}`, V_PREFIX + key);
   }
-  for (const key of v.keys()) if (!m.has(key)) throw new ModelLoadError(fileName, 'first moment missing', M_PREFIX + key);
+  for (const key of v.keys())
+    if (!m.has(key)) throw new ModelLoadError(fileName, 'first moment missing', M_PREFIX + key);
   const bad = badMoment(m, v);
   if (bad) throw new ModelLoadError(fileName, bad.message, bad.tensor);
-  if (json['params'] !== m.size) fail('params', `is ${JSON.stringify(json['params'])} but ${OPTIMIZER_FILE} holds ${m.size} parameters`);
+  if (json['params'] !== m.size)
+    fail('params', `is ${JSON.stringify(json['params'])} but ${OPTIMIZER_FILE} holds ${m.size} parameters`);
   if (expected) {
     for (const [key, want] of expected) {
       const n = typeof want === 'number' ? want : want.length;
       const got = m.get(key);
-      if (!got) throw new ModelLoadError(fileName, 'missing: the adapter has this tensor but the optimizer state does not', M_PREFIX + key);
-      if (got.length !== n) throw new ModelLoadError(fileName, `${got.length} values but the adapter tensor has ${n}`, M_PREFIX + key);
+      if (!got)
+        throw new ModelLoadError(
+          fileName,
+          'missing: the adapter has this tensor but the optimizer state does not',
+          M_PREFIX + key,
+        );
+      if (got.length !== n)
+        throw new ModelLoadError(fileName, `${got.length} values but the adapter tensor has ${n}`, M_PREFIX + key);
     }
-    for (const key of m.keys()) if (!expected.has(key)) throw new ModelLoadError(fileName, 'no such tensor in the adapter being resumed', M_PREFIX + key);
+    for (const key of m.keys())
+      if (!expected.has(key))
+        throw new ModelLoadError(fileName, 'no such tensor in the adapter being resumed', M_PREFIX + key);
   }
   return { step: step as number, m, v, rng: json['rng_state'] ?? null, extra: extra as Record<string, unknown> };
 }

@@ -38,7 +38,8 @@ export function f32ToF16Bits(x: number): number {
   if (a >= F16_OVERFLOW) return sign | F16_INF;
   if (a < 2 ** -14) return sign | roundHalfEven(a * 2 ** 24); // subnormal; 1024 carries into the smallest normal
   let e = Math.floor(Math.log2(a));
-  if (2 ** e > a) e--; // log2 can be off by one next to a power of two
+  if (2 ** e > a)
+    e--; // log2 can be off by one next to a power of two
   else if (2 ** (e + 1) <= a) e++;
   const m = roundHalfEven(a * 2 ** (10 - e)); // 1024..2048 (exact scaling); 2048 carries into the exponent
   return sign | (((e + 15) << 10) + m - 1024);
@@ -55,7 +56,8 @@ export function f16BitsToF32(h: number): number {
 }
 
 function checkShape(N: number, K: number, name: string): void {
-  if (!Number.isSafeInteger(N) || !Number.isSafeInteger(K) || N <= 0 || K <= 0) throw new RangeError(`q4: ${name}: bad shape (${N}, ${K})`);
+  if (!Number.isSafeInteger(N) || !Number.isSafeInteger(K) || N <= 0 || K <= 0)
+    throw new RangeError(`q4: ${name}: bad shape (${N}, ${K})`);
   if (K % Q4_GROUP !== 0) throw new RangeError(`q4: ${name}: last dimension ${K} is not a multiple of ${Q4_GROUP}`);
 }
 
@@ -86,7 +88,8 @@ function bf16Values(): Float64Array {
  *  overflows f16 (amax >= 7 * 65520). */
 export function quantizeQ4(bf16: Uint16Array, N: number, K: number, name: string): Uint32Array {
   checkShape(N, K, name);
-  if (bf16.length !== N * K) throw new RangeError(`q4: ${name}: ${bf16.length} elements, shape (${N}, ${K}) needs ${N * K}`);
+  if (bf16.length !== N * K)
+    throw new RangeError(`q4: ${name}: ${bf16.length} elements, shape (${N}, ${K}) needs ${N * K}`);
   const value = bf16Values();
   const out = new Uint32Array(q4Words(N, K));
   const scale0 = q4ScaleOffsetWords(N, K);
@@ -97,7 +100,10 @@ export function quantizeQ4(bf16: Uint16Array, N: number, K: number, name: string
     const where = `row ${Math.floor(g / groupsPerRow)}, columns ${(g % groupsPerRow) * Q4_GROUP}..${(g % groupsPerRow) * Q4_GROUP + Q4_GROUP - 1}`;
     if (Number.isNaN(amax)) throw new RangeError(`q4: ${name}: NaN at ${where}`);
     const sBits = f32ToF16Bits(amax / 7);
-    if (sBits === F16_INF) throw new RangeError(`q4: ${name}: max |w| = ${amax} at ${where} needs a scale beyond f16 (amax / 7 >= ${F16_OVERFLOW})`);
+    if (sBits === F16_INF)
+      throw new RangeError(
+        `q4: ${name}: max |w| = ${amax} at ${where} needs a scale beyond f16 (amax / 7 >= ${F16_OVERFLOW})`,
+      );
     out[scale0 + (g >> 1)] |= sBits << (16 * (g & 1));
     const s = f16BitsToF32(sBits);
     for (let i = i0; i < i0 + Q4_GROUP; i++) {
@@ -111,7 +117,8 @@ export function quantizeQ4(bf16: Uint16Array, N: number, K: number, name: string
 /** q * s for every element of a packed (N, K) weight, row-major f32 (exact). */
 export function dequantizeQ4(packed: Uint32Array, N: number, K: number): Float32Array {
   const words = q4Words(N, K);
-  if (packed.length !== words) throw new RangeError(`q4: packed (${N}, ${K}) needs ${words} words, got ${packed.length}`);
+  if (packed.length !== words)
+    throw new RangeError(`q4: packed (${N}, ${K}) needs ${words} words, got ${packed.length}`);
   const scale0 = q4ScaleOffsetWords(N, K);
   const out = new Float32Array(N * K);
   for (let g = 0, i0 = 0; i0 < out.length; g++, i0 += Q4_GROUP) {
@@ -123,13 +130,22 @@ export function dequantizeQ4(packed: Uint32Array, N: number, K: number): Float32
 
 /** How far logits `b` (R, V) drift from reference logits `a` (R, V): maxAbs = max |a - b|,
  *  maxRel = maxAbs / max |a|, meanKl = mean over rows of KL(softmax(a) || softmax(b)), in f64. */
-export function logitDrift(a: Float32Array, b: Float32Array, V: number): { maxAbs: number; maxRel: number; meanKl: number } {
-  if (a.length !== b.length || V <= 0 || a.length % V !== 0) throw new RangeError(`logitDrift: lengths ${a.length}, ${b.length} with V = ${V}`);
+export function logitDrift(
+  a: Float32Array,
+  b: Float32Array,
+  V: number,
+): { maxAbs: number; maxRel: number; meanKl: number } {
+  if (a.length !== b.length || V <= 0 || a.length % V !== 0)
+    throw new RangeError(`logitDrift: lengths ${a.length}, ${b.length} with V = ${V}`);
   const R = a.length / V;
-  let maxAbs = 0, maxRef = 0, kl = 0;
+  let maxAbs = 0,
+    maxRef = 0,
+    kl = 0;
   for (let r = 0; r < R; r++) {
-    const ar = a.subarray(r * V, (r + 1) * V), br = b.subarray(r * V, (r + 1) * V);
-    const lseA = logSumExp(ar), lseB = logSumExp(br);
+    const ar = a.subarray(r * V, (r + 1) * V),
+      br = b.subarray(r * V, (r + 1) * V);
+    const lseA = logSumExp(ar),
+      lseB = logSumExp(br);
     let klRow = 0;
     for (let v = 0; v < V; v++) {
       maxAbs = Math.max(maxAbs, Math.abs(ar[v]! - br[v]!));

@@ -18,7 +18,11 @@ import type { ModelSource } from './sources.ts';
 export const Q4_STORE_FILE = 'model.q4.safetensors';
 /** The layout version: bumped whenever the packed layout or this file's layout changes. */
 export const Q4_STORE_VERSION = 1;
-export const Q4_STORE_METADATA: Readonly<Record<string, string>> = { format: 'spyrl-q4', group: '32', version: String(Q4_STORE_VERSION) };
+export const Q4_STORE_METADATA: Readonly<Record<string, string>> = {
+  format: 'spyrl-q4',
+  group: '32',
+  version: String(Q4_STORE_VERSION),
+};
 
 /** Every Linear weight (*_proj.weight), the embedding and an untied LM head are q4; norms stay bf16. */
 export function isQ4Tensor(name: string): boolean {
@@ -63,7 +67,8 @@ function modelTensors(model: Qwen3Model): Map<string, Weight> {
   const w = model.weights;
   const out = new Map<string, Weight>([[EMBED, w.embed]]);
   w.layers.forEach((lw, l) => {
-    for (const [field, name] of Object.entries(LAYER_TENSORS)) out.set(`model.layers.${l}.${name}`, lw[field as keyof LayerWeights]);
+    for (const [field, name] of Object.entries(LAYER_TENSORS))
+      out.set(`model.layers.${l}.${name}`, lw[field as keyof LayerWeights]);
   });
   out.set('model.norm.weight', w.norm);
   if (w.lmHead !== w.embed) out.set(LM_HEAD, w.lmHead);
@@ -90,21 +95,27 @@ export interface ExportOptions {
 }
 
 /** Each tensor of the store with its bytes read back in pieces of at most pieceBytes. */
-async function* storedTensors(gpu: Gpu, model: Qwen3Model, pieceBytes = READ_PIECE_BYTES): AsyncGenerator<{ name: string; bytes: number; pieces: AsyncGenerator<Uint8Array> }> {
+async function* storedTensors(
+  gpu: Gpu,
+  model: Qwen3Model,
+  pieceBytes = READ_PIECE_BYTES,
+): AsyncGenerator<{ name: string; bytes: number; pieces: AsyncGenerator<Uint8Array> }> {
   const tensors = modelTensors(model);
   for (const t of storeLayoutOf(model)) {
     const w = tensors.get(t.name)!;
     const buf = isQ4(w) ? w.buf : w;
     const bytes = t.shape.reduce((a, b) => a * b, 1) * (t.dtype === 'U32' ? 4 : 2);
     async function* pieces() {
-      for (let at = 0; at < bytes; at += pieceBytes) yield new Uint8Array(await gpu.read(buf, Math.min(pieceBytes, bytes - at), at));
+      for (let at = 0; at < bytes; at += pieceBytes)
+        yield new Uint8Array(await gpu.read(buf, Math.min(pieceBytes, bytes - at), at));
     }
     yield { name: t.name, bytes, pieces: pieces() };
   }
 }
 
 function checkPiece(pieceBytes = READ_PIECE_BYTES): number {
-  if (!Number.isSafeInteger(pieceBytes) || pieceBytes <= 0 || pieceBytes % 4 !== 0) throw new RangeError(`pieceBytes must be a positive multiple of 4, got ${pieceBytes}`);
+  if (!Number.isSafeInteger(pieceBytes) || pieceBytes <= 0 || pieceBytes % 4 !== 0)
+    throw new RangeError(`pieceBytes must be a positive multiple of 4, got ${pieceBytes}`);
   return pieceBytes;
 }
 
@@ -112,7 +123,11 @@ function checkPiece(pieceBytes = READ_PIECE_BYTES): number {
  * Reads back every tensor of a q4 model, in q4StoreLayout order: the packed words of the q4
  * tensors, the bf16 bytes of the norms. One tensor is in JS memory at a time.
  */
-export async function* exportQuantized(gpu: Gpu, model: Qwen3Model, opts: ExportOptions = {}): AsyncIterable<{ name: string; bytes: Uint8Array }> {
+export async function* exportQuantized(
+  gpu: Gpu,
+  model: Qwen3Model,
+  opts: ExportOptions = {},
+): AsyncIterable<{ name: string; bytes: Uint8Array }> {
   for await (const t of storedTensors(gpu, model, checkPiece(opts.pieceBytes))) {
     const bytes = new Uint8Array(t.bytes);
     let at = 0;
@@ -128,7 +143,11 @@ export async function* exportQuantized(gpu: Gpu, model: Qwen3Model, opts: Export
  * The q4 store file (Q4_STORE_FILE) of a q4 model as consecutive pieces to append to a file: the
  * header, then each tensor in pieces of at most 16 MiB, so the file never sits in memory.
  */
-export async function* q4SafetensorsFile(gpu: Gpu, model: Qwen3Model, opts: ExportOptions = {}): AsyncIterable<Uint8Array> {
+export async function* q4SafetensorsFile(
+  gpu: Gpu,
+  model: Qwen3Model,
+  opts: ExportOptions = {},
+): AsyncIterable<Uint8Array> {
   const pieceBytes = checkPiece(opts.pieceBytes);
   yield safetensorsHeader(storeLayoutOf(model), { ...Q4_STORE_METADATA });
   for await (const t of storedTensors(gpu, model, pieceBytes)) yield* t.pieces;
@@ -136,7 +155,8 @@ export async function* q4SafetensorsFile(gpu: Gpu, model: Qwen3Model, opts: Expo
 
 /** Opens the store file of a source (its header only; validateQ4Store checks it against the config). */
 export async function openQ4Store(source: Pick<ModelSource, 'exists' | 'open'>): Promise<SafetensorsModel> {
-  if (!(await source.exists(Q4_STORE_FILE))) throw new ModelLoadError(Q4_STORE_FILE, 'not found in the q4 store source');
+  if (!(await source.exists(Q4_STORE_FILE)))
+    throw new ModelLoadError(Q4_STORE_FILE, 'not found in the q4 store source');
   const file = await readSafetensorsHeader(await source.open(Q4_STORE_FILE));
   return modelOf(Q4_STORE_FILE, [file], file.tensors);
 }
@@ -145,11 +165,17 @@ export async function openQ4Store(source: Pick<ModelSource, 'exists' | 'open'>):
  * Checks a q4 store against the config: its metadata, and every tensor's presence, dtype and
  * size. Returns the tensor serving as the LM head (lm_head.weight when stored, else the embedding).
  */
-export function validateQ4Store(cfg: Qwen3Config, st: Pick<SafetensorsModel, 'name' | 'tensors' | 'files'>): { lmHead: string } {
+export function validateQ4Store(
+  cfg: Qwen3Config,
+  st: Pick<SafetensorsModel, 'name' | 'tensors' | 'files'>,
+): { lmHead: string } {
   for (const f of st.files) {
     for (const [key, want] of Object.entries(Q4_STORE_METADATA)) {
       if (f.metadata[key] !== want) {
-        throw new ModelLoadError(f.source.name, `not a q4 store: metadata "${key}" is ${JSON.stringify(f.metadata[key])}, expected "${want}"`);
+        throw new ModelLoadError(
+          f.source.name,
+          `not a q4 store: metadata "${key}" is ${JSON.stringify(f.metadata[key])}, expected "${want}"`,
+        );
       }
     }
   }
@@ -157,9 +183,18 @@ export function validateQ4Store(cfg: Qwen3Config, st: Pick<SafetensorsModel, 'na
   for (const t of q4StoreLayout(cfg, { lmHead: hasLmHead || !cfg.tieWordEmbeddings })) {
     const info = st.tensors.get(t.name);
     const what = t.dtype === 'U32' ? `q4 words of a ${JSON.stringify(t.weightShape)} weight` : 'a bf16 norm';
-    if (!info) throw new ModelLoadError(st.name, `missing from the q4 store; expected ${t.dtype} ${JSON.stringify(t.shape)} (${what})`, t.name);
+    if (!info)
+      throw new ModelLoadError(
+        st.name,
+        `missing from the q4 store; expected ${t.dtype} ${JSON.stringify(t.shape)} (${what})`,
+        t.name,
+      );
     if (info.dtype !== t.dtype || info.shape.length !== t.shape.length || info.shape.some((d, i) => d !== t.shape[i])) {
-      throw new ModelLoadError(info.file, `${info.dtype} ${JSON.stringify(info.shape)} in the q4 store, expected ${t.dtype} ${JSON.stringify(t.shape)} (${what}): stored from another model?`, t.name);
+      throw new ModelLoadError(
+        info.file,
+        `${info.dtype} ${JSON.stringify(info.shape)} in the q4 store, expected ${t.dtype} ${JSON.stringify(t.shape)} (${what}): stored from another model?`,
+        t.name,
+      );
     }
   }
   return { lmHead: hasLmHead ? LM_HEAD : EMBED };

@@ -72,13 +72,19 @@ export class Qwen3Model {
   forward(input: ForwardInput, cache: KVCache): GPUBuffer {
     const { gpu, cfg } = this;
     const T = input.ids.length;
-    if (input.slots.length !== T || input.positions.length !== T) throw new Error('forward: ids, slots and positions differ in length');
+    if (input.slots.length !== T || input.positions.length !== T)
+      throw new Error('forward: ids, slots and positions differ in length');
     const V = cfg.vocabSize;
     for (let t = 0; t < T; t++) {
-      const id = input.ids[t], s = input.slots[t], p = input.positions[t];
-      if (!Number.isInteger(id) || id < 0 || id >= V) throw new RangeError(`token id ${id} at index ${t} is out of range for vocab size ${V}`);
-      if (s < 0 || s >= cache.slots) throw new RangeError(`slot ${s} at index ${t} is out of range (cache has ${cache.slots} slots)`);
-      if (p < 0 || p >= cache.maxT) throw new RangeError(`position ${p} at index ${t} exceeds the KV cache capacity of ${cache.maxT} tokens`);
+      const id = input.ids[t],
+        s = input.slots[t],
+        p = input.positions[t];
+      if (!Number.isInteger(id) || id < 0 || id >= V)
+        throw new RangeError(`token id ${id} at index ${t} is out of range for vocab size ${V}`);
+      if (s < 0 || s >= cache.slots)
+        throw new RangeError(`slot ${s} at index ${t} is out of range (cache has ${cache.slots} slots)`);
+      if (p < 0 || p >= cache.maxT)
+        throw new RangeError(`position ${p} at index ${t} exceeds the KV cache capacity of ${cache.maxT} tokens`);
     }
     cache.prepareWrite(input.slots, input.positions); // maps pages under new positions, uploads the page table
     const R = input.logitRows.length;
@@ -99,15 +105,41 @@ export class Qwen3Model {
     return logits;
   }
 
-  private forwardChunk(input: ForwardInput, t0: number, t1: number, rows: number[], cache: KVCache, logits: GPUBuffer, logitsOffset: number): void {
+  private forwardChunk(
+    input: ForwardInput,
+    t0: number,
+    t1: number,
+    rows: number[],
+    cache: KVCache,
+    logits: GPUBuffer,
+    logitsOffset: number,
+  ): void {
     const { gpu, cfg, weights: w } = this;
     const T = t1 - t0;
-    const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V, rmsNormEps: eps, ropeTheta: theta } = cfg;
+    const {
+      hiddenSize: C,
+      numHeads: NH,
+      numKvHeads: NKV,
+      headDim: HD,
+      intermediateSize: I,
+      vocabSize: V,
+      rmsNormEps: eps,
+      ropeTheta: theta,
+    } = cfg;
     const kv = cache.paging;
 
-    const ids = this.u32(Array.from({ length: T }, (_, i) => input.ids[t0 + i]), 'ids'); // (T) u32
-    const slot = this.u32(Array.from({ length: T }, (_, i) => input.slots[t0 + i]), 'slots'); // (T) u32
-    const pos = this.u32(Array.from({ length: T }, (_, i) => input.positions[t0 + i]), 'positions'); // (T) u32
+    const ids = this.u32(
+      Array.from({ length: T }, (_, i) => input.ids[t0 + i]),
+      'ids',
+    ); // (T) u32
+    const slot = this.u32(
+      Array.from({ length: T }, (_, i) => input.slots[t0 + i]),
+      'slots',
+    ); // (T) u32
+    const pos = this.u32(
+      Array.from({ length: T }, (_, i) => input.positions[t0 + i]),
+      'positions',
+    ); // (T) u32
 
     const x = gpu.createBuffer(T * C * 4, 'x'); // (T, C) residual stream
     const h = gpu.createBuffer(T * C * 4, 'h'); // (T, C) normed
@@ -125,7 +157,15 @@ export class Qwen3Model {
     const u = lora ? gpu.createBuffer(T * lora.settings.r * 4, 'loraU') : null; // (T, r) x A^T scratch
     let l = 0;
     // y (+)= x W^T, plus the LoRA branch s (x A^T) B^T when the adapter targets this projection.
-    const proj = (y: GPUBuffer, xIn: GPUBuffer, wt: K.Weight, target: LoraTarget, N: number, Kd: number, accumulate = false) => {
+    const proj = (
+      y: GPUBuffer,
+      xIn: GPUBuffer,
+      wt: K.Weight,
+      target: LoraTarget,
+      N: number,
+      Kd: number,
+      accumulate = false,
+    ) => {
       K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate);
       const p = lora?.get(l, target);
       if (p) loraForward(gpu, y, u!, xIn, p, T, lora!.settings.r, lora!.scale);

@@ -20,7 +20,10 @@ function checkRange(name: string, size: number, offset: number, length: number):
     throw new ModelLoadError(name, `invalid read range offset=${offset} length=${length}`);
   }
   if (offset + length > size) {
-    throw new ModelLoadError(name, `read of ${length} bytes at offset ${offset} is past the end of the file (${size} bytes): file truncated?`);
+    throw new ModelLoadError(
+      name,
+      `read of ${length} bytes at offset ${offset} is past the end of the file (${size} bytes): file truncated?`,
+    );
   }
 }
 
@@ -44,7 +47,10 @@ export function blobSource(blob: Blob, name = (blob as Partial<File>).name ?? 'b
       checkRange(name, blob.size, offset, length);
       const bytes = new Uint8Array(await blob.slice(offset, offset + length).arrayBuffer());
       if (bytes.byteLength !== length) {
-        throw new ModelLoadError(name, `short read: wanted ${length} bytes at offset ${offset}, got ${bytes.byteLength}`);
+        throw new ModelLoadError(
+          name,
+          `short read: wanted ${length} bytes at offset ${offset}, got ${bytes.byteLength}`,
+        );
       }
       return bytes;
     },
@@ -90,16 +96,23 @@ function isNonNegInt(x: unknown): x is number {
 
 export async function readSafetensorsHeader(source: ByteSource): Promise<SafetensorsFile> {
   const file = source.name;
-  if (source.size < 8) throw new ModelLoadError(file, `file is ${source.size} bytes, too short for the 8-byte header length: truncated`);
+  if (source.size < 8)
+    throw new ModelLoadError(file, `file is ${source.size} bytes, too short for the 8-byte header length: truncated`);
   const lenBytes = await source.read(0, 8);
   const headerLenBig = new DataView(lenBytes.buffer, lenBytes.byteOffset, 8).getBigUint64(0, true);
   if (headerLenBig > BigInt(MAX_HEADER_BYTES)) {
-    throw new ModelLoadError(file, `header length ${headerLenBig} exceeds the ${MAX_HEADER_BYTES}-byte limit: not a safetensors file?`);
+    throw new ModelLoadError(
+      file,
+      `header length ${headerLenBig} exceeds the ${MAX_HEADER_BYTES}-byte limit: not a safetensors file?`,
+    );
   }
   const headerLength = Number(headerLenBig);
   if (headerLength < 2) throw new ModelLoadError(file, `header length ${headerLength} is too small`);
   if (8 + headerLength > source.size) {
-    throw new ModelLoadError(file, `header length ${headerLength} runs past the end of the file (${source.size} bytes): truncated or not a safetensors file`);
+    throw new ModelLoadError(
+      file,
+      `header length ${headerLength} runs past the end of the file (${source.size} bytes): truncated or not a safetensors file`,
+    );
   }
 
   let json: unknown;
@@ -131,36 +144,69 @@ export async function readSafetensorsHeader(source: ByteSource): Promise<Safeten
     const { dtype, shape, data_offsets: offsets } = entry;
     if (typeof dtype !== 'string') throw new ModelLoadError(file, 'missing dtype', name);
     if (!(dtype in DTYPE_BYTES)) {
-      throw new ModelLoadError(file, `unsupported dtype ${dtype} (supported: ${Object.keys(DTYPE_BYTES).join(', ')})`, name);
+      throw new ModelLoadError(
+        file,
+        `unsupported dtype ${dtype} (supported: ${Object.keys(DTYPE_BYTES).join(', ')})`,
+        name,
+      );
     }
     if (!Array.isArray(shape) || !shape.every(isNonNegInt)) {
       throw new ModelLoadError(file, `shape ${JSON.stringify(shape)} is not a list of non-negative integers`, name);
     }
     if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every(isNonNegInt) || offsets[1] < offsets[0]) {
-      throw new ModelLoadError(file, `data_offsets ${JSON.stringify(offsets)} is not [begin, end] with begin <= end`, name);
+      throw new ModelLoadError(
+        file,
+        `data_offsets ${JSON.stringify(offsets)} is not [begin, end] with begin <= end`,
+        name,
+      );
     }
     const [start, end] = offsets as [number, number];
     const expected = numel(shape) * DTYPE_BYTES[dtype as Dtype];
     if (end - start !== expected) {
-      throw new ModelLoadError(file, `size mismatch: data_offsets [${start}, ${end}] span ${end - start} bytes but ${dtype} ${JSON.stringify(shape)} needs ${expected}`, name);
+      throw new ModelLoadError(
+        file,
+        `size mismatch: data_offsets [${start}, ${end}] span ${end - start} bytes but ${dtype} ${JSON.stringify(shape)} needs ${expected}`,
+        name,
+      );
     }
     spans.push({ name, start, end });
-    tensors.set(name, { name, dtype: dtype as Dtype, shape: [...shape], file, fileOffset: dataStart + start, byteLength: expected });
+    tensors.set(name, {
+      name,
+      dtype: dtype as Dtype,
+      shape: [...shape],
+      file,
+      fileOffset: dataStart + start,
+      byteLength: expected,
+    });
   }
 
   spans.sort((a, b) => a.start - b.start || a.end - b.end);
   let cursor = 0;
   for (const s of spans) {
-    if (s.start > cursor) throw new ModelLoadError(file, `gap in data_offsets: bytes [${cursor}, ${s.start}) belong to no tensor`, s.name);
-    if (s.start < cursor) throw new ModelLoadError(file, `data_offsets [${s.start}, ${s.end}] overlap the previous tensor (ends at ${cursor})`, s.name);
+    if (s.start > cursor)
+      throw new ModelLoadError(file, `gap in data_offsets: bytes [${cursor}, ${s.start}) belong to no tensor`, s.name);
+    if (s.start < cursor)
+      throw new ModelLoadError(
+        file,
+        `data_offsets [${s.start}, ${s.end}] overlap the previous tensor (ends at ${cursor})`,
+        s.name,
+      );
     cursor = s.end;
   }
   if (cursor > dataLength) {
     const cut = spans.find((s) => s.end > dataLength)!;
-    throw new ModelLoadError(file, `data ends at byte ${cut.end} but the file holds only ${dataLength} data bytes: truncated`, cut.name);
+    throw new ModelLoadError(
+      file,
+      `data ends at byte ${cut.end} but the file holds only ${dataLength} data bytes: truncated`,
+      cut.name,
+    );
   }
   if (cursor < dataLength) {
-    throw new ModelLoadError(file, `file holds ${dataLength} data bytes but tensors cover only ${cursor}: trailing bytes`, spans.at(-1)?.name);
+    throw new ModelLoadError(
+      file,
+      `file holds ${dataLength} data bytes but tensors cover only ${cursor}: trailing bytes`,
+      spans.at(-1)?.name,
+    );
   }
   return { source, metadata, headerLength, tensors };
 }
@@ -191,14 +237,19 @@ async function* streamRange(source: ByteSource, info: TensorInfo, chunkBytes: nu
       bytes = await source.read(info.fileOffset + offset, length);
     } catch (e) {
       // Name the tensor too: the source only knows the file.
-      if (e instanceof ModelLoadError && e.tensor === undefined) throw new ModelLoadError(info.file, e.message.slice(e.file.length + 2), info.name);
+      if (e instanceof ModelLoadError && e.tensor === undefined)
+        throw new ModelLoadError(info.file, e.message.slice(e.file.length + 2), info.name);
       throw e;
     }
     yield { offset, bytes };
   }
 }
 
-export function streamTensor(file: SafetensorsFile, name: string, chunkBytes = DEFAULT_CHUNK_BYTES): AsyncIterable<TensorChunk> {
+export function streamTensor(
+  file: SafetensorsFile,
+  name: string,
+  chunkBytes = DEFAULT_CHUNK_BYTES,
+): AsyncIterable<TensorChunk> {
   return streamRange(file.source, tensorOf(file, name), chunkBytes);
 }
 
@@ -253,7 +304,9 @@ export function modelOf(name: string, files: SafetensorsFile[], tensors: Map<str
 }
 
 /** Opens a model's weights from a source, preferring the shard index when present. */
-export async function openSafetensorsModel(source: Pick<ModelSource, 'exists' | 'open' | 'readText'>): Promise<SafetensorsModel> {
+export async function openSafetensorsModel(
+  source: Pick<ModelSource, 'exists' | 'open' | 'readText'>,
+): Promise<SafetensorsModel> {
   if (!(await source.exists(INDEX_FILE))) {
     if (!(await source.exists(SINGLE_FILE))) {
       throw new ModelLoadError(SINGLE_FILE, `not found (and no ${INDEX_FILE} either)`);
@@ -276,7 +329,12 @@ export async function openSafetensorsModel(source: Pick<ModelSource, 'exists' | 
     // A shard lives beside the index: "../x.safetensors", "/etc/x" or "https://..." would reach
     // outside the model folder (or the repo) through the source.
     const unsafe = unsafePathReason(shard);
-    if (unsafe) throw new ModelLoadError(INDEX_FILE, `weight_map names the shard ${JSON.stringify(shard)}, which is not a file inside the model folder: ${unsafe}`, tensor);
+    if (unsafe)
+      throw new ModelLoadError(
+        INDEX_FILE,
+        `weight_map names the shard ${JSON.stringify(shard)}, which is not a file inside the model folder: ${unsafe}`,
+        tensor,
+      );
     shardNames.add(shard);
   }
   for (const shard of shardNames) {
@@ -313,7 +371,10 @@ export interface TensorToWrite {
  * (their data follows, back to back); the header is space-padded to 8-byte alignment as HF does.
  * For writers that stream the data (a model-sized file need not sit in memory).
  */
-export function safetensorsHeader(tensors: readonly Omit<TensorToWrite, 'data'>[], metadata?: Record<string, string>): Uint8Array {
+export function safetensorsHeader(
+  tensors: readonly Omit<TensorToWrite, 'data'>[],
+  metadata?: Record<string, string>,
+): Uint8Array {
   const header: Record<string, unknown> = {};
   if (metadata) header['__metadata__'] = metadata;
   let offset = 0;
@@ -338,7 +399,9 @@ export function writeSafetensors(tensors: readonly TensorToWrite[], metadata?: R
   for (const t of tensors) {
     const expected = numel(t.shape) * DTYPE_BYTES[t.dtype];
     if (t.data.byteLength !== expected) {
-      throw new RangeError(`tensor ${t.name}: ${t.data.byteLength} bytes given but ${t.dtype} ${JSON.stringify(t.shape)} needs ${expected}`);
+      throw new RangeError(
+        `tensor ${t.name}: ${t.data.byteLength} bytes given but ${t.dtype} ${JSON.stringify(t.shape)} needs ${expected}`,
+      );
     }
     dataBytes += expected;
   }

@@ -16,7 +16,10 @@ export async function nodeFileSource(path: string, name = path): Promise<ByteSou
     size,
     async read(offset, length) {
       if (offset < 0 || length < 0 || offset + length > size) {
-        throw new ModelLoadError(name, `read of ${length} bytes at offset ${offset} is past the end of the file (${size} bytes): file truncated?`);
+        throw new ModelLoadError(
+          name,
+          `read of ${length} bytes at offset ${offset} is past the end of the file (${size} bytes): file truncated?`,
+        );
       }
       const out = new Uint8Array(length);
       const fh = await openFile(path, 'r');
@@ -24,7 +27,8 @@ export async function nodeFileSource(path: string, name = path): Promise<ByteSou
         let done = 0;
         while (done < length) {
           const { bytesRead } = await fh.read(out, done, length - done, offset + done);
-          if (bytesRead === 0) throw new ModelLoadError(name, `short read at offset ${offset + done}: file shrank while reading?`);
+          if (bytesRead === 0)
+            throw new ModelLoadError(name, `short read at offset ${offset + done}: file shrank while reading?`);
           done += bytesRead;
         }
       } finally {
@@ -45,7 +49,11 @@ async function walk(dir: string, root: string, out: string[]): Promise<void> {
 
 export function nodeFolderSource(dir: string): ModelSource {
   // Names come from index files and manifests: none may step outside `dir`.
-  const path = (file: string) => join(dir, ...checkRelativePath(file, (why) => new ModelLoadError(file, `not a file inside ${dir}: ${why}`)).split('/'));
+  const path = (file: string) =>
+    join(
+      dir,
+      ...checkRelativePath(file, (why) => new ModelLoadError(file, `not a file inside ${dir}: ${why}`)).split('/'),
+    );
   const missing = (file: string, e: unknown): never => {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new ModelLoadError(file, `not found in ${dir}`);
     throw e;
@@ -59,7 +67,11 @@ export function nodeFolderSource(dir: string): ModelSource {
     },
     open: async (file) => nodeFileSource(path(file), file).catch((e) => missing(file, e)),
     readText: async (file) => readFile(path(file), 'utf8').catch((e) => missing(file, e)),
-    exists: async (file) => stat(path(file)).then((s) => s.isFile(), () => false),
+    exists: async (file) =>
+      stat(path(file)).then(
+        (s) => s.isFile(),
+        () => false,
+      ),
   };
 }
 
@@ -73,7 +85,8 @@ const isPart = (file: string) => /\.part-[0-9a-f]{16}$/.test(file);
  * file) removes only its own partial file, never a finished entry.
  */
 export function nodeFolderHubCache(dir: string): HubCache {
-  const path = (key: string) => join(dir, ...checkRelativePath(key, (why) => new ModelLoadError(key, `not a valid cache key: ${why}`)).split('/'));
+  const path = (key: string) =>
+    join(dir, ...checkRelativePath(key, (why) => new ModelLoadError(key, `not a valid cache key: ${why}`)).split('/'));
   return {
     kind: 'node-folder',
     async get(key) {

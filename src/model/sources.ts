@@ -78,7 +78,12 @@ export function filesSource(files: Iterable<File>, name?: string): ModelSource {
  * Files served over HTTP under one base URL with a known file list (the bundled demo model):
  * each file is fetched once, whole, when first opened.
  */
-export function urlSource(name: string, baseUrl: string, files: readonly string[], opts: { fetch?: typeof fetch } = {}): ModelSource {
+export function urlSource(
+  name: string,
+  baseUrl: string,
+  files: readonly string[],
+  opts: { fetch?: typeof fetch } = {},
+): ModelSource {
   const doFetch = opts.fetch ?? ((input, init) => fetch(input, init));
   const known = new Set(files);
   const blobs = new Map<string, Promise<Blob>>();
@@ -89,12 +94,15 @@ export function urlSource(name: string, baseUrl: string, files: readonly string[
     let p = blobs.get(file);
     if (!p) {
       const url = new URL(encodePathSegments(file), baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`).href;
-      p = doFetch(url).then(async (res) => {
-        if (!res.ok) throw new ModelLoadError(file, `HTTP ${res.status} fetching ${url}`);
-        return res.blob();
-      }, (e: unknown) => {
-        throw new ModelLoadError(file, `fetching ${url} failed: ${(e as Error).message}`);
-      });
+      p = doFetch(url).then(
+        async (res) => {
+          if (!res.ok) throw new ModelLoadError(file, `HTTP ${res.status} fetching ${url}`);
+          return res.blob();
+        },
+        (e: unknown) => {
+          throw new ModelLoadError(file, `fetching ${url} failed: ${(e as Error).message}`);
+        },
+      );
       p.catch(() => blobs.delete(file));
       blobs.set(file, p);
     }
@@ -212,7 +220,9 @@ export function opfsHubCache(): HubCache {
     async entries() {
       const out: { key: string; size: number }[] = [];
       const d = await dir();
-      for await (const [name, handle] of (d as unknown as { entries(): AsyncIterable<[string, FileSystemHandle]> }).entries()) {
+      for await (const [name, handle] of (
+        d as unknown as { entries(): AsyncIterable<[string, FileSystemHandle]> }
+      ).entries()) {
         if (handle.kind !== 'file' || name.includes(OPFS_TEMP)) continue;
         const size = (await (handle as FileSystemFileHandle).getFile()).size;
         if (size > 0) out.push({ key: decodeURIComponent(name), size });
@@ -278,9 +288,18 @@ export function cacheStorageHubCache(): HubCache {
 
 /** OPFS when it can write and move files, else Cache Storage, else memory (Node: not persistent). */
 export function defaultHubCache(): HubCache {
-  const g = globalThis as { navigator?: Navigator; caches?: CacheStorage; FileSystemFileHandle?: { prototype: object } };
+  const g = globalThis as {
+    navigator?: Navigator;
+    caches?: CacheStorage;
+    FileSystemFileHandle?: { prototype: object };
+  };
   const handle = g.FileSystemFileHandle?.prototype;
-  if (typeof g.navigator?.storage?.getDirectory === 'function' && handle && 'createWritable' in handle && 'move' in handle) {
+  if (
+    typeof g.navigator?.storage?.getDirectory === 'function' &&
+    handle &&
+    'createWritable' in handle &&
+    'move' in handle
+  ) {
     return opfsHubCache();
   }
   if (g.caches) return cacheStorageHubCache();
@@ -309,7 +328,8 @@ export function invalidRepoIdReason(repo: string): string | null {
   const parts = repo.split('/');
   if (parts.length !== 2) return 'a Hub repo id is owner/name';
   for (const p of parts) {
-    if (!/^[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?$/.test(p)) return `"${p}" is not a valid owner or name (letters, digits, '-', '_', '.'; at most 96)`;
+    if (!/^[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?$/.test(p))
+      return `"${p}" is not a valid owner or name (letters, digits, '-', '_', '.'; at most 96)`;
     if (p.includes('..')) return `"${p}" holds ".."`;
   }
   return null;
@@ -399,11 +419,15 @@ async function writeCachedText(cache: HubCache, key: string, text: string): Prom
 }
 
 async function cachedListing(cache: HubCache, repo: string, sha: string): Promise<string[] | null> {
-  const text = (await readCachedText(cache, metaKey(repo, sha, META_LISTING))) ?? (await readCachedText(cache, cacheKey(repo, sha, LEGACY_LISTING)));
+  const text =
+    (await readCachedText(cache, metaKey(repo, sha, META_LISTING))) ??
+    (await readCachedText(cache, cacheKey(repo, sha, LEGACY_LISTING)));
   if (text === null) return null;
   try {
     const files = JSON.parse(text) as unknown;
-    return Array.isArray(files) ? files.filter((f): f is string => typeof f === 'string' && !unsafePathReason(f)) : null;
+    return Array.isArray(files)
+      ? files.filter((f): f is string => typeof f === 'string' && !unsafePathReason(f))
+      : null;
   } catch {
     return null;
   }
@@ -415,7 +439,11 @@ async function cachedListing(cache: HubCache, repo: string, sha: string): Promis
  * answers with a server error), a branch falls back to the commit it resolved to on an earlier
  * load here, and `offline` says so; with no such commit the error says what failed.
  */
-export async function resolveHubRevision(repo: string, revision: string, opts: { fetch?: typeof fetch; cache?: HubCache } = {}): Promise<HubRevision> {
+export async function resolveHubRevision(
+  repo: string,
+  revision: string,
+  opts: { fetch?: typeof fetch; cache?: HubCache } = {},
+): Promise<HubRevision> {
   checkRepoId(repo);
   const cache = opts.cache ?? defaultHubCache();
   const doFetch = opts.fetch ?? ((input, init) => fetch(input, init));
@@ -430,7 +458,10 @@ export async function resolveHubRevision(repo: string, revision: string, opts: {
     if (res.ok) return await pinned(res, url);
     const status = `HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''}`;
     if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) {
-      throw new ModelLoadError(repo, `the Hub has no revision "${revision}" of ${repo} that this browser may read (${status} from ${url}; a private or gated repo answers this way too)`);
+      throw new ModelLoadError(
+        repo,
+        `the Hub has no revision "${revision}" of ${repo} that this browser may read (${status} from ${url}; a private or gated repo answers this way too)`,
+      );
     }
     failure = `${status} from ${url}`;
   } catch (e) {
@@ -440,7 +471,10 @@ export async function resolveHubRevision(repo: string, revision: string, opts: {
   if (isCommitSha(revision)) return { repo, revision, sha: revision, files: null };
   const sha = (await readCachedText(cache, metaKey(repo, revision, META_SHA)))?.trim() ?? '';
   if (!isCommitSha(sha)) {
-    throw new ModelLoadError(repo, `cannot resolve revision "${revision}" to a commit (${failure}), and no earlier load of ${repo}@${revision} is cached to use offline`);
+    throw new ModelLoadError(
+      repo,
+      `cannot resolve revision "${revision}" to a commit (${failure}), and no earlier load of ${repo}@${revision} is cached to use offline`,
+    );
   }
   return {
     repo,
@@ -458,13 +492,18 @@ export async function resolveHubRevision(repo: string, revision: string, opts: {
       throw new ModelLoadError(repo, `the Hub's answer from ${url} is not JSON (${(e as Error).message})`);
     }
     const sha = info.sha;
-    if (typeof sha !== 'string' || !isCommitSha(sha)) throw new ModelLoadError(repo, `the Hub's answer from ${url} has no commit sha`);
-    if (isCommitSha(revision) && sha !== revision) throw new ModelLoadError(repo, `asked the Hub for commit ${revision} and it answered with ${sha}`);
+    if (typeof sha !== 'string' || !isCommitSha(sha))
+      throw new ModelLoadError(repo, `the Hub's answer from ${url} has no commit sha`);
+    if (isCommitSha(revision) && sha !== revision)
+      throw new ModelLoadError(repo, `asked the Hub for commit ${revision} and it answered with ${sha}`);
     // A name that could leave the repo is dropped here and refused if a load asks for it.
-    const files = (Array.isArray(info.siblings) ? info.siblings : []).map((s) => s?.rfilename).filter((f): f is string => typeof f === 'string' && !unsafePathReason(f));
+    const files = (Array.isArray(info.siblings) ? info.siblings : [])
+      .map((s) => s?.rfilename)
+      .filter((f): f is string => typeof f === 'string' && !unsafePathReason(f));
     // Best effort: without these a later load only asks the Hub again (or cannot go offline).
     await writeCachedText(cache, metaKey(repo, sha, META_LISTING), JSON.stringify(files)).catch(() => undefined);
-    if (!isCommitSha(revision)) await writeCachedText(cache, metaKey(repo, revision, META_SHA), sha).catch(() => undefined);
+    if (!isCommitSha(revision))
+      await writeCachedText(cache, metaKey(repo, revision, META_SHA), sha).catch(() => undefined);
     return { repo, revision, sha, files };
   }
 }
@@ -510,7 +549,8 @@ export function hubSource(repo: string = DEFAULT_HUB_REPO, opts: HubSourceOption
     } catch (e) {
       throw new ModelLoadError(file, `download from ${url} failed: ${(e as Error).message}`);
     }
-    if (!res.ok) throw new ModelLoadError(file, `HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''} fetching ${url}`);
+    if (!res.ok)
+      throw new ModelLoadError(file, `HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''} fetching ${url}`);
     let total = Number(res.headers.get('content-length') ?? 0) || 0;
     const key = cacheKey(repo, sha, file);
     const writer = await cache.create(key);
@@ -523,7 +563,12 @@ export function hubSource(repo: string = DEFAULT_HUB_REPO, opts: HubSourceOption
       lastEmit = now;
       const seconds = (now - started) / 1000;
       const bytesPerSecond = seconds > 0 ? loaded / seconds : 0;
-      const etaSeconds = total > 0 && bytesPerSecond > 0 ? Math.max(0, total - loaded) / bytesPerSecond : total > 0 && loaded >= total ? 0 : NaN;
+      const etaSeconds =
+        total > 0 && bytesPerSecond > 0
+          ? Math.max(0, total - loaded) / bytesPerSecond
+          : total > 0 && loaded >= total
+            ? 0
+            : NaN;
       opts.onProgress({ file, loaded, total, bytesPerSecond, etaSeconds });
     };
     try {
@@ -574,7 +619,8 @@ export function hubSource(repo: string = DEFAULT_HUB_REPO, opts: HubSourceOption
 
   async function list(): Promise<string[]> {
     const { files, sha } = await resolve();
-    if (!files) throw new ModelLoadError(repo, `the file list of commit ${sha} is not cached and the Hub cannot be reached`);
+    if (!files)
+      throw new ModelLoadError(repo, `the file list of commit ${sha} is not cached and the Hub cannot be reached`);
     return [...files];
   }
 
@@ -626,7 +672,19 @@ export async function listCachedModels(cache: HubCache = defaultHubCache()): Pro
     if (file === LEGACY_LISTING) continue;
     const id = `${repo}/${revAndFormat}`;
     let m = models.get(id);
-    if (!m) models.set(id, (m = { repo, revision: decodeURIComponent(rev), branches: [], format: fmt, complete: fmt === 'bf16', files: [], bytes: 0 }));
+    if (!m)
+      models.set(
+        id,
+        (m = {
+          repo,
+          revision: decodeURIComponent(rev),
+          branches: [],
+          format: fmt,
+          complete: fmt === 'bf16',
+          files: [],
+          bytes: 0,
+        }),
+      );
     if (file === QUANTIZED_MANIFEST) {
       m.complete = true;
       continue;
@@ -641,10 +699,18 @@ export async function listCachedModels(cache: HubCache = defaultHubCache()): Pro
   for (const m of models.values()) m.branches.sort();
   return [...models.values()]
     .filter((m) => m.files.length > 0)
-    .sort((a, b) => a.repo.localeCompare(b.repo) || a.revision.localeCompare(b.revision) || a.format.localeCompare(b.format));
+    .sort(
+      (a, b) =>
+        a.repo.localeCompare(b.repo) || a.revision.localeCompare(b.revision) || a.format.localeCompare(b.format),
+    );
 }
 
-async function deleteEntry(repo: string, revision: string, cache: HubCache, format: CacheFormat): Promise<{ key: string }[]> {
+async function deleteEntry(
+  repo: string,
+  revision: string,
+  cache: HubCache,
+  format: CacheFormat,
+): Promise<{ key: string }[]> {
   const prefix = cacheKey(repo, revision, '', format);
   const entries = await cache.entries();
   for (const { key } of entries) if (key.startsWith(prefix)) await cache.delete(key);
@@ -653,14 +719,24 @@ async function deleteEntry(repo: string, revision: string, cache: HubCache, form
 
 /** Deletes one format's entry of a repo revision (the download, or the quantized weights). With
  *  neither format of that commit left, its file list and the branch pointers to it go too. */
-export async function deleteCachedModel(repo: string, revision = 'main', cache: HubCache = defaultHubCache(), format: CacheFormat = 'bf16'): Promise<void> {
+export async function deleteCachedModel(
+  repo: string,
+  revision = 'main',
+  cache: HubCache = defaultHubCache(),
+  format: CacheFormat = 'bf16',
+): Promise<void> {
   const rest = await deleteEntry(repo, revision, cache, format);
   const other = cacheKey(repo, revision, '', format === 'bf16' ? 'q4' : 'bf16');
   if (rest.some((e) => e.key.startsWith(other))) return;
   const listing = metaKey(repo, revision, META_LISTING);
   for (const { key } of rest) {
     if (key === listing) await cache.delete(key);
-    else if (key.startsWith(`${repo}/`) && key.endsWith(`+meta/${META_SHA}`) && (await readCachedText(cache, key))?.trim() === revision) await cache.delete(key);
+    else if (
+      key.startsWith(`${repo}/`) &&
+      key.endsWith(`+meta/${META_SHA}`) &&
+      (await readCachedText(cache, key))?.trim() === revision
+    )
+      await cache.delete(key);
   }
 }
 
@@ -686,7 +762,12 @@ export interface QuantizedFile {
 }
 
 /** Writes one cache entry from its pieces; returns its size. */
-async function writeEntry(cache: HubCache, key: string, bytes: QuantizedFile['bytes'], onBytes?: (n: number) => void): Promise<number> {
+async function writeEntry(
+  cache: HubCache,
+  key: string,
+  bytes: QuantizedFile['bytes'],
+  onBytes?: (n: number) => void,
+): Promise<number> {
   const w = await cache.create(key);
   let size = 0;
   try {
@@ -723,7 +804,10 @@ export async function writeQuantizedCache(
   try {
     for await (const f of files) {
       if (!f.name || f.name.includes('/') || f.name === QUANTIZED_MANIFEST || written.some((w) => w.name === f.name)) {
-        throw new ModelLoadError(f.name || '(empty name)', `not a valid file name for the ${format} cache of ${repo}@${revision}`);
+        throw new ModelLoadError(
+          f.name || '(empty name)',
+          `not a valid file name for the ${format} cache of ${repo}@${revision}`,
+        );
       }
       const size = await writeEntry(cache, cacheKey(repo, revision, f.name, format), f.bytes, (n) => {
         total += n;
@@ -732,7 +816,11 @@ export async function writeQuantizedCache(
       written.push({ name: f.name, size });
     }
     const manifest: QuantizedManifest = { format, version, files: written };
-    await writeEntry(cache, cacheKey(repo, revision, QUANTIZED_MANIFEST, format), new TextEncoder().encode(JSON.stringify(manifest)));
+    await writeEntry(
+      cache,
+      cacheKey(repo, revision, QUANTIZED_MANIFEST, format),
+      new TextEncoder().encode(JSON.stringify(manifest)),
+    );
   } catch (e) {
     await deleteEntry(repo, revision, cache, format).catch(() => undefined);
     throw e;

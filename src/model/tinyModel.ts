@@ -116,7 +116,20 @@ export function makeTinyCheckpoint(opts: TinyCheckpointOptions = {}): TinyCheckp
   files.set('config.json', JSON.stringify(configJson, null, 2));
   files.set(
     'generation_config.json',
-    JSON.stringify({ bos_token_id: 151643, do_sample: true, eos_token_id: [151645, 151643], pad_token_id: 151643, temperature: 0.7, top_k: 20, top_p: 0.8, transformers_version: '4.51.0' }, null, 2),
+    JSON.stringify(
+      {
+        bos_token_id: 151643,
+        do_sample: true,
+        eos_token_id: [151645, 151643],
+        pad_token_id: 151643,
+        temperature: 0.7,
+        top_k: 20,
+        top_p: 0.8,
+        transformers_version: '4.51.0',
+      },
+      null,
+      2,
+    ),
   );
   if (opts.tokenizerJson !== undefined) files.set('tokenizer.json', opts.tokenizerJson);
   if (opts.tokenizerConfig !== undefined) files.set('tokenizer_config.json', opts.tokenizerConfig);
@@ -125,7 +138,8 @@ export function makeTinyCheckpoint(opts: TinyCheckpointOptions = {}): TinyCheckp
     files.set('model.safetensors', writeSafetensors(tensors, { format: 'pt' }));
     return { files, config };
   }
-  if (!Number.isInteger(shards) || shards > tensors.length) throw new RangeError(`shards must be an integer in [1, ${tensors.length}], got ${shards}`);
+  if (!Number.isInteger(shards) || shards > tensors.length)
+    throw new RangeError(`shards must be an integer in [1, ${tensors.length}], got ${shards}`);
 
   // Greedy split in load order: close a shard once it holds its share of the bytes, leaving one tensor per remaining shard at least.
   const totalSize = tensors.reduce((n, t) => n + t.data.byteLength, 0);
@@ -149,6 +163,9 @@ export function makeTinyCheckpoint(opts: TinyCheckpointOptions = {}): TinyCheckp
     files.set(file, writeSafetensors(group, { format: 'pt' }));
     for (const t of group) weightMap[t.name] = file;
   });
-  files.set('model.safetensors.index.json', JSON.stringify({ metadata: { total_size: totalSize }, weight_map: weightMap }, null, 2));
+  files.set(
+    'model.safetensors.index.json',
+    JSON.stringify({ metadata: { total_size: totalSize }, weight_map: weightMap }, null, 2),
+  );
   return { files, config };
 }

@@ -115,11 +115,15 @@ export class Qwen3Tokenizer {
 
   constructor(files: TokenizerFiles) {
     const { tokenizerJson, tokenizerConfig } = files;
-    if (!isRecord(tokenizerJson) || !isRecord(tokenizerJson['model'])) throw new ModelLoadError('tokenizer.json', 'missing "model" object');
+    if (!isRecord(tokenizerJson) || !isRecord(tokenizerJson['model']))
+      throw new ModelLoadError('tokenizer.json', 'missing "model" object');
     if (!isRecord(tokenizerConfig)) throw new ModelLoadError('tokenizer_config.json', 'is not a JSON object');
     const chatTemplate = tokenizerConfig['chat_template'];
     if (typeof chatTemplate === 'string' && chatTemplate.length > CHAT_TEMPLATE_MAX_CHARS) {
-      throw new ModelLoadError('tokenizer_config.json', `chat_template is ${chatTemplate.length} characters; the cap is ${CHAT_TEMPLATE_MAX_CHARS} (64 KB)`);
+      throw new ModelLoadError(
+        'tokenizer_config.json',
+        `chat_template is ${chatTemplate.length} characters; the cap is ${CHAT_TEMPLATE_MAX_CHARS} (64 KB)`,
+      );
     }
     try {
       this.tokenizer = watched(TOKENIZER_FILE, () => new Tokenizer(tokenizerJson, tokenizerConfig));
@@ -131,12 +135,15 @@ export class Qwen3Tokenizer {
     this.padToken = tokenContent(tokenizerConfig['pad_token']);
 
     try {
-      this.template = typeof chatTemplate === 'string' ? watched(TEMPLATE_FILE, () => new Template(chatTemplate)) : null;
+      this.template =
+        typeof chatTemplate === 'string' ? watched(TEMPLATE_FILE, () => new Template(chatTemplate)) : null;
     } catch (e) {
       throw new ModelLoadError('tokenizer_config.json', `chat_template does not parse (${(e as Error).message})`);
     }
 
-    this.addedTokens = [...this.tokenizer.get_added_tokens_decoder()].map(([id, t]) => ({ id, content: t.content })).filter((t) => t.content !== '');
+    this.addedTokens = [...this.tokenizer.get_added_tokens_decoder()]
+      .map(([id, t]) => ({ id, content: t.content }))
+      .filter((t) => t.content !== '');
     this.addedTokens.sort((a, b) => b.content.length - a.content.length); // longest first: leftmost-longest matching
 
     let maxId = -1;
@@ -188,26 +195,44 @@ export class Qwen3Tokenizer {
    * markers is then encoded as one piece, as the library itself splits at added tokens, so a
    * prompt without special-token strings in its contents gets exactly encode(text)'s ids.
    */
-  encodeChat(messages: readonly ChatMessage[], opts: ChatTemplateOptions = {}, prefill = ''): { text: string; tokenIds: number[] } {
+  encodeChat(
+    messages: readonly ChatMessage[],
+    opts: ChatTemplateOptions = {},
+    prefill = '',
+  ): { text: string; tokenIds: number[] } {
     const text = this.applyChatTemplate(messages, opts) + prefill;
     let tag = 0;
     const sentinel = (i: number) => `\uE000spyrl-${tag}-${i}\uE001`;
-    while (messages.some((m) => m.content.includes(`\uE000spyrl-${tag}-`) || (m.reasoning_content ?? '').includes(`\uE000spyrl-${tag}-`))) tag++;
-    const skeleton = this.applyChatTemplate(messages.map((m, i) => ({ ...m, content: sentinel(i) })), opts);
+    while (
+      messages.some(
+        (m) => m.content.includes(`\uE000spyrl-${tag}-`) || (m.reasoning_content ?? '').includes(`\uE000spyrl-${tag}-`),
+      )
+    )
+      tag++;
+    const skeleton = this.applyChatTemplate(
+      messages.map((m, i) => ({ ...m, content: sentinel(i) })),
+      opts,
+    );
     // parts alternate template text (even index) and a message's content (odd index).
     const parts: { text: string; trusted: boolean }[] = [];
     let rest = skeleton;
     messages.forEach((m, i) => {
       const at = rest.indexOf(sentinel(i));
       if (at < 0 || rest.indexOf(sentinel(i), at + 1) >= 0) {
-        throw new ModelLoadError('tokenizer_config.json', `chat_template must write each message's content once, unchanged (message ${i} is not)`);
+        throw new ModelLoadError(
+          'tokenizer_config.json',
+          `chat_template must write each message's content once, unchanged (message ${i} is not)`,
+        );
       }
       parts.push({ text: rest.slice(0, at), trusted: true }, { text: m.content, trusted: false });
       rest = rest.slice(at + sentinel(i).length);
     });
     parts.push({ text: rest, trusted: true }, { text: prefill, trusted: false });
     if (parts.map((p) => p.text).join('') !== text) {
-      throw new ModelLoadError('tokenizer_config.json', 'chat_template renders differently depending on the message contents; cannot tell its markers from the text');
+      throw new ModelLoadError(
+        'tokenizer_config.json',
+        'chat_template renders differently depending on the message contents; cannot tell its markers from the text',
+      );
     }
     return { text, tokenIds: this.encodeParts(parts) };
   }
@@ -342,7 +367,8 @@ export async function loadTokenizer(source: Pick<ModelSource, 'readText' | 'exis
   for (const f of ['tokenizer.json', 'tokenizer_config.json']) {
     if (!(await source.exists(f))) throw new ModelLoadError(f, 'not found: the checkpoint needs its tokenizer files');
   }
-  const optional = async (f: string) => ((await source.exists(f)) ? readCappedJson(source, f, TOKENIZER_CONFIG_MAX_CHARS) : undefined);
+  const optional = async (f: string) =>
+    (await source.exists(f)) ? readCappedJson(source, f, TOKENIZER_CONFIG_MAX_CHARS) : undefined;
   return new Qwen3Tokenizer({
     tokenizerJson: await readCappedJson(source, 'tokenizer.json', TOKENIZER_JSON_MAX_CHARS),
     tokenizerConfig: await readCappedJson(source, 'tokenizer_config.json', TOKENIZER_CONFIG_MAX_CHARS),

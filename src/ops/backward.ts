@@ -3,23 +3,59 @@
 // saved tensors, inputs/weights, sizes.
 import type { Gpu } from '../gpu/device.ts';
 import { f32 } from '../gpu/launch.ts';
-import { ATTENTION_BINDINGS, ELEMS_PER_WG, bf16Bytes, bindings, check, checkSize, checkWeight, distinct, opKernel, subgroupDefines, useSubgroups, weightFormat, type Weight } from './common.ts';
+import {
+  ATTENTION_BINDINGS,
+  ELEMS_PER_WG,
+  bf16Bytes,
+  bindings,
+  check,
+  checkSize,
+  checkWeight,
+  distinct,
+  opKernel,
+  subgroupDefines,
+  useSubgroups,
+  weightFormat,
+  type Weight,
+} from './common.ts';
 import { gemm, rotate } from './forward.ts';
 
 /** dx (R, D) += d/dx of rmsNorm given dy (R, D) ; x (R, D) f32 ; w (D) bf16 frozen (no dw) */
-export function rmsNormBackward(gpu: Gpu, dx: GPUBuffer, dy: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R: number, D: number, eps: number): void {
+export function rmsNormBackward(
+  gpu: Gpu,
+  dx: GPUBuffer,
+  dy: GPUBuffer,
+  x: GPUBuffer,
+  w: GPUBuffer,
+  R: number,
+  D: number,
+  eps: number,
+): void {
   checkSize(dx, R * D * 4, 'rmsNormBackward dx');
   checkSize(dy, R * D * 4, 'rmsNormBackward dy');
   checkSize(x, R * D * 4, 'rmsNormBackward x');
   checkSize(w, bf16Bytes(D), 'rmsNormBackward w');
   distinct('rmsNormBackward', dx, dy, x);
   const WG = D <= 512 ? 64 : 256;
-  gpu.dispatch(opKernel(gpu, 'rmsNormBackward', 'rmsnorm', 'rmsnorm_backward', subgroupDefines(useSubgroups(gpu)), { WG }), [dx, x, w, dy], R, [R, D, f32(eps)]);
+  gpu.dispatch(
+    opKernel(gpu, 'rmsNormBackward', 'rmsnorm', 'rmsnorm_backward', subgroupDefines(useSubgroups(gpu)), { WG }),
+    [dx, x, w, dy],
+    R,
+    [R, D, f32(eps)],
+  );
 }
 
-
 /** dx (T, K) f32 (+)= dy (T, N) f32 . w (N, K) ; w bf16 or q4 (dequantized on the fly) */
-export function matmulBackwardInput(gpu: Gpu, dx: GPUBuffer, dy: GPUBuffer, w: Weight, T: number, N: number, K: number, accumulate = true): void {
+export function matmulBackwardInput(
+  gpu: Gpu,
+  dx: GPUBuffer,
+  dy: GPUBuffer,
+  w: Weight,
+  T: number,
+  N: number,
+  K: number,
+  accumulate = true,
+): void {
   checkSize(dx, T * K * 4, 'matmulBackwardInput dx');
   checkSize(dy, T * N * 4, 'matmulBackwardInput dy');
   const wb = checkWeight(w, N, K, 'matmulBackwardInput w');
@@ -28,7 +64,15 @@ export function matmulBackwardInput(gpu: Gpu, dx: GPUBuffer, dy: GPUBuffer, w: W
 
 /** dx (T, K) f32 (+)= scale * dy (T, N) f32 . w (N, K) f32 */
 export function matmulBackwardInputF32(
-  gpu: Gpu, dx: GPUBuffer, dy: GPUBuffer, w: GPUBuffer, T: number, N: number, K: number, accumulate = true, scale = 1,
+  gpu: Gpu,
+  dx: GPUBuffer,
+  dy: GPUBuffer,
+  w: GPUBuffer,
+  T: number,
+  N: number,
+  K: number,
+  accumulate = true,
+  scale = 1,
 ): void {
   checkSize(dx, T * K * 4, 'matmulBackwardInputF32 dx');
   checkSize(dy, T * N * 4, 'matmulBackwardInputF32 dy');
@@ -37,20 +81,34 @@ export function matmulBackwardInputF32(
 }
 
 /** dw (N, K) f32 += scale * dy^T (N, T) . x (T, K) ; the reduction runs over T */
-export function matmulBackwardWeightF32(gpu: Gpu, dw: GPUBuffer, dy: GPUBuffer, x: GPUBuffer, T: number, N: number, K: number, scale = 1): void {
+export function matmulBackwardWeightF32(
+  gpu: Gpu,
+  dw: GPUBuffer,
+  dy: GPUBuffer,
+  x: GPUBuffer,
+  T: number,
+  N: number,
+  K: number,
+  scale = 1,
+): void {
   checkSize(dw, N * K * 4, 'matmulBackwardWeightF32 dw');
   checkSize(dy, T * N * 4, 'matmulBackwardWeightF32 dy');
   checkSize(x, T * K * 4, 'matmulBackwardWeightF32 x');
   gemm(gpu, 'matmulBackwardWeightF32', dw, dy, x, 'f32', N, K, T, [1, N, 1, K], true, scale);
 }
 
-
 /** In place on dx (T, H, HD) f32: the transpose of rope, a rotation by -angle ; pos (T) u32 */
-export function ropeBackward(gpu: Gpu, dx: GPUBuffer, pos: GPUBuffer, T: number, H: number, HD: number, theta: number): void {
+export function ropeBackward(
+  gpu: Gpu,
+  dx: GPUBuffer,
+  pos: GPUBuffer,
+  T: number,
+  H: number,
+  HD: number,
+  theta: number,
+): void {
   rotate(gpu, 'ropeBackward', 'rope_backward', dx, pos, T, H, HD, theta);
 }
-
-
 
 function checkTrainingAttention(op: string, T: number, NH: number, NKV: number, HD: number): void {
   check(HD <= 256, `${op}: HD=${HD} > 256`);
@@ -63,7 +121,16 @@ function checkTrainingAttention(op: string, T: number, NH: number, NKV: number, 
  * k, v (T, NKV, HD) f32 ; lse (T, NH) f32 = log sum_j exp(q.k_j / sqrt(HD)), saved for the backward.
  */
 export function attentionForwardLse(
-  gpu: Gpu, out: GPUBuffer, lse: GPUBuffer, q: GPUBuffer, k: GPUBuffer, v: GPUBuffer, T: number, NH: number, NKV: number, HD: number,
+  gpu: Gpu,
+  out: GPUBuffer,
+  lse: GPUBuffer,
+  q: GPUBuffer,
+  k: GPUBuffer,
+  v: GPUBuffer,
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
 ): void {
   checkTrainingAttention('attentionForwardLse', T, NH, NKV, HD);
   checkSize(out, T * NH * HD * 4, 'attentionForwardLse out');
@@ -72,8 +139,12 @@ export function attentionForwardLse(
   checkSize(k, T * NKV * HD * 4, 'attentionForwardLse k');
   checkSize(v, T * NKV * HD * 4, 'attentionForwardLse v');
   distinct('attentionForwardLse', out, lse, q, k, v);
-  gpu.dispatch(gpu.kernel('attention', 'attention_forward_lse'), bindings(ATTENTION_BINDINGS.attention_forward_lse, { out, q, k, v, lse }), T * NH,
-    [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))]);
+  gpu.dispatch(
+    gpu.kernel('attention', 'attention_forward_lse'),
+    bindings(ATTENTION_BINDINGS.attention_forward_lse, { out, q, k, v, lse }),
+    T * NH,
+    [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))],
+  );
 }
 
 /**
@@ -82,30 +153,79 @@ export function attentionForwardLse(
  * Encodes two dispatches and uses a pooled (T, NH) scratch buffer for D = rowsum(dout * out).
  */
 export function attentionBackward(
-  gpu: Gpu, dq: GPUBuffer, dk: GPUBuffer, dv: GPUBuffer, dout: GPUBuffer, out: GPUBuffer, lse: GPUBuffer,
-  q: GPUBuffer, k: GPUBuffer, v: GPUBuffer, T: number, NH: number, NKV: number, HD: number,
+  gpu: Gpu,
+  dq: GPUBuffer,
+  dk: GPUBuffer,
+  dv: GPUBuffer,
+  dout: GPUBuffer,
+  out: GPUBuffer,
+  lse: GPUBuffer,
+  q: GPUBuffer,
+  k: GPUBuffer,
+  v: GPUBuffer,
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
 ): void {
   checkTrainingAttention('attentionBackward', T, NH, NKV, HD);
-  for (const [buf, n, what] of [[dq, NH, 'dq'], [dk, NKV, 'dk'], [dv, NKV, 'dv'], [dout, NH, 'dout'], [out, NH, 'out'],
-    [q, NH, 'q'], [k, NKV, 'k'], [v, NKV, 'v']] as const) checkSize(buf, T * n * HD * 4, `attentionBackward ${what}`);
+  for (const [buf, n, what] of [
+    [dq, NH, 'dq'],
+    [dk, NKV, 'dk'],
+    [dv, NKV, 'dv'],
+    [dout, NH, 'dout'],
+    [out, NH, 'out'],
+    [q, NH, 'q'],
+    [k, NKV, 'k'],
+    [v, NKV, 'v'],
+  ] as const)
+    checkSize(buf, T * n * HD * 4, `attentionBackward ${what}`);
   checkSize(lse, T * NH * 4, 'attentionBackward lse');
   distinct('attentionBackward', dq, dk, dv, dout, out, lse, q, k, v);
   if (T === 0) return;
   const params = [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))];
   const rowDot = gpu.createBuffer(T * NH * 4, 'attentionBackward.D'); // (T, NH) f32
-  gpu.dispatch(gpu.kernel('attention', 'attention_backward_dq'), bindings(ATTENTION_BINDINGS.attention_backward_dq, { dq, q, k, v, dout, lse, D: rowDot, out }), T * NH, params);
-  gpu.dispatch(gpu.kernel('attention', 'attention_backward_dkv'), bindings(ATTENTION_BINDINGS.attention_backward_dkv, { dk, q, k, v, dout, lse, D: rowDot, dv }), T * NKV, params);
+  gpu.dispatch(
+    gpu.kernel('attention', 'attention_backward_dq'),
+    bindings(ATTENTION_BINDINGS.attention_backward_dq, { dq, q, k, v, dout, lse, D: rowDot, out }),
+    T * NH,
+    params,
+  );
+  gpu.dispatch(
+    gpu.kernel('attention', 'attention_backward_dkv'),
+    bindings(ATTENTION_BINDINGS.attention_backward_dkv, { dk, q, k, v, dout, lse, D: rowDot, dv }),
+    T * NKV,
+    params,
+  );
   gpu.releaseBuffer(rowDot); // safe: later users of the recycled buffer are encoded after these reads
 }
 
-
 /** dgate, dup (n) f32 += gradients of out = silu(gate) * up given dout (n) f32 */
-export function siluMulBackward(gpu: Gpu, dgate: GPUBuffer, dup: GPUBuffer, dout: GPUBuffer, gate: GPUBuffer, up: GPUBuffer, n: number): void {
-  for (const [buf, what] of [[dgate, 'dgate'], [dup, 'dup'], [dout, 'dout'], [gate, 'gate'], [up, 'up']] as const) {
+export function siluMulBackward(
+  gpu: Gpu,
+  dgate: GPUBuffer,
+  dup: GPUBuffer,
+  dout: GPUBuffer,
+  gate: GPUBuffer,
+  up: GPUBuffer,
+  n: number,
+): void {
+  for (const [buf, what] of [
+    [dgate, 'dgate'],
+    [dup, 'dup'],
+    [dout, 'dout'],
+    [gate, 'gate'],
+    [up, 'up'],
+  ] as const) {
     checkSize(buf, n * 4, `siluMulBackward ${what}`);
   }
   distinct('siluMulBackward', dgate, dup, dout, gate, up);
-  gpu.dispatch(gpu.kernel('elementwise', 'silu_mul_backward'), [dgate, gate, up, dup, dout], Math.ceil(n / ELEMS_PER_WG), [n]);
+  gpu.dispatch(
+    gpu.kernel('elementwise', 'silu_mul_backward'),
+    [dgate, gate, up, dup, dout],
+    Math.ceil(n / ELEMS_PER_WG),
+    [n],
+  );
 }
 
 /** out (n) f32 += a (n) f32 */
@@ -115,4 +235,3 @@ export function add(gpu: Gpu, out: GPUBuffer, a: GPUBuffer, n: number): void {
   distinct('add', out, a);
   gpu.dispatch(gpu.kernel('elementwise', 'add_inplace'), [out, a], Math.ceil(n / ELEMS_PER_WG), [n]);
 }
-

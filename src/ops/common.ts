@@ -12,7 +12,10 @@ export const GEMV_MAX_T = 8;
  * Kernel variant choice. 'auto': on CPU adapters (SwiftShader) the barrier-free 'rows' matmul,
  * which is ~10x faster there; on GPUs 'gemv' for T <= GEMV_MAX_T, else 'tiled'. Tests force each.
  */
-export const tuning: { matmul: 'auto' | 'rows' | 'gemv' | 'tiled'; attention: 'auto' | 'single' | 'split' } = { matmul: 'auto', attention: 'auto' };
+export const tuning: { matmul: 'auto' | 'rows' | 'gemv' | 'tiled'; attention: 'auto' | 'single' | 'split' } = {
+  matmul: 'auto',
+  attention: 'auto',
+};
 
 export function isCpuAdapter(gpu: Gpu): boolean {
   const id = `${gpu.info.architecture} ${gpu.info.description}`.toLowerCase();
@@ -44,11 +47,23 @@ export interface KernelVariant {
 const launched = new WeakMap<Gpu, Map<string, KernelVariant>>();
 
 /** gpu.kernel(...), remembering for kernelVariant which pipeline variant `op` last got. */
-export function opKernel(gpu: Gpu, op: string, shader: string, entry: string, defines: Defines = {}, constants: Constants = {}): Kernel {
+export function opKernel(
+  gpu: Gpu,
+  op: string,
+  shader: string,
+  entry: string,
+  defines: Defines = {},
+  constants: Constants = {},
+): Kernel {
   const kernel = gpu.kernel(shader, entry, defines, constants);
   let perGpu = launched.get(gpu);
   if (!perGpu) launched.set(gpu, (perGpu = new Map()));
-  perGpu.set(op, { subgroups: 'SUBGROUPS' in kernel.defines, label: kernel.label, defines: kernel.defines, constants: kernel.constants });
+  perGpu.set(op, {
+    subgroups: 'SUBGROUPS' in kernel.defines,
+    label: kernel.label,
+    defines: kernel.defines,
+    constants: kernel.constants,
+  });
   return kernel;
 }
 
@@ -160,6 +175,9 @@ export const ATTENTION_BINDINGS = {
 } as const;
 
 /** The buffers of `named` in the binding order of `order`. */
-export function bindings<const N extends readonly string[]>(order: N, named: Record<N[number], GPUBuffer>): GPUBuffer[] {
+export function bindings<const N extends readonly string[]>(
+  order: N,
+  named: Record<N[number], GPUBuffer>,
+): GPUBuffer[] {
   return order.map((name: N[number]) => named[name]);
 }

@@ -20,7 +20,12 @@ export function packHalf(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, n: number, form
   checkSize(x, n * 4, 'packHalf x');
   distinct('packHalf', out, x);
   if (n === 0) return;
-  gpu.dispatch(gpu.kernel('convert', 'pack_half', { FORMAT: format }), [out, x], Math.ceil(Math.ceil(n / 2) / ELEMS_PER_WG), [n]);
+  gpu.dispatch(
+    gpu.kernel('convert', 'pack_half', { FORMAT: format }),
+    [out, x],
+    Math.ceil(Math.ceil(n / 2) / ELEMS_PER_WG),
+    [n],
+  );
 }
 
 /** out (n) f32 = the `format` values packed in x (ceil(n/2)) u32 (exact) */
@@ -30,5 +35,10 @@ export function unpackHalf(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, n: number, fo
   checkSize(x, halfBytes(n), 'unpackHalf x');
   distinct('unpackHalf', out, x);
   if (n === 0) return;
-  gpu.dispatch(gpu.kernel('convert', 'unpack_half', { FORMAT: format }), [out, x], Math.ceil(Math.ceil(n / 2) / ELEMS_PER_WG), [n]);
+  gpu.dispatch(
+    gpu.kernel('convert', 'unpack_half', { FORMAT: format }),
+    [out, x],
+    Math.ceil(Math.ceil(n / 2) / ELEMS_PER_WG),
+    [n],
+  );
 }

@@ -4,8 +4,25 @@
 import type { Gpu } from '../gpu/device.ts';
 import { f32, splitGrid } from '../gpu/launch.ts';
 import {
-  ATTENTION_BINDINGS, ELEMS_PER_WG, GEMV_MAX_T, bindings, bf16Bytes, check, checkSize, checkWeight, distinct, isCpuAdapter, opKernel, subgroupDefines, tuning, useSubgroups,
-  kvPoolBytes, weightFormat, type KvPaging, type Weight, type WeightFormat,
+  ATTENTION_BINDINGS,
+  ELEMS_PER_WG,
+  GEMV_MAX_T,
+  bindings,
+  bf16Bytes,
+  check,
+  checkSize,
+  checkWeight,
+  distinct,
+  isCpuAdapter,
+  opKernel,
+  subgroupDefines,
+  tuning,
+  useSubgroups,
+  kvPoolBytes,
+  weightFormat,
+  type KvPaging,
+  type Weight,
+  type WeightFormat,
 } from './common.ts';
 
 /** out (T, C) f32 = table[ids] ; ids (T) u32 (< V) ; table (V, C) bf16 or q4 */
@@ -13,7 +30,12 @@ export function embed(gpu: Gpu, out: GPUBuffer, ids: GPUBuffer, table: Weight, T
   checkSize(out, T * C * 4, 'embed out');
   checkSize(ids, T * 4, 'embed ids');
   const tb = checkWeight(table, V, C, 'embed table');
-  gpu.dispatch(opKernel(gpu, 'embed', 'embed', 'gather_rows', { WEIGHTS: weightFormat(table) }), [out, ids, tb], Math.ceil((T * C) / ELEMS_PER_WG), [T, C, V]);
+  gpu.dispatch(
+    opKernel(gpu, 'embed', 'embed', 'gather_rows', { WEIGHTS: weightFormat(table) }),
+    [out, ids, tb],
+    Math.ceil((T * C) / ELEMS_PER_WG),
+    [T, C, V],
+  );
 }
 
 /** out (R, D) f32 = w * x * rsqrt(mean(x^2) + eps) ; x (R, D) f32 ; w (D) bf16 */
@@ -23,12 +45,17 @@ export function rmsNorm(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R:
   checkSize(w, bf16Bytes(D), 'rmsNorm w');
   check(out !== x, 'rmsNorm: out and x must differ');
   const WG = D <= 512 ? 64 : 256;
-  gpu.dispatch(opKernel(gpu, 'rmsNorm', 'rmsnorm', 'rmsnorm_forward', subgroupDefines(useSubgroups(gpu)), { WG }), [out, x, w], R, [R, D, f32(eps)]);
+  gpu.dispatch(
+    opKernel(gpu, 'rmsNorm', 'rmsnorm', 'rmsnorm_forward', subgroupDefines(useSubgroups(gpu)), { WG }),
+    [out, x, w],
+    R,
+    [R, D, f32(eps)],
+  );
 }
 
-
 /** gemm_tiled's output tile (shaders/matmul.wgsl BM x BN). */
-const TILE_M = 64, TILE_N = 128;
+const TILE_M = 64,
+  TILE_N = 128;
 
 const tmaxFor = (M: number) => (M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8);
 
@@ -40,7 +67,16 @@ function gemvDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, R: number) {
 }
 
 /** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) ^T ; w bf16 or q4 (dequantized on the fly) */
-export function matmul(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: Weight, T: number, N: number, K: number, accumulate = false): void {
+export function matmul(
+  gpu: Gpu,
+  out: GPUBuffer,
+  x: GPUBuffer,
+  w: Weight,
+  T: number,
+  N: number,
+  K: number,
+  accumulate = false,
+): void {
   checkSize(out, T * N * 4, 'matmul out');
   checkSize(x, T * K * 4, 'matmul x');
   const wb = checkWeight(w, N, K, 'matmul w');
@@ -49,16 +85,32 @@ export function matmul(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: Weight, T: num
   if (T === 0) return;
   const params = [T, N, K, accumulate ? 1 : 0, K, 1, K, 1, f32(1)];
   const WEIGHTS = weightFormat(w);
-  const variant = tuning.matmul === 'auto' ? (isCpuAdapter(gpu) ? 'rows' : T <= GEMV_MAX_T ? 'gemv' : 'tiled') : tuning.matmul;
+  const variant =
+    tuning.matmul === 'auto' ? (isCpuAdapter(gpu) ? 'rows' : T <= GEMV_MAX_T ? 'gemv' : 'tiled') : tuning.matmul;
   if (variant === 'rows') {
     const TMAX = tmaxFor(T);
     const [x0, y0] = splitGrid(Math.ceil(N / 64), gpu.limits.maxComputeWorkgroupsPerDimension);
-    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'matmul_rows', { WEIGHTS, TMAX }), [out, x, wb], [x0, y0, Math.ceil(T / TMAX)], params);
+    gpu.dispatch(
+      opKernel(gpu, 'matmul', 'matmul', 'matmul_rows', { WEIGHTS, TMAX }),
+      [out, x, wb],
+      [x0, y0, Math.ceil(T / TMAX)],
+      params,
+    );
   } else if (variant === 'gemv') {
     check(T <= GEMV_MAX_T, `matmul: gemv variant needs T <= ${GEMV_MAX_T}`);
-    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'matmul_gemv', gemvDefines(gpu, WEIGHTS, T, K)), [out, x, wb], Math.ceil(N / (256 / gemvLanes(K))), params);
+    gpu.dispatch(
+      opKernel(gpu, 'matmul', 'matmul', 'matmul_gemv', gemvDefines(gpu, WEIGHTS, T, K)),
+      [out, x, wb],
+      Math.ceil(N / (256 / gemvLanes(K))),
+      params,
+    );
   } else {
-    gpu.dispatch(opKernel(gpu, 'matmul', 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1 }), [out, x, wb], [Math.ceil(N / TILE_N), Math.ceil(T / TILE_M)], params);
+    gpu.dispatch(
+      opKernel(gpu, 'matmul', 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1 }),
+      [out, x, wb],
+      [Math.ceil(N / TILE_N), Math.ceil(T / TILE_M)],
+      params,
+    );
   }
 }
 
@@ -67,8 +119,18 @@ export function matmul(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: Weight, T: num
  * A(m, r) = a[m * aM + r * aR] f32, B(n, r) = element n * bN + r * bR of b (f32, bf16 or q4).
  */
 export function gemm(
-  gpu: Gpu, op: string, out: GPUBuffer, a: GPUBuffer, b: GPUBuffer, WEIGHTS: WeightFormat,
-  M: number, N: number, R: number, strides: readonly [number, number, number, number], accumulate: boolean, scale: number,
+  gpu: Gpu,
+  op: string,
+  out: GPUBuffer,
+  a: GPUBuffer,
+  b: GPUBuffer,
+  WEIGHTS: WeightFormat,
+  M: number,
+  N: number,
+  R: number,
+  strides: readonly [number, number, number, number],
+  accumulate: boolean,
+  scale: number,
 ): void {
   distinct(op, out, a, b);
   check(M * Math.max(N, R) < 2 ** 32 && N * R < 2 ** 32, `${op}: sizes overflow u32 indexing`);
@@ -83,23 +145,47 @@ export function gemm(
   const forced = tuning.matmul === 'gemv' && !(small && rowMajor) ? 'rows' : tuning.matmul;
   const variant = tuning.matmul === 'auto' ? auto : forced;
   if (variant === 'gemv') {
-    gpu.dispatch(opKernel(gpu, op, 'matmul', 'matmul_gemv', gemvDefines(gpu, WEIGHTS, M, R)), [out, a, b], Math.ceil(N / (256 / gemvLanes(R))), params);
+    gpu.dispatch(
+      opKernel(gpu, op, 'matmul', 'matmul_gemv', gemvDefines(gpu, WEIGHTS, M, R)),
+      [out, a, b],
+      Math.ceil(N / (256 / gemvLanes(R))),
+      params,
+    );
   } else if (variant === 'tiled') {
-    gpu.dispatch(opKernel(gpu, op, 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1 }), [out, a, b], [Math.ceil(N / TILE_N), Math.ceil(M / TILE_M)], params);
+    gpu.dispatch(
+      opKernel(gpu, op, 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1 }),
+      [out, a, b],
+      [Math.ceil(N / TILE_N), Math.ceil(M / TILE_M)],
+      params,
+    );
   } else {
     const TMAX = tmaxFor(M);
-    gpu.dispatch(opKernel(gpu, op, 'matmul', 'gemm_rows', { WEIGHTS, TMAX }), [out, a, b], Math.ceil((N * Math.ceil(M / TMAX)) / 64), params);
+    gpu.dispatch(
+      opKernel(gpu, op, 'matmul', 'gemm_rows', { WEIGHTS, TMAX }),
+      [out, a, b],
+      Math.ceil((N * Math.ceil(M / TMAX)) / 64),
+      params,
+    );
   }
 }
 
 /** out (T, N) f32 (+)= scale * x (T, K) f32 . w (N, K) f32 ^T  (the LoRA A and B products) */
-export function matmulF32(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, T: number, N: number, K: number, accumulate = false, scale = 1): void {
+export function matmulF32(
+  gpu: Gpu,
+  out: GPUBuffer,
+  x: GPUBuffer,
+  w: GPUBuffer,
+  T: number,
+  N: number,
+  K: number,
+  accumulate = false,
+  scale = 1,
+): void {
   checkSize(out, T * N * 4, 'matmulF32 out');
   checkSize(x, T * K * 4, 'matmulF32 x');
   checkSize(w, N * K * 4, 'matmulF32 w');
   gemm(gpu, 'matmulF32', out, x, w, 'f32', T, N, K, [K, 1, K, 1], accumulate, scale);
 }
-
 
 // inv_freq_i = 1 / theta^(2i/HD) rounded to f32, as HF computes it; cached per (Gpu, HD, theta).
 const invFreqCache = new WeakMap<Gpu, Map<string, GPUBuffer>>();
@@ -129,7 +215,17 @@ export function rope(gpu: Gpu, x: GPUBuffer, pos: GPUBuffer, T: number, H: numbe
 }
 
 /** rope's dispatch, shared with ropeBackward (entry rope_backward: the rotation by -angle). */
-export function rotate(gpu: Gpu, op: string, entry: string, x: GPUBuffer, pos: GPUBuffer, T: number, H: number, HD: number, theta: number): void {
+export function rotate(
+  gpu: Gpu,
+  op: string,
+  entry: string,
+  x: GPUBuffer,
+  pos: GPUBuffer,
+  T: number,
+  H: number,
+  HD: number,
+  theta: number,
+): void {
   check(HD % 2 === 0, `${op}: HD=${HD} must be even`);
   checkSize(x, T * H * HD * 4, `${op} x`);
   checkSize(pos, T * 4, `${op} pos`);
@@ -137,15 +233,26 @@ export function rotate(gpu: Gpu, op: string, entry: string, x: GPUBuffer, pos: G
   gpu.dispatch(gpu.kernel('rope', entry), [x, pos, inv], Math.ceil((T * H * HD) / 2 / ELEMS_PER_WG), [T, H, HD]);
 }
 
-
 /**
  * qOut (T, NH, HD) = rope(rmsNorm(q, qNorm)), kOut (T, NKV, HD) = rope(rmsNorm(k, kNorm)): Qwen3's
  * q/k norms and RoPE in one dispatch (shaders/rope.wgsl qk_norm_rope), bitwise equal to rmsNorm
  * on each then rope on each.
  */
 export function qkNormRope(
-  gpu: Gpu, qOut: GPUBuffer, kOut: GPUBuffer, q: GPUBuffer, k: GPUBuffer, qNorm: GPUBuffer, kNorm: GPUBuffer, pos: GPUBuffer,
-  T: number, NH: number, NKV: number, HD: number, eps: number, theta: number,
+  gpu: Gpu,
+  qOut: GPUBuffer,
+  kOut: GPUBuffer,
+  q: GPUBuffer,
+  k: GPUBuffer,
+  qNorm: GPUBuffer,
+  kNorm: GPUBuffer,
+  pos: GPUBuffer,
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+  eps: number,
+  theta: number,
 ): void {
   check(HD % 2 === 0, `qkNormRope: HD=${HD} must be even`);
   checkSize(qOut, T * NH * HD * 4, 'qkNormRope qOut');
@@ -158,14 +265,32 @@ export function qkNormRope(
   distinct('qkNormRope', qOut, kOut, q, k);
   const inv = invFreqBuffer(gpu, HD, theta);
   // WG 64 as rmsNorm for rows of D <= 512: the same sums in the same order.
-  gpu.dispatch(opKernel(gpu, 'qkNormRope', 'rope', 'qk_norm_rope', subgroupDefines(useSubgroups(gpu)), { WG: 64 }),
-    [qOut, kOut, q, k, qNorm, kNorm, pos, inv], T * (NH + NKV), [T, NH, NKV, HD, f32(eps)]);
+  gpu.dispatch(
+    opKernel(gpu, 'qkNormRope', 'rope', 'qk_norm_rope', subgroupDefines(useSubgroups(gpu)), { WG: 64 }),
+    [qOut, kOut, q, k, qNorm, kNorm, pos, inv],
+    T * (NH + NKV),
+    [T, NH, NKV, HD, f32(eps)],
+  );
 }
 
-function checkPaging(op: string, kv: KvPaging, kCache: GPUBuffer, vCache: GPUBuffer, pageTable: GPUBuffer, NKV: number, HD: number): number {
+function checkPaging(
+  op: string,
+  kv: KvPaging,
+  kCache: GPUBuffer,
+  vCache: GPUBuffer,
+  pageTable: GPUBuffer,
+  NKV: number,
+  HD: number,
+): number {
   check(kv.dtype === 'f32' || kv.dtype === 'f16', `${op}: KV dtype must be f32 or f16 (got ${String(kv.dtype)})`);
-  check(Number.isInteger(kv.pageSize) && kv.pageSize > 0 && (kv.pageSize & (kv.pageSize - 1)) === 0, `${op}: page size ${kv.pageSize} is not a power of two`);
-  check(kv.pagesPerSlot === Math.ceil(kv.maxT / kv.pageSize), `${op}: pagesPerSlot ${kv.pagesPerSlot} != ceil(maxT ${kv.maxT} / ${kv.pageSize})`);
+  check(
+    Number.isInteger(kv.pageSize) && kv.pageSize > 0 && (kv.pageSize & (kv.pageSize - 1)) === 0,
+    `${op}: page size ${kv.pageSize} is not a power of two`,
+  );
+  check(
+    kv.pagesPerSlot === Math.ceil(kv.maxT / kv.pageSize),
+    `${op}: pagesPerSlot ${kv.pagesPerSlot} != ceil(maxT ${kv.maxT} / ${kv.pageSize})`,
+  );
   check(kv.dtype === 'f32' || HD % 2 === 0, `${op}: f16 KV needs an even HD (got ${HD})`);
   checkSize(kCache, kvPoolBytes(kv, NKV, HD), `${op} kCache`);
   checkSize(vCache, kvPoolBytes(kv, NKV, HD), `${op} vCache`);
@@ -180,15 +305,29 @@ function checkPaging(op: string, kv: KvPaging, kCache: GPUBuffer, vCache: GPUBuf
  * f16 rounds to nearest even and saturates at +-65504. Unmapped pages and pos >= maxT are skipped.
  */
 export function kvWrite(
-  gpu: Gpu, kCache: GPUBuffer, vCache: GPUBuffer, k: GPUBuffer, v: GPUBuffer, pageTable: GPUBuffer, slot: GPUBuffer, pos: GPUBuffer,
-  T: number, NKV: number, HD: number, kv: KvPaging,
+  gpu: Gpu,
+  kCache: GPUBuffer,
+  vCache: GPUBuffer,
+  k: GPUBuffer,
+  v: GPUBuffer,
+  pageTable: GPUBuffer,
+  slot: GPUBuffer,
+  pos: GPUBuffer,
+  T: number,
+  NKV: number,
+  HD: number,
+  kv: KvPaging,
 ): void {
   checkSize(k, T * NKV * HD * 4, 'kvWrite k');
   checkSize(v, T * NKV * HD * 4, 'kvWrite v');
   const pageShift = checkPaging('kvWrite', kv, kCache, vCache, pageTable, NKV, HD);
   const words = (T * NKV * HD) / (kv.dtype === 'f16' ? 2 : 1); // one thread per cache word
-  gpu.dispatch(gpu.kernel('attention', 'kv_write', { KV: kv.dtype }), bindings(ATTENTION_BINDINGS.kv_write, { kCache, vCache, k, v, pageTable, slot, pos }), Math.ceil(words / ELEMS_PER_WG),
-    [T, NKV, HD, kv.maxT, kv.pagesPerSlot, pageShift]);
+  gpu.dispatch(
+    gpu.kernel('attention', 'kv_write', { KV: kv.dtype }),
+    bindings(ATTENTION_BINDINGS.kv_write, { kCache, vCache, k, v, pageTable, slot, pos }),
+    Math.ceil(words / ELEMS_PER_WG),
+    [T, NKV, HD, kv.maxT, kv.pagesPerSlot, pageShift],
+  );
 }
 
 /**
@@ -196,8 +335,19 @@ export function kvWrite(
  * table from the cache (KvPaging; f16 is widened to f32, the math is f32); GQA h -> h / (NH/NKV)
  */
 export function attention(
-  gpu: Gpu, out: GPUBuffer, q: GPUBuffer, kCache: GPUBuffer, vCache: GPUBuffer, pageTable: GPUBuffer, slot: GPUBuffer, pos: GPUBuffer,
-  T: number, NH: number, NKV: number, HD: number, kv: KvPaging,
+  gpu: Gpu,
+  out: GPUBuffer,
+  q: GPUBuffer,
+  kCache: GPUBuffer,
+  vCache: GPUBuffer,
+  pageTable: GPUBuffer,
+  slot: GPUBuffer,
+  pos: GPUBuffer,
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+  kv: KvPaging,
 ): void {
   check(HD <= 256, `attention: HD=${HD} > 256`);
   check(NH % NKV === 0, `attention: NH=${NH} not a multiple of NKV=${NKV}`);
@@ -209,13 +359,28 @@ export function attention(
   const params = [T, NH, NKV, HD, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift, splitKeys, splits];
   const defines = { KV: kv.dtype };
   if (splits === 1) {
-    gpu.dispatch(gpu.kernel('attention', 'attention_forward', defines), bindings(ATTENTION_BINDINGS.attention_forward, { out, q, kCache, vCache, pageTable, slot, pos }), T * NH, params);
+    gpu.dispatch(
+      gpu.kernel('attention', 'attention_forward', defines),
+      bindings(ATTENTION_BINDINGS.attention_forward, { out, q, kCache, vCache, pageTable, slot, pos }),
+      T * NH,
+      params,
+    );
     return;
   }
   const partOut = gpu.createBuffer(T * NH * splits * HD * 4, 'attentionSplitOut'); // (T, NH, splits, HD)
   const partLse = gpu.createBuffer(T * NH * splits * 4, 'attentionSplitLse'); // (T, NH, splits)
-  gpu.dispatch(gpu.kernel('attention', 'attention_split', defines), bindings(ATTENTION_BINDINGS.attention_split, { out: partOut, q, kCache, vCache, pageTable, slot, pos, partLse }), T * NH * splits, params);
-  gpu.dispatch(gpu.kernel('attention', 'attention_combine', defines), bindings(ATTENTION_BINDINGS.attention_combine, { out, splitLse: partLse, splitOut: partOut }), T * NH, params);
+  gpu.dispatch(
+    gpu.kernel('attention', 'attention_split', defines),
+    bindings(ATTENTION_BINDINGS.attention_split, { out: partOut, q, kCache, vCache, pageTable, slot, pos, partLse }),
+    T * NH * splits,
+    params,
+  );
+  gpu.dispatch(
+    gpu.kernel('attention', 'attention_combine', defines),
+    bindings(ATTENTION_BINDINGS.attention_combine, { out, splitLse: partLse, splitOut: partOut }),
+    T * NH,
+    params,
+  );
   gpu.releaseBuffer(partOut);
   gpu.releaseBuffer(partLse);
 }
@@ -247,13 +412,17 @@ export function siluMul(gpu: Gpu, out: GPUBuffer, gate: GPUBuffer, up: GPUBuffer
   gpu.dispatch(gpu.kernel('elementwise', 'silu_mul_forward'), [out, gate, up], Math.ceil(n / ELEMS_PER_WG), [n]);
 }
 
-
 /** out (R, C) f32 = x[rows[r], :] ; rows (R) u32 ; x (., C) f32 (shaders/embed.wgsl with f32 rows) */
 export function gatherRows(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, rows: GPUBuffer, R: number, C: number): void {
   checkSize(out, R * C * 4, 'gatherRows out');
   checkSize(rows, R * 4, 'gatherRows rows');
   check(out !== x, 'gatherRows: out and x must differ');
-  gpu.dispatch(gpu.kernel('embed', 'gather_rows', { WEIGHTS: 'f32' }), [out, rows, x], Math.ceil((R * C) / ELEMS_PER_WG), [R, C, 0]);
+  gpu.dispatch(
+    gpu.kernel('embed', 'gather_rows', { WEIGHTS: 'f32' }),
+    [out, rows, x],
+    Math.ceil((R * C) / ELEMS_PER_WG),
+    [R, C, 0],
+  );
 }
 
 export interface SampleOptions {
@@ -281,7 +450,17 @@ function scratchLogp(gpu: Gpu, B: number): GPUBuffer {
  * log-prob of each id under the distribution it was drawn from (logits / temperature, cut to
  * top-k then top-p, renormalized; 0 for greedy), the exact behaviour log-prob for PPO.
  */
-export function sample(gpu: Gpu, outIds: GPUBuffer, logits: GPUBuffer, B: number, V: number, opts: SampleOptions, seed: number, step: number, outLogp?: GPUBuffer): void {
+export function sample(
+  gpu: Gpu,
+  outIds: GPUBuffer,
+  logits: GPUBuffer,
+  B: number,
+  V: number,
+  opts: SampleOptions,
+  seed: number,
+  step: number,
+  outLogp?: GPUBuffer,
+): void {
   checkSize(outIds, B * 4, 'sample outIds');
   checkSize(logits, B * V * 4, 'sample logits');
   if (outLogp) checkSize(outLogp, B * 4, 'sample outLogp');
@@ -290,6 +469,10 @@ export function sample(gpu: Gpu, outIds: GPUBuffer, logits: GPUBuffer, B: number
   distinct('sample', outIds, logits, lp);
   // Barrier count is 32-64 bisection rounds x log2(WG); a small vocabulary needs few threads.
   const WG = V >= 8192 ? 256 : V >= 512 ? 64 : 16;
-  gpu.dispatch(opKernel(gpu, 'sample', 'sample', 'sample_forward', subgroupDefines(useSubgroups(gpu)), { WG }), [outIds, logits, lp], B,
-    [B, V, Math.floor(opts.topK), seed >>> 0, step >>> 0, f32(opts.temperature), f32(Math.min(opts.topP, 1))]);
+  gpu.dispatch(
+    opKernel(gpu, 'sample', 'sample', 'sample_forward', subgroupDefines(useSubgroups(gpu)), { WG }),
+    [outIds, logits, lp],
+    B,
+    [B, V, Math.floor(opts.topK), seed >>> 0, step >>> 0, f32(opts.temperature), f32(Math.min(opts.topP, 1))],
+  );
 }

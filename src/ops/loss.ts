@@ -10,7 +10,13 @@ import { ELEMS_PER_WG, check, checkSize, opKernel, subgroupDefines, useSubgroups
  * for the backward ; logits (R, V) f32 ; targets (R) u32 (< V, else logp[r] is NaN).
  */
 export function logSoftmaxGather(
-  gpu: Gpu, logp: GPUBuffer, lse: GPUBuffer, logits: GPUBuffer, targets: GPUBuffer, R: number, V: number,
+  gpu: Gpu,
+  logp: GPUBuffer,
+  lse: GPUBuffer,
+  logits: GPUBuffer,
+  targets: GPUBuffer,
+  R: number,
+  V: number,
 ): void {
   check(V >= 1, `logSoftmaxGather: V=${V}`);
   checkSize(logp, R * 4, 'logSoftmaxGather logp');
@@ -23,7 +29,12 @@ export function logSoftmaxGather(
   // A whole vocabulary row per workgroup; small rows need few threads (fewer tree levels).
   // Subgroup reduction when the device has `subgroups` (shaders/loss.wgsl), else a shared-memory tree.
   const WG = V >= 8192 ? 256 : 64;
-  gpu.dispatch(opKernel(gpu, 'logSoftmaxGather', 'loss', 'log_softmax_gather', subgroupDefines(useSubgroups(gpu)), { WG }), [logp, lse, logits, targets], R, [R, V]);
+  gpu.dispatch(
+    opKernel(gpu, 'logSoftmaxGather', 'loss', 'log_softmax_gather', subgroupDefines(useSubgroups(gpu)), { WG }),
+    [logp, lse, logits, targets],
+    R,
+    [R, V],
+  );
 }
 
 /**
@@ -31,7 +42,14 @@ export function logSoftmaxGather(
  * (not accumulated: the logits are a fresh activation) ; dlogp, lse (R) f32 ; targets (R) u32
  */
 export function logSoftmaxBackward(
-  gpu: Gpu, dlogits: GPUBuffer, dlogp: GPUBuffer, logits: GPUBuffer, lse: GPUBuffer, targets: GPUBuffer, R: number, V: number,
+  gpu: Gpu,
+  dlogits: GPUBuffer,
+  dlogp: GPUBuffer,
+  logits: GPUBuffer,
+  lse: GPUBuffer,
+  targets: GPUBuffer,
+  R: number,
+  V: number,
 ): void {
   checkSize(dlogits, R * V * 4, 'logSoftmaxBackward dlogits');
   checkSize(dlogp, R * 4, 'logSoftmaxBackward dlogp');
@@ -40,7 +58,10 @@ export function logSoftmaxBackward(
   checkSize(targets, R * 4, 'logSoftmaxBackward targets');
   check(R * V < 2 ** 32, 'logSoftmaxBackward: R*V overflows u32 indexing');
   check(dlogits !== logits, 'logSoftmaxBackward: dlogits and logits must differ');
-  gpu.dispatch(gpu.kernel('loss', 'log_softmax_backward', {}, { WG: ELEMS_PER_WG }), [dlogits, dlogp, logits, lse, targets],
-    Math.ceil((R * V) / ELEMS_PER_WG), [R, V]);
+  gpu.dispatch(
+    gpu.kernel('loss', 'log_softmax_backward', {}, { WG: ELEMS_PER_WG }),
+    [dlogits, dlogp, logits, lse, targets],
+    Math.ceil((R * V) / ELEMS_PER_WG),
+    [R, V],
+  );
 }
-

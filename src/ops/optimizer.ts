@@ -59,12 +59,32 @@ export interface AdamWHyper {
  * One torch.optim.AdamW step in place: param, m, v (n) f32 ; grad (n) f32 (read only; zeroing is
  * the caller's gpu.clear). param *= 1 - lr*wd, then param -= lr * mhat / (sqrt(vhat) + eps).
  */
-export function adamw(gpu: Gpu, param: GPUBuffer, grad: GPUBuffer, m: GPUBuffer, v: GPUBuffer, n: number, hp: AdamWHyper): void {
-  for (const [name, buf] of [['param', param], ['grad', grad], ['m', m], ['v', v]] as const) checkSize(buf, n * 4, `adamw ${name}`);
+export function adamw(
+  gpu: Gpu,
+  param: GPUBuffer,
+  grad: GPUBuffer,
+  m: GPUBuffer,
+  v: GPUBuffer,
+  n: number,
+  hp: AdamWHyper,
+): void {
+  for (const [name, buf] of [
+    ['param', param],
+    ['grad', grad],
+    ['m', m],
+    ['v', v],
+  ] as const)
+    checkSize(buf, n * 4, `adamw ${name}`);
   check(new Set([param, grad, m, v]).size === 4, 'adamw: param, grad, m and v must be four buffers');
   check(Number.isInteger(hp.step) && hp.step >= 1, `adamw: step ${hp.step} must be an integer >= 1`);
-  check(hp.beta1 >= 0 && hp.beta1 < 1 && hp.beta2 >= 0 && hp.beta2 < 1, `adamw: betas ${hp.beta1}, ${hp.beta2} outside [0, 1)`);
-  check(hp.lr >= 0 && hp.eps > 0 && hp.weightDecay >= 0, `adamw: bad lr ${hp.lr}, eps ${hp.eps} or weightDecay ${hp.weightDecay}`);
+  check(
+    hp.beta1 >= 0 && hp.beta1 < 1 && hp.beta2 >= 0 && hp.beta2 < 1,
+    `adamw: betas ${hp.beta1}, ${hp.beta2} outside [0, 1)`,
+  );
+  check(
+    hp.lr >= 0 && hp.eps > 0 && hp.weightDecay >= 0,
+    `adamw: bad lr ${hp.lr}, eps ${hp.eps} or weightDecay ${hp.weightDecay}`,
+  );
   check(Number.isFinite(hp.gradScale), `adamw: gradScale ${hp.gradScale} is not finite`);
   if (n === 0) return;
   // Host-side f64 like PyTorch's Python scalars; (1 - beta) in f64 keeps 1 - 0.999 exact to f32.
@@ -72,7 +92,14 @@ export function adamw(gpu: Gpu, param: GPUBuffer, grad: GPUBuffer, m: GPUBuffer,
   const bias2 = 1 - hp.beta2 ** hp.step;
   gpu.dispatch(gpu.kernel('optim', 'adamw_step'), [param, m, v, grad], Math.ceil(n / ELEMS_PER_WG), [
     n,
-    f32(hp.beta1), f32(1 - hp.beta1), f32(hp.beta2), f32(1 - hp.beta2), f32(hp.eps),
-    f32(1 - hp.lr * hp.weightDecay), f32(hp.lr / bias1), f32(Math.sqrt(bias2)), f32(hp.gradScale),
+    f32(hp.beta1),
+    f32(1 - hp.beta1),
+    f32(hp.beta2),
+    f32(1 - hp.beta2),
+    f32(hp.eps),
+    f32(1 - hp.lr * hp.weightDecay),
+    f32(hp.lr / bias1),
+    f32(Math.sqrt(bias2)),
+    f32(hp.gradScale),
   ]);
 }

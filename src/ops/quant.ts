@@ -14,24 +14,43 @@ export const Q4_STATUS_OK = 0xffffffff;
  * to Q4_STATUS_OK.
  */
 export function quantizeQ4(
-  gpu: Gpu, out: GPUBuffer, status: GPUBuffer, src: GPUBuffer, row0: number, rows: number, N: number, K: number, slot: number,
+  gpu: Gpu,
+  out: GPUBuffer,
+  status: GPUBuffer,
+  src: GPUBuffer,
+  row0: number,
+  rows: number,
+  N: number,
+  K: number,
+  slot: number,
 ): void {
   check(K > 0 && K % 32 === 0, `quantizeQ4: K = ${K} is not a multiple of 32`);
-  check(Number.isInteger(row0) && Number.isInteger(rows) && row0 >= 0 && rows >= 0 && row0 + rows <= N, `quantizeQ4: rows [${row0}, ${row0 + rows}) outside (0, ${N})`);
+  check(
+    Number.isInteger(row0) && Number.isInteger(rows) && row0 >= 0 && rows >= 0 && row0 + rows <= N,
+    `quantizeQ4: rows [${row0}, ${row0 + rows}) outside (0, ${N})`,
+  );
   check(N * K < 2 ** 32, 'quantizeQ4: sizes overflow u32 indexing');
   checkSize(out, q4Words(N, K) * 4, 'quantizeQ4 out');
   checkSize(status, (slot + 1) * 4, 'quantizeQ4 status');
   checkSize(src, bf16Bytes(rows * K), 'quantizeQ4 src');
   distinct('quantizeQ4', out, status, src);
   if (rows === 0) return;
-  const g0 = (row0 * K) / 32, g1 = ((row0 + rows) * K) / 32;
+  const g0 = (row0 * K) / 32,
+    g1 = ((row0 + rows) * K) / 32;
   const pairs = Math.floor((g1 - 1) / 2) - Math.floor(g0 / 2) + 1; // scale words touched
-  gpu.dispatch(opKernel(gpu, 'quantizeQ4', 'quant', 'quantize_q4'), [out, status, src], Math.ceil(pairs / 64), [N, K, row0, rows, slot]);
+  gpu.dispatch(opKernel(gpu, 'quantizeQ4', 'quant', 'quantize_q4'), [out, status, src], Math.ceil(pairs / 64), [
+    N,
+    K,
+    row0,
+    rows,
+    slot,
+  ]);
 }
 
 /** The first bad group of a status word: its row, first column, and why; null when none. */
 export function q4StatusGroup(word: number, K: number): { row: number; col: number; nan: boolean } | null {
   if (word === Q4_STATUS_OK) return null;
-  const g = word >>> 1, perRow = K / 32;
+  const g = word >>> 1,
+    perRow = K / 32;
   return { row: Math.floor(g / perRow), col: (g % perRow) * 32, nan: (word & 1) === 1 };
 }

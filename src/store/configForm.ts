@@ -52,10 +52,22 @@ export function draftFromConfig(cfg: SpyRLConfig): ConfigDraft {
 }
 
 export const PRESETS: Record<string, { label: string; config: SpyRLConfig; note: string }> = {
-  paper: { label: 'Paper defaults', config: DEFAULT_CONFIG, note: 'the settings of the SpyRL paper, for a real Qwen3 model on a real GPU' },
+  paper: {
+    label: 'Paper defaults',
+    config: DEFAULT_CONFIG,
+    note: 'the settings of the SpyRL paper, for a real Qwen3 model on a real GPU',
+  },
   quick: {
     label: 'Quick demo',
-    config: validateConfig({ groupSize: 3, docTokenBudget: 96, summaryMaxTokens: 12, roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 5, lora: { r: 4, alpha: 8 } }),
+    config: validateConfig({
+      groupSize: 3,
+      docTokenBudget: 96,
+      summaryMaxTokens: 12,
+      roundsPerUpdate: 1,
+      evalEvery: 0,
+      checkpointEvery: 5,
+      lora: { r: 4, alpha: 8 },
+    }),
     note: 'short documents and summaries: rounds in seconds on the tiny demo model or a software GPU',
   },
 };
@@ -76,7 +88,10 @@ function parseValue(f: FormField, raw: string | string[]): unknown {
 }
 
 /** The draft over `base` (the fields the panel does not show keep their values there). */
-export function configFromDraft(draft: ConfigDraft, base: SpyRLConfig): { config: SpyRLConfig | null; error: { field: string; message: string } | null } {
+export function configFromDraft(
+  draft: ConfigDraft,
+  base: SpyRLConfig,
+): { config: SpyRLConfig | null; error: { field: string; message: string } | null } {
   const input = structuredClone(base) as unknown as Record<string, unknown>;
   for (const f of FORM_FIELDS) if (draft[f.path] !== undefined) setPath(input, f.path, parseValue(f, draft[f.path]!));
   try {

@@ -29,41 +29,46 @@ export function compareChoice(kind: CompareKind, repo: string): ModelChoice | nu
   return null;
 }
 
-export const createEvalSlice = (deps: StoreDeps): StateCreator<AppState, [], [], EvalSlice> => (set, get) => ({
-  evalReport: null,
-  evalAtRound: null,
-  evalRunning: false,
-  evalProgress: null,
-  evalError: null,
-  compareKind: 'none',
-  compareRepo: COMPARE_PRESET_REPO,
+export const createEvalSlice =
+  (deps: StoreDeps): StateCreator<AppState, [], [], EvalSlice> =>
+  (set, get) => ({
+    evalReport: null,
+    evalAtRound: null,
+    evalRunning: false,
+    evalProgress: null,
+    evalError: null,
+    compareKind: 'none',
+    compareRepo: COMPARE_PRESET_REPO,
 
-  setCompare(kind, repo) {
-    set({ compareKind: kind, ...(repo !== undefined ? { compareRepo: repo } : {}) });
-  },
+    setCompare(kind, repo) {
+      set({ compareKind: kind, ...(repo !== undefined ? { compareRepo: repo } : {}) });
+    },
 
-  async runEvaluation() {
-    const s = get();
-    if (s.evalRunning) return;
-    if (s.compareKind === 'hub' && !/^[\w.-]+\/[\w.-]+$/.test(s.compareRepo.trim())) {
-      set({ evalError: `"${s.compareRepo}" is not a Hub repo id (owner/name)` });
-      return;
-    }
-    set({ evalRunning: true, evalError: null, evalProgress: 'Starting' });
-    try {
-      const onProgress = deps.callback((p: { text: string }) => set({ evalProgress: p.text }));
-      const report = await deps.engine.evaluate({ compare: compareChoice(s.compareKind, s.compareRepo) }, onProgress);
-      set({ evalReport: report, evalAtRound: get().round });
-    } catch (e) {
-      set({ evalError: `Evaluation failed: ${errorMessage(e)}` });
-    } finally {
-      set({ evalRunning: false, evalProgress: null });
-    }
-  },
+    async runEvaluation() {
+      const s = get();
+      if (s.evalRunning) return;
+      if (s.compareKind === 'hub' && !/^[\w.-]+\/[\w.-]+$/.test(s.compareRepo.trim())) {
+        set({ evalError: `"${s.compareRepo}" is not a Hub repo id (owner/name)` });
+        return;
+      }
+      set({ evalRunning: true, evalError: null, evalProgress: 'Starting' });
+      try {
+        const onProgress = deps.callback((p: { text: string }) => set({ evalProgress: p.text }));
+        const report = await deps.engine.evaluate({ compare: compareChoice(s.compareKind, s.compareRepo) }, onProgress);
+        set({ evalReport: report, evalAtRound: get().round });
+      } catch (e) {
+        set({ evalError: `Evaluation failed: ${errorMessage(e)}` });
+      } finally {
+        set({ evalRunning: false, evalProgress: null });
+      }
+    },
 
-  exportEvalJsonl() {
-    const r = get().evalReport;
-    if (!r) return;
-    deps.saveFile(`spyrl-eval-round-${get().evalAtRound ?? 0}.jsonl`, new Blob([evalReportJsonl(r)], { type: 'application/jsonl' }));
-  },
-});
+    exportEvalJsonl() {
+      const r = get().evalReport;
+      if (!r) return;
+      deps.saveFile(
+        `spyrl-eval-round-${get().evalAtRound ?? 0}.jsonl`,
+        new Blob([evalReportJsonl(r)], { type: 'application/jsonl' }),
+      );
+    },
+  });

@@ -4,7 +4,14 @@ import type { StateCreator } from 'zustand';
 import { QWEN3_PRESETS, type Qwen3Config, type Qwen3PresetName } from '../model/config.ts';
 import type { CachedModel } from '../model/sources.ts';
 import { planMemory, type MemoryCheck } from '../train/memory.ts';
-import { DEFAULT_KV, defaultWeights, q4Problem, type KvType, type ModelFormat, type WeightsFormat } from '../worker/modelFormat.ts';
+import {
+  DEFAULT_KV,
+  defaultWeights,
+  q4Problem,
+  type KvType,
+  type ModelFormat,
+  type WeightsFormat,
+} from '../worker/modelFormat.ts';
 import type { CacheFormat } from '../model/sources.ts';
 import type { DownloadProgress, GpuProbe, LoadedModelInfo, LoadProgress, ModelChoice } from '../worker/protocol.ts';
 import { errorMessage } from '../worker/protocol.ts';
@@ -63,7 +70,11 @@ function optionKey(option: ModelOption, customRepo: string): string {
 /** config.json of the selected option when known (presets: always). */
 function optionConfig(s: AppState): Qwen3Config | null {
   const key = optionKey(s.modelOption, s.customRepo);
-  return s.modelOption.startsWith('preset:') ? QWEN3_PRESETS[s.modelOption.slice(7) as Qwen3PresetName] : s.optionCfg?.option === key ? s.optionCfg.cfg : null;
+  return s.modelOption.startsWith('preset:')
+    ? QWEN3_PRESETS[s.modelOption.slice(7) as Qwen3PresetName]
+    : s.optionCfg?.option === key
+      ? s.optionCfg.cfg
+      : null;
 }
 
 /** The format a load would use: the user's pick, else the model's default. */
@@ -74,14 +85,26 @@ export function formatFor(cfg: Qwen3Config, s: Pick<AppState, 'weightsChoice' | 
 /** The weights/KV choice of the selected option: weights null until its config.json is known. */
 export function selectFormatInputs(s: AppState) {
   const cfg = optionConfig(s);
-  return { cfg, weights: cfg ? formatFor(cfg, s).weights : s.weightsChoice, kv: s.kvType, q4Problem: cfg ? q4Problem(cfg) : null };
+  return {
+    cfg,
+    weights: cfg ? formatFor(cfg, s).weights : s.weightsChoice,
+    kv: s.kvType,
+    q4Problem: cfg ? q4Problem(cfg) : null,
+  };
 }
 
 /** What the memory check of the selected option depends on (stable references, for shallow
  *  selection); `weights` is null while the option's config.json is unknown. */
 export function selectMemoryInputs(s: AppState) {
   const cfg = optionConfig(s);
-  return { cfg, weights: cfg ? formatFor(cfg, s).weights : null, kv: s.kvType, run: s.configResult.config ?? s.runConfig, probe: s.probe, budget: s.gpuBudgetGiB };
+  return {
+    cfg,
+    weights: cfg ? formatFor(cfg, s).weights : null,
+    kv: s.kvType,
+    run: s.configResult.config ?? s.runConfig,
+    probe: s.probe,
+    budget: s.gpuBudgetGiB,
+  };
 }
 
 /** The memory plan of the selected option under the current config, when its config.json is known. */
@@ -95,115 +118,142 @@ function budgetBytes(gib: string): number | undefined {
   return gib.trim() !== '' && Number.isFinite(n) && n > 0 ? n * 2 ** 30 : undefined;
 }
 
-export const createModelSlice = (deps: StoreDeps): StateCreator<AppState, [], [], ModelSlice> => (set, get) => {
-  onEngineStopped((message) =>
-    queueMicrotask(() => set({ engineStopped: message, modelError: message, loadStatus: get().loadStatus === 'loading' ? 'error' : get().loadStatus, loadProgress: null })),
-  );
-  return {
-    webgpu: deps.hasWebGpu,
-    probe: null,
-    modelOption: DEFAULT_MODEL_OPTION,
-    customRepo: '',
-    gpuBudgetGiB: '',
-    weightsChoice: null,
-    kvType: DEFAULT_KV,
-    optionCfg: null,
-    loadStatus: 'idle',
-    loadProgress: null,
-    downloads: {},
-    model: null,
-    modelError: null,
-    cached: [],
-    lastChoice: null,
-    engineStopped: null,
+export const createModelSlice =
+  (deps: StoreDeps): StateCreator<AppState, [], [], ModelSlice> =>
+  (set, get) => {
+    onEngineStopped((message) =>
+      queueMicrotask(() =>
+        set({
+          engineStopped: message,
+          modelError: message,
+          loadStatus: get().loadStatus === 'loading' ? 'error' : get().loadStatus,
+          loadProgress: null,
+        }),
+      ),
+    );
+    return {
+      webgpu: deps.hasWebGpu,
+      probe: null,
+      modelOption: DEFAULT_MODEL_OPTION,
+      customRepo: '',
+      gpuBudgetGiB: '',
+      weightsChoice: null,
+      kvType: DEFAULT_KV,
+      optionCfg: null,
+      loadStatus: 'idle',
+      loadProgress: null,
+      downloads: {},
+      model: null,
+      modelError: null,
+      cached: [],
+      lastChoice: null,
+      engineStopped: null,
 
-    async probeGpu() {
-      try {
-        set({ probe: await deps.engine.probeGpu() });
-      } catch (e) {
-        set({ probe: { available: false, reason: errorMessage(e), description: '', limits: { maxBufferSize: 0, maxStorageBufferBindingSize: 0 }, features: [] } });
-      }
-    },
-
-    selectModelOption(option) {
-      // Each model starts from its own default format (q4 from 1.5B parameters).
-      if (option !== get().modelOption) set({ weightsChoice: null });
-      set({ modelOption: option });
-      if (option === 'demo') void get().inspectOption();
-    },
-
-    setCustomRepo: (repo) => set({ customRepo: repo }),
-    setGpuBudget: (gib) => set({ gpuBudgetGiB: gib }),
-    setWeights: (w) => set({ weightsChoice: w }),
-    setKv: (kv) => set({ kvType: kv }),
-
-    async inspectOption() {
-      const { modelOption, customRepo } = get();
-      if (modelOption.startsWith('preset:')) return;
-      const key = optionKey(modelOption, customRepo);
-      try {
-        const { cfg } = await deps.engine.inspectModel(choiceForOption(modelOption, customRepo));
-        set({ optionCfg: { option: key, cfg }, modelError: null });
-      } catch (e) {
-        set({ modelError: errorMessage(e) });
-      }
-    },
-
-    async loadModel(choice) {
-      const s = get();
-      if (s.loadStatus === 'loading') return false;
-      if (!['none', 'paused', 'lost'].includes(s.runStatus)) {
-        set({ modelError: 'Pause the run before loading another model.' });
-        return false;
-      }
-      const c = choice ?? choiceForOption(s.modelOption, s.customRepo);
-      set({ loadStatus: 'loading', loadProgress: { stage: 'gpu', fraction: 0, text: 'Reading config.json' }, downloads: {}, modelError: null });
-      let loadStarted = false;
-      try {
-        // The memory check before any weight moves: refuse what cannot fit the adapter's limits.
-        const { cfg, name } = await deps.engine.inspectModel(c);
-        const format = formatFor(cfg, get());
-        const q4Why = format.weights === 'q4' ? q4Problem(cfg) : null;
-        if (q4Why) throw new Error(`${name} cannot load as q4: ${q4Why}`);
-        const run = get().configResult.config ?? get().runConfig;
-        const probe = get().probe;
-        if (run && probe?.available) {
-          const plan = planMemory(cfg, run, probe.limits, budgetBytes(get().gpuBudgetGiB), format);
-          if (plan.blocking) throw new Error(`${name} cannot train on this GPU: ${plan.problem}`);
+      async probeGpu() {
+        try {
+          set({ probe: await deps.engine.probeGpu() });
+        } catch (e) {
+          set({
+            probe: {
+              available: false,
+              reason: errorMessage(e),
+              description: '',
+              limits: { maxBufferSize: 0, maxStorageBufferBindingSize: 0 },
+              features: [],
+            },
+          });
         }
-        loadStarted = true;
-        const info = await deps.engine.loadModel(
-          c,
-          deps.callback((p: LoadProgress) => set((st) => ({ loadProgress: p, downloads: p.download ? { ...st.downloads, [p.download.file]: p.download } : st.downloads }))),
-          format,
-        );
-        // A new model ends the run that was on the old one (the worker already dropped it).
-        get().clearRunView();
-        set({ loadStatus: 'ready', model: info, loadProgress: null, lastChoice: c });
-        void get().refreshCache();
-        return true;
-      } catch (e) {
-        // The worker drops the old model (and its run) as soon as a load starts.
-        if (loadStarted) {
-          set({ model: null });
+      },
+
+      selectModelOption(option) {
+        // Each model starts from its own default format (q4 from 1.5B parameters).
+        if (option !== get().modelOption) set({ weightsChoice: null });
+        set({ modelOption: option });
+        if (option === 'demo') void get().inspectOption();
+      },
+
+      setCustomRepo: (repo) => set({ customRepo: repo }),
+      setGpuBudget: (gib) => set({ gpuBudgetGiB: gib }),
+      setWeights: (w) => set({ weightsChoice: w }),
+      setKv: (kv) => set({ kvType: kv }),
+
+      async inspectOption() {
+        const { modelOption, customRepo } = get();
+        if (modelOption.startsWith('preset:')) return;
+        const key = optionKey(modelOption, customRepo);
+        try {
+          const { cfg } = await deps.engine.inspectModel(choiceForOption(modelOption, customRepo));
+          set({ optionCfg: { option: key, cfg }, modelError: null });
+        } catch (e) {
+          set({ modelError: errorMessage(e) });
+        }
+      },
+
+      async loadModel(choice) {
+        const s = get();
+        if (s.loadStatus === 'loading') return false;
+        if (!['none', 'paused', 'lost'].includes(s.runStatus)) {
+          set({ modelError: 'Pause the run before loading another model.' });
+          return false;
+        }
+        const c = choice ?? choiceForOption(s.modelOption, s.customRepo);
+        set({
+          loadStatus: 'loading',
+          loadProgress: { stage: 'gpu', fraction: 0, text: 'Reading config.json' },
+          downloads: {},
+          modelError: null,
+        });
+        let loadStarted = false;
+        try {
+          // The memory check before any weight moves: refuse what cannot fit the adapter's limits.
+          const { cfg, name } = await deps.engine.inspectModel(c);
+          const format = formatFor(cfg, get());
+          const q4Why = format.weights === 'q4' ? q4Problem(cfg) : null;
+          if (q4Why) throw new Error(`${name} cannot load as q4: ${q4Why}`);
+          const run = get().configResult.config ?? get().runConfig;
+          const probe = get().probe;
+          if (run && probe?.available) {
+            const plan = planMemory(cfg, run, probe.limits, budgetBytes(get().gpuBudgetGiB), format);
+            if (plan.blocking) throw new Error(`${name} cannot train on this GPU: ${plan.problem}`);
+          }
+          loadStarted = true;
+          const info = await deps.engine.loadModel(
+            c,
+            deps.callback((p: LoadProgress) =>
+              set((st) => ({
+                loadProgress: p,
+                downloads: p.download ? { ...st.downloads, [p.download.file]: p.download } : st.downloads,
+              })),
+            ),
+            format,
+          );
+          // A new model ends the run that was on the old one (the worker already dropped it).
           get().clearRunView();
+          set({ loadStatus: 'ready', model: info, loadProgress: null, lastChoice: c });
+          void get().refreshCache();
+          return true;
+        } catch (e) {
+          // The worker drops the old model (and its run) as soon as a load starts.
+          if (loadStarted) {
+            set({ model: null });
+            get().clearRunView();
+          }
+          set({ loadStatus: get().model ? 'ready' : 'error', loadProgress: null, modelError: errorMessage(e) });
+          return false;
         }
-        set({ loadStatus: get().model ? 'ready' : 'error', loadProgress: null, modelError: errorMessage(e) });
-        return false;
-      }
-    },
+      },
 
-    async refreshCache() {
-      try {
-        set({ cached: await deps.engine.listCachedModels() });
-      } catch {
-        set({ cached: [] });
-      }
-    },
+      async refreshCache() {
+        try {
+          set({ cached: await deps.engine.listCachedModels() });
+        } catch {
+          set({ cached: [] });
+        }
+      },
 
-    async deleteCached(repo, revision, format = 'bf16') {
-      await deps.engine.deleteCachedModel(repo, revision, format);
-      await get().refreshCache();
-    },
+      async deleteCached(repo, revision, format = 'bf16') {
+        await deps.engine.deleteCachedModel(repo, revision, format);
+        await get().refreshCache();
+      },
+    };
   };
-};

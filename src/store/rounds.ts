@@ -112,7 +112,9 @@ export function reduceRounds(state: RoundsState, e: TrainEvent): RoundsState {
       return { rounds, order };
     }
     case 'summary-delta':
-      return patch(state, e.round, (r) => ({ summaries: r.summaries.map((s, seat) => (seat === e.seat ? s + e.text : s)) }));
+      return patch(state, e.round, (r) => ({
+        summaries: r.summaries.map((s, seat) => (seat === e.seat ? s + e.text : s)),
+      }));
     case 'summaries-done':
       return patch(state, e.round, (r) => {
         const summaries = [...r.summaries];
@@ -124,11 +126,20 @@ export function reduceRounds(state: RoundsState, e: TrainEvent): RoundsState {
         return { summaries, truncated, summariesDone: true };
       });
     case 'vote':
-      return patch(state, e.round, (r) => ({ votes: [...r.votes, { voterSeat: e.voterSeat, candidateSeats: e.candidateSeats, probs: e.probs, chosenSeat: e.chosenSeat }] }));
+      return patch(state, e.round, (r) => ({
+        votes: [
+          ...r.votes,
+          { voterSeat: e.voterSeat, candidateSeats: e.candidateSeats, probs: e.probs, chosenSeat: e.chosenSeat },
+        ],
+      }));
     case 'reveal':
       return patch(state, e.round, () => ({ reveal: { caught: e.caught, rewards: e.rewards } }));
     case 'round-done':
-      return patch(state, e.round, () => ({ done: true, tokensPerSecond: e.tokensPerSecond, summaryRewards: e.record.rewards.summary }));
+      return patch(state, e.round, () => ({
+        done: true,
+        tokensPerSecond: e.tokensPerSecond,
+        summaryRewards: e.record.rewards.summary,
+      }));
     default:
       return state;
   }
@@ -155,11 +166,22 @@ export function reduceSeries(s: Series, e: TrainEvent): Series {
     case 'update':
       return {
         ...s,
-        updates: [...s.updates, {
-          round: e.round + 1, step: e.step, loss: e.loss, kl: e.kl, gradNorm: e.gradNorm, lr: e.lr, skipped: e.skipped,
-          summaryLoss: e.stages?.summary.loss ?? null, voteLoss: e.stages?.vote.loss ?? null,
-          summaryGradShare: e.stages?.summary.gradShare ?? null, voteGradShare: e.stages?.vote.gradShare ?? null,
-        }],
+        updates: [
+          ...s.updates,
+          {
+            round: e.round + 1,
+            step: e.step,
+            loss: e.loss,
+            kl: e.kl,
+            gradNorm: e.gradNorm,
+            lr: e.lr,
+            skipped: e.skipped,
+            summaryLoss: e.stages?.summary.loss ?? null,
+            voteLoss: e.stages?.vote.loss ?? null,
+            summaryGradShare: e.stages?.summary.gradShare ?? null,
+            voteGradShare: e.stages?.vote.gradShare ?? null,
+          },
+        ],
       };
     case 'eval':
       return { ...s, evals: [...s.evals, { round: e.round + 1, base: e.base, adapter: e.adapter }] };
@@ -170,7 +192,10 @@ export function reduceSeries(s: Series, e: TrainEvent): Series {
 
 /** Seats ordered by their public label (Player 1, Player 2, ...). */
 export function seatsInLabelOrder(labels: number[]): number[] {
-  return labels.map((label, seat) => ({ label, seat })).sort((a, b) => a.label - b.label).map((x) => x.seat);
+  return labels
+    .map((label, seat) => ({ label, seat }))
+    .sort((a, b) => a.label - b.label)
+    .map((x) => x.seat);
 }
 
 /** Votes received per seat among the first `n` votes. */

@@ -1,7 +1,15 @@
 // Config and documents slices: what a run will be started with.
 import type { StateCreator } from 'zustand';
 import { DEFAULT_CONFIG, type SpyRLConfig } from '../game/config.ts';
-import { checkDocumentSize, parseDocuments, readDocumentFile, splitGovReport, DEFAULT_HELD_OUT, type DocumentSplit, type SpyDocument } from '../game/documents.ts';
+import {
+  checkDocumentSize,
+  parseDocuments,
+  readDocumentFile,
+  splitGovReport,
+  DEFAULT_HELD_OUT,
+  type DocumentSplit,
+  type SpyDocument,
+} from '../game/documents.ts';
 import { configFromDraft, draftFromConfig, PRESETS, type ConfigDraft } from './configForm.ts';
 import { errorMessage } from '../worker/protocol.ts';
 import type { AppState, StoreDeps } from './store.ts';
@@ -69,61 +77,63 @@ function uniqueId(taken: Set<string>, id: string): string {
   return `${id} (${k})`;
 }
 
-export const createDocumentsSlice = (deps: StoreDeps): StateCreator<AppState, [], [], DocumentsSlice> => (set, get) => {
-  const addDocs = (docs: SpyDocument[]) => {
-    const taken = new Set([...get().custom.map((d) => d.id), ...(get().bundled?.train ?? []).map((d) => d.id)]);
-    const added = docs.map((d) => {
-      const id = uniqueId(taken, d.id);
-      taken.add(id);
-      return { ...d, id };
-    });
-    set({ custom: [...get().custom, ...added], docsError: null });
-  };
-  /** Size cap first (File.size, before reading), then the same decoding and parsing as the CLI's --docs. */
-  const readFile = async (f: File): Promise<{ docs: SpyDocument[]; warning: string | null }> => {
-    checkDocumentSize(f.size, f.name);
-    return readDocumentFile(new Uint8Array(await f.arrayBuffer()), f.name);
-  };
-  return {
-    bundled: null,
-    useBundled: true,
-    custom: [],
-    docsError: null,
-    docsWarnings: [],
-    async loadBundled() {
-      try {
-        set({ bundled: await deps.loadBundledDocuments() });
-      } catch (e) {
-        set({ docsError: errorMessage(e), useBundled: false });
-      }
-    },
-    setUseBundled: (on) => set({ useBundled: on }),
-    addPasted(title, text) {
-      const name = (title.trim() || `pasted-${get().custom.length + 1}`).replace(/\.(txt|md)$/i, '');
-      try {
-        addDocs(parseDocuments(text, `${name}.txt`)); // refuses a paste over the 20 MB cap too
-        set({ docsWarnings: [] });
-        return true;
-      } catch (e) {
-        set({ docsError: errorMessage(e) });
-        return false;
-      }
-    },
-    async addFiles(files) {
-      try {
-        const docs: SpyDocument[] = [];
-        const warnings: string[] = [];
-        for (const f of files) {
-          const r = await readFile(f);
-          docs.push(...r.docs);
-          if (r.warning) warnings.push(r.warning);
+export const createDocumentsSlice =
+  (deps: StoreDeps): StateCreator<AppState, [], [], DocumentsSlice> =>
+  (set, get) => {
+    const addDocs = (docs: SpyDocument[]) => {
+      const taken = new Set([...get().custom.map((d) => d.id), ...(get().bundled?.train ?? []).map((d) => d.id)]);
+      const added = docs.map((d) => {
+        const id = uniqueId(taken, d.id);
+        taken.add(id);
+        return { ...d, id };
+      });
+      set({ custom: [...get().custom, ...added], docsError: null });
+    };
+    /** Size cap first (File.size, before reading), then the same decoding and parsing as the CLI's --docs. */
+    const readFile = async (f: File): Promise<{ docs: SpyDocument[]; warning: string | null }> => {
+      checkDocumentSize(f.size, f.name);
+      return readDocumentFile(new Uint8Array(await f.arrayBuffer()), f.name);
+    };
+    return {
+      bundled: null,
+      useBundled: true,
+      custom: [],
+      docsError: null,
+      docsWarnings: [],
+      async loadBundled() {
+        try {
+          set({ bundled: await deps.loadBundledDocuments() });
+        } catch (e) {
+          set({ docsError: errorMessage(e), useBundled: false });
         }
-        addDocs(docs); // all files or none: one bad file adds nothing and removes nothing
-        set({ docsWarnings: warnings });
-      } catch (e) {
-        set({ docsError: errorMessage(e) });
-      }
-    },
-    removeCustom: (id) => set({ custom: get().custom.filter((d) => d.id !== id) }),
+      },
+      setUseBundled: (on) => set({ useBundled: on }),
+      addPasted(title, text) {
+        const name = (title.trim() || `pasted-${get().custom.length + 1}`).replace(/\.(txt|md)$/i, '');
+        try {
+          addDocs(parseDocuments(text, `${name}.txt`)); // refuses a paste over the 20 MB cap too
+          set({ docsWarnings: [] });
+          return true;
+        } catch (e) {
+          set({ docsError: errorMessage(e) });
+          return false;
+        }
+      },
+      async addFiles(files) {
+        try {
+          const docs: SpyDocument[] = [];
+          const warnings: string[] = [];
+          for (const f of files) {
+            const r = await readFile(f);
+            docs.push(...r.docs);
+            if (r.warning) warnings.push(r.warning);
+          }
+          addDocs(docs); // all files or none: one bad file adds nothing and removes nothing
+          set({ docsWarnings: warnings });
+        } catch (e) {
+          set({ docsError: errorMessage(e) });
+        }
+      },
+      removeCustom: (id) => set({ custom: get().custom.filter((d) => d.id !== id) }),
+    };
   };
-};

@@ -15,7 +15,9 @@ export interface TabLock {
 type Locks = Pick<LockManager, 'request' | 'query'>;
 
 /** navigator.locks where the browser has it (every current browser, in secure contexts); else a lock that is always free (Node tests). */
-export function defaultTabLock(locks: Locks | undefined = (globalThis as { navigator?: { locks?: Locks } }).navigator?.locks): TabLock {
+export function defaultTabLock(
+  locks: Locks | undefined = (globalThis as { navigator?: { locks?: Locks } }).navigator?.locks,
+): TabLock {
   if (!locks) return { acquire: async () => true, release: () => undefined, heldElsewhere: async () => false };
   let releaseHeld: (() => void) | null = null;
   let acquiring: Promise<boolean> | null = null;
@@ -45,4 +47,5 @@ export function defaultTabLock(locks: Locks | undefined = (globalThis as { navig
   };
 }
 
-export const OTHER_TAB_MESSAGE = 'A run is open in another tab of this app. Only that tab can play, resume or save it; here you can view its last autosave read-only.';
+export const OTHER_TAB_MESSAGE =
+  'A run is open in another tab of this app. Only that tab can play, resume or save it; here you can view its last autosave read-only.';

@@ -40,14 +40,17 @@ export function runStamp(runId: string = newRunId()): RunStamp {
 
 // ---- field checks ---------------------------------------------------------------------------
 
-const show = (x: unknown) => (x === undefined ? 'missing' : JSON.stringify(x)?.slice(0, 80) ?? String(x));
+const show = (x: unknown) => (x === undefined ? 'missing' : (JSON.stringify(x)?.slice(0, 80) ?? String(x)));
 
 function isRecord(x: unknown): x is Record<string, unknown> {
   return typeof x === 'object' && x !== null && !Array.isArray(x);
 }
 
 class Fields {
-  constructor(readonly file: string, readonly prefix = '') {}
+  constructor(
+    readonly file: string,
+    readonly prefix = '',
+  ) {}
   fail(field: string, detail: string): never {
     throw new CheckpointError(this.file, this.prefix + field, detail);
   }
@@ -61,12 +64,14 @@ class Fields {
   }
   int(o: Record<string, unknown>, field: string, min = 0): number {
     const v = o[field];
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min) this.fail(field, `must be an integer >= ${min}, got ${show(v)}`);
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min)
+      this.fail(field, `must be an integer >= ${min}, got ${show(v)}`);
     return v;
   }
   finite(o: Record<string, unknown>, field: string, min = -Infinity): number {
     const v = o[field];
-    if (typeof v !== 'number' || !Number.isFinite(v) || v < min) this.fail(field, `must be a finite number${min > -Infinity ? ` >= ${min}` : ''}, got ${show(v)}`);
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < min)
+      this.fail(field, `must be a finite number${min > -Infinity ? ` >= ${min}` : ''}, got ${show(v)}`);
     return v;
   }
   string(o: Record<string, unknown>, field: string): string {
@@ -76,7 +81,8 @@ class Fields {
   }
   oneOf<T extends string>(o: Record<string, unknown>, field: string, values: readonly T[]): T {
     const v = o[field];
-    if (!values.includes(v as T)) this.fail(field, `must be one of ${values.map((x) => `"${x}"`).join(', ')}, got ${show(v)}`);
+    if (!values.includes(v as T))
+      this.fail(field, `must be one of ${values.map((x) => `"${x}"`).join(', ')}, got ${show(v)}`);
     return v as T;
   }
   ints(o: Record<string, unknown>, field: string, vocab = Infinity): number[] {
@@ -99,11 +105,13 @@ function parseJson(text: string, file: string): unknown {
 /** The run stamp at `o[field]`: format, a version this build reads, a run id. */
 export function parseRunStamp(o: Record<string, unknown>, field: string, file: string, prefix = ''): RunStamp {
   const f = new Fields(file, prefix);
-  if (o[field] === undefined) f.fail(field, `is missing: the save has no run format and version (saved by an older build?); start a new run`);
+  if (o[field] === undefined)
+    f.fail(field, `is missing: the save has no run format and version (saved by an older build?); start a new run`);
   const s = f.record(o, field);
   const g = f.at(field);
   if (s['format'] !== RUN_FORMAT) g.fail('format', `is ${show(s['format'])}, expected "${RUN_FORMAT}"`);
-  if (s['version'] !== RUN_VERSION) g.fail('version', `is ${show(s['version'])}; this build reads version ${RUN_VERSION}`);
+  if (s['version'] !== RUN_VERSION)
+    g.fail('version', `is ${show(s['version'])}; this build reads version ${RUN_VERSION}`);
   return runStamp(g.string(s, 'runId'));
 }
 
@@ -116,7 +124,10 @@ export interface SpyRLTrainerState {
 }
 
 /** trainer_state.json's `extra` as SpyRLTrainer.checkpointFiles writes it: { run, trainer }. */
-export function parseTrainerExtra(extra: Record<string, unknown>, file = 'trainer_state.json'): { stamp: RunStamp; state: SpyRLTrainerState } {
+export function parseTrainerExtra(
+  extra: Record<string, unknown>,
+  file = 'trainer_state.json',
+): { stamp: RunStamp; state: SpyRLTrainerState } {
   const f = new Fields(file, 'extra.');
   const stamp = parseRunStamp(extra, 'run', file, 'extra.');
   const t = f.record(extra, 'trainer');
@@ -133,8 +144,15 @@ function parseSample(x: unknown, f: Fields, field: string, vocab: number): Polic
   const g = f.at(field);
   const completionTokenIds = g.ints(x, 'completionTokenIds', vocab);
   const lp = x['oldLogprobs'];
-  if (!Array.isArray(lp) || lp.length !== completionTokenIds.length || !lp.every((v) => typeof v === 'number' && Number.isFinite(v) && v <= 0)) {
-    g.fail('oldLogprobs', `must be ${completionTokenIds.length} finite log-probs <= 0 (one per completion token), got ${show(lp)}`);
+  if (
+    !Array.isArray(lp) ||
+    lp.length !== completionTokenIds.length ||
+    !lp.every((v) => typeof v === 'number' && Number.isFinite(v) && v <= 0)
+  ) {
+    g.fail(
+      'oldLogprobs',
+      `must be ${completionTokenIds.length} finite log-probs <= 0 (one per completion token), got ${show(lp)}`,
+    );
   }
   const cand = x['candidateTokenIds'];
   return {
@@ -149,7 +167,11 @@ function parseSample(x: unknown, f: Fields, field: string, vocab: number): Polic
 }
 
 /** pending_samples.json: the rounds played since the last update, with their samples. */
-export function parsePending(text: string, vocab = Infinity, file = 'pending_samples.json'): SpyRLTrainerState['pending'] {
+export function parsePending(
+  text: string,
+  vocab = Infinity,
+  file = 'pending_samples.json',
+): SpyRLTrainerState['pending'] {
   const json = parseJson(text, file);
   const f = new Fields(file);
   if (!Array.isArray(json)) throw new ModelLoadError(file, `must be a list of pending rounds, got ${show(json)}`);
@@ -158,7 +180,10 @@ export function parsePending(text: string, vocab = Infinity, file = 'pending_sam
     const g = f.at(`[${i}]`);
     const samples = p['samples'];
     if (!Array.isArray(samples)) g.fail('samples', `must be a list, got ${show(samples)}`);
-    return { round: g.int(p, 'round'), samples: (samples as unknown[]).map((s, j) => parseSample(s, g, `samples[${j}]`, vocab)) };
+    return {
+      round: g.int(p, 'round'),
+      samples: (samples as unknown[]).map((s, j) => parseSample(s, g, `samples[${j}]`, vocab)),
+    };
   });
 }
 
@@ -168,9 +193,14 @@ export function parseRunLog(text: string, file = 'run.jsonl'): Record<string, un
   text.split('\n').forEach((line, i) => {
     if (!line.trim()) return;
     let rec: unknown;
-    try { rec = JSON.parse(line); } catch (e) { throw new ModelLoadError(file, `line ${i + 1} is not valid JSON (${(e as Error).message})`); }
+    try {
+      rec = JSON.parse(line);
+    } catch (e) {
+      throw new ModelLoadError(file, `line ${i + 1} is not valid JSON (${(e as Error).message})`);
+    }
     if (!isRecord(rec)) throw new ModelLoadError(file, `line ${i + 1} is not a JSON object`);
-    if (typeof rec['round'] !== 'number' || !Number.isSafeInteger(rec['round']) || rec['round'] < 0) throw new ModelLoadError(file, `line ${i + 1}: field "round" must be an integer >= 0, got ${show(rec['round'])}`);
+    if (typeof rec['round'] !== 'number' || !Number.isSafeInteger(rec['round']) || rec['round'] < 0)
+      throw new ModelLoadError(file, `line ${i + 1}: field "round" must be an integer >= 0, got ${show(rec['round'])}`);
     out.push(rec);
   });
   return out;
@@ -190,11 +220,17 @@ export function parseSavedConfig(json: unknown, file = 'spyrl_config.json'): Spy
 /** Setting paths (`optimizer.lr`, `seed`, ...) whose values differ between two configs. */
 export function configDiff(saved: SpyRLConfig, asked: SpyRLConfig): string[] {
   const want = new Map(configLeaves(asked).map(([k, v]) => [k, JSON.stringify(v)]));
-  return configLeaves(saved).filter(([k, v]) => want.get(k) !== JSON.stringify(v)).map(([k]) => k);
+  return configLeaves(saved)
+    .filter(([k, v]) => want.get(k) !== JSON.stringify(v))
+    .map(([k]) => k);
 }
 
 /** "seed (saved 7, asked 8), groupSize (saved 3, asked 4)" for the settings that differ. */
-export function describeDiff(saved: Record<string, unknown>, asked: Record<string, unknown>, keys: readonly string[]): string {
+export function describeDiff(
+  saved: Record<string, unknown>,
+  asked: Record<string, unknown>,
+  keys: readonly string[],
+): string {
   return keys.map((k) => `${k} (saved ${show(saved[k])}, asked ${show(asked[k])})`).join(', ');
 }
 
@@ -222,12 +258,23 @@ export interface SftRunSettings {
 }
 
 export const SFT_SETTING_FLAGS: Record<keyof SftRunSettings, string> = {
-  seed: '--seed', seqLen: '--seq-len', batch: '--batch', lr: '--lr', schedule: '--schedule', warmup: '--warmup',
-  scheduleSteps: '--steps (cosine length)', maxGradNorm: '--max-grad-norm', weightDecay: '--weight-decay', textSha256: '--text-file (contents)',
+  seed: '--seed',
+  seqLen: '--seq-len',
+  batch: '--batch',
+  lr: '--lr',
+  schedule: '--schedule',
+  warmup: '--warmup',
+  scheduleSteps: '--steps (cosine length)',
+  maxGradNorm: '--max-grad-norm',
+  weightDecay: '--weight-decay',
+  textSha256: '--text-file (contents)',
 };
 
 /** trainer_state.json's `extra` of an sft run: { run, sft: SftRunSettings & { textFile } }. */
-export function parseSftExtra(extra: Record<string, unknown>, file = 'trainer_state.json'): { stamp: RunStamp; settings: SftRunSettings; textFile: string } {
+export function parseSftExtra(
+  extra: Record<string, unknown>,
+  file = 'trainer_state.json',
+): { stamp: RunStamp; settings: SftRunSettings; textFile: string } {
   const stamp = parseRunStamp(extra, 'run', file, 'extra.');
   const f = new Fields(file, 'extra.');
   const s = f.record(extra, 'sft');
@@ -241,9 +288,16 @@ export function parseSftExtra(extra: Record<string, unknown>, file = 'trainer_st
     stamp,
     textFile: g.string(s, 'textFile'),
     settings: {
-      seed: g.int(s, 'seed'), seqLen: g.int(s, 'seqLen', 2), batch: g.int(s, 'batch', 1), lr, schedule, warmup: g.int(s, 'warmup'),
+      seed: g.int(s, 'seed'),
+      seqLen: g.int(s, 'seqLen', 2),
+      batch: g.int(s, 'batch', 1),
+      lr,
+      schedule,
+      warmup: g.int(s, 'warmup'),
       scheduleSteps: schedule === 'cosine' ? g.int(s, 'scheduleSteps', 1) : null,
-      maxGradNorm: g.finite(s, 'maxGradNorm', 0), weightDecay: g.finite(s, 'weightDecay', 0), textSha256: hash,
+      maxGradNorm: g.finite(s, 'maxGradNorm', 0),
+      weightDecay: g.finite(s, 'weightDecay', 0),
+      textSha256: hash,
     },
   };
 }
@@ -258,10 +312,14 @@ export function changedSettings<T extends object>(saved: T, asked: Partial<T>): 
 export const AUTOSAVE_META = 'meta.json';
 
 /** The autosave's meta.json as the engine wrote it: stamp, round, model, config, file list. */
-export function parseAutosaveMeta(meta: unknown, file = AUTOSAVE_META): { stamp: RunStamp; round: number; config: SpyRLConfig } {
+export function parseAutosaveMeta(
+  meta: unknown,
+  file = AUTOSAVE_META,
+): { stamp: RunStamp; round: number; config: SpyRLConfig } {
   if (!isRecord(meta)) throw new ModelLoadError(file, `is not a JSON object`);
   const f = new Fields(file);
-  if (meta['version'] !== RUN_VERSION) f.fail('version', `is ${show(meta['version'])}; this build reads autosaves of version ${RUN_VERSION}`);
+  if (meta['version'] !== RUN_VERSION)
+    f.fail('version', `is ${show(meta['version'])}; this build reads autosaves of version ${RUN_VERSION}`);
   const runId = f.string(meta, 'runId');
   const round = f.int(meta, 'round');
   f.finite(meta, 'savedAt', 0);
@@ -280,14 +338,18 @@ export function parseAutosaveMeta(meta: unknown, file = AUTOSAVE_META): { stamp:
   try {
     config = validateConfig(meta['config']);
   } catch (e) {
-    if (e instanceof ConfigError) throw new CheckpointError(file, `config.${e.field}`, e.message.replace(/^config\.[^:]*: /, ''));
+    if (e instanceof ConfigError)
+      throw new CheckpointError(file, `config.${e.field}`, e.message.replace(/^config\.[^:]*: /, ''));
     throw e;
   }
   return { stamp: runStamp(runId), round, config };
 }
 
 /** documents.json of an autosave: { train: SpyDocument[] (non-empty), evalDocs?: SpyDocument[] }. */
-export function parseRunDocuments(text: string | undefined, file = 'documents.json'): { train: SpyDocument[]; evalDocs: SpyDocument[] } {
+export function parseRunDocuments(
+  text: string | undefined,
+  file = 'documents.json',
+): { train: SpyDocument[]; evalDocs: SpyDocument[] } {
   if (text === undefined) throw new ModelLoadError(file, 'is missing from the save: it cannot be resumed');
   const json = parseJson(text, file);
   if (!isRecord(json)) throw new ModelLoadError(file, 'is not a JSON object');
@@ -295,7 +357,8 @@ export function parseRunDocuments(text: string | undefined, file = 'documents.js
   const docs = (field: string, required: boolean): SpyDocument[] => {
     const v = json[field];
     if (v === undefined && !required) return [];
-    if (!Array.isArray(v) || (required && v.length === 0)) f.fail(field, `must be a ${required ? 'non-empty ' : ''}list of documents, got ${show(v)}`);
+    if (!Array.isArray(v) || (required && v.length === 0))
+      f.fail(field, `must be a ${required ? 'non-empty ' : ''}list of documents, got ${show(v)}`);
     return (v as unknown[]).map((d, i) => {
       if (!isRecord(d)) return f.fail(`${field}[${i}]`, `must be an object, got ${show(d)}`);
       const g = f.at(`${field}[${i}]`);

@@ -15,7 +15,10 @@ import { rougeScores, rougeTokenize } from '../game/rouge.ts';
 import type { GameTokenizer } from '../game/text.ts';
 import type { Qwen3Config } from '../model/config.ts';
 
-export type EvalConfig = Pick<SpyRLConfig, 'evalDocTokenBudget' | 'evalOverflow' | 'evalSummaryMaxTokens' | 'evalStemmer' | 'prompts'>;
+export type EvalConfig = Pick<
+  SpyRLConfig,
+  'evalDocTokenBudget' | 'evalOverflow' | 'evalSummaryMaxTokens' | 'evalStemmer' | 'prompts'
+>;
 
 /** Thrown when there is nothing to evaluate: evaluation never falls back to training documents. */
 export class NoHeldOutError extends Error {
@@ -93,29 +96,53 @@ export interface EvalProgress {
 }
 
 /** Which held-out reports are scored and what the model reads of each. */
-export function planEvaluation(docs: readonly SpyDocument[], tokenizer: GameTokenizer, cfg: EvalConfig): EvalDocumentPlan[] {
+export function planEvaluation(
+  docs: readonly SpyDocument[],
+  tokenizer: GameTokenizer,
+  cfg: EvalConfig,
+): EvalDocumentPlan[] {
   return docs
     .filter((d) => d.summary)
     .map((doc) => {
       const fit = fitToBudget(doc.report, tokenizer, cfg.evalDocTokenBudget);
       const reportTokens = fit.cut ? fit.cut.tokensTotal : fit.tokenIds.length;
-      if (fit.cut && cfg.evalOverflow === 'skip') return { doc, coverage: 'skipped', inputTokens: 0, reportTokens, prompt: null };
+      if (fit.cut && cfg.evalOverflow === 'skip')
+        return { doc, coverage: 'skipped', inputTokens: 0, reportTokens, prompt: null };
       const prompt = renderPrompt(tokenizer, summaryMessages(fit.text, cfg.prompts), '', cfg.prompts);
       return { doc, coverage: fit.cut ? 'cut' : 'whole', inputTokens: fit.tokenIds.length, reportTokens, prompt };
     });
 }
 
-export function scoreSummary(reference: string, gen: Pick<Generation, 'text' | 'tokenIds' | 'truncated'>, stopIds: readonly number[], useStemmer: boolean): SummaryScores {
+export function scoreSummary(
+  reference: string,
+  gen: Pick<Generation, 'text' | 'tokenIds' | 'truncated'>,
+  stopIds: readonly number[],
+  useStemmer: boolean,
+): SummaryScores {
   const r = rougeScores(reference, gen.text, { useStemmer });
   const last = gen.tokenIds.at(-1);
   const tokens = gen.tokenIds.length - (last !== undefined && stopIds.includes(last) ? 1 : 0);
-  return { rouge1: r.rouge1.fmeasure, rouge2: r.rouge2.fmeasure, rougeL: r.rougeL.fmeasure, tokens, words: rougeTokenize(gen.text, useStemmer).length, truncated: gen.truncated };
+  return {
+    rouge1: r.rouge1.fmeasure,
+    rouge2: r.rouge2.fmeasure,
+    rougeL: r.rougeL.fmeasure,
+    tokens,
+    words: rougeTokenize(gen.text, useStemmer).length,
+    truncated: gen.truncated,
+  };
 }
 
 function meanOf(rows: SummaryScores[]): MeanScores {
   const n = Math.max(1, rows.length);
   const avg = (f: (s: SummaryScores) => number) => rows.reduce((a, s) => a + f(s), 0) / n;
-  return { rouge1: avg((s) => s.rouge1), rouge2: avg((s) => s.rouge2), rougeL: avg((s) => s.rougeL), tokens: avg((s) => s.tokens), words: avg((s) => s.words), truncated: avg((s) => (s.truncated ? 1 : 0)) };
+  return {
+    rouge1: avg((s) => s.rouge1),
+    rouge2: avg((s) => s.rouge2),
+    rougeL: avg((s) => s.rougeL),
+    tokens: avg((s) => s.tokens),
+    words: avg((s) => s.words),
+    truncated: avg((s) => (s.truncated ? 1 : 0)),
+  };
 }
 
 export interface EvaluateOptions {
@@ -132,12 +159,18 @@ export async function evaluateHeldOut(o: EvaluateOptions): Promise<EvalReport> {
   if (o.systems.length === 0) throw new RangeError('evaluation needs at least one system');
   const withRef = o.docs.filter((d) => d.summary);
   if (withRef.length === 0) {
-    throw new NoHeldOutError(o.docs.length === 0 ? 'no held-out reports: evaluation needs a held-out split (config evalHeldOut > 0, documents with a "source" and a reference "summary")' : 'no held-out report has a reference summary to score against');
+    throw new NoHeldOutError(
+      o.docs.length === 0
+        ? 'no held-out reports: evaluation needs a held-out split (config evalHeldOut > 0, documents with a "source" and a reference "summary")'
+        : 'no held-out report has a reference summary to score against',
+    );
   }
   const plan = planEvaluation(withRef, o.tokenizer, cfg);
   const scored = plan.filter((p) => p.prompt);
   if (scored.length === 0) {
-    throw new NoHeldOutError(`every held-out report is longer than evalDocTokenBudget (${cfg.evalDocTokenBudget} tokens) and evalOverflow is 'skip': raise the budget or use 'mark'`);
+    throw new NoHeldOutError(
+      `every held-out report is longer than evalDocTokenBudget (${cfg.evalDocTokenBudget} tokens) and evalOverflow is 'skip': raise the budget or use 'mark'`,
+    );
   }
   const stopIds = o.tokenizer.stopIds ?? [];
   const documents: EvalDocumentResult[] = plan.map((p) => ({
@@ -158,17 +191,26 @@ export async function evaluateHeldOut(o: EvaluateOptions): Promise<EvalReport> {
         // One report at a time: the KV cache holds one long prompt, not all of them.
         const [gen] = await sys.generate([p.prompt!], greedy);
         const row = documents[plan.indexOf(p)]!;
-        row.results[sys.key] = { summary: gen!.text, scores: scoreSummary(row.reference, gen!, stopIds, cfg.evalStemmer) };
+        row.results[sys.key] = {
+          summary: gen!.text,
+          scores: scoreSummary(row.reference, gen!, stopIds, cfg.evalStemmer),
+        };
         o.onProgress?.({ system: sys.key, done: ++done, total, documentId: p.doc.id });
       }
     };
     await (sys.around ? sys.around(run) : run());
   }
   const means: Record<string, MeanScores> = {};
-  for (const sys of o.systems) means[sys.key] = meanOf(documents.flatMap((d) => (d.results[sys.key] ? [d.results[sys.key]!.scores] : [])));
+  for (const sys of o.systems)
+    means[sys.key] = meanOf(documents.flatMap((d) => (d.results[sys.key] ? [d.results[sys.key]!.scores] : [])));
   return {
     systems: o.systems.map(({ key, label }) => ({ key, label })),
-    settings: { docTokenBudget: cfg.evalDocTokenBudget, summaryMaxTokens: cfg.evalSummaryMaxTokens, overflow: cfg.evalOverflow, stemmer: cfg.evalStemmer },
+    settings: {
+      docTokenBudget: cfg.evalDocTokenBudget,
+      summaryMaxTokens: cfg.evalSummaryMaxTokens,
+      overflow: cfg.evalOverflow,
+      stemmer: cfg.evalStemmer,
+    },
     documents,
     means,
   };
@@ -182,13 +224,25 @@ export function evalReportJsonl(report: EvalReport): string {
 /** A coverage note for tables: says how a report that did not fit was handled. */
 export function coverageNote(d: Pick<EvalDocumentResult, 'coverage' | 'inputTokens' | 'reportTokens'>): string {
   if (d.coverage === 'whole') return `whole report (${d.reportTokens} tokens)`;
-  if (d.coverage === 'cut') return `first ${d.inputTokens} of ${d.reportTokens} tokens: the reference covers more than the input`;
+  if (d.coverage === 'cut')
+    return `first ${d.inputTokens} of ${d.reportTokens} tokens: the reference covers more than the input`;
   return `skipped: ${d.reportTokens} tokens exceed evalDocTokenBudget`;
 }
 
 /** Null when a compare checkpoint has the architecture of the base model, else what differs. */
 export function architectureMismatch(base: Qwen3Config, other: Qwen3Config): string | null {
-  const keys = ['numLayers', 'hiddenSize', 'numHeads', 'numKvHeads', 'headDim', 'intermediateSize', 'vocabSize', 'tieWordEmbeddings'] as const;
-  const diff = keys.filter((k) => base[k] !== other[k]).map((k) => `${k} ${String(other[k])} (base model: ${String(base[k])})`);
+  const keys = [
+    'numLayers',
+    'hiddenSize',
+    'numHeads',
+    'numKvHeads',
+    'headDim',
+    'intermediateSize',
+    'vocabSize',
+    'tieWordEmbeddings',
+  ] as const;
+  const diff = keys
+    .filter((k) => base[k] !== other[k])
+    .map((k) => `${k} ${String(other[k])} (base model: ${String(base[k])})`);
   return diff.length ? diff.join(', ') : null;
 }

@@ -34,9 +34,27 @@ export type TrainEvent =
    * An optimizer step over the last roundsPerUpdate rounds: the total loss, each stage's loss and
    * grad-norm share; kl is null when it was not computed (klBeta 0).
    */
-  | { type: 'update'; round: number; step: number; loss: number; kl: number | null; gradNorm: number; lr: number; skipped: boolean; reason?: string; stages?: StageStats }
+  | {
+      type: 'update';
+      round: number;
+      step: number;
+      loss: number;
+      kl: number | null;
+      gradNorm: number;
+      lr: number;
+      skipped: boolean;
+      reason?: string;
+      stages?: StageStats;
+    }
   /** Mean ROUGE-L F1 of greedy summaries of the held-out reports, base model vs adapter; report: every summary and score (src/train/evaluate.ts). */
-  | { type: 'eval'; round: number; base: number; adapter: number; perDocument: { id: string; base: number; adapter: number }[]; report?: EvalReport }
+  | {
+      type: 'eval';
+      round: number;
+      base: number;
+      adapter: number;
+      perDocument: { id: string; base: number; adapter: number }[];
+      report?: EvalReport;
+    }
   /** The round is complete (its run-log record) with throughput. */
   | { type: 'round-done'; round: number; record: RoundRecord; tokensPerSecond: number }
   | { type: 'checkpoint'; round: number };

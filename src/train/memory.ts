@@ -105,14 +105,24 @@ function spyReportTokens(D: number, ratio: number, placeholder: string | null | 
   if (!(ratio > 0)) return D;
   const target = Math.max(1, Math.round(ratio * D));
   const removed = target - Math.max(1, Math.round(0.25 * target));
-  return Math.min(D, D - removed + SPY_CUT_TOKENS + (placeholder ? Math.ceil(placeholder.length * EXTRA_TOKENS_PER_CHAR) : 0));
+  return Math.min(
+    D,
+    D - removed + SPY_CUT_TOKENS + (placeholder ? Math.ceil(placeholder.length * EXTRA_TOKENS_PER_CHAR) : 0),
+  );
 }
 
 export function roundSequences(s: RoundShape): RoundSequences {
-  const N = s.players, D = s.docTokens, G = s.summaryTokens, reason = s.reasonTokens ?? 0;
+  const N = s.players,
+    D = s.docTokens,
+    G = s.summaryTokens,
+    reason = s.reasonTokens ?? 0;
   const spyReport = spyReportTokens(D, s.maskRatio ?? 0, s.maskPlaceholder);
   const summaryPrompt = D + SUMMARY_PROMPT_TOKENS + extraInstructionTokens(s.prompts, ['summaryInstruction']);
-  const voteBase = D + N * (G + VOTE_TOKENS_PER_SUMMARY) + VOTE_PROMPT_TOKENS + extraInstructionTokens(s.prompts, ['voteInstruction', reason ? 'reasonQuestion' : 'voteQuestion']);
+  const voteBase =
+    D +
+    N * (G + VOTE_TOKENS_PER_SUMMARY) +
+    VOTE_PROMPT_TOKENS +
+    extraInstructionTokens(s.prompts, ['voteInstruction', reason ? 'reasonQuestion' : 'voteQuestion']);
   const reasonPrompt = reason ? voteBase + REASON_QUESTION_EXTRA_TOKENS : 0;
   const reasonTail = reason ? REASON_QUESTION_EXTRA_TOKENS + reason + REASON_SEPARATOR_TOKENS : 0;
   const votePrompt = voteBase + reasonTail;
@@ -149,7 +159,10 @@ export const SFT_CHECKPOINTS: CheckpointDtype = 'f32';
 export const Q4_STAGING_BYTES = 4 << 20;
 
 /** Base weights on the GPU: bf16 packed two per u32; q4 (docs/ENGINE.md) for every 2-D weight, norms bf16. */
-export function weightBytes(cfg: Qwen3Config, format: WeightsFormat): { total: number; largest: { bytes: number; what: string } } {
+export function weightBytes(
+  cfg: Qwen3Config,
+  format: WeightsFormat,
+): { total: number; largest: { bytes: number; what: string } } {
   let total = 0;
   let largest = { bytes: 0, what: '' };
   for (const w of weightNames(cfg)) {
@@ -212,7 +225,14 @@ const sum = (b: readonly PlannedBuffer[]) => b.reduce((n, x) => n + x.bytes, 0);
  * last chunk's are made after the full chunk's are dropped), with the gathered rows and, in any
  * chunk after the first, their (R', V) logits before the copy into place.
  */
-function forwardBuffers(cfg: Qwen3Config, tokens: number, rows: number, r: number, chunk: number, tag: string): PlannedBuffer[] {
+function forwardBuffers(
+  cfg: Qwen3Config,
+  tokens: number,
+  rows: number,
+  r: number,
+  chunk: number,
+  tag: string,
+): PlannedBuffer[] {
   const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V } = cfg;
   const chunkSet = (T: number, later: boolean): PlannedBuffer[] => {
     const out = [
@@ -223,14 +243,19 @@ function forwardBuffers(cfg: Qwen3Config, tokens: number, rows: number, r: numbe
       buf(`${tag} gate, up, act`, `3 x (${T}, I) f32`, 3 * f32(T * I), 3),
     ];
     if (r > 0) out.push(buf(`${tag} loraU`, `(${T}, r) f32`, f32(T * r)));
-    if (rows > 0) out.push(buf(`${tag} logitRows`, '(R) u32', f32(rows)), buf(`${tag} hLast`, '(R, C) f32', f32(rows * C)));
+    if (rows > 0)
+      out.push(buf(`${tag} logitRows`, '(R) u32', f32(rows)), buf(`${tag} hLast`, '(R, C) f32', f32(rows * C)));
     if (later && rows > 1) out.push(buf(`${tag} logitsChunk`, "(R', V) f32", f32((rows - 1) * V)));
     return out;
   };
-  const full = Math.min(tokens, chunk), last = tokens > chunk ? tokens - Math.floor((tokens - 1) / chunk) * chunk : 0;
+  const full = Math.min(tokens, chunk),
+    last = tokens > chunk ? tokens - Math.floor((tokens - 1) / chunk) * chunk : 0;
   const candidates = [chunkSet(full, tokens >= 2 * chunk)];
   if (last > 0) candidates.push(chunkSet(last, true));
-  return [buf(`${tag} logits`, '(R, V) f32', f32(Math.max(rows, 1) * V)), ...candidates.reduce((a, b) => (sum(b) > sum(a) ? b : a))];
+  return [
+    buf(`${tag} logits`, '(R, V) f32', f32(Math.max(rows, 1) * V)),
+    ...candidates.reduce((a, b) => (sum(b) > sum(a) ? b : a)),
+  ];
 }
 
 interface BatchShape {
@@ -256,14 +281,19 @@ interface BatchShape {
  */
 function batchLayout(b: BatchShape, P: number) {
   const own = (tokens: number) => kvPages(tokens + b.extra, P);
-  if (!b.shared) return { pages: b.slots * own(b.prompt), pass0: { tokens: b.slots * b.prompt, rows: b.slots }, pass1: null };
+  if (!b.shared)
+    return { pages: b.slots * own(b.prompt), pass0: { tokens: b.slots * b.prompt, rows: b.slots }, pass1: null };
   const civilianShared = Math.floor(Math.max(0, b.prompt - Math.max(1, b.civilianTail)) / P) * P;
   const spyShared = Math.floor(Math.min(b.spyHead, b.spyPrompt - 1) / P) * P;
   const pages = own(b.prompt) + (b.slots - 2) * (own(b.prompt) - civilianShared / P) + own(b.spyPrompt) - spyShared / P;
   // Pass 0: prompts that share nothing (the source, and the spy when its head is under a page); pass 1: the borrowers.
   const civilians = { tokens: (b.slots - 2) * (b.prompt - civilianShared), rows: b.slots - 2 };
   return spyShared > 0
-    ? { pages, pass0: { tokens: b.prompt, rows: 1 }, pass1: { tokens: civilians.tokens + b.spyPrompt - spyShared, rows: civilians.rows + 1 } }
+    ? {
+        pages,
+        pass0: { tokens: b.prompt, rows: 1 },
+        pass1: { tokens: civilians.tokens + b.spyPrompt - spyShared, rows: civilians.rows + 1 },
+      }
     : { pages, pass0: { tokens: b.prompt + b.spyPrompt, rows: 2 }, pass1: civilians.rows > 0 ? civilians : null };
 }
 
@@ -329,21 +359,51 @@ function persistent(cfg: Qwen3Config, o: MemoryPlan['options']) {
 
 /** The largest readback of a run: sampled ids, vote candidates, log-probs, a LoRA tensor at a checkpoint. */
 function stagingBytes(cfg: Qwen3Config, o: MemoryPlan['options']): number {
-  const N = o.players, G = o.summaryTokens;
-  const loraTensor = Math.max(0, ...o.lora.targets.map((t) => { const d = targetDims(cfg, t); return o.lora.r * Math.max(d.in, d.out); }));
+  const N = o.players,
+    G = o.summaryTokens;
+  const loraTensor = Math.max(
+    0,
+    ...o.lora.targets.map((t) => {
+      const d = targetDims(cfg, t);
+      return o.lora.r * Math.max(d.in, d.out);
+    }),
+  );
   return f32(Math.max(2 * N, N * N, G * Math.max(1, N - 1), loraTensor, 1));
 }
 
-function phasePlan(phase: RoundPhase, base: number, kv: PlannedBuffer[], activations: PlannedBuffer[], workspace: PlannedBuffer[]): PhasePlan {
-  const k = sum(kv), a = sum(activations), w = sum(workspace);
+function phasePlan(
+  phase: RoundPhase,
+  base: number,
+  kv: PlannedBuffer[],
+  activations: PlannedBuffer[],
+  workspace: PlannedBuffer[],
+): PhasePlan {
+  const k = sum(kv),
+    a = sum(activations),
+    w = sum(workspace);
   const buffers = [...kv, ...activations, ...workspace].sort((x, y) => y.bytes - x.bytes);
-  const one = buffers.reduce((m, b) => (b.bytes / b.count > m.bytes ? { bytes: b.bytes / b.count, what: `the ${phase} buffer ${b.name} ${b.shape}` } : m), { bytes: 0, what: '' });
+  const one = buffers.reduce(
+    (m, b) =>
+      b.bytes / b.count > m.bytes ? { bytes: b.bytes / b.count, what: `the ${phase} buffer ${b.name} ${b.shape}` } : m,
+    { bytes: 0, what: '' },
+  );
   return { phase, kv: k, activations: a, workspace: w, total: base + k + a + w, buffers, largest: one };
 }
 
 /** One generate (GpuPolicy.generate) or voteLogprobs call over a batch, as a phase. */
-function batchPhase(cfg: Qwen3Config, o: MemoryPlan['options'], phase: RoundPhase, b: BatchShape, decode: boolean, base: number, workspace: PlannedBuffer[]): PhasePlan {
-  const V = cfg.vocabSize, N = b.slots, P = KV_PAGE_SIZE, r = o.lora.r;
+function batchPhase(
+  cfg: Qwen3Config,
+  o: MemoryPlan['options'],
+  phase: RoundPhase,
+  b: BatchShape,
+  decode: boolean,
+  base: number,
+  workspace: PlannedBuffer[],
+): PhasePlan {
+  const V = cfg.vocabSize,
+    N = b.slots,
+    P = KV_PAGE_SIZE,
+    r = o.lora.r;
   const layout = batchLayout(b, P);
   const pages = layout.pages;
   const maxT = b.prompt + b.extra;
@@ -351,15 +411,28 @@ function batchPhase(cfg: Qwen3Config, o: MemoryPlan['options'], phase: RoundPhas
   const pool = kvCacheBytes({ ...cfg, numLayers: 1 }, { dtype: o.kv, pageSize: P, pages }) / 2;
   const table = kvCacheBytes(cfg, { dtype: o.kv, pageSize: P, pages, slots: N, maxT }) - 2 * cfg.numLayers * pool;
   const kv = [
-    buf(`${phase} KV cache`, `2L x (${pages} pages, ${P}, NKV, HD) ${o.kv}`, 2 * cfg.numLayers * pool, 2 * cfg.numLayers),
+    buf(
+      `${phase} KV cache`,
+      `2L x (${pages} pages, ${P}, NKV, HD) ${o.kv}`,
+      2 * cfg.numLayers * pool,
+      2 * cfg.numLayers,
+    ),
     buf(`${phase} KV page table`, `(${N}, ${kvPages(maxT, P)}) u32`, table),
   ];
   // Prefill: pass 0 the prompts that own their prefix, pass 1 the borrowers (each re-prefills its tail).
-  const passes = [layout.pass0, ...(layout.pass1 ? [layout.pass1] : [])].map((x) => forwardBuffers(cfg, x.tokens, x.rows, r, o.forwardChunk, 'prefill'));
-  const prefill = [buf(`${phase} promptLogits`, '(N, V) f32', f32(N * V)), ...passes.reduce((a, x) => (sum(x) > sum(a) ? x : a))];
+  const passes = [layout.pass0, ...(layout.pass1 ? [layout.pass1] : [])].map((x) =>
+    forwardBuffers(cfg, x.tokens, x.rows, r, o.forwardChunk, 'prefill'),
+  );
+  const prefill = [
+    buf(`${phase} promptLogits`, '(N, V) f32', f32(N * V)),
+    ...passes.reduce((a, x) => (sum(x) > sum(a) ? x : a)),
+  ];
   let act = prefill;
   if (decode) {
-    const sampling = [buf('sampleRow', '(V) f32', f32(V)), buf('sampled id, ids and log-probs, lse', '(1) + (2N) + (N)', f32(1) + f32(2 * N) + f32(N), 3)];
+    const sampling = [
+      buf('sampleRow', '(V) f32', f32(V)),
+      buf('sampled id, ids and log-probs, lse', '(1) + (2N) + (N)', f32(1) + f32(2 * N) + f32(N), 3),
+    ];
     const step = forwardBuffers(cfg, N, N, r, o.forwardChunk, 'decode');
     act = [...sampling, ...(sum(prefill) >= sum(step) ? prefill : step)];
   }
@@ -372,36 +445,106 @@ function batchPhase(cfg: Qwen3Config, o: MemoryPlan['options'], phase: RoundPhas
  */
 export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPlan {
   const o = resolve(options);
-  if (!Number.isInteger(o.players) || o.players < 3) throw new RangeError(`players must be an integer >= 3 (got ${o.players})`);
+  if (!Number.isInteger(o.players) || o.players < 3)
+    throw new RangeError(`players must be an integer >= 3 (got ${o.players})`);
   const seq = roundSequences(o);
   const spyCut = o.docTokens - seq.spyReport;
   const { weights, lora } = persistent(cfg, o);
   const base = weights.total + lora;
-  const workspace = [buf('uniform arena', '(2048 dispatches x 256 B) kernel params', UNIFORM_ARENA_BYTES), buf('upload arena', 'staged small uploads', UPLOAD_ARENA_BYTES), buf('readback staging', 'MAP_READ', stagingBytes(cfg, o))];
+  const workspace = [
+    buf('uniform arena', '(2048 dispatches x 256 B) kernel params', UNIFORM_ARENA_BYTES),
+    buf('upload arena', 'staged small uploads', UPLOAD_ARENA_BYTES),
+    buf('readback staging', 'MAP_READ', stagingBytes(cfg, o)),
+  ];
   const N = o.players;
   const phases: PhasePlan[] = [
     ...loadPhase(cfg, o.weights, weights.total),
-    batchPhase(cfg, o, 'summaries', {
-      slots: N, prompt: seq.summaryPrompt, civilianTail: 1, spyPrompt: seq.summaryPrompt - spyCut, spyHead: SUMMARY_HEAD_TOKENS, extra: o.summaryTokens - 1, shared: true,
-    }, true, base, workspace),
+    batchPhase(
+      cfg,
+      o,
+      'summaries',
+      {
+        slots: N,
+        prompt: seq.summaryPrompt,
+        civilianTail: 1,
+        spyPrompt: seq.summaryPrompt - spyCut,
+        spyHead: SUMMARY_HEAD_TOKENS,
+        extra: o.summaryTokens - 1,
+        shared: true,
+      },
+      true,
+      base,
+      workspace,
+    ),
   ];
   if (o.reasonTokens > 0) {
-    phases.push(batchPhase(cfg, o, 'reasons', {
-      slots: N, prompt: seq.reasonPrompt, civilianTail: VOTE_TAIL_TOKENS + REASON_QUESTION_EXTRA_TOKENS, spyPrompt: seq.reasonPrompt - spyCut, spyHead: VOTE_HEAD_TOKENS,
-      extra: o.reasonTokens - 1, shared: true,
-    }, true, base, workspace));
+    phases.push(
+      batchPhase(
+        cfg,
+        o,
+        'reasons',
+        {
+          slots: N,
+          prompt: seq.reasonPrompt,
+          civilianTail: VOTE_TAIL_TOKENS + REASON_QUESTION_EXTRA_TOKENS,
+          spyPrompt: seq.reasonPrompt - spyCut,
+          spyHead: VOTE_HEAD_TOKENS,
+          extra: o.reasonTokens - 1,
+          shared: true,
+        },
+        true,
+        base,
+        workspace,
+      ),
+    );
   }
-  phases.push(batchPhase(cfg, o, 'votes', {
-    slots: N, prompt: seq.votePrompt, civilianTail: seq.voteTail, spyPrompt: seq.votePrompt - spyCut, spyHead: VOTE_HEAD_TOKENS, extra: 0, shared: true,
-  }, false, base, workspace));
+  phases.push(
+    batchPhase(
+      cfg,
+      o,
+      'votes',
+      {
+        slots: N,
+        prompt: seq.votePrompt,
+        civilianTail: seq.voteTail,
+        spyPrompt: seq.votePrompt - spyCut,
+        spyHead: VOTE_HEAD_TOKENS,
+        extra: 0,
+        shared: true,
+      },
+      false,
+      base,
+      workspace,
+    ),
+  );
   if (o.evalDocs > 0) {
-    phases.push(batchPhase(cfg, o, 'eval', {
-      slots: 1, prompt: seq.summaryPrompt - o.docTokens + o.evalDocTokens, civilianTail: 0, spyPrompt: 0, spyHead: 0, extra: o.evalSummaryTokens - 1, shared: false,
-    }, true, base, workspace));
+    phases.push(
+      batchPhase(
+        cfg,
+        o,
+        'eval',
+        {
+          slots: 1,
+          prompt: seq.summaryPrompt - o.docTokens + o.evalDocTokens,
+          civilianTail: 0,
+          spyPrompt: 0,
+          spyHead: 0,
+          extra: o.evalSummaryTokens - 1,
+          shared: false,
+        },
+        true,
+        base,
+        workspace,
+      ),
+    );
   }
   let trainSeqLen = 0;
   if (o.training) {
-    const shape = { lora: o.lora.targets.length ? { r: o.lora.r, targetModules: o.lora.targets } : null, checkpoints: o.checkpoints, mlpChunk: o.mlpChunk };
+    const shape = {
+      lora: o.lora.targets.length ? { r: o.lora.r, targetModules: o.lora.targets } : null,
+      checkpoints: o.checkpoints,
+      mlpChunk: o.mlpChunk,
+    };
     const vote = trainingPassBytes(cfg, { ...shape, seqLen: seq.voteSample, numTargets: 1, candidates: N - 1 });
     const summary = trainingPassBytes(cfg, { ...shape, seqLen: seq.summarySample, numTargets: o.summaryTokens });
     const pass = vote.peak >= summary.peak ? vote : summary;
@@ -421,22 +564,64 @@ function loadPhase(cfg: Qwen3Config, format: WeightsFormat, weights: number): Ph
   const maxRow = Math.max(...q4.map((w) => w.shape[1]! * 2));
   const maxTensor = Math.max(...q4.map((w) => w.shape[0]! * w.shape[1]! * 2));
   const staging = pooled(Math.min(Math.max(Q4_STAGING_BYTES, maxRow), maxTensor));
-  return [phasePlan('load', weights, [], [buf('q4 staging', '(rows, K) bf16', staging), buf('q4 status', '(tensors) u32', f32(q4.length))], [])];
+  return [
+    phasePlan(
+      'load',
+      weights,
+      [],
+      [buf('q4 staging', '(rows, K) bf16', staging), buf('q4 status', '(tensors) u32', f32(q4.length))],
+      [],
+    ),
+  ];
 }
 
-function updatePhase(pass: ReturnType<typeof trainingPassBytes>, T: number, base: number, workspace: PlannedBuffer[]): PhasePlan {
-  const act = [buf(`training pass (T=${T})`, 'checkpoints + one layer or the LM head, forward or backward (trainingPassBytes)', pass.peak)];
+function updatePhase(
+  pass: ReturnType<typeof trainingPassBytes>,
+  T: number,
+  base: number,
+  workspace: PlannedBuffer[],
+): PhasePlan {
+  const act = [
+    buf(
+      `training pass (T=${T})`,
+      'checkpoints + one layer or the LM head, forward or backward (trainingPassBytes)',
+      pass.peak,
+    ),
+  ];
   const p = phasePlan('update', base, [], act, workspace);
   p.largest = { bytes: pass.largestBuffer.bytes, what: `the training buffer ${pass.largestBuffer.name} at T=${T}` };
   return p;
 }
 
-function finish(kind: MemoryPlan['kind'], cfg: Qwen3Config, o: MemoryPlan['options'], weights: ReturnType<typeof weightBytes>, lora: number, phases: PhasePlan[], seq: RoundSequences | null, trainSeqLen: number): MemoryPlan {
+function finish(
+  kind: MemoryPlan['kind'],
+  cfg: Qwen3Config,
+  o: MemoryPlan['options'],
+  weights: ReturnType<typeof weightBytes>,
+  lora: number,
+  phases: PhasePlan[],
+  seq: RoundSequences | null,
+  trainSeqLen: number,
+): MemoryPlan {
   const peak = phases.reduce((a, p) => (p.total > a.total ? p : a));
-  const largestBuffer = [weights.largest, ...phases.map((p) => p.largest)].reduce((a, b) => (b.bytes > a.bytes ? b : a));
+  const largestBuffer = [weights.largest, ...phases.map((p) => p.largest)].reduce((a, b) =>
+    b.bytes > a.bytes ? b : a,
+  );
   return {
-    kind, weights: weights.total, kv: peak.kv, lora, activations: peak.activations, workspace: peak.workspace, total: peak.total,
-    peakPhase: peak.phase, phases, largestBuffer, sequences: seq, trainSeqLen, cfg, options: o,
+    kind,
+    weights: weights.total,
+    kv: peak.kv,
+    lora,
+    activations: peak.activations,
+    workspace: peak.workspace,
+    total: peak.total,
+    peakPhase: peak.phase,
+    phases,
+    largestBuffer,
+    sequences: seq,
+    trainSeqLen,
+    cfg,
+    options: o,
   };
 }
 
@@ -450,12 +635,42 @@ export interface SftPlanOptions {
 
 /** The memory of `spyrl sft`: weights, LoRA state and one training pass of seqLen tokens (T - 1 targets). */
 export function planSft(cfg: Qwen3Config, s: SftPlanOptions): MemoryPlan {
-  const o = resolve({ ...s, checkpoints: s.checkpoints ?? SFT_CHECKPOINTS, kv: 'f32', players: 3, docTokens: 0, summaryTokens: 1 });
+  const o = resolve({
+    ...s,
+    checkpoints: s.checkpoints ?? SFT_CHECKPOINTS,
+    kv: 'f32',
+    players: 3,
+    docTokens: 0,
+    summaryTokens: 1,
+  });
   const { weights, lora } = persistent(cfg, o);
   const base = weights.total + lora;
-  const workspace = [buf('uniform arena', '(2048 dispatches x 256 B) kernel params', UNIFORM_ARENA_BYTES), buf('upload arena', 'staged small uploads', UPLOAD_ARENA_BYTES), buf('readback staging', 'MAP_READ', f32(Math.max(s.seqLen, o.lora.r * Math.max(cfg.intermediateSize, cfg.hiddenSize))))];
-  const pass = trainingPassBytes(cfg, { seqLen: s.seqLen, numTargets: s.seqLen - 1, lora: { r: o.lora.r, targetModules: o.lora.targets }, checkpoints: o.checkpoints, mlpChunk: o.mlpChunk });
-  return finish('sft', cfg, o, weights, lora, [...loadPhase(cfg, o.weights, weights.total), updatePhase(pass, s.seqLen, base, workspace)], null, s.seqLen);
+  const workspace = [
+    buf('uniform arena', '(2048 dispatches x 256 B) kernel params', UNIFORM_ARENA_BYTES),
+    buf('upload arena', 'staged small uploads', UPLOAD_ARENA_BYTES),
+    buf(
+      'readback staging',
+      'MAP_READ',
+      f32(Math.max(s.seqLen, o.lora.r * Math.max(cfg.intermediateSize, cfg.hiddenSize))),
+    ),
+  ];
+  const pass = trainingPassBytes(cfg, {
+    seqLen: s.seqLen,
+    numTargets: s.seqLen - 1,
+    lora: { r: o.lora.r, targetModules: o.lora.targets },
+    checkpoints: o.checkpoints,
+    mlpChunk: o.mlpChunk,
+  });
+  return finish(
+    'sft',
+    cfg,
+    o,
+    weights,
+    lora,
+    [...loadPhase(cfg, o.weights, weights.total), updatePhase(pass, s.seqLen, base, workspace)],
+    null,
+    s.seqLen,
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -478,7 +693,15 @@ export interface AdapterLimits {
 /** The plan with one option changed (`seqLen` for SFT). */
 function replan(p: MemoryPlan, change: Partial<RoundPlanOptions> & { seqLen?: number }): MemoryPlan {
   const o = { ...p.options, ...change };
-  return p.kind === 'sft' ? planSft(p.cfg, { weights: o.weights, lora: o.lora, seqLen: change.seqLen ?? p.trainSeqLen, checkpoints: o.checkpoints, mlpChunk: o.mlpChunk }) : planRound(p.cfg, o);
+  return p.kind === 'sft'
+    ? planSft(p.cfg, {
+        weights: o.weights,
+        lora: o.lora,
+        seqLen: change.seqLen ?? p.trainSeqLen,
+        checkpoints: o.checkpoints,
+        mlpChunk: o.mlpChunk,
+      })
+    : planRound(p.cfg, o);
 }
 
 /** The largest value of an integer knob in [lo, hi] whose plan passes `ok`, or null. */
@@ -495,11 +718,14 @@ function largestFitting(lo: number, hi: number, ok: (v: number) => boolean): num
 /** The first single change that makes `fits` true, in the order a user would try them. */
 function whatToChange(p: MemoryPlan, fits: (q: MemoryPlan) => boolean): string {
   const o = p.options;
-  if (o.weights === 'bf16' && fits(replan(p, { weights: 'q4' }))) return 'load the weights as q4 (--weights q4, or Weights: q4 in the app)';
+  if (o.weights === 'bf16' && fits(replan(p, { weights: 'q4' })))
+    return 'load the weights as q4 (--weights q4, or Weights: q4 in the app)';
   if (p.kind === 'round' && o.kv === 'f32' && fits(replan(p, { kv: 'f16' }))) return 'use an f16 KV cache (--kv f16)';
   if (p.kind === 'sft') {
     const T = largestFitting(2, p.trainSeqLen - 1, (v) => fits(replan(p, { seqLen: v })));
-    return T !== null ? `reduce the sequence length to at most ${T} tokens (--seq-len)` : 'use a smaller model or a lower LoRA rank';
+    return T !== null
+      ? `reduce the sequence length to at most ${T} tokens (--seq-len)`
+      : 'use a smaller model or a lower LoRA rank';
   }
   const doc = largestFitting(16, o.docTokens - 1, (v) => fits(replan(p, { docTokens: v })));
   if (doc !== null) return `set docTokenBudget to at most ${doc} tokens`;
@@ -519,7 +745,9 @@ export function checkPlanFits(p: MemoryPlan, limits: AdapterLimits, budgetBytes?
   const limit = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
   if (p.largestBuffer.bytes > limit) {
     const hint = whatToChange(p, (q) => q.largestBuffer.bytes <= limit);
-    throw new RangeError(`${p.largestBuffer.what} needs ${gib(p.largestBuffer.bytes)}, above this GPU's ${gib(limit)} buffer limit: ${hint === 'use a smaller model or a lower LoRA rank' ? 'use a GPU/browser that allows larger storage buffers, or a smaller model' : hint}`);
+    throw new RangeError(
+      `${p.largestBuffer.what} needs ${gib(p.largestBuffer.bytes)}, above this GPU's ${gib(limit)} buffer limit: ${hint === 'use a smaller model or a lower LoRA rank' ? 'use a GPU/browser that allows larger storage buffers, or a smaller model' : hint}`,
+    );
   }
   if (budgetBytes !== undefined && p.total > budgetBytes) {
     const what = p.kind === 'sft' ? 'training' : 'a round';
@@ -534,7 +762,19 @@ export function checkPlanFits(p: MemoryPlan, limits: AdapterLimits, budgetBytes?
 // 5. From a run's config (the CLI and the app).
 
 export type RunShape = Pick<SpyRLConfig, 'groupSize' | 'docTokenBudget' | 'summaryMaxTokens' | 'lora'> &
-  Partial<Pick<SpyRLConfig, 'voteReason' | 'voteReasonMaxTokens' | 'prompts' | 'maskRatio' | 'maskMode' | 'maskPlaceholder' | 'evalDocTokenBudget' | 'evalSummaryMaxTokens'>>;
+  Partial<
+    Pick<
+      SpyRLConfig,
+      | 'voteReason'
+      | 'voteReasonMaxTokens'
+      | 'prompts'
+      | 'maskRatio'
+      | 'maskMode'
+      | 'maskPlaceholder'
+      | 'evalDocTokenBudget'
+      | 'evalSummaryMaxTokens'
+    >
+  >;
 
 export interface EngineFormat {
   weights: WeightsFormat;
@@ -542,7 +782,11 @@ export interface EngineFormat {
 }
 
 /** Plan options of a SpyRL config on an engine format. */
-export function roundPlanOptions(run: RunShape, format: EngineFormat, extra: Partial<RoundPlanOptions> = {}): RoundPlanOptions {
+export function roundPlanOptions(
+  run: RunShape,
+  format: EngineFormat,
+  extra: Partial<RoundPlanOptions> = {},
+): RoundPlanOptions {
   return {
     weights: format.weights,
     kv: format.kv,
@@ -573,7 +817,12 @@ export interface MemoryCheck {
  * budget. `format` is the weights / KV choice the load will use; `extra` e.g. { evalDocs }.
  */
 export function planMemory(
-  cfg: Qwen3Config, run: RunShape, limits: AdapterLimits, budgetBytes?: number, format: EngineFormat = { weights: 'bf16', kv: 'f32' }, extra: Partial<RoundPlanOptions> = {},
+  cfg: Qwen3Config,
+  run: RunShape,
+  limits: AdapterLimits,
+  budgetBytes?: number,
+  format: EngineFormat = { weights: 'bf16', kv: 'f32' },
+  extra: Partial<RoundPlanOptions> = {},
 ): MemoryCheck {
   const plan = planRound(cfg, roundPlanOptions(run, format, extra));
   try {

@@ -37,7 +37,10 @@ export interface StepReport {
 }
 
 interface Moments {
-  mA: GPUBuffer; vA: GPUBuffer; mB: GPUBuffer; vB: GPUBuffer; // f32, same shapes as A and B
+  mA: GPUBuffer;
+  vA: GPUBuffer;
+  mB: GPUBuffer;
+  vB: GPUBuffer; // f32, same shapes as A and B
 }
 
 export class LoraAdamW {
@@ -53,8 +56,10 @@ export class LoraAdamW {
     const r = lora.settings.r;
     this.moments = lora.pairs.map((p) => {
       const m = {
-        mA: gpu.createBuffer(r * p.K * 4, 'mA'), vA: gpu.createBuffer(r * p.K * 4, 'vA'),
-        mB: gpu.createBuffer(p.N * r * 4, 'mB'), vB: gpu.createBuffer(p.N * r * 4, 'vB'),
+        mA: gpu.createBuffer(r * p.K * 4, 'mA'),
+        vA: gpu.createBuffer(r * p.K * 4, 'vA'),
+        mB: gpu.createBuffer(p.N * r * 4, 'mB'),
+        vB: gpu.createBuffer(p.N * r * 4, 'vB'),
       };
       for (const b of Object.values(m)) gpu.clear(b);
       return m;
@@ -83,7 +88,15 @@ export class LoraAdamW {
       return { step: this.step, lr, gradNorm, skipped: true, reason: 'non-finite gradient (NaN or Inf): step skipped' };
     }
     const gradScale = (settings.maxGradNorm > 0 ? clipScale(gradNorm, settings.maxGradNorm) : 1) / sequences;
-    const hp = { lr, beta1: settings.beta1, beta2: settings.beta2, eps: settings.eps, weightDecay: settings.weightDecay, step: next, gradScale };
+    const hp = {
+      lr,
+      beta1: settings.beta1,
+      beta2: settings.beta2,
+      eps: settings.eps,
+      weightDecay: settings.weightDecay,
+      step: next,
+      gradScale,
+    };
     lora.pairs.forEach((p, i) => {
       const m = this.moments[i];
       K.adamw(gpu, p.A, p.dA, m.mA, m.vA, r * p.K, hp);
@@ -96,10 +109,12 @@ export class LoraAdamW {
 
   /** First and second moments keyed like the adapter's tensors (`<prefix>.lora_A.weight`). */
   async getState(): Promise<{ step: number; m: Map<string, Float32Array>; v: Map<string, Float32Array> }> {
-    const m = new Map<string, Float32Array>(), v = new Map<string, Float32Array>();
+    const m = new Map<string, Float32Array>(),
+      v = new Map<string, Float32Array>();
     const r = this.lora.settings.r;
     for (const [i, p] of this.lora.pairs.entries()) {
-      const pre = loraPrefix(p.layer, p.target), mo = this.moments[i];
+      const pre = loraPrefix(p.layer, p.target),
+        mo = this.moments[i];
       m.set(`${pre}.lora_A.weight`, await this.gpu.readF32(mo.mA, r * p.K));
       v.set(`${pre}.lora_A.weight`, await this.gpu.readF32(mo.vA, r * p.K));
       m.set(`${pre}.lora_B.weight`, await this.gpu.readF32(mo.mB, p.N * r));
@@ -110,14 +125,17 @@ export class LoraAdamW {
 
   /** Loads saved moments; refuses (before writing anything) a bad step or a non-finite or negative moment. */
   setState(state: { step: number; m: ReadonlyMap<string, Float32Array>; v: ReadonlyMap<string, Float32Array> }): void {
-    if (!Number.isSafeInteger(state.step) || state.step < 0) throw new RangeError(`optimizer state: step must be an integer >= 0, got ${state.step}`);
+    if (!Number.isSafeInteger(state.step) || state.step < 0)
+      throw new RangeError(`optimizer state: step must be an integer >= 0, got ${state.step}`);
     const bad = badMoment(state.m, state.v);
     if (bad) throw new RangeError(`optimizer state: tensor "${bad.tensor}": ${bad.message}`);
     for (const [i, p] of this.lora.pairs.entries()) {
-      const pre = loraPrefix(p.layer, p.target), mo = this.moments[i];
+      const pre = loraPrefix(p.layer, p.target),
+        mo = this.moments[i];
       const put = (buf: GPUBuffer, from: ReadonlyMap<string, Float32Array>, key: string, what: string) => {
         const t = from.get(key);
-        if (!t || t.byteLength !== buf.size) throw new Error(`optimizer state: ${what} of ${key} is missing or has the wrong size`);
+        if (!t || t.byteLength !== buf.size)
+          throw new Error(`optimizer state: ${what} of ${key} is missing or has the wrong size`);
         this.gpu.write(buf, t);
       };
       put(mo.mA, state.m, `${pre}.lora_A.weight`, 'exp_avg');

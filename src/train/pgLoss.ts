@@ -23,11 +23,11 @@ export interface PpoLossOptions {
 }
 
 export interface PpoBatch {
-  logp: ArrayLike<number>;       // (T) current policy log-probs of the sampled tokens
-  oldLogp: ArrayLike<number>;    // (T) log-probs under the policy that sampled them
+  logp: ArrayLike<number>; // (T) current policy log-probs of the sampled tokens
+  oldLogp: ArrayLike<number>; // (T) log-probs under the policy that sampled them
   advantages: ArrayLike<number>; // (T) per-token advantages A_t
-  refLogp?: ArrayLike<number>;   // (T) reference-policy log-probs, for the KL term and stat
-  seqLens: readonly number[];    // tokens per sequence, each >= 1, sum = T
+  refLogp?: ArrayLike<number>; // (T) reference-policy log-probs, for the KL term and stat
+  seqLens: readonly number[]; // tokens per sequence, each >= 1, sum = T
 }
 
 export interface PgStats {
@@ -46,7 +46,12 @@ export interface PgLossResult {
 }
 
 /** One token's clipped surrogate, -min(r A, clip(r, lo, hi) A), and its derivative in r. */
-export function ppoClipTerm(ratio: number, advantage: number, lo: number, hi: number): { loss: number; dRatio: number; clipped: boolean } {
+export function ppoClipTerm(
+  ratio: number,
+  advantage: number,
+  lo: number,
+  hi: number,
+): { loss: number; dRatio: number; clipped: boolean } {
   const unclipped = ratio * advantage;
   const clippedObj = Math.min(Math.max(ratio, lo), hi) * advantage;
   // The clipped term wins only strictly outside [lo, hi] on the side where it is smaller; at the
@@ -79,7 +84,15 @@ export interface PpoTokenTerm {
  * The per-token term of ppoLoss, on its own: the loss is a weighted sum of these, so a trainer
  * can take each sequence's dlogp right after that sequence's forward (no separate pass).
  */
-export function ppoTokenTerm(logp: number, oldLogp: number, advantage: number, refLogp: number | undefined, lo: number, hi: number, klBeta: number): PpoTokenTerm {
+export function ppoTokenTerm(
+  logp: number,
+  oldLogp: number,
+  advantage: number,
+  refLogp: number | undefined,
+  lo: number,
+  hi: number,
+  klBeta: number,
+): PpoTokenTerm {
   const ratio = Math.exp(logp - oldLogp);
   const pg = ppoClipTerm(ratio, advantage, lo, hi);
   let loss = pg.loss;
@@ -115,7 +128,8 @@ function checkBatch(T: number, seqLens: readonly number[], arrays: [string, Arra
   }
   if (sum !== T) throw new RangeError(`policy-gradient loss: seqLens sum to ${sum}, logp has ${T} tokens`);
   for (const [name, a] of arrays) {
-    if (a && a.length !== T) throw new RangeError(`policy-gradient loss: ${name} has ${a.length} tokens, logp has ${T}`);
+    if (a && a.length !== T)
+      throw new RangeError(`policy-gradient loss: ${name} has ${a.length} tokens, logp has ${T}`);
   }
 }
 
@@ -127,7 +141,11 @@ function checkBatch(T: number, seqLens: readonly number[], arrays: [string, Arra
 export function ppoLoss(batch: PpoBatch, opts: PpoLossOptions = {}): PgLossResult {
   const { logp, oldLogp, advantages, refLogp, seqLens } = batch;
   const T = logp.length;
-  checkBatch(T, seqLens, [['oldLogp', oldLogp], ['advantages', advantages], ['refLogp', refLogp]]);
+  checkBatch(T, seqLens, [
+    ['oldLogp', oldLogp],
+    ['advantages', advantages],
+    ['refLogp', refLogp],
+  ]);
   const clipEps = opts.clipEps ?? 0.2;
   const clipEpsHigh = opts.clipEpsHigh ?? clipEps;
   const klBeta = opts.klBeta ?? 0;

@@ -38,7 +38,10 @@ export function sharedPositions(prompts: readonly ChatPrompt[], pageSize = KV_PA
     if (!p.kvShare || !src || src.kvShare || p.kvShare.source === b) return 0;
     const n = Math.floor(Math.min(p.kvShare.tokens, p.tokenIds.length - 1, src.tokenIds.length) / pageSize) * pageSize;
     for (let t = 0; t < n; t++) {
-      if (p.tokenIds[t] !== src.tokenIds[t]) throw new Error(`prompt ${b}: kvShare claims ${p.kvShare.tokens} tokens shared with prompt ${p.kvShare.source}, but token ${t} differs`);
+      if (p.tokenIds[t] !== src.tokenIds[t])
+        throw new Error(
+          `prompt ${b}: kvShare claims ${p.kvShare.tokens} tokens shared with prompt ${p.kvShare.source}, but token ${t} differs`,
+        );
     }
     return n;
   });
@@ -76,13 +79,20 @@ export class GpuPolicy implements Policy {
     const shared = sharedPositions(prompts, cache.pageSize);
     for (const pass of [0, 1]) {
       // Pass 0: prompts that own their prefix; pass 1: those that borrow one.
-      const batch = prompts.map((_, b) => b).filter((b) => (shared[b] > 0) === (pass === 1));
+      const batch = prompts.map((_, b) => b).filter((b) => shared[b] > 0 === (pass === 1));
       if (batch.length === 0) continue;
       if (pass === 1) for (const b of batch) cache.share(b, prompts[b].kvShare!.source, shared[b]);
-      const ids: number[] = [], slots: number[] = [], positions: number[] = [], last: number[] = [];
+      const ids: number[] = [],
+        slots: number[] = [],
+        positions: number[] = [],
+        last: number[] = [];
       for (const b of batch) {
         const p = prompts[b].tokenIds;
-        for (let t = shared[b]; t < p.length; t++) { ids.push(p[t]); slots.push(b); positions.push(t); }
+        for (let t = shared[b]; t < p.length; t++) {
+          ids.push(p[t]);
+          slots.push(b);
+          positions.push(t);
+        }
         last.push(ids.length - 1);
       }
       this.prefilledTokens += ids.length;
@@ -96,11 +106,19 @@ export class GpuPolicy implements Policy {
   /** A cache with exactly the pages these prompts need when each writes `extra` more positions. */
   private createCache(prompts: readonly ChatPrompt[], extra: number): KVCache {
     const maxT = Math.max(...prompts.map((p) => p.tokenIds.length)) + extra;
-    return this.model.createCache(prompts.length, maxT, { pageSize: KV_PAGE_SIZE, pages: planPages(prompts, extra, KV_PAGE_SIZE) });
+    return this.model.createCache(prompts.length, maxT, {
+      pageSize: KV_PAGE_SIZE,
+      pages: planPages(prompts, extra, KV_PAGE_SIZE),
+    });
   }
 
   private recordKv(cache: KVCache, prefillPages: number): void {
-    this.kvUsage = { pages: cache.pages, prefillPages, endPages: cache.pagesInUse, bytesAllocated: cache.bytesAllocated };
+    this.kvUsage = {
+      pages: cache.pages,
+      prefillPages,
+      endPages: cache.pagesInUse,
+      bytesAllocated: cache.bytesAllocated,
+    };
   }
 
   async generate(prompts: ChatPrompt[], opts: GenerateOptions): Promise<Generation[]> {
@@ -147,22 +165,36 @@ export class GpuPolicy implements Policy {
           this.generatedTokens++;
           if (stop.has(id)) return;
           const delta = streamers[b].push(id);
-          if (delta) { g.text += delta; this.hooks.onDelta?.(b, delta); }
-          if (g.tokenIds.length >= opts.maxTokens) { g.truncated = true; return; }
+          if (delta) {
+            g.text += delta;
+            this.hooks.onDelta?.(b, delta);
+          }
+          if (g.tokenIds.length >= opts.maxTokens) {
+            g.truncated = true;
+            return;
+          }
           still.push(b);
         });
-        for (const b of active) if (!still.includes(b)) {
-          const rest = streamers[b].flush();
-          if (rest) { out[b].text += rest; this.hooks.onDelta?.(b, rest); }
-        }
+        for (const b of active)
+          if (!still.includes(b)) {
+            const rest = streamers[b].flush();
+            if (rest) {
+              out[b].text += rest;
+              this.hooks.onDelta?.(b, rest);
+            }
+          }
         const nextIds = still.map((b) => out[b].tokenIds[out[b].tokenIds.length - 1]);
         active = still;
         if (active.length === 0) break;
-        logits = model.forward({
-          ids: nextIds, slots: active,
-          positions: active.map((b) => prompts[b].tokenIds.length + out[b].tokenIds.length - 1),
-          logitRows: active.map((_, i) => i),
-        }, cache);
+        logits = model.forward(
+          {
+            ids: nextIds,
+            slots: active,
+            positions: active.map((b) => prompts[b].tokenIds.length + out[b].tokenIds.length - 1),
+            logitRows: active.map((_, i) => i),
+          },
+          cache,
+        );
       }
       this.recordKv(cache, prefillPages);
     } finally {
@@ -206,10 +238,13 @@ export class GpuPolicy implements Policy {
     const nc = Math.max(...candidateTokenIds.map((c) => c.length));
     const firsts = gpu.createBuffer(B * 4, 'firstCandidate');
     gpu.write(firsts, Uint32Array.from(candidateTokenIds.map((c) => c[0])));
-    const lp = gpu.createBuffer(B * 4, 'lp'), lse = gpu.createBuffer(B * 4, 'lse');
+    const lp = gpu.createBuffer(B * 4, 'lp'),
+      lse = gpu.createBuffer(B * 4, 'lse');
     K.logSoftmaxGather(gpu, lp, lse, logits, firsts, B, V);
     const picked = gpu.createBuffer((B * nc + B) * 4, 'candidateLogits'); // (B, nc) logits, then (B) lse
-    candidateTokenIds.forEach((c, b) => c.forEach((id, j) => gpu.copy(logits, (b * V + id) * 4, picked, (b * nc + j) * 4, 4)));
+    candidateTokenIds.forEach((c, b) =>
+      c.forEach((id, j) => gpu.copy(logits, (b * V + id) * 4, picked, (b * nc + j) * 4, 4)),
+    );
     gpu.copy(lse, 0, picked, B * nc * 4, B * 4);
     const z = await gpu.readF32(picked, B * nc + B);
     for (const x of [logits, firsts, lp, lse, picked]) gpu.releaseBuffer(x);

@@ -46,8 +46,14 @@ export interface SftStepResult extends StepReport {
 }
 
 /** One optimizer step over `windows` (gradients accumulated, then averaged). */
-export async function sftStep(model: Qwen3Model, lora: LoraAdapter, opt: LoraAdamW, windows: readonly (readonly number[])[]): Promise<SftStepResult> {
-  let loss = 0, tokens = 0;
+export async function sftStep(
+  model: Qwen3Model,
+  lora: LoraAdapter,
+  opt: LoraAdamW,
+  windows: readonly (readonly number[])[],
+): Promise<SftStepResult> {
+  let loss = 0,
+    tokens = 0;
   for (const ids of windows) {
     const pass = new TrainingPass(model, lora, ids, [...ids.slice(1), -1]);
     try {

@@ -9,14 +9,32 @@ import { ppoUpdate, type UpdateContext, type UpdateResult } from './update.ts';
 import type { CheckpointDtype } from './trainingPass.ts';
 import { ROUND_CHECKPOINTS } from './trainingPassBytes.ts';
 import { LoraAdapter } from '../model/lora.ts';
-import { initLora, loraConfig, readAdapter, readOptimizerState, writeAdapter, writeOptimizerState, type LoraConfig } from '../model/peft.ts';
+import {
+  initLora,
+  loraConfig,
+  readAdapter,
+  readOptimizerState,
+  writeAdapter,
+  writeOptimizerState,
+  type LoraConfig,
+} from '../model/peft.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
 import { memorySource } from '../model/sources.ts';
 import type { Qwen3Tokenizer } from '../model/tokenizer.ts';
 import type { TrainListener } from './events.ts';
 import { LoraAdamW, DEFAULT_ADAMW } from './optimizer.ts';
 import { GpuPolicy } from './policy.ts';
-import { configDiff, configValues, describeDiff, parsePending, parseRunLog, parseSavedConfig, parseTrainerExtra, runStamp, type RunStamp } from './checkpoint.ts';
+import {
+  configDiff,
+  configValues,
+  describeDiff,
+  parsePending,
+  parseRunLog,
+  parseSavedConfig,
+  parseTrainerExtra,
+  runStamp,
+  type RunStamp,
+} from './checkpoint.ts';
 import { evaluateHeldOut, type EvalProgress, type EvalReport, type EvalSystem } from './evaluate.ts';
 
 /** What SpyRLTrainer.evaluate returns: mean ROUGE-L F1 of base and adapter (the chart's points) and the full report. */
@@ -86,7 +104,12 @@ export class SpyRLTrainer {
     if (o.train.length === 0) throw new RangeError('no training documents');
     checkTrainable(c);
     const cfg = model.cfg;
-    let lora = loraConfig({ r: c.lora.r, alpha: c.lora.alpha, targetModules: c.lora.targetModules, baseModel: o.baseModel ?? null });
+    let lora = loraConfig({
+      r: c.lora.r,
+      alpha: c.lora.alpha,
+      targetModules: c.lora.targetModules,
+      baseModel: o.baseModel ?? null,
+    });
     let weights = initLora(cfg, lora, c.seed);
     const src = o.resume ? memorySource('checkpoint', new Map(Object.entries(o.resume))) : null;
     if (src) ({ lora, tensors: weights } = await readAdapter(src, cfg));
@@ -100,7 +123,18 @@ export class SpyRLTrainer {
       maxGradNorm: c.optimizer.maxGradNorm,
       schedule: { kind: 'constant', warmup: c.optimizer.warmupSteps },
     });
-    const t = new SpyRLTrainer(model, o.tokenizer, c, lora, adapter, optimizer, new GpuPolicy(model, o.tokenizer), o.train, o.evalDocs, o.now);
+    const t = new SpyRLTrainer(
+      model,
+      o.tokenizer,
+      c,
+      lora,
+      adapter,
+      optimizer,
+      new GpuPolicy(model, o.tokenizer),
+      o.train,
+      o.evalDocs,
+      o.now,
+    );
     t.listener = o.onEvent;
     t.checkpoints = o.checkpoints ?? ROUND_CHECKPOINTS;
     t.policy.hooks.onDelta = (seat, text) => t.listener?.({ type: 'summary-delta', round: t.state.round, seat, text });
@@ -116,16 +150,25 @@ export class SpyRLTrainer {
   }
 
   /** Continues a checkpoint: every file is checked (src/train/checkpoint.ts) before any of it is used. */
-  private async resumeFrom(src: ReturnType<typeof memorySource>, weights: Map<string, Float32Array>, runId: string | undefined): Promise<void> {
+  private async resumeFrom(
+    src: ReturnType<typeof memorySource>,
+    weights: Map<string, Float32Array>,
+    runId: string | undefined,
+  ): Promise<void> {
     const st = await readOptimizerState(src, weights);
     const { stamp, state } = parseTrainerExtra(st.extra);
-    if (runId && runId !== stamp.runId) throw new Error(`checkpoint: trainer_state.json belongs to run ${stamp.runId}, not to run ${runId}`);
+    if (runId && runId !== stamp.runId)
+      throw new Error(`checkpoint: trainer_state.json belongs to run ${stamp.runId}, not to run ${runId}`);
     if (await src.exists(CONFIG_FILE)) {
       const saved = parseSavedConfig(await src.readText(CONFIG_FILE), CONFIG_FILE);
       const diff = configDiff(saved, this.config);
-      if (diff.length) throw new Error(`checkpoint: the config given differs from the run's ${CONFIG_FILE} in ${describeDiff(configValues(saved), configValues(this.config), diff)}`);
+      if (diff.length)
+        throw new Error(
+          `checkpoint: the config given differs from the run's ${CONFIG_FILE} in ${describeDiff(configValues(saved), configValues(this.config), diff)}`,
+        );
     }
-    if (await src.exists(PENDING_FILE)) state.pending = parsePending(await src.readText(PENDING_FILE), this.model.cfg.vocabSize, PENDING_FILE);
+    if (await src.exists(PENDING_FILE))
+      state.pending = parsePending(await src.readText(PENDING_FILE), this.model.cfg.vocabSize, PENDING_FILE);
     const log = (await src.exists(RUN_LOG_FILE)) ? parseRunLog(await src.readText(RUN_LOG_FILE), RUN_LOG_FILE) : [];
     this.optimizer.setState(st);
     this.stamp = stamp;
@@ -166,19 +209,45 @@ export class SpyRLTrainer {
     const { maskSpan } = await import('../game/masking.ts');
     const { assignRoles } = await import('../game/roles.ts');
     const budget = fitToBudget(doc.report, this.tokenizer, c.docTokenBudget);
-    const preview = maskSpan(budget.text, this.tokenizer, { maskRatio: c.maskRatio, mode: c.maskMode, rng: rng.fork('mask'), placeholder: c.maskPlaceholder });
+    const preview = maskSpan(budget.text, this.tokenizer, {
+      maskRatio: c.maskRatio,
+      mode: c.maskMode,
+      rng: rng.fork('mask'),
+      placeholder: c.maskPlaceholder,
+    });
     const roles = assignRoles(c.groupSize, rng.fork('roles'));
     this.emit({
-      type: 'round-start', round, documentId: doc.id, fullText: preview.full, spyText: preview.spyText,
+      type: 'round-start',
+      round,
+      documentId: doc.id,
+      fullText: preview.full,
+      spyText: preview.spyText,
       span: { charStart: preview.span.charStart, charEnd: preview.span.charEnd },
       spyMarkAt: preview.span.charStart,
       cut: budget.cut ? { keptTokens: budget.cut.tokensKept, totalTokens: budget.cut.tokensTotal } : null,
-      groupSize: c.groupSize, labels: roles.labels, spySeat: roles.spySeat,
+      groupSize: c.groupSize,
+      labels: roles.labels,
+      spySeat: roles.spySeat,
     });
 
-    const res = await playRound({ config: c, tokenizer: this.tokenizer, document: doc, round, rng: roundRng(c.seed, round), spyBaseline: this.state.spyBaseline, now: this.now }, this.policy);
+    const res = await playRound(
+      {
+        config: c,
+        tokenizer: this.tokenizer,
+        document: doc,
+        round,
+        rng: roundRng(c.seed, round),
+        spyBaseline: this.state.spyBaseline,
+        now: this.now,
+      },
+      this.policy,
+    );
     const rec = res.record;
-    this.emit({ type: 'summaries-done', round, summaries: rec.summaries.map((s) => ({ seat: s.seat, text: s.text, truncated: s.truncated })) });
+    this.emit({
+      type: 'summaries-done',
+      round,
+      summaries: rec.summaries.map((s) => ({ seat: s.seat, text: s.text, truncated: s.truncated })),
+    });
     for (const v of rec.votes) {
       const candidateSeats = v.candidates.map((label) => rec.labels.indexOf(label));
       this.emit({ type: 'vote', round, voterSeat: v.seat, candidateSeats, probs: v.probs, chosenSeat: v.chosenSeat });
@@ -194,7 +263,18 @@ export class SpyRLTrainer {
       const upd = await this.update();
       rec.train = { loss: upd.loss, kl: upd.kl, gradNorm: upd.gradNorm, lr: upd.lr, stages: upd.stages };
       if (this.now) rec.timings.updateMs = this.now() - u0;
-      this.emit({ type: 'update', round, step: upd.step, loss: upd.loss, kl: upd.kl, gradNorm: upd.gradNorm, lr: upd.lr, skipped: upd.skipped, reason: upd.reason, stages: upd.stages });
+      this.emit({
+        type: 'update',
+        round,
+        step: upd.step,
+        loss: upd.loss,
+        kl: upd.kl,
+        gradNorm: upd.gradNorm,
+        lr: upd.lr,
+        skipped: upd.skipped,
+        reason: upd.reason,
+        stages: upd.stages,
+      });
     }
     if (c.evalEvery > 0 && this.state.round % c.evalEvery === 0 && this.evalDocs.length > 0) {
       const ev = await this.evaluate();
@@ -214,7 +294,18 @@ export class SpyRLTrainer {
   private async update(): Promise<UpdateResult> {
     const samples = this.state.pending.flatMap((p) => p.samples.map((sample) => ({ round: p.round, sample })));
     this.state.pending = [];
-    return ppoUpdate({ model: this.model, adapter: this.adapter, optimizer: this.optimizer, ppo: this.config.ppo, checkpoints: this.checkpoints, temperature: this.config.sampling.temperature, onLogprobs: this.onLogprobs }, samples);
+    return ppoUpdate(
+      {
+        model: this.model,
+        adapter: this.adapter,
+        optimizer: this.optimizer,
+        ppo: this.config.ppo,
+        checkpoints: this.checkpoints,
+        temperature: this.config.sampling.temperature,
+        onLogprobs: this.onLogprobs,
+      },
+      samples,
+    );
   }
 
   /** Test hook: each trained sample's current and reference log-probs, per epoch. */
@@ -229,14 +320,33 @@ export class SpyRLTrainer {
     this.policy.hooks.onDelta = undefined;
     const generate = this.policy.generate.bind(this.policy);
     const base: EvalSystem = {
-      key: 'base', label: 'base model', generate,
-      around: async (job) => { this.adapter.enabled = false; try { return await job(); } finally { this.adapter.enabled = true; } },
+      key: 'base',
+      label: 'base model',
+      generate,
+      around: async (job) => {
+        this.adapter.enabled = false;
+        try {
+          return await job();
+        } finally {
+          this.adapter.enabled = true;
+        }
+      },
     };
     const adapter: EvalSystem = { key: 'adapter', label: `adapter (round ${this.state.round})`, generate };
     try {
-      const report = await evaluateHeldOut({ docs: this.evalDocs, tokenizer: this.tokenizer, config: this.config, systems: o.compare ? [base, adapter, o.compare] : [base, adapter], onProgress: o.onProgress });
+      const report = await evaluateHeldOut({
+        docs: this.evalDocs,
+        tokenizer: this.tokenizer,
+        config: this.config,
+        systems: o.compare ? [base, adapter, o.compare] : [base, adapter],
+        onProgress: o.onProgress,
+      });
       const scored = report.documents.filter((d) => d.results['adapter']);
-      const perDocument = scored.map((d) => ({ id: d.id, base: d.results['base']!.scores.rougeL, adapter: d.results['adapter']!.scores.rougeL }));
+      const perDocument = scored.map((d) => ({
+        id: d.id,
+        base: d.results['base']!.scores.rougeL,
+        adapter: d.results['adapter']!.scores.rougeL,
+      }));
       return { base: report.means['base']!.rougeL, adapter: report.means['adapter']!.rougeL, perDocument, report };
     } finally {
       this.policy.hooks.onDelta = hooks;
@@ -254,7 +364,12 @@ export class SpyRLTrainer {
     const { pending, ...trainer } = this.state;
     return {
       ...(await this.adapterFiles()),
-      ...writeOptimizerState({ step: opt.step, m: opt.m, v: opt.v, extra: { run: { ...this.stamp }, trainer: { ...trainer, pending: [] } } }),
+      ...writeOptimizerState({
+        step: opt.step,
+        m: opt.m,
+        v: opt.v,
+        extra: { run: { ...this.stamp }, trainer: { ...trainer, pending: [] } },
+      }),
       [PENDING_FILE]: JSON.stringify(pending),
       [RUN_LOG_FILE]: this.runLogJsonl(),
       [CONFIG_FILE]: JSON.stringify(this.config, null, 2) + '\n',

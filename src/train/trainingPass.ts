@@ -16,11 +16,25 @@ import * as K from '../ops/index.ts';
 import { loraBackward, loraForward, type LoraAdapter, type LoraTarget } from '../model/lora.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
 import {
-  CHECKPOINT_DTYPES, DEFAULT_MLP_CHUNK, HEAD_ROWS, checkpointBytes, headRows, isMlpTarget, mlpChunkRows, trainingPassBytes,
-  type CheckpointDtype, type TrainingPassBytes,
+  CHECKPOINT_DTYPES,
+  DEFAULT_MLP_CHUNK,
+  HEAD_ROWS,
+  checkpointBytes,
+  headRows,
+  isMlpTarget,
+  mlpChunkRows,
+  trainingPassBytes,
+  type CheckpointDtype,
+  type TrainingPassBytes,
 } from './trainingPassBytes.ts';
 
-export { trainingPassBytes, trainingPassLayout, type CheckpointDtype, type TrainingPassBytes, type TrainingPassShape } from './trainingPassBytes.ts';
+export {
+  trainingPassBytes,
+  trainingPassLayout,
+  type CheckpointDtype,
+  type TrainingPassBytes,
+  type TrainingPassShape,
+} from './trainingPassBytes.ts';
 
 export interface TrainingPassOptions {
   /** Storage of the layer-input checkpoints (default 'f32': bit-for-bit the f32 pass). */
@@ -108,15 +122,21 @@ export class TrainingPass {
     if (T === 0) throw new RangeError('training sequence is empty');
     if (targets.length !== T) throw new RangeError(`targets has ${targets.length} entries for ${T} tokens`);
     for (const [i, id] of [...ids, ...targets.filter((t) => t >= 0)].entries()) {
-      if (!Number.isInteger(id) || id < 0 || id >= cfg.vocabSize) throw new RangeError(`token id ${id} (index ${i}) is out of range for vocab size ${cfg.vocabSize}`);
+      if (!Number.isInteger(id) || id < 0 || id >= cfg.vocabSize)
+        throw new RangeError(`token id ${id} (index ${i}) is out of range for vocab size ${cfg.vocabSize}`);
     }
     this.dtype = opts.checkpoints ?? 'f32';
-    if (!CHECKPOINT_DTYPES.includes(this.dtype)) throw new RangeError(`TrainingPass option checkpoints must be one of ${CHECKPOINT_DTYPES.join(', ')} (got ${String(opts.checkpoints)})`);
+    if (!CHECKPOINT_DTYPES.includes(this.dtype))
+      throw new RangeError(
+        `TrainingPass option checkpoints must be one of ${CHECKPOINT_DTYPES.join(', ')} (got ${String(opts.checkpoints)})`,
+      );
     this.mlpChunk = opts.mlpChunk ?? DEFAULT_MLP_CHUNK;
-    if (!Number.isSafeInteger(this.mlpChunk) || this.mlpChunk < 1) throw new RangeError(`TrainingPass option mlpChunk must be a positive integer (got ${opts.mlpChunk})`);
+    if (!Number.isSafeInteger(this.mlpChunk) || this.mlpChunk < 1)
+      throw new RangeError(`TrainingPass option mlpChunk must be a positive integer (got ${opts.mlpChunk})`);
     this.Tc = mlpChunkRows(T, this.mlpChunk);
     this.temperature = opts.temperature ?? 1;
-    if (!(Number.isFinite(this.temperature) && this.temperature > 0)) throw new RangeError(`TrainingPass option temperature must be a positive number (got ${opts.temperature})`);
+    if (!(Number.isFinite(this.temperature) && this.temperature > 0))
+      throw new RangeError(`TrainingPass option temperature must be a positive number (got ${opts.temperature})`);
     const tgt: number[] = [];
     for (let t = 0; t < T; t++) {
       if (targets[t] < 0) continue;
@@ -129,12 +149,16 @@ export class TrainingPass {
     this.targetList = tgt;
     if (restrictTo) {
       if (restrictTo.length === 0) throw new RangeError('restrictTo is empty');
-      for (const t of tgt) if (!restrictTo.includes(t)) throw new RangeError(`target ${t} is not among the restricted candidates`);
+      for (const t of tgt)
+        if (!restrictTo.includes(t)) throw new RangeError(`target ${t} is not among the restricted candidates`);
     }
     const C = cfg.hiddenSize;
     for (let l = 0; l <= cfg.numLayers; l++) this.xs.push(this.alloc(checkpointBytes(T * C, this.dtype), `x.${l}`));
     this.pos = this.alloc(T * 4, 'positions');
-    this.gpu.write(this.pos, Uint32Array.from({ length: T }, (_, i) => i));
+    this.gpu.write(
+      this.pos,
+      Uint32Array.from({ length: T }, (_, i) => i),
+    );
     this.targets = this.alloc(Math.max(1, this.M) * 4, 'targets');
     if (this.M) this.gpu.write(this.targets, Uint32Array.from(tgt));
     this.lse = this.alloc(Math.max(1, this.M) * 4, 'lseHead');
@@ -147,9 +171,16 @@ export class TrainingPass {
 
   /** What this pass allocates (trainingPassBytes of its shape). */
   get bytes(): TrainingPassBytes {
-    const lora = this.lora?.enabled ? { r: this.lora.settings.r, targetModules: this.lora.settings.targetModules } : null;
+    const lora = this.lora?.enabled
+      ? { r: this.lora.settings.r, targetModules: this.lora.settings.targetModules }
+      : null;
     return trainingPassBytes(this.model.cfg, {
-      seqLen: this.T, numTargets: this.M, lora, checkpoints: this.dtype, mlpChunk: this.mlpChunk, candidates: this.restrictTo?.length,
+      seqLen: this.T,
+      numTargets: this.M,
+      lora,
+      checkpoints: this.dtype,
+      mlpChunk: this.mlpChunk,
+      candidates: this.restrictTo?.length,
     });
   }
 
@@ -207,13 +238,27 @@ export class TrainingPass {
     const { T, Tc } = this;
     const f = (n: number, label: string) => this.gpu.createBuffer(n * 4, label);
     const u = new Map<LoraTarget, GPUBuffer>();
-    if (this.lora?.enabled) for (const t of this.lora.settings.targetModules) u.set(t, f((isMlpTarget(t) ? Tc : T) * this.lora.settings.r, `u.${t}`));
+    if (this.lora?.enabled)
+      for (const t of this.lora.settings.targetModules)
+        u.set(t, f((isMlpTarget(t) ? Tc : T) * this.lora.settings.r, `u.${t}`));
     const chunked = Tc < T;
     return {
-      h1: f(T * C, 'h1'), q: f(T * NH * HD, 'q'), k: f(T * NKV * HD, 'k'), v: f(T * NKV * HD, 'v'),
-      qr: f(T * NH * HD, 'qr'), kr: f(T * NKV * HD, 'kr'), att: f(T * NH * HD, 'att'), lse: f(T * NH, 'lse'),
-      xMid: f(T * C, 'xMid'), h2: f(T * C, 'h2'), gate: f(Tc * I, 'gate'), up: f(Tc * I, 'up'), act: f(Tc * I, 'act'),
-      h2c: chunked ? f(Tc * C, 'h2Chunk') : null, yc: chunked ? f(Tc * C, 'yChunk') : null, u,
+      h1: f(T * C, 'h1'),
+      q: f(T * NH * HD, 'q'),
+      k: f(T * NKV * HD, 'k'),
+      v: f(T * NKV * HD, 'v'),
+      qr: f(T * NH * HD, 'qr'),
+      kr: f(T * NKV * HD, 'kr'),
+      att: f(T * NH * HD, 'att'),
+      lse: f(T * NH, 'lse'),
+      xMid: f(T * C, 'xMid'),
+      h2: f(T * C, 'h2'),
+      gate: f(Tc * I, 'gate'),
+      up: f(Tc * I, 'up'),
+      act: f(Tc * I, 'act'),
+      h2c: chunked ? f(Tc * C, 'h2Chunk') : null,
+      yc: chunked ? f(Tc * C, 'yChunk') : null,
+      u,
     };
   }
 
@@ -225,7 +270,18 @@ export class TrainingPass {
   }
 
   /** y (rows, N) (+)= x (rows, Kd) W^T, plus the LoRA branch of target t (x A^T kept in u). */
-  private proj(l: number, b: LayerBuffers, y: GPUBuffer, x: GPUBuffer, w: K.Weight, t: LoraTarget, rows: number, N: number, Kd: number, accumulate = false): void {
+  private proj(
+    l: number,
+    b: LayerBuffers,
+    y: GPUBuffer,
+    x: GPUBuffer,
+    w: K.Weight,
+    t: LoraTarget,
+    rows: number,
+    N: number,
+    Kd: number,
+    accumulate = false,
+  ): void {
     K.matmul(this.gpu, y, x, w, rows, N, Kd, accumulate);
     const p = this.lora?.enabled ? this.lora.get(l, t) : undefined;
     if (p) loraForward(this.gpu, y, b.u.get(t)!, x, p, rows, this.lora!.settings.r, this.lora!.scale);
@@ -286,7 +342,20 @@ export class TrainingPass {
   }
 
   /** dx_in (rows, Kd) (+)= dy W, plus the LoRA branch's input gradient, and its dA/dB. */
-  private projBack(l: number, b: LayerBuffers, g: LayerGrads, dxIn: GPUBuffer, dy: GPUBuffer, xIn: GPUBuffer, w: K.Weight, t: LoraTarget, rows: number, N: number, Kd: number, accumulate: boolean): void {
+  private projBack(
+    l: number,
+    b: LayerBuffers,
+    g: LayerGrads,
+    dxIn: GPUBuffer,
+    dy: GPUBuffer,
+    xIn: GPUBuffer,
+    w: K.Weight,
+    t: LoraTarget,
+    rows: number,
+    N: number,
+    Kd: number,
+    accumulate: boolean,
+  ): void {
     K.matmulBackwardInput(this.gpu, dxIn, dy, w, rows, N, Kd, accumulate);
     const lora = this.lora!;
     const p = lora.get(l, t);
@@ -345,7 +414,9 @@ export class TrainingPass {
       if (this.M === 0) return new Float32Array(0);
       const logp = this.restrictTo ? await this.restrictedLogp(xL) : await this.fullLogp(xL);
       if (this.dtype === 'f16' && !logp.every(Number.isFinite)) {
-        throw new RangeError("non-finite log-probabilities with f16 checkpoints: the residual stream likely exceeded f16's 65504; use checkpoints 'bf16' or 'f32'");
+        throw new RangeError(
+          "non-finite log-probabilities with f16 checkpoints: the residual stream likely exceeded f16's 65504; use checkpoints 'bf16' or 'f32'",
+        );
       }
       return logp;
     } finally {
@@ -382,7 +453,8 @@ export class TrainingPass {
     const nc = cands.length;
     const picked = gpu.createBuffer(this.M * nc * 4, 'candidateLogits'); // (M, nc)
     this.headChunks(xL, (m0, R, logits) => {
-      for (let i = 0; i < R; i++) for (let j = 0; j < nc; j++) gpu.copy(logits, (i * V + cands[j]) * 4, picked, ((m0 + i) * nc + j) * 4, 4);
+      for (let i = 0; i < R; i++)
+        for (let j = 0; j < nc; j++) gpu.copy(logits, (i * V + cands[j]) * 4, picked, ((m0 + i) * nc + j) * 4, 4);
     });
     const z = await gpu.readF32(picked, this.M * nc);
     gpu.releaseBuffer(picked);
@@ -407,7 +479,8 @@ export class TrainingPass {
   private segments(m0: number, R: number): { t0: number; m: number; n: number }[] {
     const out: { t0: number; m: number; n: number }[] = [];
     for (const run of this.runs) {
-      const a = Math.max(m0, run.offset), z = Math.min(m0 + R, run.offset + run.length);
+      const a = Math.max(m0, run.offset),
+        z = Math.min(m0 + R, run.offset + run.length);
       if (a < z) out.push({ t0: run.start + (a - run.offset), m: a, n: z - a });
     }
     return out;
@@ -417,10 +490,14 @@ export class TrainingPass {
    * Calls `fn` for each chunk of at most HEAD_ROWS target rows m0 .. m0+R-1 with their residual
    * rows xr (R, C), normed rows hr (R, C) and logits (R, V): logits never exist for all rows.
    */
-  private headChunks(xL: GPUBuffer, fn: (m0: number, R: number, logits: GPUBuffer, xr: GPUBuffer, hr: GPUBuffer) => void): void {
+  private headChunks(
+    xL: GPUBuffer,
+    fn: (m0: number, R: number, logits: GPUBuffer, xr: GPUBuffer, hr: GPUBuffer) => void,
+  ): void {
     const { gpu } = this;
     const { cfg, weights } = this.model;
-    const C = cfg.hiddenSize, V = cfg.vocabSize;
+    const C = cfg.hiddenSize,
+      V = cfg.vocabSize;
     const Hr = headRows(this.M);
     const xr = gpu.createBuffer(Hr * C * 4, 'xRows'); // (Hr, C) final residual rows
     const hr = gpu.createBuffer(Hr * C * 4, 'hRows'); // (Hr, C) after the final norm
@@ -430,7 +507,21 @@ export class TrainingPass {
       for (const s of this.segments(m0, R)) gpu.copy(xL, s.t0 * C * 4, xr, (s.m - m0) * C * 4, s.n * C * 4);
       K.rmsNorm(gpu, hr, xr, weights.norm, R, C, cfg.rmsNormEps);
       if (this.temperature === 1) K.matmul(gpu, logits, hr, weights.lmHead, R, V, C);
-      else K.gemm(gpu, 'lmHeadTemperature', logits, hr, K.weightBuffer(weights.lmHead), K.weightFormat(weights.lmHead), R, V, C, [C, 1, C, 1], false, 1 / this.temperature); // logits / temperature
+      else
+        K.gemm(
+          gpu,
+          'lmHeadTemperature',
+          logits,
+          hr,
+          K.weightBuffer(weights.lmHead),
+          K.weightFormat(weights.lmHead),
+          R,
+          V,
+          C,
+          [C, 1, C, 1],
+          false,
+          1 / this.temperature,
+        ); // logits / temperature
       fn(m0, R, logits, xr, hr);
     }
     for (const x of [xr, hr, logits]) gpu.releaseBuffer(x);
@@ -449,7 +540,16 @@ export class TrainingPass {
     const dlogp = this.temperature === 1 ? dlogpIn : Float64Array.from(dlogpIn, (x) => x / this.temperature);
     const { gpu, T } = this;
     const { cfg, weights } = this.model;
-    const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V, rmsNormEps: eps, ropeTheta: theta } = cfg;
+    const {
+      hiddenSize: C,
+      numHeads: NH,
+      numKvHeads: NKV,
+      headDim: HD,
+      intermediateSize: I,
+      vocabSize: V,
+      rmsNormEps: eps,
+      ropeTheta: theta,
+    } = cfg;
     const lora = this.lora?.enabled ? this.lora : null;
     if (!lora) throw new Error('backward needs an enabled LoRA adapter: only LoRA parameters are trained');
     if (this.M === 0) return; // no target: every gradient is zero
@@ -487,8 +587,15 @@ export class TrainingPass {
     const b = this.layerBuffers();
     const f = (n: number, label: string) => gpu.createBuffer(n * 4, label);
     const g: LayerGrads = {
-      dh: f(T * C, 'dh'), dAtt: f(T * NH * HD, 'dAtt'), dqr: f(T * NH * HD, 'dqr'), dkr: f(T * NKV * HD, 'dkr'), dv: f(T * NKV * HD, 'dv'),
-      du: f(T * r, 'du'), dAct: f(this.Tc * I, 'dAct'), dGate: f(this.Tc * I, 'dGate'), dUp: f(this.Tc * I, 'dUp'),
+      dh: f(T * C, 'dh'),
+      dAtt: f(T * NH * HD, 'dAtt'),
+      dqr: f(T * NH * HD, 'dqr'),
+      dkr: f(T * NKV * HD, 'dkr'),
+      dv: f(T * NKV * HD, 'dv'),
+      du: f(T * r, 'du'),
+      dAct: f(this.Tc * I, 'dAct'),
+      dGate: f(this.Tc * I, 'dGate'),
+      dUp: f(this.Tc * I, 'dUp'),
     };
     for (let l = cfg.numLayers - 1; l >= 0; l--) {
       const lw = weights.layers[l];
@@ -504,7 +611,8 @@ export class TrainingPass {
       K.ropeBackward(gpu, g.dqr, this.pos, T, NH, HD, theta);
       K.ropeBackward(gpu, g.dkr, this.pos, T, NKV, HD, theta);
       // qr and kr are spent: they receive d q and d k (before q_norm / k_norm).
-      const dq = b.qr, dk = b.kr;
+      const dq = b.qr,
+        dk = b.kr;
       gpu.clear(dq);
       gpu.clear(dk);
       K.rmsNormBackward(gpu, dq, g.dqr, b.q, lw.qNorm, T * NH, HD, eps);
@@ -522,7 +630,10 @@ export class TrainingPass {
   private restrictedDlogits(dlogits: GPUBuffer, dlogp: ArrayLike<number>, m0: number, R: number): void {
     const { gpu } = this;
     const V = this.model.cfg.vocabSize;
-    const cands = this.restrictTo!, nc = cands.length, probs = this.candidateProbs!, targets = this.targetList;
+    const cands = this.restrictTo!,
+      nc = cands.length,
+      probs = this.candidateProbs!,
+      targets = this.targetList;
     gpu.clear(dlogits, 0, R * V * 4);
     for (let i = 0; i < R; i++) {
       const m = m0 + i;

@@ -82,57 +82,116 @@ export const headRows = (M: number) => Math.max(1, Math.min(HEAD_ROWS, M));
 
 /** Every buffer a TrainingPass allocates, by phase. */
 export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): TrainingPassLayout {
-  const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V, numLayers: L } = cfg;
-  const T = s.seqLen, M = s.numTargets;
+  const {
+    hiddenSize: C,
+    numHeads: NH,
+    numKvHeads: NKV,
+    headDim: HD,
+    intermediateSize: I,
+    vocabSize: V,
+    numLayers: L,
+  } = cfg;
+  const T = s.seqLen,
+    M = s.numTargets;
   const dtype = s.checkpoints ?? 'f32';
   const Tc = mlpChunkRows(T, s.mlpChunk ?? DEFAULT_MLP_CHUNK);
   const chunked = Tc < T;
   const Hr = headRows(M);
-  const f32 = (name: string, shape: string, n: number, cls: BufferClass): PassBuffer => ({ name, shape, bytes: pooled(n * 4), cls });
+  const f32 = (name: string, shape: string, n: number, cls: BufferClass): PassBuffer => ({
+    name,
+    shape,
+    bytes: pooled(n * 4),
+    cls,
+  });
 
   const held: PassBuffer[] = [];
-  for (let l = 0; l <= L; l++) held.push({ name: `x.${l}`, shape: `(T, C) ${dtype}`, bytes: checkpointBytes(T * C, dtype), cls: 'checkpoints' });
-  held.push(f32('positions', '(T) u32', T, 'pass'), f32('targets', '(M) u32', Math.max(1, M), 'pass'), f32('lseHead', '(M) f32', Math.max(1, M), 'pass'));
+  for (let l = 0; l <= L; l++)
+    held.push({ name: `x.${l}`, shape: `(T, C) ${dtype}`, bytes: checkpointBytes(T * C, dtype), cls: 'checkpoints' });
+  held.push(
+    f32('positions', '(T) u32', T, 'pass'),
+    f32('targets', '(M) u32', Math.max(1, M), 'pass'),
+    f32('lseHead', '(M) f32', Math.max(1, M), 'pass'),
+  );
 
   const scratch = dtype === 'f32' ? [] : [f32('xF32', '(T, C) f32', T * C, 'scratch')];
   const layer: PassBuffer[] = [
-    f32('h1', '(T, C)', T * C, 'layer'), f32('q', '(T, NH, HD)', T * NH * HD, 'layer'), f32('k', '(T, NKV, HD)', T * NKV * HD, 'layer'),
-    f32('v', '(T, NKV, HD)', T * NKV * HD, 'layer'), f32('qr', '(T, NH, HD)', T * NH * HD, 'layer'), f32('kr', '(T, NKV, HD)', T * NKV * HD, 'layer'),
-    f32('att', '(T, NH, HD)', T * NH * HD, 'layer'), f32('lse', '(T, NH)', T * NH, 'layer'), f32('xMid', '(T, C)', T * C, 'layer'),
+    f32('h1', '(T, C)', T * C, 'layer'),
+    f32('q', '(T, NH, HD)', T * NH * HD, 'layer'),
+    f32('k', '(T, NKV, HD)', T * NKV * HD, 'layer'),
+    f32('v', '(T, NKV, HD)', T * NKV * HD, 'layer'),
+    f32('qr', '(T, NH, HD)', T * NH * HD, 'layer'),
+    f32('kr', '(T, NKV, HD)', T * NKV * HD, 'layer'),
+    f32('att', '(T, NH, HD)', T * NH * HD, 'layer'),
+    f32('lse', '(T, NH)', T * NH, 'layer'),
+    f32('xMid', '(T, C)', T * C, 'layer'),
     f32('h2', '(T, C)', T * C, 'layer'),
-    f32('gate', '(Tc, I)', Tc * I, 'layer'), f32('up', '(Tc, I)', Tc * I, 'layer'), f32('act', '(Tc, I)', Tc * I, 'layer'),
+    f32('gate', '(Tc, I)', Tc * I, 'layer'),
+    f32('up', '(Tc, I)', Tc * I, 'layer'),
+    f32('act', '(Tc, I)', Tc * I, 'layer'),
     ...(chunked ? [f32('h2c', '(Tc, C)', Tc * C, 'layer'), f32('yc', '(Tc, C)', Tc * C, 'layer')] : []),
   ];
-  if (s.lora) for (const t of s.lora.targetModules) {
-    const rows = isMlpTarget(t) ? Tc : T;
-    layer.push(f32(`u.${t}`, `(${isMlpTarget(t) ? 'Tc' : 'T'}, r)`, rows * s.lora.r, 'layer'));
-  }
+  if (s.lora)
+    for (const t of s.lora.targetModules) {
+      const rows = isMlpTarget(t) ? Tc : T;
+      layer.push(f32(`u.${t}`, `(${isMlpTarget(t) ? 'Tc' : 'T'}, r)`, rows * s.lora.r, 'layer'));
+    }
   const layerGrads: PassBuffer[] = [
-    f32('dh', '(T, C)', T * C, 'layer'), f32('dAtt', '(T, NH, HD)', T * NH * HD, 'layer'), f32('dqr', '(T, NH, HD)', T * NH * HD, 'layer'),
-    f32('dkr', '(T, NKV, HD)', T * NKV * HD, 'layer'), f32('dv', '(T, NKV, HD)', T * NKV * HD, 'layer'), f32('du', '(T, r)', T * (s.lora?.r ?? 0), 'layer'),
-    f32('dAct', '(Tc, I)', Tc * I, 'layer'), f32('dGate', '(Tc, I)', Tc * I, 'layer'), f32('dUp', '(Tc, I)', Tc * I, 'layer'),
+    f32('dh', '(T, C)', T * C, 'layer'),
+    f32('dAtt', '(T, NH, HD)', T * NH * HD, 'layer'),
+    f32('dqr', '(T, NH, HD)', T * NH * HD, 'layer'),
+    f32('dkr', '(T, NKV, HD)', T * NKV * HD, 'layer'),
+    f32('dv', '(T, NKV, HD)', T * NKV * HD, 'layer'),
+    f32('du', '(T, r)', T * (s.lora?.r ?? 0), 'layer'),
+    f32('dAct', '(Tc, I)', Tc * I, 'layer'),
+    f32('dGate', '(Tc, I)', Tc * I, 'layer'),
+    f32('dUp', '(Tc, I)', Tc * I, 'layer'),
     f32('attentionBackward.D', '(T, NH)', T * NH, 'layer'), // inside K.attentionBackward
   ];
   const dx = f32('dx', '(T, C)', T * C, 'head');
-  const headRowsBufs = [f32('xRows', '(Hr, C)', Hr * C, 'head'), f32('hRows', '(Hr, C)', Hr * C, 'head'), f32('logitsRows', '(Hr, V)', Hr * V, 'head')];
-  const forwardHead = M === 0 ? [] : s.candidates
-    ? [...scratch, f32('candidateLogits', '(M, nc)', M * s.candidates, 'head'), ...headRowsBufs]
-    : [...scratch, f32('logp', '(M)', M, 'head'), ...headRowsBufs,
-      f32('tgtChunk', '(Hr) u32', Hr, 'head'), f32('logpChunk', '(Hr)', Hr, 'head'), f32('lseChunk', '(Hr)', Hr, 'head')];
+  const headRowsBufs = [
+    f32('xRows', '(Hr, C)', Hr * C, 'head'),
+    f32('hRows', '(Hr, C)', Hr * C, 'head'),
+    f32('logitsRows', '(Hr, V)', Hr * V, 'head'),
+  ];
+  const forwardHead =
+    M === 0
+      ? []
+      : s.candidates
+        ? [...scratch, f32('candidateLogits', '(M, nc)', M * s.candidates, 'head'), ...headRowsBufs]
+        : [
+            ...scratch,
+            f32('logp', '(M)', M, 'head'),
+            ...headRowsBufs,
+            f32('tgtChunk', '(Hr) u32', Hr, 'head'),
+            f32('logpChunk', '(Hr)', Hr, 'head'),
+            f32('lseChunk', '(Hr)', Hr, 'head'),
+          ];
   const backward = M > 0 && s.lora !== null;
   return {
     held,
     embed: [...scratch, f32('ids', '(T) u32', T, 'scratch')],
     forwardLayers: [...scratch, ...layer],
     forwardHead,
-    backwardHead: !backward ? [] : [...scratch, dx, f32('dlogp', '(M)', M, 'head'), ...headRowsBufs,
-      f32('dlogitsRows', '(Hr, V)', Hr * V, 'head'), f32('dhRows', '(Hr, C)', Hr * C, 'head'), f32('dxRows', '(Hr, C)', Hr * C, 'head'),
-      f32('tgtChunk', '(Hr) u32', Hr, 'head'), f32('lseChunk', '(Hr)', Hr, 'head'), f32('dlogpChunk', '(Hr)', Hr, 'head')],
+    backwardHead: !backward
+      ? []
+      : [
+          ...scratch,
+          dx,
+          f32('dlogp', '(M)', M, 'head'),
+          ...headRowsBufs,
+          f32('dlogitsRows', '(Hr, V)', Hr * V, 'head'),
+          f32('dhRows', '(Hr, C)', Hr * C, 'head'),
+          f32('dxRows', '(Hr, C)', Hr * C, 'head'),
+          f32('tgtChunk', '(Hr) u32', Hr, 'head'),
+          f32('lseChunk', '(Hr)', Hr, 'head'),
+          f32('dlogpChunk', '(Hr)', Hr, 'head'),
+        ],
     backwardLayers: !backward ? [] : [...scratch, { ...dx, cls: 'layer' }, ...layer, ...layerGrads],
   };
 }
 
-const sum = (bufs: readonly PassBuffer[], cls?: BufferClass) => bufs.reduce((n, b) => n + (cls === undefined || b.cls === cls ? b.bytes : 0), 0);
+const sum = (bufs: readonly PassBuffer[], cls?: BufferClass) =>
+  bufs.reduce((n, b) => n + (cls === undefined || b.cls === cls ? b.bytes : 0), 0);
 
 /**
  * Bytes of one TrainingPass by buffer class, and its peaks. With w = 4 bytes, Tc = min(T, chunk),

@@ -86,22 +86,35 @@ export function sampleSequence(s: PolicySample): { ids: number[]; targets: numbe
  * The training pass that recomputes a sample's log-probs as they were sampled: same tokens, and
  * either the vote's candidate restriction (temperature 1) or sampled text at `temperature`.
  */
-export function samplePass(model: Qwen3Model, adapter: LoraAdapter, s: PolicySample, checkpoints: CheckpointDtype, temperature: number): TrainingPass {
+export function samplePass(
+  model: Qwen3Model,
+  adapter: LoraAdapter,
+  s: PolicySample,
+  checkpoints: CheckpointDtype,
+  temperature: number,
+): TrainingPass {
   const { ids, targets } = sampleSequence(s);
-  return new TrainingPass(model, adapter, ids, targets, s.candidateTokenIds, { checkpoints, temperature: s.candidateTokenIds ? 1 : temperature });
+  return new TrainingPass(model, adapter, ids, targets, s.candidateTokenIds, {
+    checkpoints,
+    temperature: s.candidateTokenIds ? 1 : temperature,
+  });
 }
 
 /**
  * Per-token weights u (within the stage: the stage loss is sum_t u_t loss_t) of every sample,
  * and each stage's sequence and token counts.
  */
-export function stageWeights(samples: readonly RoundSample[], aggregation: PpoConfig['aggregation']): { u: number[]; counts: Record<'summary' | 'vote', { sequences: number; tokens: number }> } {
+export function stageWeights(
+  samples: readonly RoundSample[],
+  aggregation: PpoConfig['aggregation'],
+): { u: number[]; counts: Record<'summary' | 'vote', { sequences: number; tokens: number }> } {
   const summaries = samples.filter((x) => x.sample.stage === 'summary');
   const summaryTokens = summaries.reduce((n, x) => n + x.sample.completionTokenIds.length, 0);
   const voteTokens = new Map<string, number>(); // vote key -> its tokens (reason + label)
   const voteKey = (x: RoundSample) => `${x.round}/${x.sample.seat}`;
   for (const x of samples) {
-    if (x.sample.stage === 'vote') voteTokens.set(voteKey(x), (voteTokens.get(voteKey(x)) ?? 0) + x.sample.completionTokenIds.length);
+    if (x.sample.stage === 'vote')
+      voteTokens.set(voteKey(x), (voteTokens.get(voteKey(x)) ?? 0) + x.sample.completionTokenIds.length);
   }
   const u = samples.map((x) => {
     const n = x.sample.completionTokenIds.length;
@@ -109,7 +122,13 @@ export function stageWeights(samples: readonly RoundSample[], aggregation: PpoCo
     return aggregation === 'token-mean' ? 1 / summaryTokens : 1 / (summaries.length * n);
   });
   const voteTokenTotal = [...voteTokens.values()].reduce((a, b) => a + b, 0);
-  return { u, counts: { summary: { sequences: summaries.length, tokens: summaryTokens }, vote: { sequences: voteTokens.size, tokens: voteTokenTotal } } };
+  return {
+    u,
+    counts: {
+      summary: { sequences: summaries.length, tokens: summaryTokens },
+      vote: { sequences: voteTokens.size, tokens: voteTokenTotal },
+    },
+  };
 }
 
 async function gradSumSquares(gpu: Gpu, adapter: LoraAdapter, out: GPUBuffer): Promise<number> {
@@ -155,18 +174,29 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
   const samples = all.filter((x) => x.sample.completionTokenIds.length > 0);
   const passes = { forward: 0, backward: 0 };
   const none: UpdateResult = {
-    loss: 0, kl: null, gradNorm: 0, lr: 0, step: optimizer.step, skipped: true, reason: 'no samples',
-    stages: { summary: emptyStage(), vote: emptyStage() }, epochs: [], passes,
+    loss: 0,
+    kl: null,
+    gradNorm: 0,
+    lr: 0,
+    step: optimizer.step,
+    skipped: true,
+    reason: 'no samples',
+    stages: { summary: emptyStage(), vote: emptyStage() },
+    epochs: [],
+    passes,
   };
   if (samples.length === 0) return none;
   for (const x of samples) {
     if (x.sample.oldLogprobs.length !== x.sample.completionTokenIds.length) {
-      throw new RangeError(`update: a ${x.sample.stage} sample of round ${x.round} has ${x.sample.completionTokenIds.length} tokens but ${x.sample.oldLogprobs.length} old log-probs`);
+      throw new RangeError(
+        `update: a ${x.sample.stage} sample of round ${x.round} has ${x.sample.completionTokenIds.length} tokens but ${x.sample.oldLogprobs.length} old log-probs`,
+      );
     }
   }
   const { u, counts } = stageWeights(samples, ppo.aggregation);
   const weightOf = { summary: ppo.summaryWeight, vote: ppo.voteWeight };
-  const lo = 1 - ppo.clipEps, hi = 1 + ppo.clipEps;
+  const lo = 1 - ppo.clipEps,
+    hi = 1 + ppo.clipEps;
 
   // The base model's log-probs for the KL term: one forward per sequence, adapter off.
   let refLogp: Float32Array[] | null = null;
@@ -176,7 +206,12 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
     try {
       for (const x of samples) {
         const pass = samplePass(model, adapter, x.sample, ctx.checkpoints, ctx.temperature);
-        try { refLogp.push(await pass.forward()); passes.forward++; } finally { pass.release(); }
+        try {
+          refLogp.push(await pass.forward());
+          passes.forward++;
+        } finally {
+          pass.release();
+        }
       }
     } finally {
       adapter.enabled = true;
@@ -190,7 +225,11 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
     for (let epoch = 0; epoch < ppo.epochs; epoch++) {
       const stageLoss = { summary: 0, vote: 0 };
       const normSq = { summary: 0, vote: 0 };
-      let klSum = 0, klTokens = 0, ratioSum = 0, ratioTokens = 0, clipped = 0;
+      let klSum = 0,
+        klTokens = 0,
+        ratioSum = 0,
+        ratioTokens = 0,
+        clipped = 0;
       let stash: Float32Array[] | null = null;
       for (const stage of ['vote', 'summary'] as const) {
         let backwards = 0;
@@ -228,13 +267,17 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
         }
         if (backwards > 0) normSq[stage] = await gradSumSquares(gpu, adapter, norms);
         // Set the vote gradient aside so the summary stage's can be measured alone.
-        if (stage === 'vote' && backwards > 0 && samples.some((x) => x.sample.stage === 'summary')) stash = await takeGrads(gpu, adapter);
+        if (stage === 'vote' && backwards > 0 && samples.some((x) => x.sample.stage === 'summary'))
+          stash = await takeGrads(gpu, adapter);
       }
       if (stash) addGrads(gpu, adapter, stash);
       const rep = await optimizer.update(1); // the loss is already a mean: no further division
       const total = normSq.summary + normSq.vote;
       const stat = (st: 'summary' | 'vote'): StageStat => ({
-        loss: stageLoss[st], gradNorm: Math.sqrt(normSq[st]), gradShare: total > 0 ? normSq[st] / total : 0, ...counts[st],
+        loss: stageLoss[st],
+        gradNorm: Math.sqrt(normSq[st]),
+        gradShare: total > 0 ? normSq[st] / total : 0,
+        ...counts[st],
       });
       epochs.push({
         loss: weightOf.summary * stageLoss.summary + weightOf.vote * stageLoss.vote,
@@ -250,5 +293,16 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
     gpu.releaseBuffer(norms);
   }
   const first = epochs[0]!;
-  return { loss: first.loss, kl: first.kl, gradNorm: first.gradNorm, lr: last.lr, step: last.step, skipped: last.skipped, reason: last.reason, stages: first.stages, epochs, passes };
+  return {
+    loss: first.loss,
+    kl: first.kl,
+    gradNorm: first.gradNorm,
+    lr: last.lr,
+    step: last.step,
+    skipped: last.skipped,
+    reason: last.reason,
+    stages: first.stages,
+    epochs,
+    passes,
+  };
 }

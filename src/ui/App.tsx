@@ -19,7 +19,8 @@ export function NoWebGpu() {
       <ul>
         <li>Chrome or Edge 113+ on Windows, macOS or ChromeOS (on by default).</li>
         <li>
-          Chrome on Linux: open <code>chrome://flags/#enable-unsafe-webgpu</code>, enable it and restart; or start Chrome with <code>--enable-unsafe-webgpu --enable-features=Vulkan</code>.
+          Chrome on Linux: open <code>chrome://flags/#enable-unsafe-webgpu</code>, enable it and restart; or start
+          Chrome with <code>--enable-unsafe-webgpu --enable-features=Vulkan</code>.
         </li>
         <li>Safari 26+ on macOS / iOS, or Firefox 141+ on Windows.</li>
       </ul>
@@ -61,8 +62,8 @@ export function App() {
       <header className="top">
         <h1>SpyRL Playground</h1>
         <p className="tagline">
-          Qwen3 trains itself on your GPU by playing <em>Who Is the Spy?</em>: players summarize a report, one of them from a copy with a passage removed, then everyone votes on who had the gap.
-          Faithful, complete summaries win.
+          Qwen3 trains itself on your GPU by playing <em>Who Is the Spy?</em>: players summarize a report, one of them
+          from a copy with a passage removed, then everyone votes on who had the gap. Faithful, complete summaries win.
         </p>
       </header>
       {!webgpu ? (

@@ -22,9 +22,15 @@ function Chart({ spec, series }: { spec: ChartSpec; series: Series }) {
   const data = series[spec.data] as unknown as Record<string, number | null>[];
   const dots = data.length <= 40;
   // A metric that was not computed is null in every point: say "off", never draw a 0.
-  const off = data.length > 0 && data.every((p) => spec.lines.every((l) => p[l.key] === null || p[l.key] === undefined));
+  const off =
+    data.length > 0 && data.every((p) => spec.lines.every((l) => p[l.key] === null || p[l.key] === undefined));
   return (
-    <figure className="chart" aria-label={spec.title} data-points={off ? 0 : data.length} data-off={off ? 'true' : undefined}>
+    <figure
+      className="chart"
+      aria-label={spec.title}
+      data-points={off ? 0 : data.length}
+      data-off={off ? 'true' : undefined}
+    >
       <figcaption>{spec.title}</figcaption>
       {data.length === 0 ? (
         <p className="muted small empty">{spec.empty}</p>
@@ -33,12 +39,34 @@ function Chart({ spec, series }: { spec: ChartSpec; series: Series }) {
       ) : (
         <LineChart width={WIDTH} height={HEIGHT} data={data} margin={{ top: 6, right: 12, bottom: 0, left: -12 }}>
           <CartesianGrid stroke="#e6e9ef" />
-          <XAxis dataKey="round" type="number" domain={['dataMin', 'dataMax']} allowDecimals={false} tick={{ fontSize: 11 }} />
-          <YAxis domain={spec.domain ?? ['auto', 'auto']} tick={{ fontSize: 11 }} width={48} tickFormatter={(v: number) => (Math.abs(v) >= 1000 ? v.toExponential(0) : String(+v.toPrecision(3)))} />
-          <Tooltip formatter={(v) => (typeof v === 'number' ? v.toPrecision(4) : String(v))} labelFormatter={(l) => `round ${l}`} />
+          <XAxis
+            dataKey="round"
+            type="number"
+            domain={['dataMin', 'dataMax']}
+            allowDecimals={false}
+            tick={{ fontSize: 11 }}
+          />
+          <YAxis
+            domain={spec.domain ?? ['auto', 'auto']}
+            tick={{ fontSize: 11 }}
+            width={48}
+            tickFormatter={(v: number) => (Math.abs(v) >= 1000 ? v.toExponential(0) : String(+v.toPrecision(3)))}
+          />
+          <Tooltip
+            formatter={(v) => (typeof v === 'number' ? v.toPrecision(4) : String(v))}
+            labelFormatter={(l) => `round ${l}`}
+          />
           {spec.lines.length > 1 && <Legend wrapperStyle={{ fontSize: 11 }} />}
           {spec.lines.map((l, i) => (
-            <Line key={l.key} dataKey={l.key} name={l.name} stroke={COLORS[i]} strokeWidth={2} dot={dots ? { r: 2.5 } : false} isAnimationActive={false} />
+            <Line
+              key={l.key}
+              dataKey={l.key}
+              name={l.name}
+              stroke={COLORS[i]}
+              strokeWidth={2}
+              dot={dots ? { r: 2.5 } : false}
+              isAnimationActive={false}
+            />
           ))}
         </LineChart>
       )}
@@ -49,19 +77,84 @@ function Chart({ spec, series }: { spec: ChartSpec; series: Series }) {
 export function Charts() {
   const series = useApp((s) => s.series);
   const every = useApp((s) => s.runConfig ?? s.configResult.config);
-  const perUpdate = every ? `after the first optimizer step (every ${every.roundsPerUpdate} round${every.roundsPerUpdate === 1 ? '' : 's'})` : 'after the first optimizer step';
-  const evalNote = every && every.evalEvery > 0 ? `every ${every.evalEvery} rounds` : 'when the eval interval is above 0';
+  const perUpdate = every
+    ? `after the first optimizer step (every ${every.roundsPerUpdate} round${every.roundsPerUpdate === 1 ? '' : 's'})`
+    : 'after the first optimizer step';
+  const evalNote =
+    every && every.evalEvery > 0 ? `every ${every.evalEvery} rounds` : 'when the eval interval is above 0';
   const specs: ChartSpec[] = [
-    { title: 'Summary reward by role', data: 'rounds', lines: [{ key: 'civilianReward', name: 'civilians' }, { key: 'spyReward', name: 'spy' }], empty: 'Appears after the first round.' },
-    { title: 'Spy caught (last 10 rounds)', data: 'rounds', lines: [{ key: 'caughtRate', name: 'caught rate' }], domain: [0, 1], empty: 'Appears after the first round.' },
-    { title: 'Civilian vote accuracy', data: 'rounds', lines: [{ key: 'voteAccuracy', name: 'accuracy' }], domain: [0, 1], empty: 'Appears after the first round.' },
+    {
+      title: 'Summary reward by role',
+      data: 'rounds',
+      lines: [
+        { key: 'civilianReward', name: 'civilians' },
+        { key: 'spyReward', name: 'spy' },
+      ],
+      empty: 'Appears after the first round.',
+    },
+    {
+      title: 'Spy caught (last 10 rounds)',
+      data: 'rounds',
+      lines: [{ key: 'caughtRate', name: 'caught rate' }],
+      domain: [0, 1],
+      empty: 'Appears after the first round.',
+    },
+    {
+      title: 'Civilian vote accuracy',
+      data: 'rounds',
+      lines: [{ key: 'voteAccuracy', name: 'accuracy' }],
+      domain: [0, 1],
+      empty: 'Appears after the first round.',
+    },
     { title: 'Policy loss', data: 'updates', lines: [{ key: 'loss', name: 'loss' }], empty: `Appears ${perUpdate}.` },
-    { title: 'Loss by stage', data: 'updates', lines: [{ key: 'summaryLoss', name: 'summaries' }, { key: 'voteLoss', name: 'votes' }], empty: `Appears ${perUpdate}.` },
-    { title: 'Grad-norm share by stage', data: 'updates', lines: [{ key: 'summaryGradShare', name: 'summaries' }, { key: 'voteGradShare', name: 'votes' }], domain: [0, 1], empty: `Appears ${perUpdate}.` },
-    { title: 'KL to the base model', data: 'updates', lines: [{ key: 'kl', name: 'KL' }], empty: `Appears ${perUpdate}.`, off: 'klBeta is 0, so the KL is not computed' },
-    { title: 'Gradient norm', data: 'updates', lines: [{ key: 'gradNorm', name: 'grad norm' }], empty: `Appears ${perUpdate}.` },
-    { title: 'ROUGE-L on held-out reports', data: 'evals', lines: [{ key: 'base', name: 'base' }, { key: 'adapter', name: 'adapter' }], domain: [0, 1], empty: `Measured ${evalNote}.` },
-    { title: 'Tokens per second', data: 'rounds', lines: [{ key: 'tokensPerSecond', name: 'tokens/s' }], empty: 'Appears after the first round.' },
+    {
+      title: 'Loss by stage',
+      data: 'updates',
+      lines: [
+        { key: 'summaryLoss', name: 'summaries' },
+        { key: 'voteLoss', name: 'votes' },
+      ],
+      empty: `Appears ${perUpdate}.`,
+    },
+    {
+      title: 'Grad-norm share by stage',
+      data: 'updates',
+      lines: [
+        { key: 'summaryGradShare', name: 'summaries' },
+        { key: 'voteGradShare', name: 'votes' },
+      ],
+      domain: [0, 1],
+      empty: `Appears ${perUpdate}.`,
+    },
+    {
+      title: 'KL to the base model',
+      data: 'updates',
+      lines: [{ key: 'kl', name: 'KL' }],
+      empty: `Appears ${perUpdate}.`,
+      off: 'klBeta is 0, so the KL is not computed',
+    },
+    {
+      title: 'Gradient norm',
+      data: 'updates',
+      lines: [{ key: 'gradNorm', name: 'grad norm' }],
+      empty: `Appears ${perUpdate}.`,
+    },
+    {
+      title: 'ROUGE-L on held-out reports',
+      data: 'evals',
+      lines: [
+        { key: 'base', name: 'base' },
+        { key: 'adapter', name: 'adapter' },
+      ],
+      domain: [0, 1],
+      empty: `Measured ${evalNote}.`,
+    },
+    {
+      title: 'Tokens per second',
+      data: 'rounds',
+      lines: [{ key: 'tokensPerSecond', name: 'tokens/s' }],
+      empty: 'Appears after the first round.',
+    },
   ];
   return (
     <section className="card" aria-label="Charts">

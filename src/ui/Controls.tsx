@@ -35,7 +35,11 @@ export function useShortcuts() {
       } else if (e.key === 's') {
         void s.step();
       } else if (e.key === 'r') {
-        if (s.runStatus !== 'none' && (s.round === 0 || confirm(`Reset the run? Its ${s.round} rounds and the autosave are discarded.`))) void s.reset();
+        if (
+          s.runStatus !== 'none' &&
+          (s.round === 0 || confirm(`Reset the run? Its ${s.round} rounds and the autosave are discarded.`))
+        )
+          void s.reset();
       }
     };
     window.addEventListener('keydown', onKey);
@@ -67,13 +71,19 @@ export function Controls() {
             Start
           </button>
         )}
-        <button className="secondary" onClick={() => void step()} disabled={!hasModel || !idle || !configOk} aria-keyshortcuts="S">
+        <button
+          className="secondary"
+          onClick={() => void step()}
+          disabled={!hasModel || !idle || !configOk}
+          aria-keyshortcuts="S"
+        >
           Step
         </button>
         <button
           className="secondary"
           onClick={() => {
-            if (round === 0 || confirm(`Reset the run? Its ${round} rounds and the autosave are discarded.`)) void reset();
+            if (round === 0 || confirm(`Reset the run? Its ${round} rounds and the autosave are discarded.`))
+              void reset();
           }}
           disabled={status === 'none' || status === 'lost'}
           aria-keyshortcuts="R"
@@ -81,11 +91,14 @@ export function Controls() {
           Reset
         </button>
         <span className="run-status" data-testid="run-status" aria-live="polite">
-          <strong>{round}</strong> round{round === 1 ? '' : 's'} played · {readOnly ? 'read-only view of the autosave' : STATUS_TEXT[status]}
+          <strong>{round}</strong> round{round === 1 ? '' : 's'} played ·{' '}
+          {readOnly ? 'read-only view of the autosave' : STATUS_TEXT[status]}
           {saved && status !== 'none' ? ` · autosaved at round ${saved.round}` : ''}
         </span>
       </div>
-      <p className="muted small">Keys: space start/pause · s one round · r reset. {!hasModel && 'Load a model to begin.'}</p>
+      <p className="muted small">
+        Keys: space start/pause · s one round · r reset. {!hasModel && 'Load a model to begin.'}
+      </p>
     </section>
   );
 }
@@ -107,7 +120,10 @@ export function RunNotices() {
     <>
       {otherTab && status === 'none' && (
         <div className="banner" role="region" aria-label="Run open in another tab">
-          <p>A run is open in another tab of this app. That tab plays and autosaves it; this one cannot step, resume or save it.</p>
+          <p>
+            A run is open in another tab of this app. That tab plays and autosaves it; this one cannot step, resume or
+            save it.
+          </p>
           <div className="row tight">
             <button onClick={() => void viewReadOnly()} disabled={!saved}>
               {readOnly ? 'Refresh read-only view' : 'View read-only'}
@@ -129,7 +145,8 @@ export function RunNotices() {
       {saved && status === 'none' && !otherTab && (
         <div className="banner" role="region" aria-label="Autosaved run">
           <p>
-            An autosaved run was found: <strong>{saved.modelName}</strong>, {saved.round} round{saved.round === 1 ? '' : 's'} played, saved {new Date(saved.savedAt).toLocaleString()}.
+            An autosaved run was found: <strong>{saved.modelName}</strong>, {saved.round} round
+            {saved.round === 1 ? '' : 's'} played, saved {new Date(saved.savedAt).toLocaleString()}.
           </p>
           <div className="row tight">
             <button onClick={() => void resume()} disabled={loading}>
@@ -175,16 +192,21 @@ export function AdapterPanel() {
         <button className="secondary" onClick={() => void exportLog()} disabled={!hasRun || exporting !== null}>
           Export run log (JSONL)
         </button>
-        {exporting && <span className="muted">{exporting === 'adapter' ? 'Building the zip (after the current round)…' : 'Exporting…'}</span>}
+        {exporting && (
+          <span className="muted">
+            {exporting === 'adapter' ? 'Building the zip (after the current round)…' : 'Exporting…'}
+          </span>
+        )}
       </div>
       <p className="muted small">
-        The zip holds adapter_model.safetensors, adapter_config.json and a README model card{hasRun ? ` (after ${round} round${round === 1 ? "" : "s"})` : ''}; load it with PEFT on the same base model.
+        The zip holds adapter_model.safetensors, adapter_config.json and a README model card
+        {hasRun ? ` (after ${round} round${round === 1 ? '' : 's'})` : ''}; load it with PEFT on the same base model.
       </p>
       <h3>Continue from an adapter</h3>
       {pending ? (
         <p className="status" data-testid="pending-adapter">
-          The next run starts from <strong>{pending.name}</strong> (r = {pending.r}, alpha = {pending.alpha}, {pending.targetModules.join(', ')})
-          {pending.hasOptimizerState ? ', with its optimizer state' : ''}.{' '}
+          The next run starts from <strong>{pending.name}</strong> (r = {pending.r}, alpha = {pending.alpha},{' '}
+          {pending.targetModules.join(', ')}){pending.hasOptimizerState ? ', with its optimizer state' : ''}.{' '}
           <button className="link" onClick={clearAdapter}>
             Forget it
           </button>
@@ -193,15 +215,33 @@ export function AdapterPanel() {
         <div className="row tight">
           <label className="file">
             PEFT zip or files{' '}
-            <input type="file" aria-label="Adapter files" accept=".zip,.json,.safetensors,.jsonl" multiple disabled={!hasModel || status !== 'none'} onChange={(e) => (pick(e.target.files), (e.target.value = ''))} />
+            <input
+              type="file"
+              aria-label="Adapter files"
+              accept=".zip,.json,.safetensors,.jsonl"
+              multiple
+              disabled={!hasModel || status !== 'none'}
+              onChange={(e) => (pick(e.target.files), (e.target.value = ''))}
+            />
           </label>
           <label className="file">
             or folder{' '}
-            <input type="file" aria-label="Adapter folder" {...{ webkitdirectory: '', directory: '' }} multiple disabled={!hasModel || status !== 'none'} onChange={(e) => (pick(e.target.files), (e.target.value = ''))} />
+            <input
+              type="file"
+              aria-label="Adapter folder"
+              {...{ webkitdirectory: '', directory: '' }}
+              multiple
+              disabled={!hasModel || status !== 'none'}
+              onChange={(e) => (pick(e.target.files), (e.target.value = ''))}
+            />
           </label>
         </div>
       )}
-      <p className="muted small">{status === 'none' ? 'Load the base model first; Start then continues training this adapter.' : 'Reset the run to continue from another adapter.'}</p>
+      <p className="muted small">
+        {status === 'none'
+          ? 'Load the base model first; Start then continues training this adapter.'
+          : 'Reset the run to continue from another adapter.'}
+      </p>
     </section>
   );
 }

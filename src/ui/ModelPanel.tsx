@@ -35,11 +35,15 @@ function ModelOptions() {
       <legend>Model</legend>
       {(Object.keys(QWEN3_PRESETS) as Qwen3PresetName[]).map((repo) => (
         <div key={repo}>
-          {radio(`preset:${repo}`, (
+          {radio(
+            `preset:${repo}`,
             <span>
-              {repo} <span className="muted">· {(paramCount(QWEN3_PRESETS[repo]) / 1e9).toFixed(1)}B · {PRESET_NOTES[repo]}</span>
-            </span>
-          ))}
+              {repo}{' '}
+              <span className="muted">
+                · {(paramCount(QWEN3_PRESETS[repo]) / 1e9).toFixed(1)}B · {PRESET_NOTES[repo]}
+              </span>
+            </span>,
+          )}
         </div>
       ))}
       <div className="row tight">
@@ -55,7 +59,14 @@ function ModelOptions() {
           onBlur={() => option === 'hub' && customRepo.trim() && inspect()}
         />
       </div>
-      <div>{radio('demo', <span>Tiny demo model <span className="muted">· bundled, offline, random weights</span></span>)}</div>
+      <div>
+        {radio(
+          'demo',
+          <span>
+            Tiny demo model <span className="muted">· bundled, offline, random weights</span>
+          </span>,
+        )}
+      </div>
     </fieldset>
   );
 }
@@ -71,14 +82,20 @@ function FormatChoice() {
   const q4 = cfg && !q4Problem ? weightBytes(cfg, 'q4').total : 0;
   let line: string;
   if (!cfg) line = 'q4 from 1.5B parameters, bf16 below: decided once config.json is known.';
-  else if (weights === 'q4') line = `q4: ${formatBytes(q4)} of weights instead of ${formatBytes(bf16)}; 4-bit with one f16 scale per 32 weights, so logits drift slightly from bf16.`;
-  else line = `bf16: ${formatBytes(bf16)} of weights, exactly as downloaded${q4 ? ` (q4 would take ${formatBytes(q4)})` : ''}.`;
+  else if (weights === 'q4')
+    line = `q4: ${formatBytes(q4)} of weights instead of ${formatBytes(bf16)}; 4-bit with one f16 scale per 32 weights, so logits drift slightly from bf16.`;
+  else
+    line = `bf16: ${formatBytes(bf16)} of weights, exactly as downloaded${q4 ? ` (q4 would take ${formatBytes(q4)})` : ''}.`;
   return (
     <div className="format" data-testid="model-format-choice">
       <div className="row tight">
         <label className="inline">
           Weights{' '}
-          <select aria-label="Weights format" value={weights ?? 'auto'} onChange={(e) => setWeights(e.target.value as WeightsFormat)}>
+          <select
+            aria-label="Weights format"
+            value={weights ?? 'auto'}
+            onChange={(e) => setWeights(e.target.value as WeightsFormat)}
+          >
             {weights === null && <option value="auto">auto</option>}
             <option value="bf16">bf16</option>
             <option value="q4" disabled={q4Problem !== null}>
@@ -95,7 +112,8 @@ function FormatChoice() {
         </label>
       </div>
       <p className="small" data-testid="weights-line">
-        {line} KV cache {kv}{kv === 'f16' ? ': half the memory of f32' : ''}.
+        {line} KV cache {kv}
+        {kv === 'f16' ? ': half the memory of f32' : ''}.
       </p>
       {q4Problem && <p className="small muted">q4 is unavailable: {q4Problem}.</p>}
     </div>
@@ -128,9 +146,11 @@ function MemoryCheck() {
       {check && p ? (
         <>
           <p>
-            Training needs about <strong>{formatBytes(p.total)}</strong> of GPU memory at its peak ({PHASE_LABEL[p.peakPhase]}): weights {formatBytes(p.weights)} (
-            {p.options.weights}), LoRA and AdamW {formatBytes(p.lora)}, KV cache {formatBytes(p.kv)} ({p.options.kv}), activations {formatBytes(p.activations)},
-            workspace {formatBytes(p.workspace)}. Largest buffer {formatBytes(p.largestBuffer.bytes)}; this GPU allows{' '}
+            Training needs about <strong>{formatBytes(p.total)}</strong> of GPU memory at its peak (
+            {PHASE_LABEL[p.peakPhase]}): weights {formatBytes(p.weights)} ({p.options.weights}), LoRA and AdamW{' '}
+            {formatBytes(p.lora)}, KV cache {formatBytes(p.kv)} ({p.options.kv}), activations{' '}
+            {formatBytes(p.activations)}, workspace {formatBytes(p.workspace)}. Largest buffer{' '}
+            {formatBytes(p.largestBuffer.bytes)}; this GPU allows{' '}
             {formatBytes(Math.min(probe!.limits.maxBufferSize, probe!.limits.maxStorageBufferBindingSize))}.
           </p>
           <table className="small" aria-label="GPU memory by phase of a round">
@@ -153,14 +173,28 @@ function MemoryCheck() {
               ))}
             </tbody>
           </table>
-          {check.problem ? <p className={check.blocking ? 'error' : 'warning'}>{check.problem}</p> : <p className="ok">Fits this GPU's limits{budget ? ' and your memory' : ''}.</p>}
+          {check.problem ? (
+            <p className={check.blocking ? 'error' : 'warning'}>{check.problem}</p>
+          ) : (
+            <p className="ok">Fits this GPU's limits{budget ? ' and your memory' : ''}.</p>
+          )}
         </>
       ) : (
-        <p className="muted">{probe?.available === false ? `No GPU adapter: ${probe.reason}` : 'The memory estimate appears once the model\'s config.json is known (Hub repos: when you leave the field).'}</p>
+        <p className="muted">
+          {probe?.available === false
+            ? `No GPU adapter: ${probe.reason}`
+            : "The memory estimate appears once the model's config.json is known (Hub repos: when you leave the field)."}
+        </p>
       )}
       <label className="inline">
         Your GPU memory (GiB, optional){' '}
-        <input className="num" inputMode="decimal" value={budget} onChange={(e) => setBudget(e.target.value)} aria-label="GPU memory in GiB" />
+        <input
+          className="num"
+          inputMode="decimal"
+          value={budget}
+          onChange={(e) => setBudget(e.target.value)}
+          aria-label="GPU memory in GiB"
+        />
       </label>
     </div>
   );
@@ -173,7 +207,11 @@ function LoadProgressView() {
   return (
     <div className="progress-block">
       <div className="progress">
-        <progress max={1} value={progress.stage === 'upload' || progress.stage === 'cache' ? progress.fraction : undefined} aria-label="Loading progress" />
+        <progress
+          max={1}
+          value={progress.stage === 'upload' || progress.stage === 'cache' ? progress.fraction : undefined}
+          aria-label="Loading progress"
+        />
         <span>{progress.text}</span>
       </div>
       {Object.values(downloads).length > 0 && (
@@ -190,7 +228,13 @@ function LoadProgressView() {
                   {d.total ? ` / ${formatBytes(d.total)}` : ''}
                 </td>
                 <td>{formatBytes(d.bytesPerSecond)}/s</td>
-                <td>{d.total && d.loaded >= d.total ? 'done' : Number.isFinite(d.etaSeconds) ? `${Math.ceil(d.etaSeconds)} s left` : ''}</td>
+                <td>
+                  {d.total && d.loaded >= d.total
+                    ? 'done'
+                    : Number.isFinite(d.etaSeconds)
+                      ? `${Math.ceil(d.etaSeconds)} s left`
+                      : ''}
+                </td>
               </tr>
             ))}
           </tbody>
@@ -203,7 +247,10 @@ function LoadProgressView() {
 function CachedModels() {
   const cached = useApp((s) => s.cached);
   const del = useApp((s) => s.deleteCached);
-  if (cached.length === 0) return <p className="muted small">No models cached in this browser yet (Hub downloads are kept for the next visit).</p>;
+  if (cached.length === 0)
+    return (
+      <p className="muted small">No models cached in this browser yet (Hub downloads are kept for the next visit).</p>
+    );
   return (
     <table className="cached" aria-label="Cached models">
       <tbody>
@@ -212,7 +259,11 @@ function CachedModels() {
             <td title={m.revision}>
               {m.repo}
               {m.branches.length > 0 ? ` @${m.branches.join(', ')}` : ''}
-              {/^[0-9a-f]{40}$/.test(m.revision) ? ` (commit ${m.revision.slice(0, 7)})` : m.revision !== 'main' ? `@${m.revision}` : ''}
+              {/^[0-9a-f]{40}$/.test(m.revision)
+                ? ` (commit ${m.revision.slice(0, 7)})`
+                : m.revision !== 'main'
+                  ? `@${m.revision}`
+                  : ''}
             </td>
             <td>
               {CACHE_FORMAT_LABEL[m.format]}
@@ -220,7 +271,11 @@ function CachedModels() {
             </td>
             <td>{formatBytes(m.bytes)}</td>
             <td>
-              <button className="link" onClick={() => del(m.repo, m.revision, m.format)} aria-label={`Delete ${m.repo} from the cache (${CACHE_FORMAT_LABEL[m.format]}), commit ${m.revision.slice(0, 7)}`}>
+              <button
+                className="link"
+                onClick={() => del(m.repo, m.revision, m.format)}
+                aria-label={`Delete ${m.repo} from the cache (${CACHE_FORMAT_LABEL[m.format]}), commit ${m.revision.slice(0, 7)}`}
+              >
                 Delete
               </button>
             </td>
@@ -248,7 +303,10 @@ export function ModelPanel() {
       <FormatChoice />
       <MemoryCheck />
       <div className="row">
-        <button onClick={() => load()} disabled={loading || running || blocked || (option === 'hub' && !customRepo.trim())}>
+        <button
+          onClick={() => load()}
+          disabled={loading || running || blocked || (option === 'hub' && !customRepo.trim())}
+        >
           Load model
         </button>
         <label className="file">
@@ -270,7 +328,8 @@ export function ModelPanel() {
       <LoadProgressView />
       {model && !loading && (
         <p data-testid="model-status" className="status">
-          Loaded <strong>{model.name}</strong>: <strong>{model.cfg.numLayers}-layer Qwen3</strong> (hidden {model.cfg.hiddenSize}, {model.cfg.numHeads} heads / {model.cfg.numKvHeads} KV, vocab{' '}
+          Loaded <strong>{model.name}</strong>: <strong>{model.cfg.numLayers}-layer Qwen3</strong> (hidden{' '}
+          {model.cfg.hiddenSize}, {model.cfg.numHeads} heads / {model.cfg.numKvHeads} KV, vocab{' '}
           {model.cfg.vocabSize.toLocaleString('en-US')}) on <strong>{model.gpu.description}</strong>
           {model.gpu.f16 ? ', shader-f16' : ''}
           {model.gpu.subgroups ? ', subgroups' : ''}.
@@ -278,10 +337,19 @@ export function ModelPanel() {
       )}
       {model && !loading && (
         <p data-testid="model-format" className="small">
-          Weights <strong>{model.format.weights}</strong> ({formatBytes(weightBytes(model.cfg, model.format.weights).total)}), KV cache <strong>{model.format.kv}</strong>
-          {model.quantizedCache?.status === 'hit' && <>; read from the q4 cache ({formatBytes(model.quantizedCache.bytes)}), nothing downloaded or quantized</>}
-          {model.quantizedCache?.status === 'stored' && <>; the q4 weights are cached ({formatBytes(model.quantizedCache.bytes)}) for the next load</>}
-          {model.quantizedCache?.status === 'not-stored' && <>; the q4 weights could not be cached: {model.quantizedCache.error}</>}.
+          Weights <strong>{model.format.weights}</strong> (
+          {formatBytes(weightBytes(model.cfg, model.format.weights).total)}), KV cache{' '}
+          <strong>{model.format.kv}</strong>
+          {model.quantizedCache?.status === 'hit' && (
+            <>; read from the q4 cache ({formatBytes(model.quantizedCache.bytes)}), nothing downloaded or quantized</>
+          )}
+          {model.quantizedCache?.status === 'stored' && (
+            <>; the q4 weights are cached ({formatBytes(model.quantizedCache.bytes)}) for the next load</>
+          )}
+          {model.quantizedCache?.status === 'not-stored' && (
+            <>; the q4 weights could not be cached: {model.quantizedCache.error}</>
+          )}
+          .
         </p>
       )}
       {error && (

@@ -18,7 +18,11 @@ export function useShownRound(): Round | null {
  * Keeps the two panes aligned: the text before the span is identical in both, so the same
  * offset; past the span the full pane is taller by the span's height.
  */
-function useScrollSync(full: React.RefObject<HTMLDivElement | null>, spy: React.RefObject<HTMLDivElement | null>, key: unknown) {
+function useScrollSync(
+  full: React.RefObject<HTMLDivElement | null>,
+  spy: React.RefObject<HTMLDivElement | null>,
+  key: unknown,
+) {
   useLayoutEffect(() => {
     const a = full.current;
     const b = spy.current;
@@ -64,7 +68,10 @@ export function DocumentPanes({ view }: { view: Round }) {
   const cfg = useApp((s) => s.runConfig);
   useScrollSync(full, spy, `${view.round}`);
   const { charStart, charEnd } = view.span;
-  const placeholder = cfg?.maskMode === 'placeholder' && view.spyText.startsWith(cfg.maskPlaceholder, view.spyMarkAt) ? cfg.maskPlaceholder : '';
+  const placeholder =
+    cfg?.maskMode === 'placeholder' && view.spyText.startsWith(cfg.maskPlaceholder, view.spyMarkAt)
+      ? cfg.maskPlaceholder
+      : '';
   const removedWords = view.fullText.slice(charStart, charEnd).trim().split(/\s+/).filter(Boolean).length;
   return (
     <div className="panes">
@@ -80,7 +87,11 @@ export function DocumentPanes({ view }: { view: Round }) {
         <h3>Spy's document</h3>
         <div className="pane" role="region" aria-label="Spy's document" ref={spy} tabIndex={0}>
           {view.spyText.slice(0, view.spyMarkAt)}
-          <span className="gap" title={`${removedWords} words removed here`} aria-label={`${removedWords} words removed here`}>
+          <span
+            className="gap"
+            title={`${removedWords} words removed here`}
+            aria-label={`${removedWords} words removed here`}
+          >
             {placeholder || '⟨removed⟩'}
           </span>
           {view.spyText.slice(view.spyMarkAt + placeholder.length)}
@@ -100,13 +111,19 @@ export function SummaryCards({ view }: { view: Round }) {
         const text = view.summaries[seat] ?? '';
         const reward = view.summaryRewards?.[seat];
         return (
-          <article key={seat} className={`summary ${revealed ? (isSpy ? 'spy' : 'civilian') : ''}`} aria-label={`Player ${view.labels[seat]}'s summary`}>
+          <article
+            key={seat}
+            className={`summary ${revealed ? (isSpy ? 'spy' : 'civilian') : ''}`}
+            aria-label={`Player ${view.labels[seat]}'s summary`}
+          >
             <header>
               <strong>Player {view.labels[seat]}</strong>
               {revealed && <span className={`badge ${isSpy ? 'spy' : 'civilian'}`}>{isSpy ? 'Spy' : 'Civilian'}</span>}
               {revealed && reward !== undefined && <span className="reward">summary reward {reward.toFixed(2)}</span>}
             </header>
-            <p className={!view.summariesDone ? 'streaming' : ''}>{text || (view.summariesDone ? <em className="muted">(empty summary)</em> : '')}</p>
+            <p className={!view.summariesDone ? 'streaming' : ''}>
+              {text || (view.summariesDone ? <em className="muted">(empty summary)</em> : '')}
+            </p>
             {view.truncated[seat] && <small className="muted">cut at the token limit</small>}
           </article>
         );
@@ -127,7 +144,11 @@ export function RoundBrowser() {
       <button className="secondary" onClick={() => go(idx - 1)} disabled={idx <= 0} aria-label="Previous round">
         ‹
       </button>
-      <select aria-label="Round shown" value={selected === null ? 'live' : String(selected)} onChange={(e) => select(e.target.value === 'live' ? null : Number(e.target.value))}>
+      <select
+        aria-label="Round shown"
+        value={selected === null ? 'live' : String(selected)}
+        onChange={(e) => select(e.target.value === 'live' ? null : Number(e.target.value))}
+      >
         <option value="live">Live (round {order.at(-1)! + 1})</option>
         {[...order].reverse().map((n) => (
           <option key={n} value={n}>
@@ -155,14 +176,19 @@ export function RoundPanel() {
         <>
           <p className="muted small">
             Report <strong>{view.documentId}</strong>
-            {view.cut ? `, first ${view.cut.keptTokens} of ${view.cut.totalTokens} tokens (document token budget)` : ''}. The highlighted span is missing from the spy's copy; the players do not know who the spy is.
+            {view.cut ? `, first ${view.cut.keptTokens} of ${view.cut.totalTokens} tokens (document token budget)` : ''}
+            . The highlighted span is missing from the spy's copy; the players do not know who the spy is.
           </p>
           <DocumentPanes view={view} />
           <h3>Summaries</h3>
           <SummaryCards view={view} />
         </>
       ) : (
-        <p className="muted">{status === 'none' ? 'Load a model and press Start (space) or Step (s) to play the first round.' : 'The first round is starting…'}</p>
+        <p className="muted">
+          {status === 'none'
+            ? 'Load a model and press Start (space) or Step (s) to play the first round.'
+            : 'The first round is starting…'}
+        </p>
       )}
     </section>
   );

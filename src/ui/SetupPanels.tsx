@@ -16,7 +16,13 @@ function Field({ f, locked }: { f: FormField; locked: boolean }) {
   let input: React.ReactNode;
   if (f.kind === 'select') {
     input = (
-      <select id={id} value={String(value)} disabled={locked} onChange={(e) => setField(f.path, e.target.value)} aria-describedby={`${id}-help`}>
+      <select
+        id={id}
+        value={String(value)}
+        disabled={locked}
+        onChange={(e) => setField(f.path, e.target.value)}
+        aria-describedby={`${id}-help`}
+      >
         {f.options!.map((o) => (
           <option key={o}>{o}</option>
         ))}
@@ -32,7 +38,12 @@ function Field({ f, locked }: { f: FormField; locked: boolean }) {
               type="checkbox"
               checked={on.has(t)}
               disabled={locked}
-              onChange={(e) => setField(f.path, f.options!.filter((x) => (x === t ? e.target.checked : on.has(x))))}
+              onChange={(e) =>
+                setField(
+                  f.path,
+                  f.options!.filter((x) => (x === t ? e.target.checked : on.has(x))),
+                )
+              }
             />
             {t.replace('_proj', '')}
           </label>
@@ -41,7 +52,16 @@ function Field({ f, locked }: { f: FormField; locked: boolean }) {
     );
   } else {
     input = (
-      <input id={id} className="num" inputMode="decimal" value={String(value)} disabled={locked} onChange={(e) => setField(f.path, e.target.value)} aria-describedby={`${id}-help`} aria-invalid={error ? true : undefined} />
+      <input
+        id={id}
+        className="num"
+        inputMode="decimal"
+        value={String(value)}
+        disabled={locked}
+        onChange={(e) => setField(f.path, e.target.value)}
+        aria-describedby={`${id}-help`}
+        aria-invalid={error ? true : undefined}
+      />
     );
   }
   return (
@@ -103,14 +123,28 @@ export function DocumentsPanel() {
     <section className="card" aria-label="Documents">
       <h2>Documents</h2>
       <label className="choice">
-        <input type="checkbox" checked={useBundled} disabled={locked || !bundled} onChange={(e) => setUseBundled(e.target.checked)} />
-        Bundled GovReport sample {bundled ? <span className="muted">({bundled.train.length + bundled.eval.length - evalDocs.length} reports to play, {evalDocs.length} held out for evaluation)</span> : <span className="muted">(loading)</span>}
+        <input
+          type="checkbox"
+          checked={useBundled}
+          disabled={locked || !bundled}
+          onChange={(e) => setUseBundled(e.target.checked)}
+        />
+        Bundled GovReport sample{' '}
+        {bundled ? (
+          <span className="muted">
+            ({bundled.train.length + bundled.eval.length - evalDocs.length} reports to play, {evalDocs.length} held out
+            for evaluation)
+          </span>
+        ) : (
+          <span className="muted">(loading)</span>
+        )}
       </label>
       {custom.length > 0 && (
         <ul className="doclist">
           {custom.map((d) => (
             <li key={d.id}>
-              <span title={d.report.slice(0, 300)}>{d.id}</span> <span className="muted">{d.report.length.toLocaleString('en-US')} chars</span>
+              <span title={d.report.slice(0, 300)}>{d.id}</span>{' '}
+              <span className="muted">{d.report.length.toLocaleString('en-US')} chars</span>
               <button className="link" disabled={locked} onClick={() => remove(d.id)} aria-label={`Remove ${d.id}`}>
                 Remove
               </button>
@@ -158,12 +192,14 @@ export function DocumentsPanel() {
           </label>
         </div>
         <p className="muted small">
-          .jsonl: one object per line with "report" (and optional "id", "summary"); .txt/.md: the whole file is one report. At most {DOCUMENT_MAX_BYTES / 2 ** 20} MB per file or
-          paste; bytes that are not UTF-8 are read as U+FFFD with a warning.
+          .jsonl: one object per line with "report" (and optional "id", "summary"); .txt/.md: the whole file is one
+          report. At most {DOCUMENT_MAX_BYTES / 2 ** 20} MB per file or paste; bytes that are not UTF-8 are read as
+          U+FFFD with a warning.
         </p>
       </details>
       <p className="small">
-        The next run plays <strong>{train.length}</strong> reports; evaluation (ROUGE-1/2/L) uses {evalDocs.length} held-out reports, never played.
+        The next run plays <strong>{train.length}</strong> reports; evaluation (ROUGE-1/2/L) uses {evalDocs.length}{' '}
+        held-out reports, never played.
       </p>
       {error && (
         <p className="error" role="status">

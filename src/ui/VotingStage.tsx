@@ -75,7 +75,10 @@ function arc(x1: number, x2: number): { path: string; at: (t: number) => [number
   const y0 = Y - 26;
   return {
     path: `M ${x1} ${y0} Q ${cx} ${cy} ${x2} ${y0}`,
-    at: (t) => [(1 - t) ** 2 * x1 + 2 * (1 - t) * t * cx + t ** 2 * x2, (1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t ** 2 * y0],
+    at: (t) => [
+      (1 - t) ** 2 * x1 + 2 * (1 - t) * t * cx + t ** 2 * x2,
+      (1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t ** 2 * y0,
+    ],
   };
 }
 
@@ -113,12 +116,24 @@ export function VotingStage() {
         </div>
       </div>
       {!view || view.votes.length === 0 ? (
-        <p className="muted">{view ? 'The players are writing their summaries; the vote follows.' : 'Each player reads every summary and votes for the one it thinks came from the spy.'}</p>
+        <p className="muted">
+          {view
+            ? 'The players are writing their summaries; the vote follows.'
+            : 'Each player reads every summary and votes for the one it thinks came from the spy.'}
+        </p>
       ) : (
         <>
           <svg viewBox={`0 0 ${W} ${H}`} className="arena" role="img" aria-label={`Votes of round ${view.round + 1}`}>
             <defs>
-              <marker id="arrow" viewBox="0 0 10 10" refX="8" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse">
+              <marker
+                id="arrow"
+                viewBox="0 0 10 10"
+                refX="8"
+                refY="5"
+                markerWidth="6"
+                markerHeight="6"
+                orient="auto-start-reverse"
+              >
                 <path d="M 0 0 L 10 5 L 0 10 z" fill="#7a8599" />
               </marker>
             </defs>
@@ -166,14 +181,16 @@ export function VotingStage() {
               const p = v.probs[v.candidateSeats.indexOf(v.chosenSeat)] ?? 0;
               return (
                 <li key={i}>
-                  Player {view.labels[v.voterSeat]} votes Player {view.labels[v.chosenSeat]} <span className="muted">({(p * 100).toFixed(0)}% of its belief)</span>
+                  Player {view.labels[v.voterSeat]} votes Player {view.labels[v.chosenSeat]}{' '}
+                  <span className="muted">({(p * 100).toFixed(0)}% of its belief)</span>
                 </li>
               );
             })}
           </ol>
           {revealed && view.reveal ? (
             <p className={`reveal ${view.reveal.caught ? 'caught' : 'escaped'}`} data-testid="reveal">
-              The spy was Player {view.labels[view.spySeat]}: {view.reveal.caught ? 'caught by the vote.' : 'it escaped.'} Rewards (summary + vote):{' '}
+              The spy was Player {view.labels[view.spySeat]}:{' '}
+              {view.reveal.caught ? 'caught by the vote.' : 'it escaped.'} Rewards (summary + vote):{' '}
               {seatsInLabelOrder(view.labels)
                 .map((seat) => `Player ${view.labels[seat]} ${view.reveal!.rewards[seat]!.toFixed(2)}`)
                 .join(', ')}

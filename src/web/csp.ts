@@ -39,16 +39,22 @@ export const APP_CSP = policy({ ...common, 'script-src': ["'self'"], 'style-src'
  * The benchmark page (bench.html): onnxruntime-web compiles its WebAssembly, which needs
  * 'wasm-unsafe-eval' (not 'unsafe-eval': no JavaScript from strings); the page has an inline <style>.
  */
-export const BENCH_CSP = policy({ ...common, 'script-src': ["'self'", "'wasm-unsafe-eval'"], 'style-src': ["'self'", "'unsafe-inline'"] });
+export const BENCH_CSP = policy({
+  ...common,
+  'script-src': ["'self'", "'wasm-unsafe-eval'"],
+  'style-src': ["'self'", "'unsafe-inline'"],
+});
 
 /** Inserts the policy right after <meta charset> (else at the top of <head>): before every script and link, so it covers them all. */
 export function injectCsp(html: string, csp: string): string {
-  if (/http-equiv=["']Content-Security-Policy["']/i.test(html)) throw new Error('the page already has a Content-Security-Policy meta tag');
+  if (/http-equiv=["']Content-Security-Policy["']/i.test(html))
+    throw new Error('the page already has a Content-Security-Policy meta tag');
   const tag = `<meta http-equiv="Content-Security-Policy" content="${csp.replaceAll('"', '&quot;')}" />`;
   const anchor = /<meta charset[^>]*>/i.exec(html) ?? /<head[^>]*>/i.exec(html);
   if (!anchor) throw new Error('the page has no <head> to put the Content-Security-Policy in');
   const end = anchor.index + anchor[0].length;
-  if (/<script|<link/i.test(html.slice(0, anchor.index))) throw new Error('a script or link comes before the Content-Security-Policy would');
+  if (/<script|<link/i.test(html.slice(0, anchor.index)))
+    throw new Error('a script or link comes before the Content-Security-Policy would');
   return `${html.slice(0, end)}\n    ${tag}${html.slice(end)}`;
 }
 

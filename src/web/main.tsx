@@ -21,7 +21,13 @@ function saveFile(name: string, blob: Blob) {
 
 const hasWebGpu = typeof navigator !== 'undefined' && 'gpu' in navigator && !!navigator.gpu;
 const { api } = startEngineWorker();
-const store = createAppStore({ engine: api, callback, hasWebGpu, loadBundledDocuments: loadGovReportBrowser, saveFile });
+const store = createAppStore({
+  engine: api,
+  callback,
+  hasWebGpu,
+  loadBundledDocuments: loadGovReportBrowser,
+  saveFile,
+});
 
 createRoot(document.getElementById('root')!).render(
   <StrictMode>

@@ -52,11 +52,18 @@ export class RunSummarizer {
 
   summary(): RunSummary {
     const n = this.rounds.length;
-    const mean = (k: 'caught' | 'accuracy' | 'civilian' | 'spy') => (n ? this.rounds.reduce((a, r) => a + r[k], 0) / n : 0);
+    const mean = (k: 'caught' | 'accuracy' | 'civilian' | 'spy') =>
+      n ? this.rounds.reduce((a, r) => a + r[k], 0) / n : 0;
     return {
       rounds: this.roundsSeen,
       optimizerSteps: this.steps,
-      recent: { rounds: n, spyCaughtRate: mean('caught'), voteAccuracy: mean('accuracy'), civilianReward: mean('civilian'), spyReward: mean('spy') },
+      recent: {
+        rounds: n,
+        spyCaughtRate: mean('caught'),
+        voteAccuracy: mean('accuracy'),
+        civilianReward: mean('civilian'),
+        spyReward: mean('spy'),
+      },
       lastUpdate: this.lastUpdate,
       lastEval: this.lastEval,
     };
@@ -66,7 +73,13 @@ export class RunSummarizer {
 const f3 = (x: number) => (Number.isFinite(x) ? x.toFixed(3) : String(x));
 
 /** README.md for the adapter: base model, config, rounds, metrics and how to load it with PEFT. */
-export function modelCard(opts: { baseModel: string; baseIsHub: boolean; config: SpyRLConfig; summary: RunSummary; date: Date }): string {
+export function modelCard(opts: {
+  baseModel: string;
+  baseIsHub: boolean;
+  config: SpyRLConfig;
+  summary: RunSummary;
+  date: Date;
+}): string {
   const { baseModel, baseIsHub, config, summary: s } = opts;
   const loadFrom = baseIsHub ? baseModel : 'path/to/the/base/model';
   const metrics = [
@@ -76,9 +89,18 @@ export function modelCard(opts: { baseModel: string; baseIsHub: boolean; config:
     [`civilian vote accuracy (last ${s.recent.rounds} rounds)`, f3(s.recent.voteAccuracy)],
     [`civilian summary reward (last ${s.recent.rounds} rounds)`, f3(s.recent.civilianReward)],
     [`spy summary reward (last ${s.recent.rounds} rounds)`, f3(s.recent.spyReward)],
-    ...(s.lastUpdate ? [['last loss', f3(s.lastUpdate.loss)], ['last KL', s.lastUpdate.kl === null ? 'off (klBeta 0: not computed)' : f3(s.lastUpdate.kl)], ['last grad norm', f3(s.lastUpdate.gradNorm)]] : []),
+    ...(s.lastUpdate
+      ? [
+          ['last loss', f3(s.lastUpdate.loss)],
+          ['last KL', s.lastUpdate.kl === null ? 'off (klBeta 0: not computed)' : f3(s.lastUpdate.kl)],
+          ['last grad norm', f3(s.lastUpdate.gradNorm)],
+        ]
+      : []),
     ...(s.lastEval
-      ? [[`ROUGE-L F1, held-out reports, base (round ${s.lastEval.round})`, f3(s.lastEval.base)], [`ROUGE-L F1, held-out reports, adapter (round ${s.lastEval.round})`, f3(s.lastEval.adapter)]]
+      ? [
+          [`ROUGE-L F1, held-out reports, base (round ${s.lastEval.round})`, f3(s.lastEval.base)],
+          [`ROUGE-L F1, held-out reports, adapter (round ${s.lastEval.round})`, f3(s.lastEval.adapter)],
+        ]
       : [['ROUGE-L on held-out reports', 'not evaluated in this run']]),
   ];
   const settings = configLeaves(config)
@@ -208,8 +230,12 @@ class UploadBudget {
       );
     }
     const cap = this.limits.files[name]!;
-    if (size > cap) throw new Error(`${where}: entry "${path}" declares ${mb(size)}, over the ${mb(cap)} cap for ${name}`);
-    if (this.total + size > this.limits.total) throw new Error(`${where}: entry "${path}" takes the adapter's files to ${mb(this.total + size)}, over the ${mb(this.limits.total)} cap`);
+    if (size > cap)
+      throw new Error(`${where}: entry "${path}" declares ${mb(size)}, over the ${mb(cap)} cap for ${name}`);
+    if (this.total + size > this.limits.total)
+      throw new Error(
+        `${where}: entry "${path}" takes the adapter's files to ${mb(this.total + size)}, over the ${mb(this.limits.total)} cap`,
+      );
     this.taken.set(name, path);
     this.total += size;
     return name;
@@ -222,7 +248,10 @@ class UploadBudget {
  * checked from the zip's central directory before anything is inflated, and inflating stops at
  * the declared size.
  */
-export async function readAdapterUpload(files: File[], limits: AdapterUploadLimits = ADAPTER_UPLOAD_LIMITS): Promise<RunFiles> {
+export async function readAdapterUpload(
+  files: File[],
+  limits: AdapterUploadLimits = ADAPTER_UPLOAD_LIMITS,
+): Promise<RunFiles> {
   const out: RunFiles = {};
   const budget = new UploadBudget(limits);
   const keep = (name: string, bytes: Uint8Array) => {
@@ -233,7 +262,8 @@ export async function readAdapterUpload(files: File[], limits: AdapterUploadLimi
   for (const f of files) {
     if (f.name.toLowerCase().endsWith('.zip')) {
       // The whole zip is read: a zip larger than every known file together cannot be an adapter.
-      if (f.size > limits.total + 64 * MiB) throw new Error(`${f.name}: ${mb(f.size)}, larger than an adapter may be (${mb(limits.total)})`);
+      if (f.size > limits.total + 64 * MiB)
+        throw new Error(`${f.name}: ${mb(f.size)}, larger than an adapter may be (${mb(limits.total)})`);
       const bytes = new Uint8Array(await f.arrayBuffer());
       const entries = readZipDirectory(bytes, f.name, limits.entries);
       for (const e of entries) {
@@ -268,7 +298,11 @@ const u32 = (b: Uint8Array, at: number) => (b[at]! | (b[at + 1]! << 8) | (b[at +
 const u64 = (b: Uint8Array, at: number) => u32(b, at) + u32(b, at + 4) * 2 ** 32;
 
 /** The entries listed by a zip's central directory (ZIP64 included); nothing is inflated. */
-export function readZipDirectory(bytes: Uint8Array, zipName: string, maxEntries = ADAPTER_UPLOAD_LIMITS.entries): ZipEntry[] {
+export function readZipDirectory(
+  bytes: Uint8Array,
+  zipName: string,
+  maxEntries = ADAPTER_UPLOAD_LIMITS.entries,
+): ZipEntry[] {
   const bad = (why: string) => new Error(`${zipName}: not a readable zip (${why})`);
   // End of central directory: 22 bytes plus a comment of at most 65535.
   let eocd = -1;
@@ -304,18 +338,25 @@ export function readZipDirectory(bytes: Uint8Array, zipName: string, maxEntries 
     let size = u32(bytes, at + 24);
     let localHeaderOffset = u32(bytes, at + 42);
     // ZIP64: the fields that overflowed hold 0xffffffff and the real values sit in extra field 1, in this order.
-    for (let x = at + 46 + nameLen; x + 4 <= at + 46 + nameLen + extraLen; ) {
+    for (let x = at + 46 + nameLen; x + 4 <= at + 46 + nameLen + extraLen;) {
       const id = u16(bytes, x);
       const len = u16(bytes, x + 2);
       if (id === 0x0001) {
         let p = x + 4;
-        if (size === 0xffffffff) (size = u64(bytes, p)), (p += 8);
-        if (compressedSize === 0xffffffff) (compressedSize = u64(bytes, p)), (p += 8);
+        if (size === 0xffffffff) ((size = u64(bytes, p)), (p += 8));
+        if (compressedSize === 0xffffffff) ((compressedSize = u64(bytes, p)), (p += 8));
         if (localHeaderOffset === 0xffffffff) localHeaderOffset = u64(bytes, p);
       }
       x += 4 + len;
     }
-    entries.push({ path, method: u16(bytes, at + 10), compressedSize, size, crc32: u32(bytes, at + 16), localHeaderOffset });
+    entries.push({
+      path,
+      method: u16(bytes, at + 10),
+      compressedSize,
+      size,
+      crc32: u32(bytes, at + 16),
+      localHeaderOffset,
+    });
     at = end;
   }
   return entries;
@@ -361,10 +402,11 @@ export function inflateEntry(bytes: Uint8Array, e: ZipEntry, zipName: string): U
     let over = false;
     const inflater = new Inflate((chunk) => {
       if (at + chunk.length > out.length) over = true;
-      else out.set(chunk, at), (at += chunk.length);
+      else (out.set(chunk, at), (at += chunk.length));
     });
     try {
-      for (let p = 0; p < data.length && !over; p += INFLATE_PIECE) inflater.push(data.subarray(p, p + INFLATE_PIECE), p + INFLATE_PIECE >= data.length);
+      for (let p = 0; p < data.length && !over; p += INFLATE_PIECE)
+        inflater.push(data.subarray(p, p + INFLATE_PIECE), p + INFLATE_PIECE >= data.length);
     } catch (x) {
       throw fail(`is not valid deflate data (${(x as Error).message})`);
     }

@@ -9,9 +9,22 @@
 // 4. exports: adapter zip, run log
 import { createGpu, type Gpu } from '../gpu/index.ts';
 import { loadQwen3WithTokenizer } from '../model/load.ts';
-import { deleteCachedModel, defaultHubCache, listCachedModels, type CacheFormat, type CachedModel, type HubCache } from '../model/sources.ts';
+import {
+  deleteCachedModel,
+  defaultHubCache,
+  listCachedModels,
+  type CacheFormat,
+  type CachedModel,
+  type HubCache,
+} from '../model/sources.ts';
 import { memorySource } from '../model/sources.ts';
-import { readAdapter, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, OPTIMIZER_FILE, TRAINER_STATE_FILE } from '../model/peft.ts';
+import {
+  readAdapter,
+  ADAPTER_CONFIG_FILE,
+  ADAPTER_WEIGHTS_FILE,
+  OPTIMIZER_FILE,
+  TRAINER_STATE_FILE,
+} from '../model/peft.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
 import type { Qwen3Tokenizer } from '../model/tokenizer.ts';
 import type { SpyRLConfig } from '../game/config.ts';
@@ -23,12 +36,32 @@ import { newRunId, parseAutosaveMeta, parseRunDocuments, RUN_VERSION } from '../
 import { architectureMismatch, type EvalProgress, type EvalReport, type EvalSystem } from '../train/evaluate.ts';
 import { GpuPolicy } from '../train/policy.ts';
 import { modelCard, readAdapterUpload, RunSummarizer, zipFiles } from './adapterZip.ts';
-import { describeDownload, HubRevisionMemo, openQuantizedEntry, readModelConfig, resolveSource, sameModel, storeQuantizedEntry } from './modelSources.ts';
+import {
+  describeDownload,
+  HubRevisionMemo,
+  openQuantizedEntry,
+  readModelConfig,
+  resolveSource,
+  sameModel,
+  storeQuantizedEntry,
+} from './modelSources.ts';
 import { formatBytes, weightBytes } from '../train/memory.ts';
 import { errorMessage, errorName } from './protocol.ts';
 import { checkFormat, defaultFormat, type ModelFormat } from './modelFormat.ts';
 import { defaultRunStorage, type RunFiles, type RunStorage } from './runStorage.ts';
-import type { EvalProgressInfo, EvalRequest, GpuProbe, LoadedModelInfo, LoadProgress, ModelChoice, ModelRef, PendingAdapterInfo, RunOptions, SavedRunMeta, StepResult } from './protocol.ts';
+import type {
+  EvalProgressInfo,
+  EvalRequest,
+  GpuProbe,
+  LoadedModelInfo,
+  LoadProgress,
+  ModelChoice,
+  ModelRef,
+  PendingAdapterInfo,
+  RunOptions,
+  SavedRunMeta,
+  StepResult,
+} from './protocol.ts';
 
 /** What the engine needs of a trainer (SpyRLTrainer's public surface). */
 export interface TrainerLike {
@@ -116,7 +149,13 @@ export class PlaygroundEngine {
 
   /** The adapter's name and limits, without creating a device. */
   async probeGpu(): Promise<GpuProbe> {
-    const none = (reason: string): GpuProbe => ({ available: false, reason, description: '', limits: { maxBufferSize: 0, maxStorageBufferBindingSize: 0 }, features: [] });
+    const none = (reason: string): GpuProbe => ({
+      available: false,
+      reason,
+      description: '',
+      limits: { maxBufferSize: 0, maxStorageBufferBindingSize: 0 },
+      features: [],
+    });
     const api = this.deps.gpuApi();
     if (!api) return none('navigator.gpu is missing in the worker');
     const adapter = await api.requestAdapter({ powerPreference: 'high-performance' }).catch(() => null);
@@ -125,7 +164,10 @@ export class PlaygroundEngine {
     return {
       available: true,
       description: info?.description || [info?.vendor, info?.architecture].filter(Boolean).join(' ') || 'GPU',
-      limits: { maxBufferSize: adapter.limits.maxBufferSize, maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize },
+      limits: {
+        maxBufferSize: adapter.limits.maxBufferSize,
+        maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+      },
       features: [...adapter.features].map(String).sort(),
     };
   }
@@ -140,13 +182,19 @@ export class PlaygroundEngine {
   }
 
   /** Loads a model; `format` defaults per model (defaultFormat: q4 from 1.5B parameters, f16 KV). */
-  async loadModel(choice: ModelChoice, onProgress?: (p: LoadProgress) => void, format: Partial<ModelFormat> = {}): Promise<LoadedModelInfo> {
+  async loadModel(
+    choice: ModelChoice,
+    onProgress?: (p: LoadProgress) => void,
+    format: Partial<ModelFormat> = {},
+  ): Promise<LoadedModelInfo> {
     return this.exclusive(async () => {
       this.dropRun();
       this.unload();
       const report = (p: LoadProgress) => void onProgress?.(p);
       const cache = this.deps.hubCache();
-      const resolved = await resolveSource(choice, this.sourceDeps(cache), (d) => report({ stage: 'download', fraction: 0, text: describeDownload(d), download: d }));
+      const resolved = await resolveSource(choice, this.sourceDeps(cache), (d) =>
+        report({ stage: 'download', fraction: 0, text: describeDownload(d), download: d }),
+      );
       this.hubRevisions.clear(); // this load used the commit; the next one asks the Hub again
       const entry = await openQuantizedEntry(resolved.ref, cache);
       const cfgJson = await readModelConfig(entry ?? resolved.source);
@@ -162,14 +210,19 @@ export class PlaygroundEngine {
           weights: fmt.weights,
           kv: fmt.kv,
           prequantized: prequantized ?? undefined,
-          onProgress: (p) => report({ stage: 'upload', fraction: p.loaded / p.total, text: `${verb} ${p.tensor} to the GPU` }),
+          onProgress: (p) =>
+            report({ stage: 'upload', fraction: p.loaded / p.total, text: `${verb} ${p.tensor} to the GPU` }),
         }).catch((e: unknown) => {
           if (!prequantized) throw e;
-          const err = new Error(`${errorMessage(e)} (in the q4 cache of ${resolved.name}: delete it under Cached models and load again)`, { cause: e });
+          const err = new Error(
+            `${errorMessage(e)} (in the q4 cache of ${resolved.name}: delete it under Cached models and load again)`,
+            { cause: e },
+          );
           err.name = errorName(e);
           throw err;
         });
-        if (!tokenizer) throw new Error(`${resolved.name} has no tokenizer.json: the checkpoint needs its tokenizer files`);
+        if (!tokenizer)
+          throw new Error(`${resolved.name} has no tokenizer.json: the checkpoint needs its tokenizer files`);
         let quantizedCache: LoadedModelInfo['quantizedCache'] = null;
         if (prequantized) quantizedCache = { status: 'hit', bytes: prequantized.bytes };
         else if (fmt.weights === 'q4' && resolved.ref.kind === 'hub') {
@@ -177,7 +230,11 @@ export class PlaygroundEngine {
           const total = weightBytes(cfg, 'q4').total;
           try {
             const bytes = await storeQuantizedEntry(ref, cache, resolved.source, gpu, model, (p) =>
-              report({ stage: 'cache', fraction: Math.min(1, p.written / total), text: `Storing the q4 weights in this browser for the next load: ${formatBytes(p.written)}` }),
+              report({
+                stage: 'cache',
+                fraction: Math.min(1, p.written / total),
+                text: `Storing the q4 weights in this browser for the next load: ${formatBytes(p.written)}`,
+              }),
             );
             quantizedCache = { status: 'stored', bytes };
           } catch (e) {
@@ -189,7 +246,11 @@ export class PlaygroundEngine {
           name: resolved.name,
           ref: resolved.ref,
           cfg,
-          gpu: { description: gpu.info.description || gpu.info.architecture || gpu.info.vendor || 'GPU', f16: gpu.features.f16, subgroups: gpu.features.subgroups },
+          gpu: {
+            description: gpu.info.description || gpu.info.architecture || gpu.info.vendor || 'GPU',
+            f16: gpu.features.f16,
+            subgroups: gpu.features.subgroups,
+          },
           format: fmt,
           quantizedCache,
         };
@@ -222,7 +283,8 @@ export class PlaygroundEngine {
     const m = this.requireModel();
     const read = await readAdapterUpload(files);
     for (const need of [ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE]) {
-      if (!(need in read)) throw new Error(`the adapter needs ${need}; found ${Object.keys(read).join(', ') || 'no files'}`);
+      if (!(need in read))
+        throw new Error(`the adapter needs ${need}; found ${Object.keys(read).join(', ') || 'no files'}`);
     }
     const { lora } = await readAdapter(memorySource('adapter', new Map(Object.entries(read))), m.info.cfg);
     const name = files.length === 1 ? files[0]!.name : (files[0]?.webkitRelativePath.split('/')[0] ?? 'adapter');
@@ -285,23 +347,44 @@ export class PlaygroundEngine {
     return this.exclusive(async () => {
       const m = this.requireModel();
       const run = this.run;
-      if (!run) throw new Error('no run: start one (or play a round) first; the evaluation compares its adapter with the base model');
+      if (!run)
+        throw new Error(
+          'no run: start one (or play a round) first; the evaluation compares its adapter with the base model',
+        );
       if (!run.trainer.evaluate) throw new Error('this trainer cannot evaluate');
-      if (run.options.evalDocs.length === 0) throw new Error('no held-out reports: the run has no held-out split (use the bundled sample with "Held-out reports" above 0)');
+      if (run.options.evalDocs.length === 0)
+        throw new Error(
+          'no held-out reports: the run has no held-out split (use the bundled sample with "Held-out reports" above 0)',
+        );
       const report = (p: EvalProgressInfo) => void onProgress?.(p);
-      const summaries = (p: EvalProgress) => report({ stage: 'summaries', text: `${p.system}: summary ${p.done} of ${p.total} (${p.documentId})`, fraction: p.done / p.total });
+      const summaries = (p: EvalProgress) =>
+        report({
+          stage: 'summaries',
+          text: `${p.system}: summary ${p.done} of ${p.total} (${p.documentId})`,
+          fraction: p.done / p.total,
+        });
       if (!req.compare) return (await run.trainer.evaluate({ onProgress: summaries })).report;
       const cache = this.deps.hubCache();
-      const resolved = await resolveSource(req.compare, this.sourceDeps(cache), (d) => report({ stage: 'compare-load', text: describeDownload(d), fraction: 0 }));
+      const resolved = await resolveSource(req.compare, this.sourceDeps(cache), (d) =>
+        report({ stage: 'compare-load', text: describeDownload(d), fraction: 0 }),
+      );
       const gpu = await this.deps.createGpu();
       try {
         const { model, cfg, tokenizer } = await loadQwen3WithTokenizer(gpu, resolved.source, {
           weights: m.info.format.weights,
           kv: m.info.format.kv,
-          onProgress: (p) => report({ stage: 'compare-load', text: `Uploading ${resolved.name}: ${p.tensor}`, fraction: p.loaded / p.total }),
+          onProgress: (p) =>
+            report({
+              stage: 'compare-load',
+              text: `Uploading ${resolved.name}: ${p.tensor}`,
+              fraction: p.loaded / p.total,
+            }),
         });
         const mismatch = architectureMismatch(m.info.cfg, cfg);
-        if (mismatch) throw new Error(`${resolved.name} is not a checkpoint of ${m.info.name}'s architecture: it differs in ${mismatch}`);
+        if (mismatch)
+          throw new Error(
+            `${resolved.name} is not a checkpoint of ${m.info.name}'s architecture: it differs in ${mismatch}`,
+          );
         if (!tokenizer) throw new Error(`${resolved.name} has no tokenizer.json`);
         const policy = new GpuPolicy(model, tokenizer);
         const compare: EvalSystem = { key: 'compare', label: resolved.name, generate: (p, o) => policy.generate(p, o) };
@@ -319,8 +402,21 @@ export class PlaygroundEngine {
       const run = this.run;
       const m = this.loaded;
       if (!run || !m) throw new Error('no run to save');
-      const files: RunFiles = { ...(await run.trainer.checkpointFiles()), [DOCUMENTS_FILE]: JSON.stringify({ train: run.options.train, evalDocs: run.options.evalDocs }) };
-      return this.deps.storage.save(files, { version: RUN_VERSION, runId: run.runId, savedAt: Date.now(), round: run.trainer.round, model: m.info.ref, modelName: m.info.name, format: m.info.format, config: run.options.config, ui });
+      const files: RunFiles = {
+        ...(await run.trainer.checkpointFiles()),
+        [DOCUMENTS_FILE]: JSON.stringify({ train: run.options.train, evalDocs: run.options.evalDocs }),
+      };
+      return this.deps.storage.save(files, {
+        version: RUN_VERSION,
+        runId: run.runId,
+        savedAt: Date.now(),
+        round: run.trainer.round,
+        model: m.info.ref,
+        modelName: m.info.name,
+        format: m.info.format,
+        config: run.options.config,
+        ui,
+      });
     });
   }
 
@@ -340,9 +436,15 @@ export class PlaygroundEngine {
       if (!meta) throw new Error('there is no autosaved run to resume');
       // Every field is checked (src/train/checkpoint.ts) before the run is touched; the trainer checks its own files.
       const { stamp, config } = parseAutosaveMeta(meta);
-      if (!sameModel(meta.model, m.info.ref)) throw new Error(`the autosaved run was trained on ${meta.modelName}; load that model to resume it (loaded: ${m.info.name})`);
+      if (!sameModel(meta.model, m.info.ref))
+        throw new Error(
+          `the autosaved run was trained on ${meta.modelName}; load that model to resume it (loaded: ${m.info.name})`,
+        );
       const files = await this.deps.storage.files();
-      const docs = parseRunDocuments(files[DOCUMENTS_FILE] === undefined ? undefined : String(files[DOCUMENTS_FILE]), DOCUMENTS_FILE);
+      const docs = parseRunDocuments(
+        files[DOCUMENTS_FILE] === undefined ? undefined : String(files[DOCUMENTS_FILE]),
+        DOCUMENTS_FILE,
+      );
       const options: RunOptions = { config, train: docs.train, evalDocs: docs.evalDocs };
       this.dropRun();
       const trainer = await this.createTrainer(m, options, onEvent, trainerFiles(files), stamp.runId);
@@ -383,7 +485,13 @@ export class PlaygroundEngine {
 
   // ---- internals -----------------------------------------------------------------------------
 
-  private async createTrainer(m: LoadedModel, options: RunOptions, onEvent: TrainListener, resume?: RunFiles, runId?: string): Promise<TrainerLike> {
+  private async createTrainer(
+    m: LoadedModel,
+    options: RunOptions,
+    onEvent: TrainListener,
+    resume?: RunFiles,
+    runId?: string,
+  ): Promise<TrainerLike> {
     let summarizer = new RunSummarizer();
     const listener = (e: TrainEvent) => {
       summarizer.add(e);

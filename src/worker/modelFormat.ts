@@ -43,8 +43,10 @@ export function defaultFormat(cfg: Qwen3Config): ModelFormat {
 
 /** Checks a requested format against the model; throws naming the model and the reason. */
 export function checkFormat(cfg: Qwen3Config, format: ModelFormat, name: string): void {
-  if (format.weights !== 'bf16' && format.weights !== 'q4') throw new Error(`weights must be bf16 or q4 (got "${String(format.weights)}")`);
-  if (format.kv !== 'f32' && format.kv !== 'f16') throw new Error(`the KV cache must be f32 or f16 (got "${String(format.kv)}")`);
+  if (format.weights !== 'bf16' && format.weights !== 'q4')
+    throw new Error(`weights must be bf16 or q4 (got "${String(format.weights)}")`);
+  if (format.kv !== 'f32' && format.kv !== 'f16')
+    throw new Error(`the KV cache must be f32 or f16 (got "${String(format.kv)}")`);
   const problem = format.weights === 'q4' ? q4Problem(cfg) : null;
   if (problem) throw new Error(`${name} cannot load as q4: ${problem}`);
 }

@@ -67,14 +67,25 @@ export class HubRevisionMemo {
   }
 }
 
-export async function resolveSource(choice: ModelChoice, deps: SourceDeps, onDownload?: (p: DownloadProgress) => void): Promise<ResolvedSource> {
+export async function resolveSource(
+  choice: ModelChoice,
+  deps: SourceDeps,
+  onDownload?: (p: DownloadProgress) => void,
+): Promise<ResolvedSource> {
   const doFetch = deps.fetch ?? ((input: RequestInfo | URL, init?: RequestInit) => fetch(input, init));
   switch (choice.kind) {
     case 'demo': {
       const res = await doFetch(new URL('manifest.json', deps.demoUrl).href);
-      if (!res.ok) throw new Error(`the bundled demo model is missing (HTTP ${res.status} for tiny-demo/manifest.json): run \`npm start\`, which generates it`);
+      if (!res.ok)
+        throw new Error(
+          `the bundled demo model is missing (HTTP ${res.status} for tiny-demo/manifest.json): run \`npm start\`, which generates it`,
+        );
       const manifest = (await res.json()) as { name: string; files: string[] };
-      return { source: urlSource(manifest.name, deps.demoUrl, manifest.files, { fetch: doFetch }), name: manifest.name, ref: { kind: 'demo' } };
+      return {
+        source: urlSource(manifest.name, deps.demoUrl, manifest.files, { fetch: doFetch }),
+        name: manifest.name,
+        ref: { kind: 'demo' },
+      };
     }
     case 'hub': {
       const repo = choice.repo.trim();
@@ -83,8 +94,16 @@ export async function resolveSource(choice: ModelChoice, deps: SourceDeps, onDow
       const revision = choice.revision?.trim() || 'main';
       const cache = deps.hubCache ?? defaultHubCache();
       const opts = { fetch: doFetch, cache };
-      const resolved = await (deps.hubRevisions ? deps.hubRevisions.resolve(repo, revision, opts) : resolveHubRevision(repo, revision, opts));
-      const source = hubSource(repo, { resolved, fetch: doFetch, cache, onProgress: onDownload, progressIntervalMs: 250 });
+      const resolved = await (deps.hubRevisions
+        ? deps.hubRevisions.resolve(repo, revision, opts)
+        : resolveHubRevision(repo, revision, opts));
+      const source = hubSource(repo, {
+        resolved,
+        fetch: doFetch,
+        cache,
+        onProgress: onDownload,
+        progressIntervalMs: 250,
+      });
       // Offline on a cached branch: the name carries the note, so the loaded-model line shows it.
       const name = resolved.offline ? `${repo} (${resolved.offline})` : repo;
       return { source, name, ref: { kind: 'hub', repo, revision: resolved.sha } };
@@ -105,7 +124,10 @@ const SIDE_FILES = ['config.json', 'generation_config.json', 'tokenizer.json', '
 
 /** The complete q4 entry of a Hub model in the cache, or null (other sources have no stable key).
  *  It is a ModelSource holding the side files and Q4_STORE_FILE. */
-export async function openQuantizedEntry(ref: ModelRef, cache: HubCache | undefined): Promise<QuantizedCacheSource | null> {
+export async function openQuantizedEntry(
+  ref: ModelRef,
+  cache: HubCache | undefined,
+): Promise<QuantizedCacheSource | null> {
   if (ref.kind !== 'hub' || !cache) return null;
   return quantizedCacheSource(cache, ref.repo, ref.revision, 'q4', Q4_STORE_VERSION);
 }

@@ -12,12 +12,11 @@ export type { DownloadProgress, KvType, ModelFormat, WeightsFormat };
 
 /** Where a model comes from. Files are File objects from a folder pick (they clone into the worker). */
 export type ModelChoice =
-  | { kind: 'demo' }
-  | { kind: 'hub'; repo: string; revision?: string }
-  | { kind: 'files'; files: File[] };
+  { kind: 'demo' } | { kind: 'hub'; repo: string; revision?: string } | { kind: 'files'; files: File[] };
 
 /** A ModelChoice without its bytes: what an autosaved run remembers about its base model. */
-export type ModelRef = { kind: 'demo' } | { kind: 'hub'; repo: string; revision: string } | { kind: 'files'; name: string };
+export type ModelRef =
+  { kind: 'demo' } | { kind: 'hub'; repo: string; revision: string } | { kind: 'files'; name: string };
 
 export interface LoadProgress {
   /** 'cache': writing the quantized weights to the browser cache after a q4 load. */
@@ -108,9 +107,13 @@ export interface StepResult {
 
 /** An error from the worker keeps its name (comlink copies name and message). */
 export function errorName(e: unknown): string {
-  return e instanceof Error || (typeof e === 'object' && e !== null && 'name' in e) ? String((e as { name: unknown }).name) : 'Error';
+  return e instanceof Error || (typeof e === 'object' && e !== null && 'name' in e)
+    ? String((e as { name: unknown }).name)
+    : 'Error';
 }
 
 export function errorMessage(e: unknown): string {
-  return e instanceof Error || (typeof e === 'object' && e !== null && 'message' in e) ? String((e as { message: unknown }).message) : String(e);
+  return e instanceof Error || (typeof e === 'object' && e !== null && 'message' in e)
+    ? String((e as { message: unknown }).message)
+    : String(e);
 }

@@ -41,7 +41,10 @@ export function memoryRunStorage(): RunStorage {
   let saved: { files: RunFiles; meta: SavedRunMeta } | null = null;
   return {
     async save(files, partial) {
-      const meta: SavedRunMeta = { ...partial, files: Object.entries(files).map(([name, f]) => ({ name, size: bytesOf(f).byteLength })) };
+      const meta: SavedRunMeta = {
+        ...partial,
+        files: Object.entries(files).map(([name, f]) => ({ name, size: bytesOf(f).byteLength })),
+      };
       saved = { files: { ...files }, meta: structuredClone(meta) };
       return meta;
     },
@@ -98,7 +101,8 @@ export function opfsRunStorage(dirName = 'spyrl-autosave'): RunStorage {
     const out: RunFiles = {};
     for (const { name, size } of meta.files) {
       const file = await (await dir.getFileHandle(name)).getFile();
-      if (file.size !== size) throw new Error(`autosave: ${name} has ${file.size} bytes, expected ${size} (the save is damaged)`);
+      if (file.size !== size)
+        throw new Error(`autosave: ${name} has ${file.size} bytes, expected ${size} (the save is damaged)`);
       out[name] = isTextFile(name) ? await file.text() : new Uint8Array(await file.arrayBuffer());
     }
     return out;

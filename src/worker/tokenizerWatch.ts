@@ -28,7 +28,11 @@ export interface WatchedWorker {
 }
 
 /** Page side: terminates `worker` when one tokenizer call runs over `limitMs`, then calls onStop with a message naming the file. */
-export function watchWorker(worker: WatchedWorker, onStop: (message: string) => void, limitMs = TOKENIZER_WATCHDOG_MS): void {
+export function watchWorker(
+  worker: WatchedWorker,
+  onStop: (message: string) => void,
+  limitMs = TOKENIZER_WATCHDOG_MS,
+): void {
   let timer: ReturnType<typeof setTimeout> | null = null;
   let stopped = false;
   const clear = () => {
@@ -44,7 +48,9 @@ export function watchWorker(worker: WatchedWorker, onStop: (message: string) => 
     timer = setTimeout(() => {
       stopped = true;
       worker.terminate();
-      onStop(`${file}: a tokenizer call ran over ${limitMs / 1000} s (a runaway chat template or pre-tokenizer regex?), so the engine was stopped. Reload the page to start again; saved runs are kept.`);
+      onStop(
+        `${file}: a tokenizer call ran over ${limitMs / 1000} s (a runaway chat template or pre-tokenizer regex?), so the engine was stopped. Reload the page to start again; saved runs are kept.`,
+      );
     }, limitMs);
   });
 }

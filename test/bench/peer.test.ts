@@ -21,7 +21,9 @@ let session: ort.InferenceSession;
 beforeAll(async () => {
   gpu = await createGpu();
   ort.env.wasm.numThreads = 1;
-  session = await ort.InferenceSession.create(await readFile(join(ROOT, PEER_FILES.onnx)), { executionProviders: ['wasm'] });
+  session = await ort.InferenceSession.create(await readFile(join(ROOT, PEER_FILES.onnx)), {
+    executionProviders: ['wasm'],
+  });
 });
 afterAll(async () => {
   await session?.release();
@@ -31,11 +33,20 @@ afterAll(async () => {
 describe('onnxruntime-web peer (tiny Qwen3 with KV cache)', () => {
   it('has the KV-cache inputs and outputs of scripts/export_onnx.py', () => {
     expect(session.inputNames).toEqual(['input_ids', 'past_key_0', 'past_value_0', 'past_key_1', 'past_value_1']);
-    expect(session.outputNames).toEqual(['logits', 'present_key_0', 'present_value_0', 'present_key_1', 'present_value_1']);
+    expect(session.outputNames).toEqual([
+      'logits',
+      'present_key_0',
+      'present_value_0',
+      'present_key_1',
+      'present_value_1',
+    ]);
   });
 
   it('matches the PyTorch golden logits: prefill 10 tokens, then 6 one at a time through the cache', async () => {
-    const exp = JSON.parse(await readFile(join(checkpoint, 'expected.json'), 'utf8')) as { tokens: number[]; shape: [number, number] };
+    const exp = JSON.parse(await readFile(join(checkpoint, 'expected.json'), 'utf8')) as {
+      tokens: number[];
+      shape: [number, number];
+    };
     const ref = new Float32Array((await readFile(join(checkpoint, 'logits.f32'))).buffer.slice(0));
     const { cfg } = await loadQwen3(gpu, nodeFolderSource(checkpoint));
     const got = await ortLogits(ort as unknown as Ort, session, cfg, exp.tokens, 10);

@@ -18,7 +18,20 @@ beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'spyrl-evalcli-'));
   model = join(tmp, 'tiny');
   other = join(tmp, 'tiny-b');
-  const tiny = ['--layers', '1', '--hidden', '32', '--heads', '2', '--kv-heads', '1', '--head-dim', '16', '--intermediate', '64'];
+  const tiny = [
+    '--layers',
+    '1',
+    '--hidden',
+    '32',
+    '--heads',
+    '2',
+    '--kv-heads',
+    '1',
+    '--head-dim',
+    '16',
+    '--intermediate',
+    '64',
+  ];
   expect((await spyrl('tiny-model', '--out', model, ...tiny)).code).toBe(0);
   expect((await spyrl('tiny-model', '--out', other, ...tiny, '--seed', '5')).code).toBe(0);
   config = join(tmp, 'config.json');
@@ -43,41 +56,95 @@ describe('spyrl eval', () => {
     const r = await spyrl('eval', '--model', model, '--docs', docs, '--config', config);
     expect(r.code).toBe(2);
     expect(r.stdout).toBe('');
-    expect(r.stderr).toBe(`spyrl: error: no held-out split in ${docs} (it has 3 document(s), 0 with a reference "summary"; a held-out split needs at least 2 documents and references): spyrl eval scores held-out reports only, never training documents`);
+    expect(r.stderr).toBe(
+      `spyrl: error: no held-out split in ${docs} (it has 3 document(s), 0 with a reference "summary"; a held-out split needs at least 2 documents and references): spyrl eval scores held-out reports only, never training documents`,
+    );
     const zero = await spyrl('eval', '--model', model, '--config', config, '--held-out', '0');
     expect(zero.code).toBe(2);
-    expect(zero.stderr).toMatch(/^spyrl: error: no held-out split in the bundled GovReport sample \(config evalHeldOut is 0\)/);
+    expect(zero.stderr).toMatch(
+      /^spyrl: error: no held-out split in the bundled GovReport sample \(config evalHeldOut is 0\)/,
+    );
   });
 
   it('refuses a --compare-model of another architecture, naming what differs', async () => {
     const wide = join(tmp, 'wide');
-    expect((await spyrl('tiny-model', '--out', wide, '--layers', '1', '--hidden', '64', '--heads', '2', '--kv-heads', '1', '--head-dim', '16', '--intermediate', '64')).code).toBe(0);
+    expect(
+      (
+        await spyrl(
+          'tiny-model',
+          '--out',
+          wide,
+          '--layers',
+          '1',
+          '--hidden',
+          '64',
+          '--heads',
+          '2',
+          '--kv-heads',
+          '1',
+          '--head-dim',
+          '16',
+          '--intermediate',
+          '64',
+        )
+      ).code,
+    ).toBe(0);
     const r = await spyrl('eval', '--model', model, '--compare-model', wide, '--config', config, '--held-out', '1');
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/config\.json: --compare-model must have the architecture of --model; it differs in hiddenSize 64 \(base model: 32\)/);
+    expect(r.stderr).toMatch(
+      /config\.json: --compare-model must have the architecture of --model; it differs in hiddenSize 64 \(base model: 32\)/,
+    );
   }, 120_000);
 
   it('scores base, adapter and --compare-model on the held-out reports and exports JSONL', async () => {
     const out = join(tmp, 'eval.jsonl');
-    const r = await spyrl('eval', '--model', model, '--adapter', adapter, '--compare-model', other, '--config', config, '--out', out);
+    const r = await spyrl(
+      'eval',
+      '--model',
+      model,
+      '--adapter',
+      adapter,
+      '--compare-model',
+      other,
+      '--config',
+      config,
+      '--out',
+      out,
+    );
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.trim().split('\n');
-    expect(lines[0]).toBe('spyrl eval: 2 held-out reports, each read up to 48 tokens (longer: cut, reference marked as covering more), greedy summaries of at most 8 tokens, ROUGE F1 with Porter stemming');
+    expect(lines[0]).toBe(
+      'spyrl eval: 2 held-out reports, each read up to 48 tokens (longer: cut, reference marked as covering more), greedy summaries of at most 8 tokens, ROUGE F1 with Porter stemming',
+    );
     // The bundled split with evalHeldOut 2: the shortest GAO and the shortest CRS report.
     const rows = lines.slice(1, 7).map((l) => l.split('\t'));
     expect(rows.map((c) => [c[0], c[1]])).toEqual([
-      ['ccdv_govreport_test_5', 'base'], ['ccdv_govreport_test_5', 'adapter'], ['ccdv_govreport_test_5', 'compare'],
-      ['CRS_R44688', 'base'], ['CRS_R44688', 'adapter'], ['CRS_R44688', 'compare'],
+      ['ccdv_govreport_test_5', 'base'],
+      ['ccdv_govreport_test_5', 'adapter'],
+      ['ccdv_govreport_test_5', 'compare'],
+      ['CRS_R44688', 'base'],
+      ['CRS_R44688', 'adapter'],
+      ['CRS_R44688', 'compare'],
     ]);
     for (const c of rows) {
       expect(c.slice(2, 6).join(' ')).toMatch(/^ROUGE-1 \d\.\d{4} ROUGE-2 \d\.\d{4} ROUGE-L \d\.\d{4} tokens [1-8]$/);
       expect(c[6]).toMatch(/^first \d+ of \d+ tokens: the reference covers more than the input$/);
     }
-    expect(lines.slice(7, 10).map((l) => l.split('\t').slice(0, 2).join(' '))).toEqual(['mean base', 'mean adapter', 'mean compare']);
+    expect(lines.slice(7, 10).map((l) => l.split('\t').slice(0, 2).join(' '))).toEqual([
+      'mean base',
+      'mean adapter',
+      'mean compare',
+    ]);
     expect(lines[10]).toBe(`wrote 2 lines to ${out}`);
 
-    const json = (await readFile(out, 'utf8')).trim().split('\n').map((l) => JSON.parse(l));
-    expect(json.map((j) => [j.id, j.coverage])).toEqual([['ccdv_govreport_test_5', 'cut'], ['CRS_R44688', 'cut']]);
+    const json = (await readFile(out, 'utf8'))
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(json.map((j) => [j.id, j.coverage])).toEqual([
+      ['ccdv_govreport_test_5', 'cut'],
+      ['CRS_R44688', 'cut'],
+    ]);
     for (const j of json) {
       expect(Object.keys(j.results)).toEqual(['base', 'adapter', 'compare']);
       expect(j.settings).toEqual({ docTokenBudget: 48, summaryMaxTokens: 8, overflow: 'mark', stemmer: true });
@@ -102,23 +169,57 @@ describe('spyrl eval', () => {
         return;
       }
       const m = /^\/test-org\/tiny-b\/resolve\/([0-9a-f]{40})\/(.+)$/.exec(req.url!);
-      if (!m || m[1] !== SHA || !files.includes(decodeURIComponent(m[2]))) { res.statusCode = 404; res.end('not found'); return; }
-      readFile(join(other, decodeURIComponent(m[2]))).then((b) => res.end(b), () => { res.statusCode = 500; res.end(); });
+      if (!m || m[1] !== SHA || !files.includes(decodeURIComponent(m[2]))) {
+        res.statusCode = 404;
+        res.end('not found');
+        return;
+      }
+      readFile(join(other, decodeURIComponent(m[2]))).then(
+        (b) => res.end(b),
+        () => {
+          res.statusCode = 500;
+          res.end();
+        },
+      );
     });
     await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
     try {
-      const env = { HF_ENDPOINT: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, HF_TOKEN: 'hf_secret_token_123', SPYRL_HUB_CACHE: join(tmp, 'hub-cache') };
-      const run = (compare: string, out: string) => spyrlWith({ env }, 'eval', '--model', model, '--compare-model', compare, '--config', config, '--held-out', '1', '--out', out);
+      const env = {
+        HF_ENDPOINT: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+        HF_TOKEN: 'hf_secret_token_123',
+        SPYRL_HUB_CACHE: join(tmp, 'hub-cache'),
+      };
+      const run = (compare: string, out: string) =>
+        spyrlWith(
+          { env },
+          'eval',
+          '--model',
+          model,
+          '--compare-model',
+          compare,
+          '--config',
+          config,
+          '--held-out',
+          '1',
+          '--out',
+          out,
+        );
       const viaHub = await run('test-org/tiny-b', join(tmp, 'hub.jsonl'));
       expect(viaHub.code, viaHub.stderr).toBe(0);
       expect(viaHub.stdout + viaHub.stderr).not.toContain('hf_secret_token_123');
       expect(seen.length).toBeGreaterThan(files.length); // the revision, then every file it read
       expect(seen.every((r) => r.auth === 'Bearer hf_secret_token_123')).toBe(true);
-      expect(seen.filter((r) => r.url.includes('/resolve/')).every((r) => r.url.includes(`/resolve/${SHA}/`))).toBe(true);
+      expect(seen.filter((r) => r.url.includes('/resolve/')).every((r) => r.url.includes(`/resolve/${SHA}/`))).toBe(
+        true,
+      );
       // The same model from its folder scores the same; a second Hub run reads the cache (only the revision is asked).
       const viaDir = await run(other, join(tmp, 'dir.jsonl'));
       expect(viaDir.code, viaDir.stderr).toBe(0);
-      const compare = async (f: string) => (await readFile(join(tmp, f), 'utf8')).trim().split('\n').map((l) => JSON.parse(l).results.compare);
+      const compare = async (f: string) =>
+        (await readFile(join(tmp, f), 'utf8'))
+          .trim()
+          .split('\n')
+          .map((l) => JSON.parse(l).results.compare);
       expect(await compare('hub.jsonl')).toEqual(await compare('dir.jsonl'));
       seen.length = 0;
       const again = await run('test-org/tiny-b@main', join(tmp, 'hub2.jsonl'));

@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { CONFIG_FIELDS, ConfigError, DEFAULT_CONFIG, configLeaves, describeConfig, validateConfig } from '../../src/game/config.ts';
+import {
+  CONFIG_FIELDS,
+  ConfigError,
+  DEFAULT_CONFIG,
+  configLeaves,
+  describeConfig,
+  validateConfig,
+} from '../../src/game/config.ts';
 
 describe('SpyRLConfig', () => {
   it('defaults validate and match the issue', () => {
@@ -14,7 +21,9 @@ describe('SpyRLConfig', () => {
   });
 
   it('every setting has a check and a reason, and nothing else does', () => {
-    const leaves = configLeaves().map(([p]) => p).sort();
+    const leaves = configLeaves()
+      .map(([p]) => p)
+      .sort();
     expect(Object.keys(CONFIG_FIELDS).sort()).toEqual(leaves);
     for (const p of leaves) expect(CONFIG_FIELDS[p]!.why.length).toBeGreaterThan(5);
     for (const [p, v] of configLeaves()) expect(CONFIG_FIELDS[p]!.check(v)).toBeNull();
@@ -22,7 +31,11 @@ describe('SpyRLConfig', () => {
   });
 
   it('merges nested overrides without touching the defaults', () => {
-    const cfg = validateConfig({ groupSize: 6, rewards: { spyVote: 0.5 }, lora: { targetModules: ['v_proj', 'q_proj'] } });
+    const cfg = validateConfig({
+      groupSize: 6,
+      rewards: { spyVote: 0.5 },
+      lora: { targetModules: ['v_proj', 'q_proj'] },
+    });
     expect(cfg.groupSize).toBe(6);
     expect(cfg.rewards).toEqual({ ...DEFAULT_CONFIG.rewards, spyVote: 0.5 });
     expect(cfg.lora.targetModules).toEqual(['q_proj', 'v_proj']);
@@ -48,8 +61,12 @@ describe('SpyRLConfig', () => {
     expect(err({ maskMode: 'hide' })).toMatch(/^config\.maskMode: must be one of "remove", "placeholder"/);
     expect(err({ sampling: { topP: 1.5 } })).toMatch(/^config\.sampling\.topP/);
     expect(err({ sampling: 1 })).toMatch(/^config\.sampling: must be an object/);
-    expect(err({ prompts: { voteQuestion: 'Who is the spy?' } })).toMatch(/^config\.prompts\.voteQuestion: must contain \{self\}/);
-    expect(err({ lora: { targetModules: ['lm_head'] } })).toMatch(/^config\.lora\.targetModules: unknown LoRA target "lm_head"/);
+    expect(err({ prompts: { voteQuestion: 'Who is the spy?' } })).toMatch(
+      /^config\.prompts\.voteQuestion: must contain \{self\}/,
+    );
+    expect(err({ lora: { targetModules: ['lm_head'] } })).toMatch(
+      /^config\.lora\.targetModules: unknown LoRA target "lm_head"/,
+    );
     expect(err({ voteReason: 'yes' })).toMatch(/^config\.voteReason: must be true or false/);
     expect(err([])).toMatch(/must be an object/);
   });

@@ -1,5 +1,11 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { DocumentParseError, documentForRound, fitToBudget, parseDocuments, splitGovReport } from '../../src/game/documents.ts';
+import {
+  DocumentParseError,
+  documentForRound,
+  fitToBudget,
+  parseDocuments,
+  splitGovReport,
+} from '../../src/game/documents.ts';
 import { loadGovReportNode } from '../../src/game/govreport.node.ts';
 import { sentenceEnds } from '../../src/game/text.ts';
 import type { Qwen3Tokenizer } from '../../src/model/tokenizer.ts';
@@ -12,7 +18,8 @@ beforeAll(async () => {
 
 describe('parseDocuments', () => {
   it('reads JSONL with optional summary, id and source', () => {
-    const text = '{"report": "First report.", "summary": "S1", "id": "a", "source": "GAO"}\n\n{"report": "Second\\r\\nreport.", "id": 7}\n{"report": "Third."}\n';
+    const text =
+      '{"report": "First report.", "summary": "S1", "id": "a", "source": "GAO"}\n\n{"report": "Second\\r\\nreport.", "id": 7}\n{"report": "Third."}\n';
     const docs = parseDocuments(text, 'dir/mine.jsonl');
     expect(docs).toEqual([
       { id: 'a', source: 'GAO', report: 'First report.', summary: 'S1' },
@@ -22,7 +29,9 @@ describe('parseDocuments', () => {
   });
 
   it('reads .txt and .md as one document each, NFC and \\n line ends', () => {
-    expect(parseDocuments('\uFEFFCafe\u0301 report.\r\nLine two.\r\n', 'notes/My Report.txt')).toEqual([{ id: 'My Report', report: 'Café report.\nLine two.' }]);
+    expect(parseDocuments('\uFEFFCafe\u0301 report.\r\nLine two.\r\n', 'notes/My Report.txt')).toEqual([
+      { id: 'My Report', report: 'Café report.\nLine two.' },
+    ]);
     expect(parseDocuments('# Title\n\nBody.', 'x.MD')[0]!.report).toBe('# Title\n\nBody.');
   });
 
@@ -30,7 +39,9 @@ describe('parseDocuments', () => {
     expect(() => parseDocuments('{"report": "ok"}\n{bad', 'f.jsonl')).toThrow(/f\.jsonl:2: not valid JSON/);
     expect(() => parseDocuments('{"summary": "x"}', 'f.jsonl')).toThrow(/f\.jsonl:1: needs a string field "report"/);
     expect(() => parseDocuments('{"report": "  "}', 'f.jsonl')).toThrow(/"report" is empty/);
-    expect(() => parseDocuments('{"report": "a", "id": "x"}\n{"report": "b", "id": "x"}', 'f.jsonl')).toThrow(/duplicate id "x" \(first on line 1\)/);
+    expect(() => parseDocuments('{"report": "a", "id": "x"}\n{"report": "b", "id": "x"}', 'f.jsonl')).toThrow(
+      /duplicate id "x" \(first on line 1\)/,
+    );
     expect(() => parseDocuments('[1]', 'f.jsonl')).toThrow(DocumentParseError);
     expect(() => parseDocuments('   \n', 'empty.txt')).toThrow(/empty/);
     expect(() => parseDocuments('x', 'doc.pdf')).toThrow(/unsupported file type "\.pdf"/);
@@ -64,7 +75,11 @@ describe('fitToBudget', () => {
   it('keeps a report that fits, and cuts a long one at a sentence end under the budget', async () => {
     const { train } = await loadGovReportNode();
     const report = train[0]!.report;
-    expect(fitToBudget('Short report.', tok, 100)).toEqual({ text: 'Short report.', tokenIds: tok.encode('Short report.'), cut: null });
+    expect(fitToBudget('Short report.', tok, 100)).toEqual({
+      text: 'Short report.',
+      tokenIds: tok.encode('Short report.'),
+      cut: null,
+    });
     for (const budget of [64, 500, 2048]) {
       const { text, tokenIds, cut } = fitToBudget(report, tok, budget);
       expect(cut).not.toBeNull();

@@ -31,7 +31,10 @@ export interface ScriptOptions {
  * Spots the spy's prompt as the one that differs from the others (as a perfect reader would),
  * writes scripted summaries, and votes by scoring each listed summary.
  */
-export function scriptedPolicy(tok: Qwen3Tokenizer, opts: ScriptOptions = {}): Policy & { calls: { generate: ChatPrompt[][]; vote: number[][][] } } {
+export function scriptedPolicy(
+  tok: Qwen3Tokenizer,
+  opts: ScriptOptions = {},
+): Policy & { calls: { generate: ChatPrompt[][]; vote: number[][][] } } {
   const calls = { generate: [] as ChatPrompt[][], vote: [] as number[][][] };
   const civilian = opts.civilian ?? ((seed) => `The report covers every point (draw ${seed % 1000}).`);
   const spy = opts.spy ?? ((seed) => `The report covers a partial set of points (draw ${seed % 1000}).`);

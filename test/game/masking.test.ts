@@ -37,7 +37,8 @@ describe('tokenCharOffsets', () => {
 
 describe('sentenceEnds', () => {
   it('ends sentences at terminal punctuation and line ends, not after abbreviations or decimals', () => {
-    const t = 'The U.S. Dept. of Energy spent $3.5 billion. Sec. 101 applies (see Fig. 2). "Is it done?" she asked.\nHeading\n\nNew para! 東京です。大阪です。';
+    const t =
+      'The U.S. Dept. of Energy spent $3.5 billion. Sec. 101 applies (see Fig. 2). "Is it done?" she asked.\nHeading\n\nNew para! 東京です。大阪です。';
     const ends = sentenceEnds(t);
     const pieces = ends.map((e, i) => t.slice(i === 0 ? 0 : ends[i - 1]!, e).trim());
     expect(pieces).toEqual([
@@ -87,11 +88,18 @@ describe('maskSpan', () => {
   it('placeholder mode marks the gap, keeping the whitespace around it', () => {
     const text = 'Alpha one is here. Bravo two is here. Charlie three is here. Delta four is here. Echo five is here.';
     for (let seed = 0; seed < 10; seed++) {
-      const m = maskSpan(text, tok, { maskRatio: 0.2, mode: 'placeholder', rng: Rng.fromSeed(seed), placeholder: '[...]' });
+      const m = maskSpan(text, tok, {
+        maskRatio: 0.2,
+        mode: 'placeholder',
+        rng: Rng.fromSeed(seed),
+        placeholder: '[...]',
+      });
       expect(m.span.snappedTo).toBe('sentence');
       const before = text.slice(0, m.span.charStart);
       const after = text.slice(m.span.charEnd);
-      expect(m.spyText.replace('[...]', '').replace(/\s+/g, ' ').trim()).toBe(`${before} ${after}`.replace(/\s+/g, ' ').trim());
+      expect(m.spyText.replace('[...]', '').replace(/\s+/g, ' ').trim()).toBe(
+        `${before} ${after}`.replace(/\s+/g, ' ').trim(),
+      );
       expect(m.spyText).toMatch(/(^|\. )\[\.\.\.\]( [A-Z]|$)/);
       const removed = maskSpan(text, tok, { maskRatio: 0.2, mode: 'remove', rng: Rng.fromSeed(seed) });
       expect(removed.spyText).not.toMatch(/^\s|\s$|\s\s/); // seamless: no double or edge spaces
@@ -121,7 +129,9 @@ describe('maskSpan', () => {
   });
 
   it('never splits a character: CJK, emoji sequences, combining marks', () => {
-    const text = normalizeText('東京都は日本の首都で人口が多い都市です🚀👩‍👩‍👧‍👦🇯🇵q\u0307a\u0308\u0301x̌ỹ最後に文字列は終わります');
+    const text = normalizeText(
+      '東京都は日本の首都で人口が多い都市です🚀👩‍👩‍👧‍👦🇯🇵q\u0307a\u0308\u0301x̌ỹ最後に文字列は終わります',
+    );
     for (let seed = 0; seed < 30; seed++) {
       for (const ratio of [0.1, 0.2, 0.5]) {
         const m = maskSpan(text, tok, { maskRatio: ratio, mode: 'remove', rng: Rng.fromSeed(seed) });

@@ -1,5 +1,13 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_PROMPTS, cleanReason, labelTokenIds, reasonPrompts, summaryPrompts, votePrompts, VOTE_ANSWER_PREFIX } from '../../src/game/prompts.ts';
+import {
+  DEFAULT_PROMPTS,
+  cleanReason,
+  labelTokenIds,
+  reasonPrompts,
+  summaryPrompts,
+  votePrompts,
+  VOTE_ANSWER_PREFIX,
+} from '../../src/game/prompts.ts';
 import { Rng } from '../../src/game/rng.ts';
 import { assignRoles, seatsByLabel, MAX_GROUP_SIZE } from '../../src/game/roles.ts';
 import { commonPrefixLength } from '../../src/game/text.ts';
@@ -39,7 +47,11 @@ describe('vote labels', () => {
 
   it('in a rendered vote prompt, appending the digit appends exactly its label token', () => {
     const roles = assignRoles(8, Rng.fromSeed(5));
-    const prompts = votePrompts(tok, { roles, civilianText: FULL, spyText: SPY, summaries: roles.labels.map((l) => `Summary by ${l}.`) }, DEFAULT_PROMPTS);
+    const prompts = votePrompts(
+      tok,
+      { roles, civilianText: FULL, spyText: SPY, summaries: roles.labels.map((l) => `Summary by ${l}.`) },
+      DEFAULT_PROMPTS,
+    );
     const ids = labelTokenIds(tok, 8);
     for (const p of prompts) {
       expect(p.text.endsWith('<think>\n\n</think>\n\nPlayer ')).toBe(true);
@@ -80,8 +92,15 @@ describe('vote prompts', () => {
       expect(content).toContain(`Report:\n${seat === roles.spySeat ? SPY : FULL}\n\nSummaries:`);
       const listed = listedSummaries(content);
       expect([...listed.keys()]).toEqual([1, 2, 3, 4, 5]);
-      for (const s of seatsByLabel(roles)) expect(listed.get(roles.labels[s]!)).toBe(s === 3 ? '(no summary)' : `I am seat ${s}, label ${roles.labels[s]}.`);
-      expect(content.endsWith(`You are Player ${roles.labels[seat]}. Which other player is the spy? Answer in the form "Player <number>".`)).toBe(true);
+      for (const s of seatsByLabel(roles))
+        expect(listed.get(roles.labels[s]!)).toBe(
+          s === 3 ? '(no summary)' : `I am seat ${s}, label ${roles.labels[s]}.`,
+        );
+      expect(
+        content.endsWith(
+          `You are Player ${roles.labels[seat]}. Which other player is the spy? Answer in the form "Player <number>".`,
+        ),
+      ).toBe(true);
       expect(p.prefill).toBe('Player ');
     });
   });

@@ -5,7 +5,9 @@ describe('Rng (xoshiro128**)', () => {
   it('matches the reference xoshiro128** outputs from state {1, 2, 3, 4}', () => {
     const r = Rng.fromState([1, 2, 3, 4]);
     // rotl(2 * 5, 7) * 9 = 11520; then s1 becomes 0, so 0; the rest from the reference C code.
-    expect(Array.from({ length: 6 }, () => r.nextUint32())).toEqual([11520, 0, 5927040, 70819200, 2031721883, 1637235492]);
+    expect(Array.from({ length: 6 }, () => r.nextUint32())).toEqual([
+      11520, 0, 5927040, 70819200, 2031721883, 1637235492,
+    ]);
   });
 
   it('resumes the identical sequence from a saved state (through JSON)', () => {
@@ -19,7 +21,10 @@ describe('Rng (xoshiro128**)', () => {
   });
 
   it('is a function of the seed; different seeds differ', () => {
-    const seq = (s: number | string) => { const r = Rng.fromSeed(s); return Array.from({ length: 8 }, () => r.nextUint32()); };
+    const seq = (s: number | string) => {
+      const r = Rng.fromSeed(s);
+      return Array.from({ length: 8 }, () => r.nextUint32());
+    };
     expect(seq(7)).toEqual(seq(7));
     expect(seq(7)).not.toEqual(seq(8));
     expect(seq('run-a')).not.toEqual(seq('run-b'));
@@ -46,7 +51,7 @@ describe('Rng (xoshiro128**)', () => {
       counts[r.int(5)]!++;
     }
     for (const c of counts) expect(Math.abs(c - 1000)).toBeLessThan(150);
-    const items = [..."abcdefgh"];
+    const items = [...'abcdefgh'];
     expect(r.shuffle(items).sort()).toEqual(items);
   });
 

@@ -4,7 +4,19 @@ import { lcsLength, rougeL, rougeTokenize } from '../../src/game/rouge.ts';
 
 describe('rouge_score tokenizer', () => {
   it('lowercases, turns non [a-z0-9] runs into spaces, drops empties', () => {
-    expect(rougeTokenize("The U.S. GAO's FY-2020 report: café & naïve!")).toEqual(['the', 'u', 's', 'gao', 's', 'fy', '2020', 'report', 'caf', 'na', 've']);
+    expect(rougeTokenize("The U.S. GAO's FY-2020 report: café & naïve!")).toEqual([
+      'the',
+      'u',
+      's',
+      'gao',
+      's',
+      'fy',
+      '2020',
+      'report',
+      'caf',
+      'na',
+      've',
+    ]);
     expect(rougeTokenize('  ')).toEqual([]);
     expect(rougeTokenize('東京 2024')).toEqual(['2024']);
   });
@@ -18,9 +30,30 @@ describe('rouge_score tokenizer', () => {
 describe("NLTK's PorterStemmer (NLTK_EXTENSIONS)", () => {
   it("reproduces NLTK's documented examples", () => {
     // nltk/test/stem.doctest
-    const words = ['caresses', 'flies', 'dies', 'mules', 'denied', 'died', 'agreed', 'owned', 'humbled', 'sized', 'meeting', 'stating',
-      'siezing', 'itemization', 'sensational', 'traditional', 'reference', 'colonizer', 'plotted'];
-    expect(words.map(porterStem).join(' ')).toBe('caress fli die mule deni die agre own humbl size meet state siez item sensat tradit refer colon plot');
+    const words = [
+      'caresses',
+      'flies',
+      'dies',
+      'mules',
+      'denied',
+      'died',
+      'agreed',
+      'owned',
+      'humbled',
+      'sized',
+      'meeting',
+      'stating',
+      'siezing',
+      'itemization',
+      'sensational',
+      'traditional',
+      'reference',
+      'colonizer',
+      'plotted',
+    ];
+    expect(words.map(porterStem).join(' ')).toBe(
+      'caress fli die mule deni die agre own humbl size meet state siez item sensat tradit refer colon plot',
+    );
   });
 
   it('keeps the NLTK departures from Porter (1980)', () => {

@@ -12,13 +12,23 @@ interface Case {
   expected: Record<'rouge1' | 'rouge2' | 'rougeL', RougeScore>;
   tokens: number;
 }
-const fixture = JSON.parse(readFileSync(new URL('../fixtures/rouge/rouge_cases.json', import.meta.url), 'utf8')) as { cases: Case[]; stems: Record<string, string> };
+const fixture = JSON.parse(readFileSync(new URL('../fixtures/rouge/rouge_cases.json', import.meta.url), 'utf8')) as {
+  cases: Case[];
+  stems: Record<string, string>;
+};
 
 describe('ROUGE-1/2/L against the Python reference', () => {
   it('has cases with and without stemming where stemming changes the score', () => {
     expect(fixture.cases.length).toBeGreaterThanOrEqual(60);
-    const pairs = fixture.cases.filter((c) => c.useStemmer).map((c) => [c, fixture.cases.find((d) => !d.useStemmer && d.reference === c.reference && d.candidate === c.candidate)!]);
-    expect(pairs.filter(([a, b]) => a!.expected.rouge1.fmeasure !== b!.expected.rouge1.fmeasure).length).toBeGreaterThan(10);
+    const pairs = fixture.cases
+      .filter((c) => c.useStemmer)
+      .map((c) => [
+        c,
+        fixture.cases.find((d) => !d.useStemmer && d.reference === c.reference && d.candidate === c.candidate)!,
+      ]);
+    expect(
+      pairs.filter(([a, b]) => a!.expected.rouge1.fmeasure !== b!.expected.rouge1.fmeasure).length,
+    ).toBeGreaterThan(10);
   });
 
   it('matches precision, recall and F1 of every case (1e-12)', () => {
@@ -26,7 +36,10 @@ describe('ROUGE-1/2/L against the Python reference', () => {
       const got = rougeScores(c.reference, c.candidate, { useStemmer: c.useStemmer });
       for (const k of ['rouge1', 'rouge2', 'rougeL'] as const) {
         for (const m of ['precision', 'recall', 'fmeasure'] as const) {
-          expect(Math.abs(got[k][m] - c.expected[k][m]), `${k}.${m} stem=${c.useStemmer} "${c.candidate.slice(0, 40)}"`).toBeLessThan(1e-12);
+          expect(
+            Math.abs(got[k][m] - c.expected[k][m]),
+            `${k}.${m} stem=${c.useStemmer} "${c.candidate.slice(0, 40)}"`,
+          ).toBeLessThan(1e-12);
         }
       }
       expect(rougeTokenize(c.candidate, c.useStemmer)).toHaveLength(c.tokens);

@@ -16,10 +16,19 @@ beforeAll(async () => {
   gao = (await loadGovReportNode()).train[0]!;
 });
 
-async function play(doc: SpyDocument, over: SpyRLConfigInput = {}, round = 0, script: ScriptOptions = {}, baseline: SpyBaselineState = INITIAL_SPY_BASELINE) {
+async function play(
+  doc: SpyDocument,
+  over: SpyRLConfigInput = {},
+  round = 0,
+  script: ScriptOptions = {},
+  baseline: SpyBaselineState = INITIAL_SPY_BASELINE,
+) {
   const config = validateConfig({ docTokenBudget: 512, voteChoice: 'argmax', ...over }); // the scripted votes below are checked as argmax
   const policy = scriptedPolicy(tok, script);
-  const result = await playRound({ config, tokenizer: tok, document: doc, round, rng: roundRng(config.seed, round), spyBaseline: baseline }, policy);
+  const result = await playRound(
+    { config, tokenizer: tok, document: doc, round, rng: roundRng(config.seed, round), spyBaseline: baseline },
+    policy,
+  );
   return { ...result, policy, config };
 }
 
@@ -59,19 +68,37 @@ describe('playRound with a scripted policy', () => {
       expect(v.candidates).not.toContain(v.label);
     }
     const framed = r.votes[spy]!.chosenSeat;
-    expect(r.metrics).toEqual({ spyCaught: true, voteAccuracy: 1, meanCivilianSuspicion: 1 / 9, spySuspicion: 1, meanSummaryTokens: expect.any(Number) });
+    expect(r.metrics).toEqual({
+      spyCaught: true,
+      voteAccuracy: 1,
+      meanCivilianSuspicion: 1 / 9,
+      spySuspicion: 1,
+      meanSummaryTokens: expect.any(Number),
+    });
     // Rewards by hand: spy 1 - 3/3 = 0; the framed civilian 1 - 1/3; other civilians 1. Civilian votes 1 each.
-    r.summaries.forEach((s, seat) => expect(r.rewards.summary[seat]).toBeCloseTo(seat === spy ? 0 : seat === framed ? 2 / 3 : 1, 12));
+    r.summaries.forEach((s, seat) =>
+      expect(r.rewards.summary[seat]).toBeCloseTo(seat === spy ? 0 : seat === framed ? 2 / 3 : 1, 12),
+    );
     expect(r.rewards.vote).toEqual(r.labels.map((_, s) => (s === spy ? null : 1)));
     // Advantages: civilians [2/3, 1, 1] around 8/9; the spy against 8/9 (no history); votes all equal -> 0.
-    r.summaries.forEach((_, seat) => expect(r.advantages.summary[seat]).toBeCloseTo(seat === spy ? -8 / 9 : seat === framed ? 2 / 3 - 8 / 9 : 1 - 8 / 9, 12));
+    r.summaries.forEach((_, seat) =>
+      expect(r.advantages.summary[seat]).toBeCloseTo(
+        seat === spy ? -8 / 9 : seat === framed ? 2 / 3 - 8 / 9 : 1 - 8 / 9,
+        12,
+      ),
+    );
     expect(r.advantages.vote).toEqual(r.labels.map((_, s) => (s === spy ? null : 0)));
     expect(spyBaseline).toEqual({ count: 1, mean: 0, variance: 0 });
 
     // Samples: N summaries + N-1 civilian votes, with what the trainer needs.
     expect(samples.filter((s) => s.stage === 'summary')).toHaveLength(4);
     const voteSamples = samples.filter((s) => s.stage === 'vote');
-    expect(voteSamples.map((s) => s.seat).sort()).toEqual(r.labels.map((_, s) => s).filter((s) => s !== spy).sort());
+    expect(voteSamples.map((s) => s.seat).sort()).toEqual(
+      r.labels
+        .map((_, s) => s)
+        .filter((s) => s !== spy)
+        .sort(),
+    );
     const labelIds = labelTokenIds(tok, 4);
     for (const s of voteSamples) {
       expect(s.completionTokenIds).toEqual([labelIds[r.spyLabel - 1]]);
@@ -93,7 +120,8 @@ describe('playRound with a scripted policy', () => {
     expect(b).toBe(a);
     const c = (await play(gao, { seed: 3 }, 6)).record;
     const d = (await play(gao, { seed: 4 }, 5)).record;
-    const key = (r: RoundRecord) => JSON.stringify([r.spySeat, r.labels, r.mask.span.charStart, r.summaries.map((s) => s.text)]);
+    const key = (r: RoundRecord) =>
+      JSON.stringify([r.spySeat, r.labels, r.mask.span.charStart, r.summaries.map((s) => s.text)]);
     expect(key(c)).not.toBe(key(JSON.parse(a)));
     expect(key(d)).not.toBe(key(JSON.parse(a)));
   });
@@ -104,11 +132,23 @@ describe('playRound with a scripted policy', () => {
     let saved = '';
     for (let round = 0; round < 3; round++) {
       if (round === 2) saved = JSON.stringify(baseline); // a checkpoint after round 1
-      const res = await play(gao, { seed: 11 }, round, { spy: (s) => (s % 2 ? 'A partial view.' : 'A complete view.') }, baseline);
+      const res = await play(
+        gao,
+        { seed: 11 },
+        round,
+        { spy: (s) => (s % 2 ? 'A partial view.' : 'A complete view.') },
+        baseline,
+      );
       baseline = res.spyBaseline;
       lines.push(runLogLine(res.record));
     }
-    const resumed = await play(gao, { seed: 11 }, 2, { spy: (s) => (s % 2 ? 'A partial view.' : 'A complete view.') }, JSON.parse(saved));
+    const resumed = await play(
+      gao,
+      { seed: 11 },
+      2,
+      { spy: (s) => (s % 2 ? 'A partial view.' : 'A complete view.') },
+      JSON.parse(saved),
+    );
     expect(runLogLine(resumed.record)).toBe(lines[2]);
     expect(JSON.parse(lines[2]!).advantages.spyBaselineCount).toBe(2);
   });
@@ -141,7 +181,12 @@ describe('playRound with a scripted policy', () => {
   });
 
   it('plays on unicode (CJK, emoji, combining marks) without splitting characters', async () => {
-    const doc: SpyDocument = { id: 'uni', report: normalizeText('東京は日本の首都です。人口は約1400万人です。🚀 ロケットの打ち上げは成功しました。naïve café q̇ の話もあります。最後の文です。') };
+    const doc: SpyDocument = {
+      id: 'uni',
+      report: normalizeText(
+        '東京は日本の首都です。人口は約1400万人です。🚀 ロケットの打ち上げは成功しました。naïve café q̇ の話もあります。最後の文です。',
+      ),
+    };
     for (let round = 0; round < 5; round++) {
       const { record: r } = await play(doc, { maskMode: 'placeholder' }, round);
       const { charStart, charEnd, text } = r.mask.span;
@@ -157,7 +202,15 @@ describe('playRound with a scripted policy', () => {
     const config = validateConfig({ docTokenBudget: 256, summaryMaxTokens: 8 });
     const policy = scriptedPolicy(tok);
     const { record: r } = await playRound(
-      { config, tokenizer: tok, document: gao, round: 0, rng: roundRng(0, 0), spyBaseline: INITIAL_SPY_BASELINE, now: () => (t += 10) },
+      {
+        config,
+        tokenizer: tok,
+        document: gao,
+        round: 0,
+        rng: roundRng(0, 0),
+        spyBaseline: INITIAL_SPY_BASELINE,
+        now: () => (t += 10),
+      },
       policy,
     );
     for (const s of r.summaries) {
@@ -183,15 +236,39 @@ describe('playRound with a scripted policy', () => {
     expect(line).not.toContain('\n');
     const parsed = JSON.parse(line);
     expect(parsed.prompts.texts).toBeUndefined();
-    for (const k of ['round', 'documentId', 'spySeat', 'labels', 'mask', 'summaries', 'votes', 'rewards', 'advantages', 'train', 'timings', 'rngState']) expect(parsed).toHaveProperty(k);
+    for (const k of [
+      'round',
+      'documentId',
+      'spySeat',
+      'labels',
+      'mask',
+      'summaries',
+      'votes',
+      'rewards',
+      'advantages',
+      'train',
+      'timings',
+      'rngState',
+    ])
+      expect(parsed).toHaveProperty(k);
     expect(JSON.parse(runLogLine(record, { includePromptTexts: true })).prompts.texts.votes).toHaveLength(4);
   });
 
   it('rejects a policy that answers with the wrong shapes', async () => {
     const config = validateConfig({ docTokenBudget: 128 });
     const good = scriptedPolicy(tok);
-    const bad: Policy = { generate: async (p, o) => (await good.generate(p, o)).slice(1), voteLogprobs: good.voteLogprobs };
-    const ctx = { config, tokenizer: tok, document: gao, round: 0, rng: roundRng(0, 0), spyBaseline: INITIAL_SPY_BASELINE };
+    const bad: Policy = {
+      generate: async (p, o) => (await good.generate(p, o)).slice(1),
+      voteLogprobs: good.voteLogprobs,
+    };
+    const ctx = {
+      config,
+      tokenizer: tok,
+      document: gao,
+      round: 0,
+      rng: roundRng(0, 0),
+      spyBaseline: INITIAL_SPY_BASELINE,
+    };
     await expect(playRound(ctx, bad)).rejects.toThrow(/returned 3 summaries for 4 prompts/);
     const bad2: Policy = { generate: good.generate, voteLogprobs: async (p) => p.map(() => [0]) };
     await expect(playRound(ctx, bad2)).rejects.toThrow(/one log-prob per candidate/);

@@ -1,6 +1,12 @@
 // Votes, rewards and advantages against numbers worked out by hand.
 import { describe, expect, it } from 'vitest';
-import { groupAdvantages, INITIAL_SPY_BASELINE, roundAdvantages, updateSpyBaseline, type AdvantageConfig } from '../../src/game/advantages.ts';
+import {
+  groupAdvantages,
+  INITIAL_SPY_BASELINE,
+  roundAdvantages,
+  updateSpyBaseline,
+  type AdvantageConfig,
+} from '../../src/game/advantages.ts';
 import { DEFAULT_CONFIG } from '../../src/game/config.ts';
 import { computeRewards, summaryFormat, type FormatFlags } from '../../src/game/rewards.ts';
 import { Rng } from '../../src/game/rng.ts';
@@ -28,7 +34,17 @@ describe('castVotes', () => {
   });
 
   it('breaks exact ties toward the candidate listed first (the lowest label)', () => {
-    const votes = castVotes([[ln(0.1), ln(0.3), ln(0.3)], [ln(0.25), ln(0.25), ln(0.25)]], [[3, 1, 2], [2, 0, 3]], { choice: 'argmax' });
+    const votes = castVotes(
+      [
+        [ln(0.1), ln(0.3), ln(0.3)],
+        [ln(0.25), ln(0.25), ln(0.25)],
+      ],
+      [
+        [3, 1, 2],
+        [2, 0, 3],
+      ],
+      { choice: 'argmax' },
+    );
     expect(votes[0]!.chosen).toBe(1);
     expect(votes[0]!.logprob).toBeCloseTo(ln(3 / 7), 12);
     expect(votes[1]!.chosen).toBe(2);
@@ -84,13 +100,21 @@ describe('rewards (defaults)', () => {
   it('the spy vote, when weighted, earns the share of civilians voting like it', () => {
     const r = computeRewards(votes, 2, formats, { ...DEFAULT_CONFIG.rewards, spyVote: 1 });
     expect(r.vote[2]).toBeCloseTo(0, 12); // spy named seat 0; no civilian did
-    const r2 = computeRewards([vote(0, 4, 2), vote(1, 4, 3), vote(2, 4, 3), vote(3, 4, 1)], 2, formats, { ...DEFAULT_CONFIG.rewards, spyVote: 2 });
+    const r2 = computeRewards([vote(0, 4, 2), vote(1, 4, 3), vote(2, 4, 3), vote(3, 4, 1)], 2, formats, {
+      ...DEFAULT_CONFIG.rewards,
+      spyVote: 2,
+    });
     expect(r2.vote[2]).toBeCloseTo((2 * 1) / 3, 12);
   });
 
   it('expected values use the vote distributions', () => {
     // Seat 0's distribution over [1, 2, 3] is 0.2, 0.5, 0.3; others as before.
-    const soft = [vote(0, 4, 2, [0.2, 0.5, 0.3]), vote(1, 4, 2, [0.1, 0.8, 0.1]), vote(2, 4, 0), vote(3, 4, 1, [0.3, 0.1, 0.6])];
+    const soft = [
+      vote(0, 4, 2, [0.2, 0.5, 0.3]),
+      vote(1, 4, 2, [0.1, 0.8, 0.1]),
+      vote(2, 4, 0),
+      vote(3, 4, 1, [0.3, 0.1, 0.6]),
+    ];
     const r = computeRewards(soft, 2, [OK, OK, OK, OK], { ...DEFAULT_CONFIG.rewards, useExpectedVotes: true });
     // expected suspicion of seat 2 = (0.5 + 0.8 + 0.6) / 3; of seat 0 = (0 + 0.1 + 1 + 0.3) / 3.
     expect(r.expectedSuspicion[2]).toBeCloseTo(1.9 / 3, 12);
@@ -105,7 +129,12 @@ describe('rewards (defaults)', () => {
     expect(summaryFormat('One.\n\nTwo.', false)).toEqual({ empty: false, multiParagraph: true, truncated: false });
     expect(summaryFormat('- a\n- b', true)).toEqual({ empty: false, multiParagraph: true, truncated: true });
     expect(summaryFormat(' One paragraph. \n', false)).toEqual(OK);
-    const r = computeRewards(votes, 2, [{ empty: true, multiParagraph: false, truncated: true }, { ...OK, multiParagraph: true }, OK, OK], DEFAULT_CONFIG.rewards);
+    const r = computeRewards(
+      votes,
+      2,
+      [{ empty: true, multiParagraph: false, truncated: true }, { ...OK, multiParagraph: true }, OK, OK],
+      DEFAULT_CONFIG.rewards,
+    );
     expect(r.formatPenalty).toEqual([1.5, 0.5, 0, 0]);
   });
 });
@@ -114,10 +143,14 @@ describe('advantages', () => {
   const cfg: AdvantageConfig = DEFAULT_CONFIG.advantages;
 
   it('group-relative, optionally std-normalised', () => {
-    expect(groupAdvantages([1, 1, 0], { stdNormalize: false }).map((x) => +x.toFixed(12))).toEqual([+(1 / 3).toFixed(12), +(1 / 3).toFixed(12), +(-2 / 3).toFixed(12)]);
+    expect(groupAdvantages([1, 1, 0], { stdNormalize: false }).map((x) => +x.toFixed(12))).toEqual([
+      +(1 / 3).toFixed(12),
+      +(1 / 3).toFixed(12),
+      +(-2 / 3).toFixed(12),
+    ]);
     const s = groupAdvantages([1, 1, 0], { stdNormalize: true }); // sample std = sqrt(1/3)
-    expect(s[0]).toBeCloseTo((1 / 3) / (Math.sqrt(1 / 3) + 1e-6), 9);
-    expect(s[2]).toBeCloseTo((-2 / 3) / (Math.sqrt(1 / 3) + 1e-6), 9);
+    expect(s[0]).toBeCloseTo(1 / 3 / (Math.sqrt(1 / 3) + 1e-6), 9);
+    expect(s[2]).toBeCloseTo(-2 / 3 / (Math.sqrt(1 / 3) + 1e-6), 9);
     expect(groupAdvantages([0.5, 0.5], { stdNormalize: true })).toEqual([0, 0]);
     expect(groupAdvantages([], { stdNormalize: false })).toEqual([]);
   });

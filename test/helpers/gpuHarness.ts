@@ -21,12 +21,21 @@ export function gpuHarness(getGpu: () => Gpu) {
     /** |got - want|max <= rel * |want|max + abs. */
     expectClose(name: string, got: ArrayLike<number>, want: ArrayLike<number>, rel: number, abs: number): void {
       const d = ref.compare(got, want, rel, abs);
-      measured[name] = `max|err| ${d.maxAbs.toExponential(2)}  max|ref| ${d.maxRef.toExponential(2)}  rel ${(d.maxAbs / (d.maxRef || 1)).toExponential(2)}`;
-      expect(d.ok, `${name}: max|err| ${d.maxAbs} at ${d.worst} (got ${got[d.worst]}, want ${want[d.worst]}) > ${rel}*${d.maxRef}+${abs}`).toBe(true);
+      measured[name] =
+        `max|err| ${d.maxAbs.toExponential(2)}  max|ref| ${d.maxRef.toExponential(2)}  rel ${(d.maxAbs / (d.maxRef || 1)).toExponential(2)}`;
+      expect(
+        d.ok,
+        `${name}: max|err| ${d.maxAbs} at ${d.worst} (got ${got[d.worst]}, want ${want[d.worst]}) > ${rel}*${d.maxRef}+${abs}`,
+      ).toBe(true);
     },
     report(title: string): void {
       const g = getGpu();
-      console.log(`${title} on ${g?.info.architecture || g?.info.description}:\n` + Object.entries(measured).map(([k, v]) => `  ${k}: ${v}`).join('\n'));
+      console.log(
+        `${title} on ${g?.info.architecture || g?.info.description}:\n` +
+          Object.entries(measured)
+            .map(([k, v]) => `  ${k}: ${v}`)
+            .join('\n'),
+      );
     },
   };
 }

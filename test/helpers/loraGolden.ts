@@ -11,7 +11,13 @@ import { nodeFolderSource } from '../../src/model/sources.node.ts';
 export const ROOT = join(import.meta.dirname, '..', '..');
 export const LORA_FIX = join(ROOT, 'test/fixtures/golden-lora');
 
-export interface LossJson { model_dir: string; tokens: number[]; loss: number; logits_shape: [number, number]; max_abs_logit: number }
+export interface LossJson {
+  model_dir: string;
+  tokens: number[];
+  loss: number;
+  logits_shape: [number, number];
+  max_abs_logit: number;
+}
 
 /** Loads fixture `variant`: its model with the adapter set, and the reference. */
 export async function loadLoraGolden(gpu: Gpu, variant: string) {

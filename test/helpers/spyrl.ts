@@ -7,11 +7,18 @@ const run = promisify(execFile);
 export const ROOT = join(import.meta.dirname, '../..');
 const BIN = join(ROOT, 'bin/spyrl.mjs');
 
-export interface SpyrlResult { code: number; stdout: string; stderr: string }
+export interface SpyrlResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
 
 /** Drops the Vulkan loader's XDG_RUNTIME_DIR notices, which are not ours. */
 function clean(stderr: string): string {
-  return stderr.split('\n').filter((l) => l && !l.includes('XDG_RUNTIME_DIR')).join('\n');
+  return stderr
+    .split('\n')
+    .filter((l) => l && !l.includes('XDG_RUNTIME_DIR'))
+    .join('\n');
 }
 
 export async function spyrl(...args: string[]): Promise<SpyrlResult> {
@@ -21,7 +28,10 @@ export async function spyrl(...args: string[]): Promise<SpyrlResult> {
 /** As spyrl, with extra environment variables. */
 export async function spyrlWith(opts: { env?: Record<string, string> }, ...args: string[]): Promise<SpyrlResult> {
   try {
-    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], { maxBuffer: 64 << 20, env: { ...process.env, ...opts.env } });
+    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], {
+      maxBuffer: 64 << 20,
+      env: { ...process.env, ...opts.env },
+    });
     return { code: 0, stdout, stderr: clean(stderr) };
   } catch (e) {
     const err = e as { code: number; stdout: string; stderr: string };

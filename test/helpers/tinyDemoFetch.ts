@@ -5,7 +5,9 @@ import { qwen3TokenizerFiles } from '../../src/model/tinyModel.node.ts';
 
 export const DEMO_URL = 'http://demo.invalid/tiny-demo/';
 
-export async function tinyDemoFetch(shape: Omit<TinyCheckpointOptions, 'tokenizerJson' | 'tokenizerConfig'>): Promise<typeof fetch> {
+export async function tinyDemoFetch(
+  shape: Omit<TinyCheckpointOptions, 'tokenizerJson' | 'tokenizerConfig'>,
+): Promise<typeof fetch> {
   const { files } = makeTinyCheckpoint({ ...(await qwen3TokenizerFiles()), tied: true, ...shape });
   const manifest = JSON.stringify({ name: 'tiny-test', files: [...files.keys()] });
   return (async (input: RequestInfo | URL) => {

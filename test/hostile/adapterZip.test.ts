@@ -4,7 +4,12 @@
 // colliding folders are refused, and every error names the entry.
 import { describe, expect, it } from 'vitest';
 import { inflateSync, zipSync } from 'fflate';
-import { ADAPTER_UPLOAD_LIMITS, readAdapterUpload, zipFiles, type AdapterUploadLimits } from '../../src/worker/adapterZip.ts';
+import {
+  ADAPTER_UPLOAD_LIMITS,
+  readAdapterUpload,
+  zipFiles,
+  type AdapterUploadLimits,
+} from '../../src/worker/adapterZip.ts';
 
 const MiB = 2 ** 20;
 const enc = new TextEncoder();
@@ -133,14 +138,30 @@ const stored = (name: string, data: Uint8Array | string): RawEntry => {
   return { name, data: bytes, method: 0, size: bytes.length, crc: crc32(bytes) };
 };
 const zipFile = (bytes: Uint8Array, name = 'adapter.zip') => new File([bytes as Uint8Array<ArrayBuffer>], name);
-const limits = (files: Record<string, number>, total = ADAPTER_UPLOAD_LIMITS.total): AdapterUploadLimits => ({ ...ADAPTER_UPLOAD_LIMITS, files: { ...ADAPTER_UPLOAD_LIMITS.files, ...files }, total });
-const refusal = (p: Promise<unknown>) => p.then(() => '(accepted)', (e: unknown) => (e as Error).message);
+const limits = (files: Record<string, number>, total = ADAPTER_UPLOAD_LIMITS.total): AdapterUploadLimits => ({
+  ...ADAPTER_UPLOAD_LIMITS,
+  files: { ...ADAPTER_UPLOAD_LIMITS.files, ...files },
+  total,
+});
+const refusal = (p: Promise<unknown>) =>
+  p.then(
+    () => '(accepted)',
+    (e: unknown) => (e as Error).message,
+  );
 
 describe('issue 9 row: adapter zip — only known names inflated, caps before inflating, duplicates refused', () => {
   it('adapter zip row: a zip from zipFiles reads back whole (text as text, weights as bytes)', async () => {
-    const zip = zipFiles({ 'adapter_config.json': CONFIG, 'adapter_model.safetensors': WEIGHTS, 'README.md': '# card' });
+    const zip = zipFiles({
+      'adapter_config.json': CONFIG,
+      'adapter_model.safetensors': WEIGHTS,
+      'README.md': '# card',
+    });
     const read = await readAdapterUpload([zipFile(zip)]);
-    expect(read).toEqual({ 'adapter_config.json': CONFIG, 'adapter_model.safetensors': WEIGHTS, 'README.md': '# card' });
+    expect(read).toEqual({
+      'adapter_config.json': CONFIG,
+      'adapter_model.safetensors': WEIGHTS,
+      'README.md': '# card',
+    });
   });
 
   it('adapter zip row: entries other than the PEFT files are skipped without being inflated', async () => {
@@ -168,26 +189,49 @@ describe('issue 9 row: adapter zip — only known names inflated, caps before in
     expect([real.length, real.every((b) => b === 0)]).toEqual([1_000_003, true]);
     // The data is cut after 1 KiB: had the reader started inflating, it would fail on the data,
     // not on the size.
-    const zip = rawZip([stored('adapter_model.safetensors', WEIGHTS), { name: 'adapter_config.json', data: bomb.subarray(0, 1024), method: 8, size: 300 * MiB, crc: 0 }]);
-    expect(await refusal(readAdapterUpload([zipFile(zip)]))).toBe('adapter.zip: entry "adapter_config.json" declares 300.0 MiB, over the 1.0 MiB cap for adapter_config.json');
+    const zip = rawZip([
+      stored('adapter_model.safetensors', WEIGHTS),
+      { name: 'adapter_config.json', data: bomb.subarray(0, 1024), method: 8, size: 300 * MiB, crc: 0 },
+    ]);
+    expect(await refusal(readAdapterUpload([zipFile(zip)]))).toBe(
+      'adapter.zip: entry "adapter_config.json" declares 300.0 MiB, over the 1.0 MiB cap for adapter_config.json',
+    );
   });
 
   it('adapter zip row: with a 10 MB cap declared, a 50 MB weights entry is refused without being inflated', async () => {
-    const zip = rawZip([stored('adapter_config.json', CONFIG), { name: 'adapter_model.safetensors', data: zeroBomb(50 * MiB).subarray(0, 100), method: 8, size: 50 * MiB, crc: 0 }]);
+    const zip = rawZip([
+      stored('adapter_config.json', CONFIG),
+      {
+        name: 'adapter_model.safetensors',
+        data: zeroBomb(50 * MiB).subarray(0, 100),
+        method: 8,
+        size: 50 * MiB,
+        crc: 0,
+      },
+    ]);
     const msg = await refusal(readAdapterUpload([zipFile(zip)], limits({ 'adapter_model.safetensors': 10 * MiB })));
-    expect(msg).toBe('adapter.zip: entry "adapter_model.safetensors" declares 50.0 MiB, over the 10.0 MiB cap for adapter_model.safetensors');
+    expect(msg).toBe(
+      'adapter.zip: entry "adapter_model.safetensors" declares 50.0 MiB, over the 10.0 MiB cap for adapter_model.safetensors',
+    );
     // The same entry under the default caps is admitted, and then fails on its cut data: so the
     // refusal above came before any inflating.
-    expect(await refusal(readAdapterUpload([zipFile(zip)]))).toMatch(/entry "adapter_model.safetensors" (is not valid deflate data|inflates to \d+ bytes)/);
+    expect(await refusal(readAdapterUpload([zipFile(zip)]))).toMatch(
+      /entry "adapter_model.safetensors" (is not valid deflate data|inflates to \d+ bytes)/,
+    );
   });
 
   it('adapter zip row: an entry that inflates past its declared size stops there and is refused (the cap holds on the actual output)', async () => {
     // Declares 1000 bytes, inflates to 300 MB: memory stays at the declared 1000 bytes and the
     // inflater stops after the first piece of input.
-    const zip = rawZip([stored('adapter_model.safetensors', WEIGHTS), { name: 'adapter_config.json', data: bomb300MB(), method: 8, size: 1000, crc: 0 }]);
+    const zip = rawZip([
+      stored('adapter_model.safetensors', WEIGHTS),
+      { name: 'adapter_config.json', data: bomb300MB(), method: 8, size: 1000, crc: 0 },
+    ]);
     const t = performance.now();
     const msg = await refusal(readAdapterUpload([zipFile(zip)]));
-    expect(msg).toBe('adapter.zip: entry "adapter_config.json" inflates past the 1000 bytes its zip directory declares: refused (a zip bomb?)');
+    expect(msg).toBe(
+      'adapter.zip: entry "adapter_config.json" inflates past the 1000 bytes its zip directory declares: refused (a zip bomb?)',
+    );
     expect(performance.now() - t).toBeLessThan(2000);
   });
 
@@ -199,22 +243,39 @@ describe('issue 9 row: adapter zip — only known names inflated, caps before in
   });
 
   it('adapter zip row: a duplicate entry name is refused, naming it', async () => {
-    const zip = rawZip([stored('adapter_config.json', CONFIG), stored('adapter_model.safetensors', WEIGHTS), stored('adapter_config.json', '{"r": 64}')]);
-    expect(await refusal(readAdapterUpload([zipFile(zip)]))).toBe('adapter.zip: entry "adapter_config.json" appears twice; an adapter has one adapter_config.json');
+    const zip = rawZip([
+      stored('adapter_config.json', CONFIG),
+      stored('adapter_model.safetensors', WEIGHTS),
+      stored('adapter_config.json', '{"r": 64}'),
+    ]);
+    expect(await refusal(readAdapterUpload([zipFile(zip)]))).toBe(
+      'adapter.zip: entry "adapter_config.json" appears twice; an adapter has one adapter_config.json',
+    );
   });
 
   it('adapter zip row: nested folders that flatten onto one name are refused, naming both entries', async () => {
-    const zip = zipSync({ 'run-a/adapter_config.json': enc.encode(CONFIG), 'run-b/adapter_config.json': enc.encode('{"r": 8}'), 'run-a/adapter_model.safetensors': WEIGHTS });
+    const zip = zipSync({
+      'run-a/adapter_config.json': enc.encode(CONFIG),
+      'run-b/adapter_config.json': enc.encode('{"r": 8}'),
+      'run-a/adapter_model.safetensors': WEIGHTS,
+    });
     expect(await refusal(readAdapterUpload([zipFile(zip)]))).toBe(
       'adapter.zip: entries "run-a/adapter_config.json" and "run-b/adapter_config.json" both hold adapter_config.json; an adapter has one (zip one adapter folder)',
     );
     // Across two uploaded zips too.
     const one = zipSync({ 'adapter_config.json': enc.encode(CONFIG) });
-    expect(await refusal(readAdapterUpload([zipFile(one, 'a.zip'), zipFile(one, 'b.zip')]))).toBe('b.zip: entry "adapter_config.json" appears twice; an adapter has one adapter_config.json');
+    expect(await refusal(readAdapterUpload([zipFile(one, 'a.zip'), zipFile(one, 'b.zip')]))).toBe(
+      'b.zip: entry "adapter_config.json" appears twice; an adapter has one adapter_config.json',
+    );
   });
 
   it('adapter zip row: a known file under "..", "/" or a drive letter is refused, naming the entry', async () => {
-    for (const name of ['../adapter_config.json', '/adapter_config.json', 'C:/adapter_config.json', 'a\\..\\adapter_config.json']) {
+    for (const name of [
+      '../adapter_config.json',
+      '/adapter_config.json',
+      'C:/adapter_config.json',
+      'a\\..\\adapter_config.json',
+    ]) {
       const msg = await refusal(readAdapterUpload([zipFile(rawZip([stored(name, CONFIG)]))]));
       expect(msg).toContain(`entry "${name.replaceAll('\\', '/')}" is refused`);
     }
@@ -223,7 +284,9 @@ describe('issue 9 row: adapter zip — only known names inflated, caps before in
   it('adapter zip row: a damaged entry fails its CRC-32 check, naming it', async () => {
     const good = stored('adapter_model.safetensors', WEIGHTS);
     const zip = rawZip([stored('adapter_config.json', CONFIG), { ...good, crc: good.crc ^ 1 }]);
-    expect(await refusal(readAdapterUpload([zipFile(zip)]))).toBe('adapter.zip: entry "adapter_model.safetensors" fails its CRC-32 check: the zip is damaged');
+    expect(await refusal(readAdapterUpload([zipFile(zip)]))).toBe(
+      'adapter.zip: entry "adapter_model.safetensors" fails its CRC-32 check: the zip is damaged',
+    );
   });
 
   it('adapter zip row: a zip listing more entries than the cap is refused before reading them', async () => {
@@ -237,12 +300,25 @@ describe('issue 9 row: adapter zip — only known names inflated, caps before in
     const pick = (rel: string, body: string | Uint8Array, readable = true) => {
       const f = new File([body as BlobPart], rel.split('/').at(-1)!);
       Object.defineProperty(f, 'webkitRelativePath', { value: rel });
-      if (!readable) Object.defineProperty(f, 'arrayBuffer', { value: () => Promise.reject(new Error('read a file it should have skipped')) });
+      if (!readable)
+        Object.defineProperty(f, 'arrayBuffer', {
+          value: () => Promise.reject(new Error('read a file it should have skipped')),
+        });
       return f;
     };
-    const folder = [pick('run/adapter_config.json', CONFIG), pick('run/adapter_model.safetensors', WEIGHTS), pick('run/model-00001-of-00002.safetensors', WEIGHTS, false)];
-    expect(Object.keys(await readAdapterUpload(folder)).sort()).toEqual(['adapter_config.json', 'adapter_model.safetensors']);
-    const big = [pick('run/adapter_config.json', CONFIG), pick('run/adapter_model.safetensors', new Uint8Array(2 * MiB), false)];
+    const folder = [
+      pick('run/adapter_config.json', CONFIG),
+      pick('run/adapter_model.safetensors', WEIGHTS),
+      pick('run/model-00001-of-00002.safetensors', WEIGHTS, false),
+    ];
+    expect(Object.keys(await readAdapterUpload(folder)).sort()).toEqual([
+      'adapter_config.json',
+      'adapter_model.safetensors',
+    ]);
+    const big = [
+      pick('run/adapter_config.json', CONFIG),
+      pick('run/adapter_model.safetensors', new Uint8Array(2 * MiB), false),
+    ];
     expect(await refusal(readAdapterUpload(big, limits({ 'adapter_model.safetensors': MiB })))).toBe(
       'the picked files: entry "run/adapter_model.safetensors" declares 2.0 MiB, over the 1.0 MiB cap for adapter_model.safetensors',
     );

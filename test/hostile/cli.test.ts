@@ -19,7 +19,9 @@ beforeAll(async () => {
   const r = await spyrl('tiny-model', '--out', model, ...TINY);
   expect(r.code, r.stderr).toBe(0);
 });
-afterAll(async () => { await rm(tmp, { recursive: true, force: true }); });
+afterAll(async () => {
+  await rm(tmp, { recursive: true, force: true });
+});
 
 const json = async (file: string) => JSON.parse(await readFile(file, 'utf8'));
 /** Folders a save left half-done beside its target (there must be none). */
@@ -31,7 +33,9 @@ describe('row 1 and row 6: sizes and ranges refused before any work', () => {
     await writeFile(cfg, JSON.stringify({ ...(await json(join(model, 'config.json'))), num_hidden_layers: 2e8 }));
     const r = await spyrl('memory', '--config', cfg);
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/config\.json: field "num_hidden_layers" must be a positive integer in 1\.\.256, got 200000000/);
+    expect(r.stderr).toMatch(
+      /config\.json: field "num_hidden_layers" must be a positive integer in 1\.\.256, got 200000000/,
+    );
   });
 
   it.each<[string, string[], RegExp]>([
@@ -51,10 +55,34 @@ describe('row 1 and row 6: sizes and ranges refused before any work', () => {
   it('row 6: sft --r 300 and --alpha 0 are refused with the allowed range', async () => {
     const text = join(tmp, 'r.txt');
     await writeFile(text, 'A short text to train on, twice. A short text to train on, twice.');
-    let r = await spyrl('sft', '--model', model, '--text-file', text, '--steps', '1', '--out', join(tmp, 'never'), '--r', '300');
+    let r = await spyrl(
+      'sft',
+      '--model',
+      model,
+      '--text-file',
+      text,
+      '--steps',
+      '1',
+      '--out',
+      join(tmp, 'never'),
+      '--r',
+      '300',
+    );
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/LoRA rank r must be a positive integer, got 300 \(allowed range 1\.\.256\)/);
-    r = await spyrl('sft', '--model', model, '--text-file', text, '--steps', '1', '--out', join(tmp, 'never'), '--alpha', '0');
+    r = await spyrl(
+      'sft',
+      '--model',
+      model,
+      '--text-file',
+      text,
+      '--steps',
+      '1',
+      '--out',
+      join(tmp, 'never'),
+      '--alpha',
+      '0',
+    );
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/lora alpha must be a number > 0, got 0 \(allowed range \(0, 10000\]\)/);
   });
@@ -90,52 +118,154 @@ describe('row 4: --out must be new or empty unless --force', () => {
 
 describe('spyrl sft --resume', () => {
   let text: string;
-  const flags = () => ['--model', model, '--text-file', text, '--seq-len', '16', '--batch', '1', '--lr', '0.01', '--r', '4', '--alpha', '8', '--targets', 'q_proj,v_proj', '--seed', '3'];
+  const flags = () => [
+    '--model',
+    model,
+    '--text-file',
+    text,
+    '--seq-len',
+    '16',
+    '--batch',
+    '1',
+    '--lr',
+    '0.01',
+    '--r',
+    '4',
+    '--alpha',
+    '8',
+    '--targets',
+    'q_proj,v_proj',
+    '--seed',
+    '3',
+  ];
 
   beforeAll(async () => {
     text = join(tmp, 'sft.txt');
     await writeFile(text, 'The spy saw a report with one fifth of it removed and wrote a summary. ');
-    for (const [steps, out] of [['2', 'sft-full'], ['1', 'sft-half']] as const) {
+    for (const [steps, out] of [
+      ['2', 'sft-full'],
+      ['1', 'sft-half'],
+    ] as const) {
       const r = await spyrl('sft', ...flags(), '--steps', steps, '--out', join(tmp, out));
       expect(r.code, r.stderr).toBe(0);
     }
   }, 300_000);
 
   it('row 3: sft --resume with no flags adopts the saved settings and continues exactly; row 2: the run id is kept', async () => {
-    const r = await spyrl('sft', '--model', model, '--steps', '2', '--resume', join(tmp, 'sft-half'), '--out', join(tmp, 'sft-resumed'));
+    const r = await spyrl(
+      'sft',
+      '--model',
+      model,
+      '--steps',
+      '2',
+      '--resume',
+      join(tmp, 'sft-half'),
+      '--out',
+      join(tmp, 'sft-resumed'),
+    );
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/lr 0\.01 constant/);
     for (const f of ['adapter_model.safetensors', 'optimizer.safetensors']) {
-      expect(Buffer.compare(await readFile(join(tmp, 'sft-full', f)), await readFile(join(tmp, 'sft-resumed', f))), f).toBe(0);
+      expect(
+        Buffer.compare(await readFile(join(tmp, 'sft-full', f)), await readFile(join(tmp, 'sft-resumed', f))),
+        f,
+      ).toBe(0);
     }
     const half = await json(join(tmp, 'sft-half', 'trainer_state.json'));
     const resumed = await json(join(tmp, 'sft-resumed', 'trainer_state.json'));
     expect(resumed.extra.run).toEqual(half.extra.run);
-    expect(resumed.extra.run).toMatchObject({ format: 'spyrl-run', version: 1, runId: expect.stringMatching(/^[0-9a-f-]{36}$/) });
-    expect(resumed.extra.sft).toMatchObject({ seed: 3, seqLen: 16, batch: 1, lr: 0.01, schedule: 'constant', warmup: 0 });
+    expect(resumed.extra.run).toMatchObject({
+      format: 'spyrl-run',
+      version: 1,
+      runId: expect.stringMatching(/^[0-9a-f-]{36}$/),
+    });
+    expect(resumed.extra.sft).toMatchObject({
+      seed: 3,
+      seqLen: 16,
+      batch: 1,
+      lr: 0.01,
+      schedule: 'constant',
+      warmup: 0,
+    });
     expect(await leftovers(tmp)).toEqual([]);
   }, 300_000);
 
   it('row 3: sft --resume refuses lr, schedule, warmup, seq-len, batch, seed, weight decay, clip and text that change the run', async () => {
-    const r = await spyrl('sft', '--model', model, '--steps', '3', '--resume', join(tmp, 'sft-half'), '--out', join(tmp, 'never'),
-      '--lr', '0.02', '--schedule', 'cosine', '--warmup', '1', '--seq-len', '8', '--batch', '2', '--seed', '4', '--weight-decay', '0.1', '--max-grad-norm', '2');
+    const r = await spyrl(
+      'sft',
+      '--model',
+      model,
+      '--steps',
+      '3',
+      '--resume',
+      join(tmp, 'sft-half'),
+      '--out',
+      join(tmp, 'never'),
+      '--lr',
+      '0.02',
+      '--schedule',
+      'cosine',
+      '--warmup',
+      '1',
+      '--seq-len',
+      '8',
+      '--batch',
+      '2',
+      '--seed',
+      '4',
+      '--weight-decay',
+      '0.1',
+      '--max-grad-norm',
+      '2',
+    );
     expect(r.code).toBe(2);
-    for (const part of ['--lr (saved 0.01, asked 0.02)', '--schedule (saved constant, asked cosine)', '--warmup (saved 0, asked 1)', '--seq-len (saved 16, asked 8)',
-      '--batch (saved 1, asked 2)', '--seed (saved 3, asked 4)', '--weight-decay (saved 0, asked 0.1)', '--max-grad-norm (saved 1, asked 2)']) {
+    for (const part of [
+      '--lr (saved 0.01, asked 0.02)',
+      '--schedule (saved constant, asked cosine)',
+      '--warmup (saved 0, asked 1)',
+      '--seq-len (saved 16, asked 8)',
+      '--batch (saved 1, asked 2)',
+      '--seed (saved 3, asked 4)',
+      '--weight-decay (saved 0, asked 0.1)',
+      '--max-grad-norm (saved 1, asked 2)',
+    ]) {
       expect(r.stderr).toContain(part);
     }
     const other = join(tmp, 'other.txt');
     await writeFile(other, 'Different text entirely, so the windows differ.');
-    const t = await spyrl('sft', '--model', model, '--steps', '3', '--resume', join(tmp, 'sft-half'), '--out', join(tmp, 'never'), '--text-file', other);
+    const t = await spyrl(
+      'sft',
+      '--model',
+      model,
+      '--steps',
+      '3',
+      '--resume',
+      join(tmp, 'sft-half'),
+      '--out',
+      join(tmp, 'never'),
+      '--text-file',
+      other,
+    );
     expect(t.code, t.stderr).toBe(2);
     expect(t.stderr).toMatch(/--text-file \(contents\) .*other\.txt differs from the run's .*sft\.txt/);
     // The same values as saved are not a change.
-    const same = await spyrl('sft', ...flags(), '--steps', '3', '--resume', join(tmp, 'sft-half'), '--out', join(tmp, 'sft-same'), '--r', '8');
+    const same = await spyrl(
+      'sft',
+      ...flags(),
+      '--steps',
+      '3',
+      '--resume',
+      join(tmp, 'sft-half'),
+      '--out',
+      join(tmp, 'sft-same'),
+      '--r',
+      '8',
+    );
     expect(same.code).toBe(2);
     expect(same.stderr).toMatch(/would change the run's adapter: --r \(saved 4, asked 8\); leave them out/); // only the rank differs
   }, 300_000);
 
-  it("row 2: sft --resume refuses a trainer_state.json whose settings are mistyped, naming the field", async () => {
+  it('row 2: sft --resume refuses a trainer_state.json whose settings are mistyped, naming the field', async () => {
     const bad = join(tmp, 'sft-bad');
     await cp(join(tmp, 'sft-half'), bad, { recursive: true });
     const state = await json(join(bad, 'trainer_state.json'));
@@ -153,17 +283,59 @@ describe('spyrl train --resume', () => {
 
   beforeAll(async () => {
     docs = join(tmp, 'docs.jsonl');
-    await writeFile(docs, ['The agency audited its programs. It found gaps in oversight and asked for more staff.', 'The committee reviewed the budget. Costs rose by a tenth while revenue fell.']
-      .map((report, i) => JSON.stringify({ id: `d${i}`, report })).join('\n') + '\n');
+    await writeFile(
+      docs,
+      [
+        'The agency audited its programs. It found gaps in oversight and asked for more staff.',
+        'The committee reviewed the budget. Costs rose by a tenth while revenue fell.',
+      ]
+        .map((report, i) => JSON.stringify({ id: `d${i}`, report }))
+        .join('\n') + '\n',
+    );
     config = join(tmp, 'run.json');
-    await writeFile(config, JSON.stringify({ groupSize: 3, docTokenBudget: 32, summaryMaxTokens: 8, roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 1, lora: { r: 2, alpha: 4 }, optimizer: { lr: 0.001 }, seed: 7 }));
+    await writeFile(
+      config,
+      JSON.stringify({
+        groupSize: 3,
+        docTokenBudget: 32,
+        summaryMaxTokens: 8,
+        roundsPerUpdate: 1,
+        evalEvery: 0,
+        checkpointEvery: 1,
+        lora: { r: 2, alpha: 4 },
+        optimizer: { lr: 0.001 },
+        seed: 7,
+      }),
+    );
     // 2 rounds, checkpointEvery 1: checkpoint-1 is saved during the run and kept by the final save.
-    const r = await spyrl('train', '--model', model, '--docs', docs, '--rounds', '2', '--out', run1(), '--config', config);
+    const r = await spyrl(
+      'train',
+      '--model',
+      model,
+      '--docs',
+      docs,
+      '--rounds',
+      '2',
+      '--out',
+      run1(),
+      '--config',
+      config,
+    );
     expect(r.code, r.stderr).toBe(0);
   }, 600_000);
 
   it('row 5: checkpoint-N and the final save are whole folders, nothing half-written beside them', async () => {
-    expect(await readdir(run1())).toEqual(expect.arrayContaining(['adapter_config.json', 'adapter_model.safetensors', 'checkpoint-1', 'optimizer.safetensors', 'spyrl_config.json', 'spyrl_run.json', 'trainer_state.json']));
+    expect(await readdir(run1())).toEqual(
+      expect.arrayContaining([
+        'adapter_config.json',
+        'adapter_model.safetensors',
+        'checkpoint-1',
+        'optimizer.safetensors',
+        'spyrl_config.json',
+        'spyrl_run.json',
+        'trainer_state.json',
+      ]),
+    );
     expect((await json(join(run1(), 'checkpoint-1', 'trainer_state.json'))).extra.trainer.round).toBe(1);
     expect((await json(join(run1(), 'trainer_state.json'))).extra.trainer.round).toBe(2);
     expect(await leftovers(tmp)).toEqual([]);
@@ -172,7 +344,17 @@ describe('spyrl train --resume', () => {
 
   it('row 3: train --resume with no --config/--docs adopts the checkpoint config and documents and continues exactly', async () => {
     const out = join(tmp, 'run2');
-    const r = await spyrl('train', '--model', model, '--rounds', '2', '--resume', join(run1(), 'checkpoint-1'), '--out', out);
+    const r = await spyrl(
+      'train',
+      '--model',
+      model,
+      '--rounds',
+      '2',
+      '--resume',
+      join(run1(), 'checkpoint-1'),
+      '--out',
+      out,
+    );
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/2 training .* group 3, rounds 2\.\.2/);
     expect(await json(join(out, 'spyrl_config.json'))).toEqual(await json(join(run1(), 'spyrl_config.json')));
@@ -192,22 +374,82 @@ describe('spyrl train --resume', () => {
   it('row 3: a --config, --seed or --docs that changes the resumed run is refused, naming the differing fields', async () => {
     const changed = join(tmp, 'run-changed.json');
     await writeFile(changed, JSON.stringify({ ...(await json(config)), groupSize: 4, optimizer: { lr: 0.002 } }));
-    let r = await spyrl('train', '--model', model, '--rounds', '2', '--resume', run1(), '--out', join(tmp, 'never'), '--config', changed);
+    let r = await spyrl(
+      'train',
+      '--model',
+      model,
+      '--rounds',
+      '2',
+      '--resume',
+      run1(),
+      '--out',
+      join(tmp, 'never'),
+      '--config',
+      changed,
+    );
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/--config .*run-changed\.json would change the run: groupSize \(saved 3, asked 4\), optimizer\.lr \(saved 0\.001, asked 0\.002\); leave --config out/);
-    r = await spyrl('train', '--model', model, '--rounds', '2', '--resume', run1(), '--out', join(tmp, 'never'), '--seed', '8');
+    expect(r.stderr).toMatch(
+      /--config .*run-changed\.json would change the run: groupSize \(saved 3, asked 4\), optimizer\.lr \(saved 0\.001, asked 0\.002\); leave --config out/,
+    );
+    r = await spyrl(
+      'train',
+      '--model',
+      model,
+      '--rounds',
+      '2',
+      '--resume',
+      run1(),
+      '--out',
+      join(tmp, 'never'),
+      '--seed',
+      '8',
+    );
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/--seed would change the run: seed \(saved 7, asked 8\)/);
-    r = await spyrl('train', '--model', model, '--rounds', '2', '--resume', run1(), '--out', join(tmp, 'never'), '--docs', 'bundled');
+    r = await spyrl(
+      'train',
+      '--model',
+      model,
+      '--rounds',
+      '2',
+      '--resume',
+      run1(),
+      '--out',
+      join(tmp, 'never'),
+      '--docs',
+      'bundled',
+    );
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/--docs bundled would change the run: its documents differ from the checkpoint's \(.*docs\.jsonl/);
+    expect(r.stderr).toMatch(
+      /--docs bundled would change the run: its documents differ from the checkpoint's \(.*docs\.jsonl/,
+    );
     expect(await readdir(tmp)).not.toContain('never');
   });
 
-  it.each<[string, (state: { extra: { trainer: Record<string, unknown>; run: Record<string, unknown> } }) => void, RegExp]>([
-    ['a wrong type', (s) => { s.extra.trainer.round = 'abc'; }, /trainer_state\.json: field "extra\.trainer\.round" must be an integer >= 0, got "abc"/],
-    ['an unknown version', (s) => { s.extra.run.version = 2; }, /trainer_state\.json: field "extra\.run\.version" is 2; this build reads version 1/],
-    ['a missing run stamp', (s) => { delete (s.extra as Record<string, unknown>).run; }, /trainer_state\.json: field "extra\.run" is missing/],
+  it.each<
+    [string, (state: { extra: { trainer: Record<string, unknown>; run: Record<string, unknown> } }) => void, RegExp]
+  >([
+    [
+      'a wrong type',
+      (s) => {
+        s.extra.trainer.round = 'abc';
+      },
+      /trainer_state\.json: field "extra\.trainer\.round" must be an integer >= 0, got "abc"/,
+    ],
+    [
+      'an unknown version',
+      (s) => {
+        s.extra.run.version = 2;
+      },
+      /trainer_state\.json: field "extra\.run\.version" is 2; this build reads version 1/,
+    ],
+    [
+      'a missing run stamp',
+      (s) => {
+        delete (s.extra as Record<string, unknown>).run;
+      },
+      /trainer_state\.json: field "extra\.run" is missing/,
+    ],
   ])('row 2: train --resume refuses a checkpoint with %s, naming the field', async (_what, spoil, msg) => {
     const bad = join(tmp, 'bad-ckpt');
     await rm(bad, { recursive: true, force: true });
@@ -224,7 +466,10 @@ describe('spyrl train --resume', () => {
     const bad = join(tmp, 'bad-ckpt');
     await rm(bad, { recursive: true, force: true });
     await cp(run1(), bad, { recursive: true });
-    await writeFile(join(bad, 'spyrl_config.json'), JSON.stringify({ ...(await json(join(run1(), 'spyrl_config.json'))), groupSize: 'three' }));
+    await writeFile(
+      join(bad, 'spyrl_config.json'),
+      JSON.stringify({ ...(await json(join(run1(), 'spyrl_config.json'))), groupSize: 'three' }),
+    );
     let r = await spyrl('train', '--model', model, '--rounds', '2', '--resume', bad, '--out', join(tmp, 'never'));
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/spyrl_config\.json: field "groupSize" must be an integer/);
@@ -236,6 +481,10 @@ describe('spyrl train --resume', () => {
     await writeFile(join(bad, 'optimizer.safetensors'), writeOptimizerState(st)['optimizer.safetensors']);
     r = await spyrl('train', '--model', model, '--rounds', '2', '--resume', bad, '--out', join(tmp, 'never'));
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(new RegExp(`optimizer\\.safetensors: tensor "exp_avg_sq\\.${key.replaceAll('.', '\\.')}": value -0\\.5 at index 2: second moments must be finite and >= 0`));
+    expect(r.stderr).toMatch(
+      new RegExp(
+        `optimizer\\.safetensors: tensor "exp_avg_sq\\.${key.replaceAll('.', '\\.')}": value -0\\.5 at index 2: second moments must be finite and >= 0`,
+      ),
+    );
   });
 });

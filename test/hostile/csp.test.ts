@@ -6,12 +6,20 @@ import { APP_CSP, BENCH_CSP, cspPlugin, injectCsp } from '../../src/web/csp.ts';
 import viteConfig from '../../vite.config.ts';
 
 function directives(csp: string): Map<string, string[]> {
-  return new Map(csp.split(';').map((d) => d.trim().split(/\s+/)).map(([k, ...v]) => [k!, v]));
+  return new Map(
+    csp
+      .split(';')
+      .map((d) => d.trim().split(/\s+/))
+      .map(([k, ...v]) => [k!, v]),
+  );
 }
 
 /** What Vite's build does with a page: the plugin's transformIndexHtml handler. */
 function transform(html: string, filename: string): string {
-  const hook = cspPlugin().transformIndexHtml as { order: string; handler: (html: string, ctx: { filename: string; path: string }) => string };
+  const hook = cspPlugin().transformIndexHtml as {
+    order: string;
+    handler: (html: string, ctx: { filename: string; path: string }) => string;
+  };
   expect(hook.order).toBe('post');
   return hook.handler(html, { filename, path: `/${filename}` });
 }
@@ -28,7 +36,10 @@ describe('Content-Security-Policy of the built pages', () => {
     expect(metaCsp(index)).toBe(APP_CSP);
     expect(index.indexOf('Content-Security-Policy')).toBeLessThan(index.indexOf('<script'));
     expect(index.indexOf('<meta charset')).toBeLessThan(index.indexOf('Content-Security-Policy')); // charset stays first
-    const bench = transform('<!doctype html><html><head><meta charset="UTF-8" /><style>b{}</style></head><body><script type="module" src="/bench/browser.ts"></script></body></html>', '/work/x/bench.html');
+    const bench = transform(
+      '<!doctype html><html><head><meta charset="UTF-8" /><style>b{}</style></head><body><script type="module" src="/bench/browser.ts"></script></body></html>',
+      '/work/x/bench.html',
+    );
     expect(metaCsp(bench)).toBe(BENCH_CSP);
     expect(() => injectCsp(index, APP_CSP)).toThrow(/already has/);
   });
@@ -40,7 +51,13 @@ describe('Content-Security-Policy of the built pages', () => {
     expect(app.get('worker-src')).toEqual(["'self'", 'blob:']);
     expect(app.get('object-src')).toEqual(["'none'"]);
     const hosts = app.get('connect-src')!.filter((s) => s.startsWith('https://'));
-    for (const h of ['https://huggingface.co', 'https://cdn-lfs.huggingface.co', 'https://cdn-lfs-us-1.hf.co', 'https://cas-bridge.xethub.hf.co']) expect(hosts).toContain(h);
+    for (const h of [
+      'https://huggingface.co',
+      'https://cdn-lfs.huggingface.co',
+      'https://cdn-lfs-us-1.hf.co',
+      'https://cas-bridge.xethub.hf.co',
+    ])
+      expect(hosts).toContain(h);
     for (const h of hosts) expect(h).toMatch(/^https:\/\/([\w*-]+\.)*(huggingface\.co|hf\.co)$/);
     expect(APP_CSP).not.toMatch(/unsafe-eval|\*(?!\.)/); // no 'unsafe-eval', 'wasm-unsafe-eval' or bare wildcard
     expect(directives(BENCH_CSP).get('script-src')).toEqual(["'self'", "'wasm-unsafe-eval'"]); // onnxruntime-web compiles WebAssembly

@@ -5,7 +5,15 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  checkDocumentSize, decodeDocumentBytes, DOCUMENT_MAX_BYTES, DocumentParseError, fitToBudget, parseDocuments, PRECUT_CHARS_PER_TOKEN, readDocumentFile, utf8Length,
+  checkDocumentSize,
+  decodeDocumentBytes,
+  DOCUMENT_MAX_BYTES,
+  DocumentParseError,
+  fitToBudget,
+  parseDocuments,
+  PRECUT_CHARS_PER_TOKEN,
+  readDocumentFile,
+  utf8Length,
 } from '../../src/game/documents.ts';
 import { loadGovReportNode } from '../../src/game/govreport.node.ts';
 import { sentenceEnds, type GameTokenizer } from '../../src/game/text.ts';
@@ -42,7 +50,9 @@ describe('document size cap (20 MB per file or paste)', () => {
     expect(DOCUMENT_MAX_BYTES).toBe(20 * 2 ** 20);
     expect(() => checkDocumentSize(DOCUMENT_MAX_BYTES, 'ok.txt')).not.toThrow();
     expect(() => checkDocumentSize(DOCUMENT_MAX_BYTES + 1, 'big.txt')).toThrow(DocumentParseError);
-    expect(() => checkDocumentSize(21 * 2 ** 20, 'big.txt')).toThrow('big.txt: is 21.0 MB; the cap is 20.0 MB per file');
+    expect(() => checkDocumentSize(21 * 2 ** 20, 'big.txt')).toThrow(
+      'big.txt: is 21.0 MB; the cap is 20.0 MB per file',
+    );
     const bytes = new Uint8Array(DOCUMENT_MAX_BYTES + 10).fill(0x61);
     expect(() => readDocumentFile(bytes, 'huge.md')).toThrow(/huge\.md: is 20\.0 MB; the cap is 20\.0 MB/);
   });
@@ -58,7 +68,17 @@ describe('document size cap (20 MB per file or paste)', () => {
     const dir = await mkdtemp(join(tmpdir(), 'spyrl-docs-'));
     const file = join(dir, 'big.txt');
     await writeFile(file, Buffer.alloc(DOCUMENT_MAX_BYTES + 1, 0x61));
-    const r = await spyrl('train', '--model', join(dir, 'no-model'), '--docs', file, '--rounds', '1', '--out', join(dir, 'out'));
+    const r = await spyrl(
+      'train',
+      '--model',
+      join(dir, 'no-model'),
+      '--docs',
+      file,
+      '--rounds',
+      '1',
+      '--out',
+      join(dir, 'out'),
+    );
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/big\.txt: is 20\.0 MB; the cap is 20\.0 MB per file/);
   });
@@ -75,14 +95,21 @@ describe('non-UTF-8 bytes in a document', () => {
     expect(warning).toBe(d.warning);
     expect(docs).toHaveLength(1);
     expect(docs[0]!.report).toContain('A\uFFFD(.');
-    expect(decodeDocumentBytes(good, 'clean.txt')).toEqual({ text: 'Report \uFFFD text. ', replaced: 0, warning: null });
+    expect(decodeDocumentBytes(good, 'clean.txt')).toEqual({
+      text: 'Report \uFFFD text. ',
+      replaced: 0,
+      warning: null,
+    });
   });
 });
 
 describe('very long reports', () => {
   it('are cut to about budget × 8 characters before tokenizing, at a sentence end', async () => {
     const { train } = await loadGovReportNode();
-    const report = train.map((d) => d.report).join('\n\n').repeat(4); // ~4 MB
+    const report = train
+      .map((d) => d.report)
+      .join('\n\n')
+      .repeat(4); // ~4 MB
     expect(report.length).toBeGreaterThan(3_500_000);
     const t = counting(tok);
     const t0 = performance.now();

@@ -7,7 +7,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ModelLoadError } from '../../src/model/errors.ts';
 import { INDEX_FILE, openSafetensorsModel, writeSafetensors } from '../../src/model/safetensors.ts';
-import { hubFileUrl, hubSource, listCachedModels, memoryHubCache, memorySource, resolveHubRevision, writeQuantizedCache, type HubCache } from '../../src/model/sources.ts';
+import {
+  hubFileUrl,
+  hubSource,
+  listCachedModels,
+  memoryHubCache,
+  memorySource,
+  resolveHubRevision,
+  writeQuantizedCache,
+  type HubCache,
+} from '../../src/model/sources.ts';
 import { nodeFolderHubCache, nodeFolderSource } from '../../src/model/sources.node.ts';
 import { HubRevisionMemo, openQuantizedEntry, resolveSource } from '../../src/worker/modelSources.ts';
 import { Q4_STORE_VERSION } from '../../src/model/q4Store.ts';
@@ -19,7 +28,17 @@ const SHA_B = 'b'.repeat(40);
 const shard = writeSafetensors([{ name: 'w', dtype: 'F32', shape: [4], data: new Uint8Array(16).fill(7) }]);
 const enc = new TextEncoder();
 
-const HOSTILE = ['../x.safetensors', 'sub/../../x.safetensors', '/etc/x.safetensors', 'sub\\x.safetensors', 'C:/x.safetensors', 'https://evil.example/x.safetensors', 'file:x.safetensors', './x.safetensors', 'a//x.safetensors'];
+const HOSTILE = [
+  '../x.safetensors',
+  'sub/../../x.safetensors',
+  '/etc/x.safetensors',
+  'sub\\x.safetensors',
+  'C:/x.safetensors',
+  'https://evil.example/x.safetensors',
+  'file:x.safetensors',
+  './x.safetensors',
+  'a//x.safetensors',
+];
 
 /** A fake Hub whose `main` can move: commits map to file sets; every request is recorded. */
 function movingHub(commits: Record<string, Map<string, Uint8Array>>, main: { sha: string }) {
@@ -39,7 +58,9 @@ function movingHub(commits: Record<string, Map<string, Uint8Array>>, main: { sha
     }
     const m = url.match(/^https:\/\/huggingface\.co\/([^/]+\/[^/]+)\/resolve\/([^/]+)\/(.+)$/);
     const body = m && m[1] === REPO ? commits[m[2]!]?.get(decodeURIComponent(m[3]!)) : undefined;
-    return body ? new Response(body as BodyInit, { headers: { 'content-length': String(body.length) } }) : new Response('Entry not found', { status: 404 });
+    return body
+      ? new Response(body as BodyInit, { headers: { 'content-length': String(body.length) } })
+      : new Response('Entry not found', { status: 404 });
   }) as typeof fetch;
   return { fetch: fetchFn, calls, setOffline: (v: boolean) => void (offline = v) };
 }
@@ -60,17 +81,29 @@ async function withDir<T>(body: (dir: string) => Promise<T>): Promise<T> {
   }
 }
 
-const message = (p: Promise<unknown>) => p.then(() => '(accepted)', (e: unknown) => (e as Error).message);
+const message = (p: Promise<unknown>) =>
+  p.then(
+    () => '(accepted)',
+    (e: unknown) => (e as Error).message,
+  );
 
 describe('issue 9 row: sharded index or Hub file name with "..", "/", "\\", a drive letter or a URL', () => {
   it('index row: a weight_map shard that leaves the model folder is refused, naming the index and the tensor', async () => {
     for (const bad of HOSTILE) {
-      const source = memorySource('m', new Map<string, Uint8Array | string>([[INDEX_FILE, JSON.stringify({ weight_map: { w: bad } })], [bad, shard]]));
+      const source = memorySource(
+        'm',
+        new Map<string, Uint8Array | string>([
+          [INDEX_FILE, JSON.stringify({ weight_map: { w: bad } })],
+          [bad, shard],
+        ]),
+      );
       const e = (await openSafetensorsModel(source).catch((x: unknown) => x)) as ModelLoadError;
       expect(e).toBeInstanceOf(ModelLoadError);
       expect(e.file).toBe(INDEX_FILE);
       expect(e.tensor).toBe('w');
-      expect(e.message).toContain(`weight_map names the shard ${JSON.stringify(bad)}, which is not a file inside the model folder`);
+      expect(e.message).toContain(
+        `weight_map names the shard ${JSON.stringify(bad)}, which is not a file inside the model folder`,
+      );
     }
   });
 
@@ -80,9 +113,13 @@ describe('issue 9 row: sharded index or Hub file name with "..", "/", "\\", a dr
       await writeFile(join(dir, 'outside.safetensors'), shard); // exists: only the path check stops it
       await writeFile(join(dir, 'model', INDEX_FILE), JSON.stringify({ weight_map: { w: '../outside.safetensors' } }));
       const source = nodeFolderSource(join(dir, 'model'));
-      expect(await message(openSafetensorsModel(source))).toContain('weight_map names the shard "../outside.safetensors"');
+      expect(await message(openSafetensorsModel(source))).toContain(
+        'weight_map names the shard "../outside.safetensors"',
+      );
       // The folder source itself refuses such a name too, whoever asks.
-      expect(await message(source.open('../outside.safetensors'))).toContain('../outside.safetensors: not a file inside');
+      expect(await message(source.open('../outside.safetensors'))).toContain(
+        '../outside.safetensors: not a file inside',
+      );
       expect(await message(source.readText('/etc/hostname'))).toContain('absolute path');
       expect(await source.exists('../outside.safetensors').catch(() => 'refused')).toBe('refused');
     });
@@ -103,18 +140,24 @@ describe('issue 9 row: sharded index or Hub file name with "..", "/", "\\", a dr
   });
 
   it('Hub file name row: each path segment is URL-encoded, the "/" between folders kept', () => {
-    expect(hubFileUrl(REPO, SHA_A, 'sub dir/a#b?c%d.json')).toBe(`https://huggingface.co/${REPO}/resolve/${SHA_A}/sub%20dir/a%23b%3Fc%25d.json`);
-    expect(hubFileUrl(REPO, 'refs/pr/1', 'config.json')).toBe(`https://huggingface.co/${REPO}/resolve/refs%2Fpr%2F1/config.json`);
+    expect(hubFileUrl(REPO, SHA_A, 'sub dir/a#b?c%d.json')).toBe(
+      `https://huggingface.co/${REPO}/resolve/${SHA_A}/sub%20dir/a%23b%3Fc%25d.json`,
+    );
+    expect(hubFileUrl(REPO, 'refs/pr/1', 'config.json')).toBe(
+      `https://huggingface.co/${REPO}/resolve/refs%2Fpr%2F1/config.json`,
+    );
   });
 
   it('Hub file name row: repo ids that are not owner/name are refused', async () => {
     for (const bad of ['../..', 'a/b/c', '.x/y', 'x/..', 'x/y..z', 'x', 'a/b\\c']) {
       expect(() => hubSource(bad)).toThrow(/not a Hugging Face repo id/);
-      expect(await message(resolveSource({ kind: 'hub', repo: bad }, { demoUrl: 'http://x.invalid/' }))).toMatch(/is not a Hugging Face repo id/);
+      expect(await message(resolveSource({ kind: 'hub', repo: bad }, { demoUrl: 'http://x.invalid/' }))).toMatch(
+        /is not a Hugging Face repo id/,
+      );
     }
   });
 
-  it('cache key row: a crafted name cannot reach another repo\'s cache entry (Node folder cache)', async () => {
+  it("cache key row: a crafted name cannot reach another repo's cache entry (Node folder cache)", async () => {
     await withDir(async (dir) => {
       const cache = nodeFolderHubCache(dir);
       const victim = join(dir, ...OTHER.split('/'), SHA_A, 'config.json');
@@ -126,7 +169,9 @@ describe('issue 9 row: sharded index or Hub file name with "..", "/", "\\", a dr
         expect(await message(evil.readText(crafted))).toContain('not a file name inside');
       }
       // Nor a cache key built by hand.
-      expect(await message(cache.create(`${REPO}/${SHA_A}/../../victim/${SHA_A}/config.json`))).toContain('not a valid cache key');
+      expect(await message(cache.create(`${REPO}/${SHA_A}/../../victim/${SHA_A}/config.json`))).toContain(
+        'not a valid cache key',
+      );
       expect(await readFile(victim, 'utf8')).toBe('{"victim": true}');
     });
   });
@@ -145,7 +190,12 @@ describe('issue 9 row: Hub revision given as a branch', () => {
       `https://huggingface.co/${REPO}/resolve/${SHA_A}/config.json`,
       `https://huggingface.co/${REPO}/resolve/${SHA_A}/model.safetensors`,
     ]);
-    expect((await cache.entries()).map((e) => e.key).filter((k) => !k.includes('+meta/')).sort()).toEqual([`${REPO}/${SHA_A}/config.json`, `${REPO}/${SHA_A}/model.safetensors`]);
+    expect(
+      (await cache.entries())
+        .map((e) => e.key)
+        .filter((k) => !k.includes('+meta/'))
+        .sort(),
+    ).toEqual([`${REPO}/${SHA_A}/config.json`, `${REPO}/${SHA_A}/model.safetensors`]);
     expect(await listCachedModels(cache)).toMatchObject([{ repo: REPO, revision: SHA_A, branches: ['main'] }]);
   });
 
@@ -157,9 +207,14 @@ describe('issue 9 row: Hub revision given as a branch', () => {
     main.sha = SHA_B;
     hub.calls.length = 0;
     expect(await hubSource(REPO, { fetch: hub.fetch, cache }).readText('config.json')).toBe('{"v":"b"}');
-    expect(hub.calls).toEqual([`https://huggingface.co/api/models/${REPO}/revision/main`, `https://huggingface.co/${REPO}/resolve/${SHA_B}/config.json`]);
+    expect(hub.calls).toEqual([
+      `https://huggingface.co/api/models/${REPO}/revision/main`,
+      `https://huggingface.co/${REPO}/resolve/${SHA_B}/config.json`,
+    ]);
     hub.calls.length = 0;
-    expect(await hubSource(REPO, { revision: SHA_A, fetch: hub.fetch, cache }).readText('config.json')).toBe('{"v":"a"}');
+    expect(await hubSource(REPO, { revision: SHA_A, fetch: hub.fetch, cache }).readText('config.json')).toBe(
+      '{"v":"a"}',
+    );
     expect(hub.calls).toEqual([]);
     const listed = await listCachedModels(cache);
     expect(listed.map((m) => [m.revision, m.branches])).toEqual([
@@ -175,7 +230,9 @@ describe('issue 9 row: Hub revision given as a branch', () => {
     const deps = { demoUrl: 'http://x.invalid/', fetch: hub.fetch, hubCache: cache };
     const first = await resolveSource({ kind: 'hub', repo: REPO }, deps);
     expect(first.ref).toEqual({ kind: 'hub', repo: REPO, revision: SHA_A });
-    await writeQuantizedCache(cache, REPO, SHA_A, 'q4', Q4_STORE_VERSION, [{ name: 'config.json', bytes: enc.encode('{"v":"a"}') }]);
+    await writeQuantizedCache(cache, REPO, SHA_A, 'q4', Q4_STORE_VERSION, [
+      { name: 'config.json', bytes: enc.encode('{"v":"a"}') },
+    ]);
     expect(await openQuantizedEntry(first.ref, cache)).not.toBeNull();
     main.sha = SHA_B;
     const second = await resolveSource({ kind: 'hub', repo: REPO }, deps);
@@ -211,7 +268,9 @@ describe('issue 9 row: Hub revision given as a branch', () => {
     hub.setOffline(true);
     const offline = await resolveSource({ kind: 'hub', repo: REPO }, deps);
     expect(offline.ref).toEqual({ kind: 'hub', repo: REPO, revision: SHA_A });
-    expect(offline.name).toBe(`${REPO} (the Hub could not be reached (https://huggingface.co/api/models/${REPO}/revision/main could not be reached: fetch failed); using commit aaaaaaa, what "main" was on an earlier load here, which may be out of date)`);
+    expect(offline.name).toBe(
+      `${REPO} (the Hub could not be reached (https://huggingface.co/api/models/${REPO}/revision/main could not be reached: fetch failed); using commit aaaaaaa, what "main" was on an earlier load here, which may be out of date)`,
+    );
     expect(await offline.source.readText('config.json')).toBe('{"v":"a"}');
     expect(await message(resolveSource({ kind: 'hub', repo: REPO, revision: 'dev' }, deps))).toBe(
       `${REPO}: cannot resolve revision "dev" to a commit (https://huggingface.co/api/models/${REPO}/revision/dev could not be reached: fetch failed), and no earlier load of ${REPO}@dev is cached to use offline`,
@@ -220,11 +279,13 @@ describe('issue 9 row: Hub revision given as a branch', () => {
 
   it('branch row: a revision the Hub does not have is an error, not a fall back to the cache', async () => {
     const hub = movingHub({ [SHA_A]: files('{}') }, { sha: SHA_A });
-    expect(await message(resolveHubRevision(REPO, 'nope', { fetch: hub.fetch, cache: memoryHubCache() }))).toContain('the Hub has no revision "nope" of spyrl-test/tiny that this browser may read (HTTP 404 Not Found');
+    expect(await message(resolveHubRevision(REPO, 'nope', { fetch: hub.fetch, cache: memoryHubCache() }))).toContain(
+      'the Hub has no revision "nope" of spyrl-test/tiny that this browser may read (HTTP 404 Not Found',
+    );
   });
 });
 
-describe('issue 9 row: a finished Hub download is never deleted by another download\'s abort', () => {
+describe("issue 9 row: a finished Hub download is never deleted by another download's abort", () => {
   async function twoWriters(cache: HubCache) {
     const key = `${REPO}/${SHA_A}/model.safetensors`;
     const a = await cache.create(key);
@@ -273,7 +334,11 @@ describe('issue 9 row: a finished Hub download is never deleted by another downl
       const [good, bad] = await Promise.allSettled([ok.readText('config.json'), failing.readText('config.json')]);
       expect(good).toEqual({ status: 'fulfilled', value: '{"v":"a"}' });
       expect(bad.status).toBe('rejected');
-      expect(await hubSource(REPO, { revision: SHA_A, cache: nodeFolderHubCache(dir), fetch: hub.fetch }).readText('config.json')).toBe('{"v":"a"}');
+      expect(
+        await hubSource(REPO, { revision: SHA_A, cache: nodeFolderHubCache(dir), fetch: hub.fetch }).readText(
+          'config.json',
+        ),
+      ).toBe('{"v":"a"}');
     });
   });
 });

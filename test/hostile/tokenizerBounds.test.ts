@@ -3,9 +3,21 @@
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ModelLoadError } from '../../src/model/errors.ts';
 import { memorySource } from '../../src/model/sources.ts';
-import { CHAT_TEMPLATE_MAX_CHARS, loadTokenizer, Qwen3Tokenizer, setTokenizerWatch, TOKENIZER_JSON_MAX_CHARS } from '../../src/model/tokenizer.ts';
+import {
+  CHAT_TEMPLATE_MAX_CHARS,
+  loadTokenizer,
+  Qwen3Tokenizer,
+  setTokenizerWatch,
+  TOKENIZER_JSON_MAX_CHARS,
+} from '../../src/model/tokenizer.ts';
 import { qwen3TokenizerFiles } from '../../src/model/tinyModel.node.ts';
-import { TOKENIZER_WATCHDOG_MS, WATCH_MESSAGE, watchWorker, workerWatch, type WatchMessage } from '../../src/worker/tokenizerWatch.ts';
+import {
+  TOKENIZER_WATCHDOG_MS,
+  WATCH_MESSAGE,
+  watchWorker,
+  workerWatch,
+  type WatchMessage,
+} from '../../src/worker/tokenizerWatch.ts';
 
 let tokenizerJson: string;
 let tokenizerConfig: string;
@@ -22,17 +34,29 @@ afterEach(() => {
 describe('tokenizer file caps', () => {
   it('refuses a chat_template over 64 KB, naming the file and the cap', async () => {
     const cfg = JSON.parse(tokenizerConfig) as Record<string, unknown>;
-    const big = JSON.stringify({ ...cfg, chat_template: `{# ${'x'.repeat(CHAT_TEMPLATE_MAX_CHARS)} #}` + String(cfg['chat_template']) });
-    const src = memorySource('t', new Map([['tokenizer.json', tokenizerJson], ['tokenizer_config.json', big]]));
+    const big = JSON.stringify({
+      ...cfg,
+      chat_template: `{# ${'x'.repeat(CHAT_TEMPLATE_MAX_CHARS)} #}` + String(cfg['chat_template']),
+    });
+    const src = memorySource(
+      't',
+      new Map([
+        ['tokenizer.json', tokenizerJson],
+        ['tokenizer_config.json', big],
+      ]),
+    );
     const err = await loadTokenizer(src).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ModelLoadError);
-    expect((err as ModelLoadError).message).toMatch(/^tokenizer_config\.json: chat_template is \d+ characters; the cap is 65536 \(64 KB\)$/);
+    expect((err as ModelLoadError).message).toMatch(
+      /^tokenizer_config\.json: chat_template is \d+ characters; the cap is 65536 \(64 KB\)$/,
+    );
   });
 
   it('refuses a tokenizer.json over its size cap before parsing it', async () => {
     const src = {
       exists: async () => true,
-      readText: async (f: string) => (f === 'tokenizer.json' ? ' '.repeat(TOKENIZER_JSON_MAX_CHARS + 1) : tokenizerConfig),
+      readText: async (f: string) =>
+        f === 'tokenizer.json' ? ' '.repeat(TOKENIZER_JSON_MAX_CHARS + 1) : tokenizerConfig,
     };
     await expect(loadTokenizer(src)).rejects.toThrow('tokenizer.json: is 64.0 MB; the cap is 64 MB');
   });
@@ -40,7 +64,10 @@ describe('tokenizer file caps', () => {
 
 describe('tokenizer watchdog', () => {
   it('the tokenizer announces each call and the file in charge, nested calls included', async () => {
-    const tok = new Qwen3Tokenizer({ tokenizerJson: JSON.parse(tokenizerJson), tokenizerConfig: JSON.parse(tokenizerConfig) });
+    const tok = new Qwen3Tokenizer({
+      tokenizerJson: JSON.parse(tokenizerJson),
+      tokenizerConfig: JSON.parse(tokenizerConfig),
+    });
     const log: string[] = [];
     setTokenizerWatch(workerWatch((m) => log.push(`${m.phase}:${m.file}`)));
     tok.encodeChat([{ role: 'user', content: 'Hello' }], { enableThinking: false }, 'Player ');

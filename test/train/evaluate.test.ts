@@ -16,7 +16,14 @@ import { loadQwen3WithTokenizer } from '../../src/model/load.ts';
 import { nodeFolderSource } from '../../src/model/sources.node.ts';
 import { writeTinyCheckpoint } from '../../src/model/tinyModel.node.ts';
 import type { Qwen3Tokenizer } from '../../src/model/tokenizer.ts';
-import { coverageNote, evalReportJsonl, evaluateHeldOut, NoHeldOutError, planEvaluation, type EvalSystem } from '../../src/train/evaluate.ts';
+import {
+  coverageNote,
+  evalReportJsonl,
+  evaluateHeldOut,
+  NoHeldOutError,
+  planEvaluation,
+  type EvalSystem,
+} from '../../src/train/evaluate.ts';
 import { planRound, roundPlanOptions } from '../../src/train/memory.ts';
 import { QWEN3_PRESETS } from '../../src/model/config.ts';
 import { GpuPolicy } from '../../src/train/policy.ts';
@@ -28,12 +35,26 @@ beforeAll(async () => {
   tok = await qwen3Tokenizer();
 });
 
-const SHORT: SpyDocument = { id: 'short', source: 'GAO', report: 'The agency spent two billion dollars. Audits found gaps.', summary: 'The agencies spent billions; audits found gaps in records.' };
-const LONG: SpyDocument = { id: 'long', source: 'CRS', report: 'Congress passed the act. '.repeat(40).trim(), summary: 'Congress passed acts.' };
+const SHORT: SpyDocument = {
+  id: 'short',
+  source: 'GAO',
+  report: 'The agency spent two billion dollars. Audits found gaps.',
+  summary: 'The agencies spent billions; audits found gaps in records.',
+};
+const LONG: SpyDocument = {
+  id: 'long',
+  source: 'CRS',
+  report: 'Congress passed the act. '.repeat(40).trim(),
+  summary: 'Congress passed acts.',
+};
 const NO_REF: SpyDocument = { id: 'noref', source: 'CRS', report: 'No reference here.' };
 
 /** A system that "summarises" by echoing a fixed text per prompt and records what it read. */
-function echoSystem(key: string, text: (p: ChatPrompt) => string, seen: { key: string; opts: GenerateOptions; prompt: ChatPrompt }[]): EvalSystem {
+function echoSystem(
+  key: string,
+  text: (p: ChatPrompt) => string,
+  seen: { key: string; opts: GenerateOptions; prompt: ChatPrompt }[],
+): EvalSystem {
   return {
     key,
     label: key,
@@ -53,49 +74,110 @@ describe('evaluateHeldOut (scripted systems)', () => {
 
   it('reads a report whole when it fits, cuts and marks it when it does not, and skips it when asked', () => {
     const plan = planEvaluation([SHORT, LONG, NO_REF], tok, cfg);
-    expect(plan.map((p) => [p.doc.id, p.coverage])).toEqual([['short', 'whole'], ['long', 'cut']]); // no reference: not scored
+    expect(plan.map((p) => [p.doc.id, p.coverage])).toEqual([
+      ['short', 'whole'],
+      ['long', 'cut'],
+    ]); // no reference: not scored
     expect(plan[0]!.inputTokens).toBe(plan[0]!.reportTokens);
     expect(plan[1]!.inputTokens).toBeLessThanOrEqual(40);
     expect(plan[1]!.reportTokens).toBeGreaterThan(40);
     expect(plan[0]!.prompt!.text).toContain(SHORT.report);
-    expect(coverageNote({ coverage: 'cut', inputTokens: 37, reportTokens: 201 })).toBe('first 37 of 201 tokens: the reference covers more than the input');
+    expect(coverageNote({ coverage: 'cut', inputTokens: 37, reportTokens: 201 })).toBe(
+      'first 37 of 201 tokens: the reference covers more than the input',
+    );
     const skip = planEvaluation([SHORT, LONG], tok, { ...cfg, evalOverflow: 'skip' });
-    expect(skip.map((p) => [p.doc.id, p.coverage, p.prompt === null])).toEqual([['short', 'whole', false], ['long', 'skipped', true]]);
+    expect(skip.map((p) => [p.doc.id, p.coverage, p.prompt === null])).toEqual([
+      ['short', 'whole', false],
+      ['long', 'skipped', true],
+    ]);
   });
 
   it('scores every system on every report: ROUGE-1/2/L with stemming, length, greedy at evalSummaryMaxTokens', async () => {
     const seen: { key: string; opts: GenerateOptions; prompt: ChatPrompt }[] = [];
     let inside = false;
-    const base = { ...echoSystem('base', () => 'Agency spending was two billion dollars.', seen), around: async <T,>(job: () => Promise<T>) => { inside = true; try { return await job(); } finally { inside = false; } } };
-    const spy = echoSystem('adapter', (p) => (p.text.includes('Audits') ? 'The agency spent billions and audits found gaps in the records.' : 'Congress passed the act.'), seen);
+    const base = {
+      ...echoSystem('base', () => 'Agency spending was two billion dollars.', seen),
+      around: async <T>(job: () => Promise<T>) => {
+        inside = true;
+        try {
+          return await job();
+        } finally {
+          inside = false;
+        }
+      },
+    };
+    const spy = echoSystem(
+      'adapter',
+      (p) =>
+        p.text.includes('Audits')
+          ? 'The agency spent billions and audits found gaps in the records.'
+          : 'Congress passed the act.',
+      seen,
+    );
     const progress: number[] = [];
     const baseGen = base.generate.bind(base);
-    base.generate = async (prompts, opts) => { expect(inside).toBe(true); return baseGen(prompts, opts); };
-    const report = await evaluateHeldOut({ docs: [SHORT, LONG, NO_REF], tokenizer: tok, config: cfg, systems: [base, spy], onProgress: (p) => progress.push(p.done) });
+    base.generate = async (prompts, opts) => {
+      expect(inside).toBe(true);
+      return baseGen(prompts, opts);
+    };
+    const report = await evaluateHeldOut({
+      docs: [SHORT, LONG, NO_REF],
+      tokenizer: tok,
+      config: cfg,
+      systems: [base, spy],
+      onProgress: (p) => progress.push(p.done),
+    });
     expect(progress).toEqual([1, 2, 3, 4]);
     expect(seen.every((s) => s.opts.temperature === 0 && s.opts.maxTokens === 512)).toBe(true);
     expect(seen.map((s) => s.key)).toEqual(['base', 'base', 'adapter', 'adapter']); // one report per call
     expect(report.documents.map((d) => d.id)).toEqual(['short', 'long']);
     const short = report.documents[0]!.results['adapter']!;
     const want = rougeScores(SHORT.summary!, short.summary, { useStemmer: true });
-    expect(short.scores).toMatchObject({ rouge1: want.rouge1.fmeasure, rouge2: want.rouge2.fmeasure, rougeL: want.rougeL.fmeasure, words: 11, truncated: false });
+    expect(short.scores).toMatchObject({
+      rouge1: want.rouge1.fmeasure,
+      rouge2: want.rouge2.fmeasure,
+      rougeL: want.rougeL.fmeasure,
+      words: 11,
+      truncated: false,
+    });
     expect(short.scores.tokens).toBe(tok.encode(short.summary).length); // the stop token is not counted
     // Stemming is on by default and changes the score ("agencies"/"agency", "spent"/"spending" ...).
-    expect(rougeScores(SHORT.summary!, short.summary, { useStemmer: false }).rouge1.fmeasure).toBeLessThan(short.scores.rouge1);
+    expect(rougeScores(SHORT.summary!, short.summary, { useStemmer: false }).rouge1.fmeasure).toBeLessThan(
+      short.scores.rouge1,
+    );
     expect(report.settings).toEqual({ docTokenBudget: 40, summaryMaxTokens: 512, overflow: 'mark', stemmer: true });
-    expect(report.means['adapter']!.rougeL).toBeCloseTo((short.scores.rougeL + report.documents[1]!.results['adapter']!.scores.rougeL) / 2, 12);
+    expect(report.means['adapter']!.rougeL).toBeCloseTo(
+      (short.scores.rougeL + report.documents[1]!.results['adapter']!.scores.rougeL) / 2,
+      12,
+    );
     expect(report.means['adapter']!.rougeL).toBeGreaterThan(report.means['base']!.rougeL);
-    const lines = evalReportJsonl(report).trim().split('\n').map((l) => JSON.parse(l));
+    const lines = evalReportJsonl(report)
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(lines).toHaveLength(2);
-    expect(lines[1]).toMatchObject({ id: 'long', coverage: 'cut', reference: LONG.summary, results: { base: { summary: expect.any(String) }, adapter: { scores: { rougeL: expect.any(Number) } } } });
+    expect(lines[1]).toMatchObject({
+      id: 'long',
+      coverage: 'cut',
+      reference: LONG.summary,
+      results: { base: { summary: expect.any(String) }, adapter: { scores: { rougeL: expect.any(Number) } } },
+    });
   });
 
   it('refuses to run without held-out reports instead of falling back', async () => {
     const sys = echoSystem('base', () => 'x', []);
-    await expect(evaluateHeldOut({ docs: [], tokenizer: tok, config: cfg, systems: [sys] })).rejects.toThrow(NoHeldOutError);
-    await expect(evaluateHeldOut({ docs: [], tokenizer: tok, config: cfg, systems: [sys] })).rejects.toThrow(/held-out split/);
-    await expect(evaluateHeldOut({ docs: [NO_REF], tokenizer: tok, config: cfg, systems: [sys] })).rejects.toThrow(/reference summary/);
-    await expect(evaluateHeldOut({ docs: [LONG], tokenizer: tok, config: { ...cfg, evalOverflow: 'skip' }, systems: [sys] })).rejects.toThrow(/evalDocTokenBudget/);
+    await expect(evaluateHeldOut({ docs: [], tokenizer: tok, config: cfg, systems: [sys] })).rejects.toThrow(
+      NoHeldOutError,
+    );
+    await expect(evaluateHeldOut({ docs: [], tokenizer: tok, config: cfg, systems: [sys] })).rejects.toThrow(
+      /held-out split/,
+    );
+    await expect(evaluateHeldOut({ docs: [NO_REF], tokenizer: tok, config: cfg, systems: [sys] })).rejects.toThrow(
+      /reference summary/,
+    );
+    await expect(
+      evaluateHeldOut({ docs: [LONG], tokenizer: tok, config: { ...cfg, evalOverflow: 'skip' }, systems: [sys] }),
+    ).rejects.toThrow(/evalDocTokenBudget/);
   });
 
   it('holds out a configurable, stratified set that is never played', async () => {
@@ -117,7 +199,9 @@ describe('the memory plan of an evaluation', () => {
   it('holds one report of evalDocTokenBudget at a time, not all held-out reports together', () => {
     const cfg = QWEN3_PRESETS['Qwen/Qwen3-4B-Instruct-2507'];
     const evalKv = (run: Parameters<typeof roundPlanOptions>[0], docs: number) =>
-      planRound(cfg, roundPlanOptions(run, { weights: 'q4', kv: 'f16' }, { evalDocs: docs })).phases.find((p) => p.phase === 'eval')!.kv;
+      planRound(cfg, roundPlanOptions(run, { weights: 'q4', kv: 'f16' }, { evalDocs: docs })).phases.find(
+        (p) => p.phase === 'eval',
+      )!.kv;
     const c = validateConfig({});
     // One report at a time: the KV cache does not grow with the number of held-out reports.
     expect(evalKv(c, 6)).toBe(evalKv(c, 1));
@@ -140,13 +224,43 @@ describe('SpyRLTrainer.evaluate on the tiny model', () => {
   });
 
   it('scores base, adapter and a compare checkpoint; the base column is the adapter switched off', async () => {
-    await writeTinyCheckpoint(join(tmp, 'a'), { layers: 1, hidden: 32, heads: 2, kvHeads: 1, headDim: 16, intermediate: 64, seed: 1 });
-    await writeTinyCheckpoint(join(tmp, 'b'), { layers: 1, hidden: 32, heads: 2, kvHeads: 1, headDim: 16, intermediate: 64, seed: 2 });
+    await writeTinyCheckpoint(join(tmp, 'a'), {
+      layers: 1,
+      hidden: 32,
+      heads: 2,
+      kvHeads: 1,
+      headDim: 16,
+      intermediate: 64,
+      seed: 1,
+    });
+    await writeTinyCheckpoint(join(tmp, 'b'), {
+      layers: 1,
+      hidden: 32,
+      heads: 2,
+      kvHeads: 1,
+      headDim: 16,
+      intermediate: 64,
+      seed: 2,
+    });
     const a = await loadQwen3WithTokenizer(gpu, nodeFolderSource(join(tmp, 'a')));
     const b = await loadQwen3WithTokenizer(gpu, nodeFolderSource(join(tmp, 'b')));
     const { eval: held } = await loadGovReportNode();
-    const config = validateConfig({ groupSize: 3, docTokenBudget: 32, summaryMaxTokens: 8, evalDocTokenBudget: 48, evalSummaryMaxTokens: 8, evalEvery: 0, lora: { r: 2, alpha: 4 } });
-    const trainer = await SpyRLTrainer.create({ model: a.model, tokenizer: a.tokenizer!, config, train: held.slice(1), evalDocs: held.slice(0, 1) });
+    const config = validateConfig({
+      groupSize: 3,
+      docTokenBudget: 32,
+      summaryMaxTokens: 8,
+      evalDocTokenBudget: 48,
+      evalSummaryMaxTokens: 8,
+      evalEvery: 0,
+      lora: { r: 2, alpha: 4 },
+    });
+    const trainer = await SpyRLTrainer.create({
+      model: a.model,
+      tokenizer: a.tokenizer!,
+      config,
+      train: held.slice(1),
+      evalDocs: held.slice(0, 1),
+    });
     try {
       // Give the adapter a non-zero B so adapter and base differ.
       const w = await trainer.adapter.getTensors('weights');

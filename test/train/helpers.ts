@@ -13,7 +13,8 @@ import { nodeFolderSource } from '../../src/model/sources.node.ts';
 import { writeTinyCheckpoint } from '../../src/model/tinyModel.node.ts';
 import type { Qwen3Tokenizer } from '../../src/model/tokenizer.ts';
 
-export const FULL = 'The agency spent $2 billion on the new system. It hired 300 staff in three regions. Audits found gaps in the records. The plan ends in 2030.';
+export const FULL =
+  'The agency spent $2 billion on the new system. It hired 300 staff in three regions. Audits found gaps in the records. The plan ends in 2030.';
 
 export interface TinySetup {
   dir: string;
@@ -26,7 +27,12 @@ export async function tinySetup(gpu: Gpu, seed = 3): Promise<TinySetup> {
   const dir = await mkdtemp(join(tmpdir(), 'spyrl-train-'));
   await writeTinyCheckpoint(dir, { layers: 2, hidden: 32, heads: 4, kvHeads: 2, headDim: 16, intermediate: 64, seed });
   const loaded = await loadQwen3WithTokenizer(gpu, nodeFolderSource(dir));
-  return { dir, model: loaded.model, tokenizer: loaded.tokenizer!, cleanup: () => rm(dir, { recursive: true, force: true }) };
+  return {
+    dir,
+    model: loaded.model,
+    tokenizer: loaded.tokenizer!,
+    cleanup: () => rm(dir, { recursive: true, force: true }),
+  };
 }
 
 /** LoRA weights with B = scale * cos(i): the adapter visibly changes the model. */

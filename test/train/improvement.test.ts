@@ -57,7 +57,10 @@ async function train(sign: 1 | -1, updates: number, measureBefore: boolean) {
   const sampling = { maxTokens: MAX_TOKENS, temperature: 1, topP: 1, topK: 0 };
   const measure = async () => {
     const p = softmax(await policy.promptLogits([prompt]))[chosen]!;
-    const gens = await policy.generate(EVAL_SEEDS.map(() => prompt), { ...sampling, seeds: EVAL_SEEDS });
+    const gens = await policy.generate(
+      EVAL_SEEDS.map(() => prompt),
+      { ...sampling, seeds: EVAL_SEEDS },
+    );
     return { p, reward: gens.reduce((s, g) => s + reward(g.tokenIds), 0) / gens.length };
   };
   try {
@@ -65,13 +68,30 @@ async function train(sign: 1 | -1, updates: number, measureBefore: boolean) {
     const passes: { forward: number; backward: number; sequences: number }[] = [];
     for (let u = 0; u < updates; u++) {
       const seeds = Array.from({ length: G }, (_, i) => 100 * u + i + 1);
-      const gens = await policy.generate(seeds.map(() => prompt), { ...sampling, seeds });
-      const adv = groupAdvantages(gens.map((g) => reward(g.tokenIds)), { stdNormalize: false });
+      const gens = await policy.generate(
+        seeds.map(() => prompt),
+        { ...sampling, seeds },
+      );
+      const adv = groupAdvantages(
+        gens.map((g) => reward(g.tokenIds)),
+        { stdNormalize: false },
+      );
       const samples = gens.map((g, i) => ({
         round: u,
-        sample: { stage: 'summary' as const, seat: i, promptTokenIds: prompt.tokenIds, completionTokenIds: g.tokenIds, oldLogprobs: g.logprobs, advantage: sign * adv[i]!, candidateTokenIds: null },
+        sample: {
+          stage: 'summary' as const,
+          seat: i,
+          promptTokenIds: prompt.tokenIds,
+          completionTokenIds: g.tokenIds,
+          oldLogprobs: g.logprobs,
+          advantage: sign * adv[i]!,
+          candidateTokenIds: null,
+        },
       }));
-      const res = await ppoUpdate({ model: t.model, adapter, optimizer, ppo, checkpoints: 'f32', temperature: 1 }, samples);
+      const res = await ppoUpdate(
+        { model: t.model, adapter, optimizer, ppo, checkpoints: 'f32', temperature: 1 },
+        samples,
+      );
       expect(res.skipped).toBe(false);
       expect(res.kl).toBeNull(); // klBeta 0: not computed, not 0
       passes.push({ ...res.passes, sequences: samples.filter((s) => s.sample.advantage !== 0).length });
@@ -89,8 +109,10 @@ describe('a few PPO updates on the real GPU policy', () => {
     const good = await train(1, 2, true);
     const flipped = { ...(await train(-1, 2, false)), before: good.before! };
     const before = good.before!;
-    console.log(`chosen token ${chosen}: p ${before.p.toFixed(4)} -> ${good.after.p.toFixed(4)} (flipped: -> ${flipped.after.p.toFixed(4)}); ` +
-      `mean reward ${before.reward.toFixed(3)} -> ${good.after.reward.toFixed(3)} (flipped: -> ${flipped.after.reward.toFixed(3)})`);
+    console.log(
+      `chosen token ${chosen}: p ${before.p.toFixed(4)} -> ${good.after.p.toFixed(4)} (flipped: -> ${flipped.after.p.toFixed(4)}); ` +
+        `mean reward ${before.reward.toFixed(3)} -> ${good.after.reward.toFixed(3)} (flipped: -> ${flipped.after.reward.toFixed(3)})`,
+    );
     expect(good.after.p).toBeGreaterThan(before.p * 1.2);
     expect(good.after.reward).toBeGreaterThan(before.reward);
     // The control: with the advantage negated, the same assertions fail.

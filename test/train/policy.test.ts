@@ -12,7 +12,13 @@ import { createGpu, type Gpu } from '../../src/gpu/index.ts';
 import * as K from '../../src/ops/index.ts';
 import { INITIAL_SPY_BASELINE } from '../../src/game/advantages.ts';
 import { validateConfig } from '../../src/game/config.ts';
-import { DEFAULT_PROMPTS, labelTokenIds, summaryPrompts, votePrompts, type ChatPrompt } from '../../src/game/prompts.ts';
+import {
+  DEFAULT_PROMPTS,
+  labelTokenIds,
+  summaryPrompts,
+  votePrompts,
+  type ChatPrompt,
+} from '../../src/game/prompts.ts';
 import { assignRoles } from '../../src/game/roles.ts';
 import { Rng } from '../../src/game/rng.ts';
 import { playRound, roundRng, type PolicySample } from '../../src/game/round.ts';
@@ -25,7 +31,11 @@ import * as ref from '../reference.ts';
 import { attachAdapter, FULL, movedLora, tinySetup, type TinySetup } from './helpers.ts';
 
 const SPY = 'The agency spent $2 billion on the new system. Audits found gaps in the records. The plan ends in 2030.';
-const PROMPTS = { ...DEFAULT_PROMPTS, summaryInstruction: 'Summarize the report.', voteInstruction: 'Find the spy: the player whose summary misses part of the report.' };
+const PROMPTS = {
+  ...DEFAULT_PROMPTS,
+  summaryInstruction: 'Summarize the report.',
+  voteInstruction: 'Find the spy: the player whose summary misses part of the report.',
+};
 
 let gpu: Gpu, t: TinySetup, adapter: LoraAdapter;
 const measured: Record<string, string> = {};
@@ -48,7 +58,11 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
   it('a shared KV prefix gives the logits of a fresh prefill (<= 1e-5 relative)', async () => {
     const roles = assignRoles(4, Rng.fromSeed(3));
     const sp = summaryPrompts(t.tokenizer, roles, FULL, SPY, PROMPTS).prompts;
-    const vp = votePrompts(t.tokenizer, { roles, civilianText: FULL, spyText: SPY, summaries: ['One.', 'Two.', 'Three.', 'Four.'] }, PROMPTS);
+    const vp = votePrompts(
+      t.tokenizer,
+      { roles, civilianText: FULL, spyText: SPY, summaries: ['One.', 'Two.', 'Three.', 'Four.'] },
+      PROMPTS,
+    );
     const policy = new GpuPolicy(t.model, t.tokenizer);
     for (const prompts of [sp, vp]) {
       expect(prompts.some((p) => p.kvShare && p.kvShare.tokens >= 16)).toBe(true); // some prompt borrows pages
@@ -59,8 +73,12 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
       for (const [b, p] of unshared(prompts).entries()) {
         const fresh = await policy.promptLogits([p]);
         const row = shared.subarray(b * V, (b + 1) * V);
-        let maxDiff = 0, maxAbs = 0;
-        for (let i = 0; i < V; i++) { maxDiff = Math.max(maxDiff, Math.abs(row[i]! - fresh[i]!)); maxAbs = Math.max(maxAbs, Math.abs(fresh[i]!)); }
+        let maxDiff = 0,
+          maxAbs = 0;
+        for (let i = 0; i < V; i++) {
+          maxDiff = Math.max(maxDiff, Math.abs(row[i]! - fresh[i]!));
+          maxAbs = Math.max(maxAbs, Math.abs(fresh[i]!));
+        }
         worst = Math.max(worst, maxDiff / maxAbs);
       }
       measured[`shared prefix rel err (${prompts === sp ? 'summaries' : 'votes'})`] = worst.toExponential(2);
@@ -70,15 +88,23 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
 
   it('voteLogprobs equal the restricted softmax of a plain forward', async () => {
     const roles = assignRoles(4, Rng.fromSeed(5));
-    const vp = votePrompts(t.tokenizer, { roles, civilianText: FULL, spyText: SPY, summaries: ['A.', 'B.', 'C.', 'D.'] }, PROMPTS);
+    const vp = votePrompts(
+      t.tokenizer,
+      { roles, civilianText: FULL, spyText: SPY, summaries: ['A.', 'B.', 'C.', 'D.'] },
+      PROMPTS,
+    );
     const labels = labelTokenIds(t.tokenizer, 4);
     const cands = vp.map((_, v) => labels.filter((_, j) => j !== v));
     const got = await new GpuPolicy(t.model, t.tokenizer).voteLogprobs(vp, cands);
-    let worst = 0, fullWorst = 0;
+    let worst = 0,
+      fullWorst = 0;
     for (const [b, p] of vp.entries()) {
       const T = p.tokenIds.length;
       const cache = t.model.createCache(1, T);
-      const buf = t.model.forward({ ids: p.tokenIds, slots: p.tokenIds.map(() => 0), positions: p.tokenIds.map((_, i) => i), logitRows: [T - 1] }, cache);
+      const buf = t.model.forward(
+        { ids: p.tokenIds, slots: p.tokenIds.map(() => 0), positions: p.tokenIds.map((_, i) => i), logitRows: [T - 1] },
+        cache,
+      );
       const logits = await gpu.readF32(buf, t.model.cfg.vocabSize);
       gpu.releaseBuffer(buf);
       cache.destroy();
@@ -109,16 +135,35 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
   async function roundSamples(temperature: number): Promise<PolicySample[]> {
     if (played.has(temperature)) return played.get(temperature)!;
     const config = validateConfig({
-      groupSize: 3, docTokenBudget: 64, summaryMaxTokens: 8, voteReason: true, voteReasonMaxTokens: 4, seed: 5,
-      sampling: { temperature }, prompts: { summaryInstruction: PROMPTS.summaryInstruction, voteInstruction: PROMPTS.voteInstruction },
+      groupSize: 3,
+      docTokenBudget: 64,
+      summaryMaxTokens: 8,
+      voteReason: true,
+      voteReasonMaxTokens: 4,
+      seed: 5,
+      sampling: { temperature },
+      prompts: { summaryInstruction: PROMPTS.summaryInstruction, voteInstruction: PROMPTS.voteInstruction },
       rewards: { spyVote: 1 }, // the spy's vote is trained too: more vote samples
     });
-    const res = await playRound({ config, tokenizer: t.tokenizer, document: { id: 'doc', report: FULL }, round: 0, rng: roundRng(config.seed, 0), spyBaseline: INITIAL_SPY_BASELINE }, new GpuPolicy(t.model, t.tokenizer));
+    const res = await playRound(
+      {
+        config,
+        tokenizer: t.tokenizer,
+        document: { id: 'doc', report: FULL },
+        round: 0,
+        rng: roundRng(config.seed, 0),
+        spyBaseline: INITIAL_SPY_BASELINE,
+      },
+      new GpuPolicy(t.model, t.tokenizer),
+    );
     played.set(temperature, res.samples);
     return res.samples;
   }
 
-  async function maxRatioError(temperature: number, checkpoints: CheckpointDtype): Promise<{ err: number; tokens: Record<string, number> }> {
+  async function maxRatioError(
+    temperature: number,
+    checkpoints: CheckpointDtype,
+  ): Promise<{ err: number; tokens: Record<string, number> }> {
     const samples = await roundSamples(temperature);
     const tokens: Record<string, number> = { summary: 0, reason: 0, label: 0 };
     let err = 0;
@@ -133,19 +178,24 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
     return { err, tokens };
   }
 
-  it.each([1, 0.7])('ratio 1: stored sampling log-probs == training-pass recomputation, temperature %f', async (temperature) => {
-    const { err, tokens } = await maxRatioError(temperature, 'f32');
-    expect(tokens.summary).toBeGreaterThan(0);
-    expect(tokens.reason).toBeGreaterThan(0);
-    expect(tokens.label).toBe(3); // one label per voter (spyVote > 0: the spy's vote is trained)
-    measured[`ratio-1 max |logp - old| T=${temperature} f32`] = `${err.toExponential(2)} over ${JSON.stringify(tokens)}`;
-    expect(err).toBeLessThanOrEqual(1e-4);
-    if (temperature !== 1) return;
-    // The trainer's default bf16 checkpoints round each layer's input: close, not exact.
-    const bf16 = await maxRatioError(temperature, 'bf16');
-    measured[`ratio-1 max |logp - old| T=${temperature} bf16 checkpoints`] = bf16.err.toExponential(2);
-    expect(bf16.err).toBeLessThan(0.1);
-  }, 180_000);
+  it.each([1, 0.7])(
+    'ratio 1: stored sampling log-probs == training-pass recomputation, temperature %f',
+    async (temperature) => {
+      const { err, tokens } = await maxRatioError(temperature, 'f32');
+      expect(tokens.summary).toBeGreaterThan(0);
+      expect(tokens.reason).toBeGreaterThan(0);
+      expect(tokens.label).toBe(3); // one label per voter (spyVote > 0: the spy's vote is trained)
+      measured[`ratio-1 max |logp - old| T=${temperature} f32`] =
+        `${err.toExponential(2)} over ${JSON.stringify(tokens)}`;
+      expect(err).toBeLessThanOrEqual(1e-4);
+      if (temperature !== 1) return;
+      // The trainer's default bf16 checkpoints round each layer's input: close, not exact.
+      const bf16 = await maxRatioError(temperature, 'bf16');
+      measured[`ratio-1 max |logp - old| T=${temperature} bf16 checkpoints`] = bf16.err.toExponential(2);
+      expect(bf16.err).toBeLessThan(0.1);
+    },
+    180_000,
+  );
 
   it('a recomputation at the wrong temperature is caught (the ratio test can fail)', async () => {
     const samples = (await roundSamples(0.7)).filter((s) => s.stage === 'summary');
@@ -160,14 +210,22 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
   }, 60_000);
 
   it('the sampler returns the log-prob of the distribution it drew from (temperature, top-k, top-p)', async () => {
-    const V = 8, N = 64;
+    const V = 8,
+      N = 64;
     const row = Float32Array.from([1.0, 2.5, 0.3, 2.0, -1.0, 1.7, 0.9, 2.2]);
     const logits = new Float32Array(N * V);
     for (let b = 0; b < N; b++) logits.set(row, b * V);
     const lb = gpu.createBuffer(N * V * 4, 'logits');
     gpu.write(lb, logits);
-    const ids = gpu.createBuffer(N * 4, 'ids'), lp = gpu.createBuffer(N * 4, 'lp');
-    for (const [temperature, topK, topP] of [[1, 0, 1], [0.7, 0, 1], [1.5, 6, 0.7], [1, 3, 1], [0.8, 0, 0.6]] as const) {
+    const ids = gpu.createBuffer(N * 4, 'ids'),
+      lp = gpu.createBuffer(N * 4, 'lp');
+    for (const [temperature, topK, topP] of [
+      [1, 0, 1],
+      [0.7, 0, 1],
+      [1.5, 6, 0.7],
+      [1, 3, 1],
+      [0.8, 0, 0.6],
+    ] as const) {
       K.sample(gpu, ids, lb, N, V, { temperature, topK, topP }, 99, 1, lp);
       const got = await gpu.readU32(ids, N);
       const gotLp = await gpu.readF32(lp, N);

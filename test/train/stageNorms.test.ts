@@ -19,9 +19,24 @@ afterAll(async () => {
   await t?.cleanup();
 });
 
-const sample = (stage: 'summary' | 'vote', seat: number, prompt: number[], completion: number[], advantage: number, cands: number[] | null = null): RoundSample => ({
+const sample = (
+  stage: 'summary' | 'vote',
+  seat: number,
+  prompt: number[],
+  completion: number[],
+  advantage: number,
+  cands: number[] | null = null,
+): RoundSample => ({
   round: 0,
-  sample: { stage, seat, promptTokenIds: prompt, completionTokenIds: completion, oldLogprobs: completion.map(() => -3), advantage, candidateTokenIds: cands } satisfies PolicySample,
+  sample: {
+    stage,
+    seat,
+    promptTokenIds: prompt,
+    completionTokenIds: completion,
+    oldLogprobs: completion.map(() => -3),
+    advantage,
+    candidateTokenIds: cands,
+  } satisfies PolicySample,
 });
 
 const SAMPLES: RoundSample[] = [
@@ -43,7 +58,17 @@ async function update(samples: RoundSample[]) {
   }
   const optimizer = new LoraAdamW(gpu, adapter, { ...DEFAULT_ADAMW, lr: 1e-12, maxGradNorm: 0 });
   try {
-    return await ppoUpdate({ model: t.model, adapter, optimizer, ppo: { ...DEFAULT_CONFIG.ppo, voteWeight: 2 }, checkpoints: 'f32', temperature: 1 }, samples);
+    return await ppoUpdate(
+      {
+        model: t.model,
+        adapter,
+        optimizer,
+        ppo: { ...DEFAULT_CONFIG.ppo, voteWeight: 2 },
+        checkpoints: 'f32',
+        temperature: 1,
+      },
+      samples,
+    );
   } finally {
     optimizer.destroy();
     adapter.destroy();
@@ -57,7 +82,10 @@ describe('per-stage gradient norms', () => {
     const summaries = await update(SAMPLES.filter((x) => x.sample.stage === 'summary'));
     const votes = await update(SAMPLES.filter((x) => x.sample.stage === 'vote'));
     const { summary, vote } = mixed.stages;
-    console.log(JSON.stringify(mixed.passes), `summary |g| ${summary.gradNorm} (alone ${summaries.gradNorm}), vote |g| ${vote.gradNorm} (alone ${votes.gradNorm}), total ${mixed.gradNorm}; shares ${summary.gradShare.toFixed(4)} / ${vote.gradShare.toFixed(4)}`);
+    console.log(
+      JSON.stringify(mixed.passes),
+      `summary |g| ${summary.gradNorm} (alone ${summaries.gradNorm}), vote |g| ${vote.gradNorm} (alone ${votes.gradNorm}), total ${mixed.gradNorm}; shares ${summary.gradShare.toFixed(4)} / ${vote.gradShare.toFixed(4)}`,
+    );
     expect(summary.gradNorm).toBeGreaterThan(0);
     expect(vote.gradNorm).toBeGreaterThan(0);
     expect(Math.abs(summary.gradNorm - summaries.gradNorm)).toBeLessThanOrEqual(1e-5 * summaries.gradNorm);

@@ -24,16 +24,33 @@ afterAll(async () => {
 });
 
 const docs = [{ id: 'a', report: FULL }];
-const small = (over: SpyRLConfigInput) => validateConfig({
-  groupSize: 3, docTokenBudget: 48, summaryMaxTokens: 8, roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 0,
-  lora: { r: 4, alpha: 8 }, optimizer: { lr: 1e-3 }, seed: 7, ...over,
-});
+const small = (over: SpyRLConfigInput) =>
+  validateConfig({
+    groupSize: 3,
+    docTokenBudget: 48,
+    summaryMaxTokens: 8,
+    roundsPerUpdate: 1,
+    evalEvery: 0,
+    checkpointEvery: 0,
+    lora: { r: 4, alpha: 8 },
+    optimizer: { lr: 1e-3 },
+    seed: 7,
+    ...over,
+  });
 
 /** A trainer starting from an adapter whose B is not zero, so the policy differs from the base model (KL > 0). */
 async function trainer(config: ReturnType<typeof validateConfig>) {
   const { lora, weights } = movedLora(t.model, 4, 2, 0.2);
   const resume = { ...writeAdapter(lora, weights, t.model.cfg) };
-  return SpyRLTrainer.create({ model: t.model, tokenizer: t.tokenizer, config, train: docs, evalDocs: [], resume, checkpoints: 'f32' });
+  return SpyRLTrainer.create({
+    model: t.model,
+    tokenizer: t.tokenizer,
+    config,
+    train: docs,
+    evalDocs: [],
+    resume,
+    checkpoints: 'f32',
+  });
 }
 
 const k3 = (logp: number, ref: number) => Math.exp(ref - logp) - (ref - logp) - 1;
@@ -52,12 +69,16 @@ describe('SpyRLTrainer update paths', () => {
 
       // Independent: the sampler's log-probs (epoch 0 is on-policy: ratio 1) against the base
       // model's, recomputed here by a training pass of the test's own, adapter off.
-      let sum = 0, n = 0, hookSum = 0;
+      let sum = 0,
+        n = 0,
+        hookSum = 0;
       tr.adapter.enabled = false;
       try {
         for (const { sample: s, logp, ref } of first) {
           const ids = [...s.promptTokenIds, ...s.completionTokenIds];
-          const targets = ids.map((_, i) => (i >= s.promptTokenIds.length - 1 && i < ids.length - 1 ? ids[i + 1]! : -1));
+          const targets = ids.map((_, i) =>
+            i >= s.promptTokenIds.length - 1 && i < ids.length - 1 ? ids[i + 1]! : -1,
+          );
           const pass = new TrainingPass(t.model, tr.adapter, ids, targets, s.candidateTokenIds, { checkpoints: 'f32' });
           const base = await pass.forward();
           pass.release();
@@ -84,7 +105,11 @@ describe('SpyRLTrainer update paths', () => {
       expect(st.vote.gradShare).toBeGreaterThan(0);
       expect(st.summary.gradShare).toBeGreaterThan(0);
       const log = JSON.parse(tr.runLogJsonl().trim());
-      expect(log.train.stages.vote).toMatchObject({ loss: expect.any(Number), gradShare: st.vote.gradShare, gradNorm: st.vote.gradNorm });
+      expect(log.train.stages.vote).toMatchObject({
+        loss: expect.any(Number),
+        gradShare: st.vote.gradShare,
+        gradNorm: st.vote.gradNorm,
+      });
     } finally {
       tr.destroy();
     }
@@ -93,11 +118,18 @@ describe('SpyRLTrainer update paths', () => {
   it('klBeta 0: the KL is off (null), never a 0 point', async () => {
     const tr = await trainer(small({}));
     const events: unknown[] = [];
-    tr.onEvent = (e) => { if (e.type === 'update') events.push(e); };
+    tr.onEvent = (e) => {
+      if (e.type === 'update') events.push(e);
+    };
     try {
       const rec = await tr.runRound();
       expect(rec.train.kl).toBeNull();
-      expect(events).toEqual([expect.objectContaining({ kl: null, stages: expect.objectContaining({ summary: expect.any(Object), vote: expect.any(Object) }) })]);
+      expect(events).toEqual([
+        expect.objectContaining({
+          kl: null,
+          stages: expect.objectContaining({ summary: expect.any(Object), vote: expect.any(Object) }),
+        }),
+      ]);
       expect(JSON.parse(tr.runLogJsonl().trim()).train.kl).toBeNull();
     } finally {
       tr.destroy();
@@ -106,25 +138,39 @@ describe('SpyRLTrainer update paths', () => {
 
   it('top-p and top-k are refused for training, naming the field', async () => {
     await expect(trainer(small({ sampling: { topP: 0.9 } }))).rejects.toThrow(ConfigError);
-    await expect(trainer(small({ sampling: { topP: 0.9 } }))).rejects.toThrow(/config\.sampling\.topP: must be 1 for training/);
-    await expect(trainer(small({ sampling: { topK: 20 } }))).rejects.toThrow(/config\.sampling\.topK: must be 0 for training/);
+    await expect(trainer(small({ sampling: { topP: 0.9 } }))).rejects.toThrow(
+      /config\.sampling\.topP: must be 1 for training/,
+    );
+    await expect(trainer(small({ sampling: { topK: 20 } }))).rejects.toThrow(
+      /config\.sampling\.topK: must be 0 for training/,
+    );
   });
 });
 
 describe('stage weights (pure)', () => {
   const s = (stage: 'summary' | 'vote', seat: number, n: number, cands: number[] | null = null): PolicySample => ({
-    stage, seat, promptTokenIds: [1], completionTokenIds: Array(n).fill(5), oldLogprobs: Array(n).fill(-1), advantage: 1, candidateTokenIds: cands,
+    stage,
+    seat,
+    promptTokenIds: [1],
+    completionTokenIds: Array(n).fill(5),
+    oldLogprobs: Array(n).fill(-1),
+    advantage: 1,
+    candidateTokenIds: cands,
   });
   it('token-mean over summaries; a mean over votes, each vote (reason + label) a token-mean of its own', () => {
     const samples = [
-      { round: 0, sample: s('summary', 0, 10) }, { round: 0, sample: s('summary', 1, 30) },
-      { round: 0, sample: s('vote', 0, 3) }, { round: 0, sample: s('vote', 0, 1, [5, 6]) }, // one vote: a reason and its label
-      { round: 0, sample: s('vote', 1, 1, [5, 6]) }, { round: 1, sample: s('vote', 1, 1, [5, 6]) }, // two more votes
+      { round: 0, sample: s('summary', 0, 10) },
+      { round: 0, sample: s('summary', 1, 30) },
+      { round: 0, sample: s('vote', 0, 3) },
+      { round: 0, sample: s('vote', 0, 1, [5, 6]) }, // one vote: a reason and its label
+      { round: 0, sample: s('vote', 1, 1, [5, 6]) },
+      { round: 1, sample: s('vote', 1, 1, [5, 6]) }, // two more votes
     ];
     const { u, counts } = stageWeights(samples, 'token-mean');
     expect(u.slice(0, 2)).toEqual([1 / 40, 1 / 40]);
     expect(u.slice(2)).toEqual([1 / 12, 1 / 12, 1 / 3, 1 / 3]);
-    const total = (stage: string) => samples.reduce((a, x, i) => a + (x.sample.stage === stage ? u[i]! * x.sample.completionTokenIds.length : 0), 0);
+    const total = (stage: string) =>
+      samples.reduce((a, x, i) => a + (x.sample.stage === stage ? u[i]! * x.sample.completionTokenIds.length : 0), 0);
     expect(total('summary')).toBeCloseTo(1, 12);
     expect(total('vote')).toBeCloseTo(1, 12);
     expect(counts).toEqual({ summary: { sequences: 2, tokens: 40 }, vote: { sequences: 3, tokens: 6 } });

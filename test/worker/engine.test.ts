@@ -15,9 +15,16 @@ import { createAppStore } from '../../src/store/store.ts';
 import type { EngineApi } from '../../src/worker/client.ts';
 import type { LoadProgress } from '../../src/worker/protocol.ts';
 
-const config = validateConfig({ groupSize: 3, docTokenBudget: 96, summaryMaxTokens: 12, roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 1, lora: { r: 2, alpha: 4 } });
+const config = validateConfig({
+  groupSize: 3,
+  docTokenBudget: 96,
+  summaryMaxTokens: 12,
+  roundsPerUpdate: 1,
+  evalEvery: 0,
+  checkpointEvery: 1,
+  lora: { r: 2, alpha: 4 },
+});
 const docs = { train: [{ id: 'a', report: 'The agency audited its programs. It found gaps.' }], evalDocs: [] };
-
 
 /** A scripted trainer: the events and files of SpyRLTrainer, without the GPU work. */
 function scriptedTrainer(created: TrainerCreateOptions[]) {
@@ -33,20 +40,57 @@ function scriptedTrainer(created: TrainerCreateOptions[]) {
       },
       async runRound() {
         const r = round;
-        emit({ type: 'round-start', round: r, documentId: 'a', fullText: 'The agency audited its programs. It found gaps.', spyText: 'The agency audited its programs.', span: { charStart: 32, charEnd: 47 }, spyMarkAt: 32, cut: null, groupSize: 3, labels: [2, 1, 3], spySeat: 1 });
+        emit({
+          type: 'round-start',
+          round: r,
+          documentId: 'a',
+          fullText: 'The agency audited its programs. It found gaps.',
+          spyText: 'The agency audited its programs.',
+          span: { charStart: 32, charEnd: 47 },
+          spyMarkAt: 32,
+          cut: null,
+          groupSize: 3,
+          labels: [2, 1, 3],
+          spySeat: 1,
+        });
         for (let seat = 0; seat < 3; seat++) emit({ type: 'summary-delta', round: r, seat, text: `summary ${seat}` });
-        emit({ type: 'summaries-done', round: r, summaries: [0, 1, 2].map((seat) => ({ seat, text: `summary ${seat}`, truncated: false })) });
-        for (const [voter, chosen] of [[0, 1], [1, 0], [2, 1]]) emit({ type: 'vote', round: r, voterSeat: voter!, candidateSeats: [0, 1, 2].filter((s) => s !== voter), probs: [0.3, 0.7], chosenSeat: chosen! });
+        emit({
+          type: 'summaries-done',
+          round: r,
+          summaries: [0, 1, 2].map((seat) => ({ seat, text: `summary ${seat}`, truncated: false })),
+        });
+        for (const [voter, chosen] of [
+          [0, 1],
+          [1, 0],
+          [2, 1],
+        ])
+          emit({
+            type: 'vote',
+            round: r,
+            voterSeat: voter!,
+            candidateSeats: [0, 1, 2].filter((s) => s !== voter),
+            probs: [0.3, 0.7],
+            chosenSeat: chosen!,
+          });
         emit({ type: 'reveal', round: r, spySeat: 1, caught: true, rewards: [1.5, -0.5, 1.5] });
         emit({ type: 'update', round: r, step: r + 1, loss: 0.25, kl: 0, gradNorm: 0.5, lr: 5e-5, skipped: false });
-        const record = { round: r, spySeat: 1, rewards: { summary: [0.5, -0.5, 0.5] }, metrics: { spyCaught: true, voteAccuracy: 1 } } as unknown as RoundRecord;
+        const record = {
+          round: r,
+          spySeat: 1,
+          rewards: { summary: [0.5, -0.5, 0.5] },
+          metrics: { spyCaught: true, voteAccuracy: 1 },
+        } as unknown as RoundRecord;
         round++;
         log.push(JSON.stringify({ round: r }));
         emit({ type: 'round-done', round: r, record, tokensPerSecond: 42 });
         return record;
       },
       adapterFiles: async () => ({ ...writeAdapter(lora, initLora(o.model.cfg, lora, 0), o.model.cfg) }),
-      checkpointFiles: async () => ({ ...writeAdapter(lora, initLora(o.model.cfg, lora, 0), o.model.cfg), 'trainer_state.json': JSON.stringify({ round }), 'run.jsonl': log.join('\n') }),
+      checkpointFiles: async () => ({
+        ...writeAdapter(lora, initLora(o.model.cfg, lora, 0), o.model.cfg),
+        'trainer_state.json': JSON.stringify({ round }),
+        'run.jsonl': log.join('\n'),
+      }),
       runLogJsonl: () => log.join('\n'),
       destroy: () => undefined,
     };
@@ -56,7 +100,13 @@ function scriptedTrainer(created: TrainerCreateOptions[]) {
 async function makeEngine() {
   const created: TrainerCreateOptions[] = [];
   const storage = memoryRunStorage();
-  const engine = new PlaygroundEngine({ demoUrl: () => DEMO_URL, fetch: await tinyDemoFetch({ layers: 2, hidden: 64, heads: 4, kvHeads: 2, headDim: 16, intermediate: 128 }), createTrainer: scriptedTrainer(created), storage, hubCache: () => memoryHubCache() });
+  const engine = new PlaygroundEngine({
+    demoUrl: () => DEMO_URL,
+    fetch: await tinyDemoFetch({ layers: 2, hidden: 64, heads: 4, kvHeads: 2, headDim: 16, intermediate: 128 }),
+    createTrainer: scriptedTrainer(created),
+    storage,
+    hubCache: () => memoryHubCache(),
+  });
   return { engine, created, storage };
 }
 
@@ -87,7 +137,12 @@ describe('PlaygroundEngine', () => {
     const resumed = await engine.resumeSavedRun(() => undefined);
     expect(resumed.round).toBe(1);
     expect(resumed.options.train).toEqual(docs.train);
-    expect(Object.keys(created.at(-1)!.resume!).sort()).toEqual(['adapter_config.json', 'adapter_model.safetensors', 'run.jsonl', 'trainer_state.json']);
+    expect(Object.keys(created.at(-1)!.resume!).sort()).toEqual([
+      'adapter_config.json',
+      'adapter_model.safetensors',
+      'run.jsonl',
+      'trainer_state.json',
+    ]);
     engine.dispose();
   });
 
@@ -97,12 +152,20 @@ describe('PlaygroundEngine', () => {
     const lora = loraConfig({ r: 3, alpha: 6, targetModules: ['q_proj', 'v_proj'] });
     const zip = zipFiles({ ...writeAdapter(lora, initLora(info.cfg, lora, 1), info.cfg) });
     const adapter = await engine.loadAdapter([new File([zip as Uint8Array<ArrayBuffer>], 'my-adapter.zip')]);
-    expect(adapter).toMatchObject({ name: 'my-adapter.zip', r: 3, alpha: 6, targetModules: ['q_proj', 'v_proj'], hasOptimizerState: false });
+    expect(adapter).toMatchObject({
+      name: 'my-adapter.zip',
+      r: 3,
+      alpha: 6,
+      targetModules: ['q_proj', 'v_proj'],
+      hasOptimizerState: false,
+    });
     await engine.startRun({ config, ...docs }, () => undefined);
     expect(Object.keys(created[0]!.resume!).sort()).toEqual(['adapter_config.json', 'adapter_model.safetensors']);
 
     const bad = zipFiles({ 'adapter_config.json': '{}' });
-    await expect(engine.loadAdapter([new File([bad as Uint8Array<ArrayBuffer>], 'bad.zip')])).rejects.toThrow('adapter_model.safetensors');
+    await expect(engine.loadAdapter([new File([bad as Uint8Array<ArrayBuffer>], 'bad.zip')])).rejects.toThrow(
+      'adapter_model.safetensors',
+    );
     engine.dispose();
   });
 
@@ -142,7 +205,17 @@ describe('app store', () => {
     expect(view.summaries).toEqual(['summary 0', 'summary 1', 'summary 2']);
     expect(view.votes).toHaveLength(3);
     expect(view.reveal).toEqual({ caught: true, rewards: [1.5, -0.5, 1.5] });
-    expect(s().series.rounds).toEqual([{ round: 1, civilianReward: 0.5, spyReward: -0.5, caught: 1, caughtRate: 1, voteAccuracy: 1, tokensPerSecond: 42 }]);
+    expect(s().series.rounds).toEqual([
+      {
+        round: 1,
+        civilianReward: 0.5,
+        spyReward: -0.5,
+        caught: 1,
+        caughtRate: 1,
+        voteAccuracy: 1,
+        tokensPerSecond: 42,
+      },
+    ]);
     expect(s().series.updates).toHaveLength(1);
     expect((await storage.meta())?.round).toBe(1);
 

@@ -11,11 +11,15 @@ import type { EngineApi } from '../../src/worker/client.ts';
 import { PlaygroundEngine } from '../../src/worker/engine.ts';
 import { memoryRunStorage } from '../../src/worker/runStorage.ts';
 
-
-
 describe('PlaygroundEngine.evaluate', () => {
   it('compares base, adapter and a third checkpoint on the held-out reports; the store keeps and exports the report', async () => {
-    const engine = new PlaygroundEngine({ demoUrl: () => DEMO_URL, fetch: await tinyDemoFetch({ layers: 1, hidden: 32, heads: 2, kvHeads: 1, headDim: 16, intermediate: 64 }), createTrainer: (o) => SpyRLTrainer.create(o), storage: memoryRunStorage(), hubCache: () => memoryHubCache() });
+    const engine = new PlaygroundEngine({
+      demoUrl: () => DEMO_URL,
+      fetch: await tinyDemoFetch({ layers: 1, hidden: 32, heads: 2, kvHeads: 1, headDim: 16, intermediate: 64 }),
+      createTrainer: (o) => SpyRLTrainer.create(o),
+      storage: memoryRunStorage(),
+      hubCache: () => memoryHubCache(),
+    });
     const saved: { name: string; text: string }[] = [];
     const store = createAppStore({
       engine: engine as unknown as EngineApi,
@@ -29,7 +33,15 @@ describe('PlaygroundEngine.evaluate', () => {
       await engine.loadModel({ kind: 'demo' });
       await expect(engine.evaluate({ compare: null })).rejects.toThrow(/no run/);
       const { train, eval: held } = await loadGovReportNode();
-      const config = validateConfig({ groupSize: 3, docTokenBudget: 32, summaryMaxTokens: 8, evalDocTokenBudget: 40, evalSummaryMaxTokens: 8, evalEvery: 0, lora: { r: 2, alpha: 4 } });
+      const config = validateConfig({
+        groupSize: 3,
+        docTokenBudget: 32,
+        summaryMaxTokens: 8,
+        evalDocTokenBudget: 40,
+        evalSummaryMaxTokens: 8,
+        evalEvery: 0,
+        lora: { r: 2, alpha: 4 },
+      });
       await engine.startRun({ config, train, evalDocs: [] }, () => undefined);
       await expect(engine.evaluate({ compare: null })).rejects.toThrow(/no held-out reports/);
       await engine.startRun({ config, train, evalDocs: held.slice(0, 1) }, () => undefined);
@@ -54,7 +66,11 @@ describe('PlaygroundEngine.evaluate', () => {
       store.getState().exportEvalJsonl();
       await new Promise((r) => setTimeout(r, 10));
       expect(saved[0]!.name).toBe('spyrl-eval-round-0.jsonl');
-      expect(JSON.parse(saved[0]!.text.trim())).toMatchObject({ id: held[0]!.id, coverage: 'cut', results: { base: {}, adapter: {}, compare: {} } });
+      expect(JSON.parse(saved[0]!.text.trim())).toMatchObject({
+        id: held[0]!.id,
+        coverage: 'cut',
+        results: { base: {}, adapter: {}, compare: {} },
+      });
 
       // A Hub repo id that is not one is refused before anything loads.
       store.getState().setCompare('hub', 'not a repo');

@@ -9,14 +9,36 @@ import { memoryPlanOf, selectMemoryInputs } from '../../src/store/modelSlice.ts'
 import type { EngineApi } from '../../src/worker/client.ts';
 import type { ModelChoice, ModelFormat } from '../../src/worker/protocol.ts';
 
-const tiny: Qwen3Config = { ...QWEN3_PRESETS['Qwen/Qwen3-0.6B'], hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 16, intermediateSize: 128 };
+const tiny: Qwen3Config = {
+  ...QWEN3_PRESETS['Qwen/Qwen3-0.6B'],
+  hiddenSize: 64,
+  numLayers: 2,
+  numHeads: 4,
+  numKvHeads: 2,
+  headDim: 16,
+  intermediateSize: 128,
+};
 
 /** q4 bytes from docs/ENGINE.md by hand: N*K/2 bytes of nibbles + one 2-byte f16 scale per 32
  *  elements, rounded up to whole u32 words; (N) norms bf16 at 2 bytes each. */
 function q4BytesByHand(cfg: Qwen3Config): number {
-  const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V, numLayers: L } = cfg;
+  const {
+    hiddenSize: C,
+    numHeads: NH,
+    numKvHeads: NKV,
+    headDim: HD,
+    intermediateSize: I,
+    vocabSize: V,
+    numLayers: L,
+  } = cfg;
   const packed = (N: number, K: number) => (N * K) / 2 + Math.ceil((N * K) / 64) * 4;
-  const layer = packed(NH * HD, C) + 2 * packed(NKV * HD, C) + packed(C, NH * HD) + 2 * packed(I, C) + packed(C, I) + 2 * (2 * C + 2 * HD);
+  const layer =
+    packed(NH * HD, C) +
+    2 * packed(NKV * HD, C) +
+    packed(C, NH * HD) +
+    2 * packed(I, C) +
+    packed(C, I) +
+    2 * (2 * C + 2 * HD);
   return packed(V, C) * (cfg.tieWordEmbeddings ? 1 : 2) + L * layer + 2 * C;
 }
 
@@ -34,14 +56,24 @@ describe('model format', () => {
     const odd = { ...QWEN3_PRESETS['Qwen/Qwen3-1.7B'], intermediateSize: 6150 };
     expect(q4Problem(odd)).toContain('intermediate_size is 6150');
     expect(defaultWeights(odd)).toBe('bf16'); // big, but q4 cannot hold it
-    expect(() => checkFormat(odd, { weights: 'q4', kv: 'f16' }, 'my/odd')).toThrow('my/odd cannot load as q4: q4 needs the Linear input sizes to be multiples of 32: intermediate_size is 6150');
+    expect(() => checkFormat(odd, { weights: 'q4', kv: 'f16' }, 'my/odd')).toThrow(
+      'my/odd cannot load as q4: q4 needs the Linear input sizes to be multiples of 32: intermediate_size is 6150',
+    );
     expect(() => checkFormat(odd, { weights: 'bf16', kv: 'f16' }, 'my/odd')).not.toThrow();
     expect(() => checkFormat(tiny, { weights: 'bf16', kv: 'f8' as 'f16' }, 'tiny')).toThrow('f32 or f16');
   });
 
-  it('the panel\'s weight bytes (the memory plan\'s weightBytes): bf16 = 2 per parameter, q4 = the packed layout', () => {
+  it("the panel's weight bytes (the memory plan's weightBytes): bf16 = 2 per parameter, q4 = the packed layout", () => {
     for (const cfg of [tiny, ...Object.values(QWEN3_PRESETS)]) {
-      const params = cfg.vocabSize * cfg.hiddenSize * (cfg.tieWordEmbeddings ? 1 : 2) + cfg.numLayers * (cfg.hiddenSize * cfg.numHeads * cfg.headDim * 2 + cfg.hiddenSize * cfg.numKvHeads * cfg.headDim * 2 + 3 * cfg.hiddenSize * cfg.intermediateSize + 2 * cfg.hiddenSize + 2 * cfg.headDim) + cfg.hiddenSize;
+      const params =
+        cfg.vocabSize * cfg.hiddenSize * (cfg.tieWordEmbeddings ? 1 : 2) +
+        cfg.numLayers *
+          (cfg.hiddenSize * cfg.numHeads * cfg.headDim * 2 +
+            cfg.hiddenSize * cfg.numKvHeads * cfg.headDim * 2 +
+            3 * cfg.hiddenSize * cfg.intermediateSize +
+            2 * cfg.hiddenSize +
+            2 * cfg.headDim) +
+        cfg.hiddenSize;
       expect(weightBytes(cfg, 'bf16').total).toBe(2 * params);
       expect(weightBytes(cfg, 'q4').total).toBe(q4BytesByHand(cfg));
     }
@@ -60,11 +92,24 @@ describe('app store: weights and KV choice', () => {
       inspectModel: async () => ({ name: 'some/model', cfg }),
       loadModel: async (choice: ModelChoice, _p: unknown, format?: ModelFormat) => {
         loads.push({ choice, format });
-        return { name: 'some/model', ref: { kind: 'demo' }, cfg, gpu: { description: 'test', f16: false, subgroups: false }, format, quantizedCache: null };
+        return {
+          name: 'some/model',
+          ref: { kind: 'demo' },
+          cfg,
+          gpu: { description: 'test', f16: false, subgroups: false },
+          format,
+          quantizedCache: null,
+        };
       },
       listCachedModels: async () => [],
     } as unknown as EngineApi;
-    const store = createAppStore({ engine, callback: (f) => f, hasWebGpu: true, loadBundledDocuments: async () => ({ train: [], eval: [] }), saveFile: () => undefined });
+    const store = createAppStore({
+      engine,
+      callback: (f) => f,
+      hasWebGpu: true,
+      loadBundledDocuments: async () => ({ train: [], eval: [] }),
+      saveFile: () => undefined,
+    });
     return { store, loads };
   }
 
@@ -87,7 +132,14 @@ describe('app store: weights and KV choice', () => {
   it('plans memory with the chosen format', () => {
     const { store } = recordingStore(QWEN3_PRESETS['Qwen/Qwen3-4B-Instruct-2507']);
     const s = () => store.getState();
-    store.setState({ probe: { available: true, description: 'test', limits: { maxBufferSize: 2 ** 32, maxStorageBufferBindingSize: 2 ** 32 }, features: [] } });
+    store.setState({
+      probe: {
+        available: true,
+        description: 'test',
+        limits: { maxBufferSize: 2 ** 32, maxStorageBufferBindingSize: 2 ** 32 },
+        features: [],
+      },
+    });
     s().selectModelOption('preset:Qwen/Qwen3-4B-Instruct-2507');
     const cfg = QWEN3_PRESETS['Qwen/Qwen3-4B-Instruct-2507'];
     const q4 = memoryPlanOf(selectMemoryInputs(s()))!.plan;

@@ -22,12 +22,22 @@ const TOKENS = [9707, 11, 1879, 0, 151643, 42];
 
 /** A Hub that serves the tiny checkpoint for REPO and records every request. */
 async function fakeHub() {
-  const { files } = makeTinyCheckpoint({ ...(await qwen3TokenizerFiles()), layers: 2, hidden: 64, heads: 4, kvHeads: 2, headDim: 16, intermediate: 128, tied: true });
+  const { files } = makeTinyCheckpoint({
+    ...(await qwen3TokenizerFiles()),
+    layers: 2,
+    hidden: 64,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 16,
+    intermediate: 128,
+    tied: true,
+  });
   const calls: string[] = [];
   const fetchFn = (async (input: RequestInfo | URL) => {
     const url = String(input);
     calls.push(url);
-    if (url === API_MAIN) return Response.json({ sha: SHA, siblings: [...files.keys()].map((rfilename) => ({ rfilename })) });
+    if (url === API_MAIN)
+      return Response.json({ sha: SHA, siblings: [...files.keys()].map((rfilename) => ({ rfilename })) });
     const prefix = `https://huggingface.co/${REPO}/resolve/${SHA}/`;
     const body = url.startsWith(prefix) ? files.get(url.slice(prefix.length)) : undefined;
     return body === undefined ? new Response('Entry not found', { status: 404 }) : new Response(body as BodyInit);
@@ -54,9 +64,22 @@ describe('PlaygroundEngine: q4 cache of a Hub repo', () => {
     const models: Qwen3Model[] = [];
     const createTrainer = async (o: TrainerCreateOptions): Promise<TrainerLike> => {
       models.push(o.model);
-      return { round: 0, runRound: async () => Promise.reject(new Error('not here')), checkpointFiles: async () => ({}), adapterFiles: async () => ({}), runLogJsonl: () => '', destroy: () => undefined };
+      return {
+        round: 0,
+        runRound: async () => Promise.reject(new Error('not here')),
+        checkpointFiles: async () => ({}),
+        adapterFiles: async () => ({}),
+        runLogJsonl: () => '',
+        destroy: () => undefined,
+      };
     };
-    const engine = new PlaygroundEngine({ fetch: hub.fetch, hubCache: () => cache, storage: memoryRunStorage(), createTrainer, demoUrl: () => 'http://demo.invalid/' });
+    const engine = new PlaygroundEngine({
+      fetch: hub.fetch,
+      hubCache: () => cache,
+      storage: memoryRunStorage(),
+      createTrainer,
+      demoUrl: () => 'http://demo.invalid/',
+    });
     const choice = { kind: 'hub' as const, repo: REPO };
 
     // 1. Download, quantize on load, store.
@@ -104,7 +127,9 @@ describe('PlaygroundEngine: q4 cache of a Hub repo', () => {
     const w = await cache.create(key);
     await w.write(new Uint8Array(size).fill(0xff));
     await w.close();
-    await expect(engine.loadModel(choice, undefined, { weights: 'q4', kv: 'f16' })).rejects.toThrow(`in the q4 cache of ${REPO}: delete it under Cached models`);
+    await expect(engine.loadModel(choice, undefined, { weights: 'q4', kv: 'f16' })).rejects.toThrow(
+      `in the q4 cache of ${REPO}: delete it under Cached models`,
+    );
 
     // 3. A bf16 load ignores the q4 entry (and downloads again); deleting q4 empties the cache.
     const third = await engine.loadModel(choice, undefined, { weights: 'bf16', kv: 'f32' });
@@ -113,8 +138,14 @@ describe('PlaygroundEngine: q4 cache of a Hub repo', () => {
     await engine.startRun({ config, ...docs }, () => undefined);
     expect(isQ4(models[2]!.weights.embed)).toBe(false);
     const bf16 = await logits(models[2]!);
-    let maxDiff = 0, maxRef = 0;
-    bf16.forEach((x, i) => ((maxDiff = Math.max(maxDiff, Math.abs(x - quantizedOnLoad[i]!))), (maxRef = Math.max(maxRef, Math.abs(x)))));
+    let maxDiff = 0,
+      maxRef = 0;
+    bf16.forEach(
+      (x, i) => (
+        (maxDiff = Math.max(maxDiff, Math.abs(x - quantizedOnLoad[i]!))),
+        (maxRef = Math.max(maxRef, Math.abs(x)))
+      ),
+    );
     // q4 moved the logits, but not far (4-bit weights of a random tiny model).
     expect(maxDiff).toBeGreaterThan(0);
     expect(maxDiff).toBeLessThan(0.5 * maxRef);
@@ -126,7 +157,12 @@ describe('PlaygroundEngine: q4 cache of a Hub repo', () => {
   it('the default for a small Hub model is bf16 with an f16 KV cache, and nothing is stored', async () => {
     const hub = await fakeHub();
     const cache = memoryHubCache();
-    const engine = new PlaygroundEngine({ fetch: hub.fetch, hubCache: () => cache, storage: memoryRunStorage(), demoUrl: () => 'http://demo.invalid/' });
+    const engine = new PlaygroundEngine({
+      fetch: hub.fetch,
+      hubCache: () => cache,
+      storage: memoryRunStorage(),
+      demoUrl: () => 'http://demo.invalid/',
+    });
     const info = await engine.loadModel({ kind: 'hub', repo: REPO });
     expect(info.format).toEqual({ weights: 'bf16', kv: 'f16' });
     expect(info.quantizedCache).toBeNull();
