@@ -123,7 +123,7 @@ test("abort row: a finished Hub download is never deleted by another tab's abort
       try {
         return await run();
       } catch (e) {
-        throw new Error(`${label}: ${String(e)}`);
+        throw new Error(`${label}: ${String(e)}`, { cause: e });
       }
     };
     for (const [kind, make] of [

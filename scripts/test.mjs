@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// `npm test`: type-check, unit + kernel tests (Node + Dawn over SwiftShader), then the
-// end-to-end tests in a real headless Chromium. Finds a Chromium first; on Debian as root it
+// `npm test`: lint (style and layer rules), type-check, unit + kernel tests (Node + Dawn over
+// SwiftShader), then the end-to-end tests in a real headless Chromium. Finds a Chromium first; on Debian as root it
 // installs Debian's `chromium` (which also ships the SwiftShader Vulkan driver the Node
 // kernel tests use) when none is found; elsewhere it stops and says what to install.
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -61,6 +61,7 @@ function run(label, cmd, args) {
 }
 
 const bin = (name) => `node_modules/.bin/${name}`;
+run('lint (ESLint with the layer rules, Prettier)', 'npm', ['run', '--silent', 'lint']);
 run('type-check', bin('tsc'), ['--noEmit', '-p', '.']);
 run('unit and kernel tests', bin('vitest'), ['run']);
 run('demo model', 'node', ['scripts/demo-model.mjs']);

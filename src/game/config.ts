@@ -1,7 +1,7 @@
 // SpyRLConfig: every setting of a run, one typed object of defaults, each with the reason for
 // its value (CONFIG_FIELDS, also rendered for the README by describeConfig). validateConfig
 // merges a partial config over the defaults and rejects unknown keys and out-of-range values.
-import { LORA_TARGETS, type LoraTarget } from '../model/peft.ts';
+import { LORA_TARGETS, type LoraTarget } from '../model/loraTargets.ts';
 import type { AdvantageConfig } from './advantages.ts';
 import type { MaskMode } from './masking.ts';
 import { DEFAULT_PROMPTS, type PromptConfig } from './prompts.ts';

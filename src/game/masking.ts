@@ -107,7 +107,8 @@ export function maskSpan(full: string, tokenizer: GameTokenizer, opts: MaskOptio
       break;
     }
   }
-  let { start, end } = chosen;
+  const start = chosen.start;
+  let end = chosen.end;
   if (start === 0) while (end < full.length && /\s/.test(full[end]!)) end++;
 
   const span = full.slice(start, end);

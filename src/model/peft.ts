@@ -3,6 +3,7 @@
 // needs to resume exactly. Pure data: no GPU, no fs (folders on disk: peft.node.ts).
 import type { Qwen3Config } from './config.ts';
 import { ModelLoadError } from './errors.ts';
+import { LORA_TARGETS, targetDims, type LoraTarget } from './loraTargets.ts';
 import {
   bf16BytesToF32,
   readSafetensorsHeader,
@@ -21,9 +22,7 @@ export const TRAINER_STATE_FILE = 'trainer_state.json';
 // ---------------------------------------------------------------------------------------------
 // 1. Config, scale, tensor table.
 
-/** The seven Linear layers of a Qwen3 decoder layer, in module order. */
-export const LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
-export type LoraTarget = (typeof LORA_TARGETS)[number];
+export { LORA_TARGETS, targetDims, type LoraTarget } from './loraTargets.ts';
 
 export interface LoraConfig {
   r: number;
@@ -70,25 +69,6 @@ function isTarget(x: unknown): x is LoraTarget {
 /** PEFT's scaling s in y = x W^T + s (x A^T) B^T. */
 export function loraScale(cfg: Pick<LoraConfig, 'r' | 'alpha' | 'useRslora'>): number {
   return cfg.useRslora ? cfg.alpha / Math.sqrt(cfg.r) : cfg.alpha / cfg.r;
-}
-
-/** (out, in) of a target's frozen weight, i.e. its (N, K). */
-export function targetDims(modelCfg: Qwen3Config, t: LoraTarget): { out: number; in: number } {
-  const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = modelCfg;
-  switch (t) {
-    case 'q_proj':
-      return { out: NH * HD, in: C };
-    case 'k_proj':
-    case 'v_proj':
-      return { out: NKV * HD, in: C };
-    case 'o_proj':
-      return { out: C, in: NH * HD };
-    case 'gate_proj':
-    case 'up_proj':
-      return { out: I, in: C };
-    case 'down_proj':
-      return { out: C, in: I };
-  }
 }
 
 function blockOf(t: LoraTarget): 'self_attn' | 'mlp' {

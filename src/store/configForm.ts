@@ -1,7 +1,7 @@
 // The config panel's fields: which SpyRLConfig settings the panel shows, how a typed value
 // becomes a config value, and validation through validateConfig (the one source of rules).
 import { ConfigError, DEFAULT_CONFIG, configLeaves, validateConfig, type SpyRLConfig } from '../game/config.ts';
-import { LORA_TARGETS } from '../model/peft.ts';
+import { LORA_TARGETS } from '../model/loraTargets.ts';
 
 export type FieldKind = 'int' | 'number' | 'select' | 'targets';
 

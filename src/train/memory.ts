@@ -19,7 +19,7 @@
 // (gpu.memory.peakBytes) is the largest set of buffers alive together, which is what is planned.
 import { weightNames, type Qwen3Config } from '../model/config.ts';
 import { KV_PAGE_SIZE, kvCacheBytes, kvPages, type KvDtype } from '../model/kvLayout.ts';
-import { targetDims, type LoraTarget } from '../model/peft.ts';
+import { targetDims, type LoraTarget } from '../model/loraTargets.ts';
 import { q4Words } from '../model/q4.ts';
 import type { SpyRLConfig } from '../game/config.ts';
 import { DEFAULT_PROMPTS, type PromptConfig } from '../game/prompts.ts';

@@ -343,8 +343,14 @@ export function readZipDirectory(
       const len = u16(bytes, x + 2);
       if (id === 0x0001) {
         let p = x + 4;
-        if (size === 0xffffffff) ((size = u64(bytes, p)), (p += 8));
-        if (compressedSize === 0xffffffff) ((compressedSize = u64(bytes, p)), (p += 8));
+        if (size === 0xffffffff) {
+          size = u64(bytes, p);
+          p += 8;
+        }
+        if (compressedSize === 0xffffffff) {
+          compressedSize = u64(bytes, p);
+          p += 8;
+        }
         if (localHeaderOffset === 0xffffffff) localHeaderOffset = u64(bytes, p);
       }
       x += 4 + len;
@@ -402,7 +408,10 @@ export function inflateEntry(bytes: Uint8Array, e: ZipEntry, zipName: string): U
     let over = false;
     const inflater = new Inflate((chunk) => {
       if (at + chunk.length > out.length) over = true;
-      else (out.set(chunk, at), (at += chunk.length));
+      else {
+        out.set(chunk, at);
+        at += chunk.length;
+      }
     });
     try {
       for (let p = 0; p < data.length && !over; p += INFLATE_PIECE)

@@ -52,7 +52,10 @@ function zeroBomb(n: number): Uint8Array {
     put(len - base, extra);
     put(0, 5, true); // distance code 0: distance 1
   };
-  while (left >= 258) (match(258), (left -= 258));
+  while (left >= 258) {
+    match(258);
+    left -= 258;
+  }
   while (left >= 3) {
     const len = Math.min(left, 257);
     match(len);
@@ -129,7 +132,10 @@ function rawZip(entries: RawEntry[]): Uint8Array {
   const all = [...parts, ...central, new Uint8Array(end.buffer)];
   const out = new Uint8Array(all.reduce((a, p) => a + p.length, 0));
   let at = 0;
-  for (const p of all) (out.set(p, at), (at += p.length));
+  for (const p of all) {
+    out.set(p, at);
+    at += p.length;
+  }
   return out;
 }
 
