@@ -3,6 +3,7 @@
 import { expect, test, type Page, type TestInfo } from '@playwright/test';
 import { readFileSync } from 'node:fs';
 import { unzipSync } from 'fflate';
+import { expectNoAxeViolations } from './axe.ts';
 
 const ROUND_TIMEOUT = 240_000;
 
@@ -37,7 +38,11 @@ test('steps one round: both documents, summaries, the vote to the reveal, curves
   test.setTimeout(420_000);
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
-  await page.goto('/');
+  await page.goto('./');
+  // Accessibility at page open, once the startup reads (GPU, bundled documents) have settled.
+  await expect(page.getByRole('button', { name: 'Load model' })).toBeEnabled();
+  await expect(page.getByRole('region', { name: 'Documents' })).toContainText('reports to play');
+  await expectNoAxeViolations(page, 'at page open');
   await loadTinyModel(page);
   await shot(page, info, '1-model-loaded');
 
@@ -66,6 +71,8 @@ test('steps one round: both documents, summaries, the vote to the reveal, curves
   await expect(rewardChart.locator('.recharts-line-dot, .recharts-dot').first()).toBeAttached();
   await expect(page.getByRole('figure', { name: 'Policy loss' })).toHaveAttribute('data-points', '1');
   await shot(page, info, '5-charts');
+  // Accessibility after a round: the documents, the summaries, the vote, the reveal and the charts are all on the page.
+  await expectNoAxeViolations(page, 'after a round');
 
   const [download] = await Promise.all([
     page.waitForEvent('download'),

@@ -7,7 +7,7 @@ test('Start runs rounds until Pause; keyboard shortcuts; a pasted document is ad
   page,
 }) => {
   test.setTimeout(420_000);
-  await page.goto('/');
+  await page.goto('./');
   await page.getByRole('radio', { name: /Tiny demo model/ }).check();
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');

@@ -3,7 +3,7 @@ import { expect, test } from '@playwright/test';
 test('loads the bundled tiny model into the worker on WebGPU', async ({ page }, info) => {
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
-  await page.goto('/');
+  await page.goto('./');
   await page.getByRole('radio', { name: /Tiny demo model/ }).check();
   await expect(page.getByTestId('memory-check')).toContainText('Training needs about');
   await page.getByRole('button', { name: 'Load model' }).click();
@@ -19,7 +19,7 @@ test('without WebGPU the page says which browsers and settings enable it', async
     Object.defineProperty(Navigator.prototype, 'gpu', { get: () => undefined, configurable: true });
     delete (Navigator.prototype as { gpu?: unknown }).gpu;
   });
-  await page.goto('/');
+  await page.goto('./');
   await expect(page.getByRole('alert', { name: 'WebGPU unavailable' })).toContainText('enable-unsafe-webgpu');
   await expect(page.getByRole('button', { name: 'Load model' })).toHaveCount(0);
 });

@@ -13,7 +13,7 @@ test('evaluates held-out reports: base, adapter and a third column side by side,
   test.setTimeout(480_000);
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
-  await page.goto('/');
+  await page.goto('./');
   await page.getByRole('radio', { name: /Tiny demo model/ }).check();
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');

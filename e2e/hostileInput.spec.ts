@@ -6,19 +6,17 @@ import { expect, test } from '@playwright/test';
 test('an oversized document file is refused with its size and the cap; nothing else is lost', async ({ page }) => {
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
-  await page.goto('/');
+  await page.goto('./');
   await expect(page.getByText(/The next run plays \d+ reports/)).toBeVisible();
   await page.getByText('Add your own').click();
   await expect(page.getByText('At most 20 MB per file or paste')).toBeVisible(); // the cap is stated before any upload
 
   // One good document first: it must survive the refused upload.
-  await page
-    .getByLabel('Document files')
-    .setInputFiles({
-      name: 'mine.txt',
-      mimeType: 'text/plain',
-      buffer: Buffer.from('The agency reviewed its budget. It found three problems.'),
-    });
+  await page.getByLabel('Document files').setInputFiles({
+    name: 'mine.txt',
+    mimeType: 'text/plain',
+    buffer: Buffer.from('The agency reviewed its budget. It found three problems.'),
+  });
   await expect(page.getByRole('button', { name: 'Remove mine' })).toBeVisible();
   const plays = await page.getByText(/The next run plays \d+ reports/).innerText();
 
@@ -32,13 +30,11 @@ test('an oversized document file is refused with its size and the cap; nothing e
   await expect(page.getByText(/The next run plays \d+ reports/)).toHaveText(plays);
 
   // Not UTF-8: added, with one warning naming the file and the count.
-  await page
-    .getByLabel('Document files')
-    .setInputFiles({
-      name: 'latin1.txt',
-      mimeType: 'text/plain',
-      buffer: Buffer.from([0x43, 0x61, 0x66, 0xe9, 0x20, 0x6f, 0x70, 0x65, 0x6e, 0x73, 0x2e, 0xff]),
-    });
+  await page.getByLabel('Document files').setInputFiles({
+    name: 'latin1.txt',
+    mimeType: 'text/plain',
+    buffer: Buffer.from([0x43, 0x61, 0x66, 0xe9, 0x20, 0x6f, 0x70, 0x65, 0x6e, 0x73, 0x2e, 0xff]),
+  });
   await expect(
     page.getByRole('note').filter({ hasText: 'latin1.txt: 2 byte sequences not valid UTF-8' }),
   ).toBeVisible();

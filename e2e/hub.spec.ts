@@ -46,7 +46,7 @@ test('loads a Hub repo with per-file progress, caches it, loads again without do
 }, info) => {
   const fetched = await fakeHub(context, { sha: SHA_A });
 
-  await page.goto('/');
+  await page.goto('./');
   await page.getByRole('radio', { name: /Other Hub repo/ }).check();
   await page.getByLabel('Hub repo id').fill(REPO);
   await page.getByLabel('Hub repo id').blur();
@@ -84,7 +84,7 @@ test('branch row: a later load of main that moved on the Hub refetches, keyed by
 }) => {
   const main = { sha: SHA_A };
   const fetched = await fakeHub(context, main);
-  await page.goto('/');
+  await page.goto('./');
   await loadRepo(page);
   expect(fetched.filter((p) => p.includes('/resolve/')).length).toBeGreaterThanOrEqual(3);
 
@@ -110,7 +110,10 @@ test('branch row: a later load of main that moved on the Hub refetches, keyed by
 test("abort row: a finished Hub download is never deleted by another tab's abort (OPFS and Cache Storage)", async ({
   page,
 }) => {
-  await page.goto('/');
+  // It imports src/model/sources.ts as a module, which only the dev server serves (the
+  // production bundle has no such file); the download and delete paths it guards are the same code.
+  test.skip(process.env.E2E_TARGET === 'preview', 'imports a source module from the dev server');
+  await page.goto('./');
   await expect(page.getByRole('button', { name: 'Load model' })).toBeVisible();
   // Two cache objects over the same origin storage share nothing in memory: each stands for a
   // tab. One evaluate runs the whole interleaving, so a dev-server reload cannot split it.

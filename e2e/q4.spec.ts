@@ -16,7 +16,7 @@ test('the tiny model as q4: the panel shows the choice and its memory line, a ro
   test.setTimeout(420_000);
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
-  await page.goto('/');
+  await page.goto('./');
   await page.getByRole('radio', { name: /Tiny demo model/ }).check();
   const weights = page.getByLabel('Weights format');
   // Small models default to bf16, every model to an f16 KV cache.
@@ -71,7 +71,7 @@ test('a Hub repo as q4: stored after the first load, read from the q4 cache with
     });
   });
 
-  await page.goto('/');
+  await page.goto('./');
   await loadHubRepoAsQ4(page);
   expect(fetched).toContain(`/${REPO}/resolve/${SHA}/model.safetensors`);
   await expect(page.getByTestId('model-format')).toContainText('the q4 weights are cached');

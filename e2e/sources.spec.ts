@@ -6,7 +6,7 @@ import { join } from 'node:path';
 const DEMO = join(import.meta.dirname, '../public/tiny-demo');
 
 test('loads a model from a local folder picked in the browser', async ({ page }) => {
-  await page.goto('/');
+  await page.goto('./');
   await page.getByLabel('Model folder').setInputFiles(DEMO);
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   await expect(page.getByTestId('model-status')).toContainText('tiny-demo');
@@ -17,7 +17,7 @@ test('a truncated safetensors file gives one clear error and the page stays usab
   cpSync(DEMO, dir, { recursive: true });
   const st = join(dir, 'model.safetensors');
   truncateSync(st, statSync(st).size - 4096);
-  await page.goto('/');
+  await page.goto('./');
   await page.getByLabel('Model folder').setInputFiles(dir);
   await expect(page.getByRole('alert')).toContainText('model.safetensors');
   await expect(page.getByRole('alert')).toContainText('truncated');

@@ -17,7 +17,7 @@ test('a second tab sees the run open elsewhere, views it read-only, and cannot s
 }) => {
   test.setTimeout(540_000);
   const first = await context.newPage();
-  await first.goto('/');
+  await first.goto('./');
   await loadTinyModel(first);
   await first.getByRole('button', { name: 'Step' }).click();
   await expect(first.getByTestId('run-status')).toContainText('1 round played · paused · autosaved at round 1', {
@@ -25,7 +25,7 @@ test('a second tab sees the run open elsewhere, views it read-only, and cannot s
   });
 
   const second = await context.newPage();
-  await second.goto('/');
+  await second.goto('./');
   const notice = second.getByRole('region', { name: 'Run open in another tab' });
   await expect(notice).toBeVisible();
   await expect(second.getByRole('region', { name: 'Autosaved run' })).toHaveCount(0); // no Resume / Discard here

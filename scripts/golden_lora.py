@@ -16,11 +16,14 @@ y = x W^T + s (x A^T) B^T, and writes:
 loss = mean over t = 0..T-2 of cross_entropy(logits[t], tokens[t + 1]).
 
 B is random and non-zero (PEFT initialises it to 0, which would make every dA zero and the
-test weak). The written numbers always come from the plain-PyTorch autograd. When peft and
-transformers are importable, the adapter folder is also loaded with PeftModel.from_pretrained
-on transformers' Qwen3ForCausalLM, and its loss, logits and gradients must agree.
+test weak). With --impl peft (the default when peft and transformers are importable) the
+written logits, loss and gradients are PEFT's own: the adapter folder loaded with
+PeftModel.from_pretrained on transformers' Qwen3ForCausalLM, autograd through it. The plain
+PyTorch LoRA forward above must agree with it, and is itself checked against float64 and
+central differences. --impl torch writes the plain-PyTorch numbers instead.
 
-Usage:  /usr/bin/python3 scripts/golden_lora.py --out test/fixtures/golden-lora
+Usage:  .venv-ref/bin/python scripts/golden_lora.py --out test/fixtures/golden-lora --impl peft
+        (scripts/ref-venv.sh makes .venv-ref)
 """
 
 import argparse
@@ -52,6 +55,11 @@ VARIANTS = {
 ENGINE_REL_TOL = 1e-3      # engine passes if, per tensor, max|g - ref| <= 1e-3 * max|ref|
 F64_REL_BUDGET = 1e-4      # the f32 reference must sit well inside that: checked against f64
 PEFT_REL_TOL = 1e-4        # plain forward vs PEFT + transformers (both f32)
+REFERENCE = {
+    "peft": "peft.PeftModel.from_pretrained(adapter folder) on transformers.Qwen3ForCausalLM "
+            "(float32, eager attention); loss and gradients from torch.autograd through PEFT",
+    "torch": "golden_qwen3.TorchQwen3 (plain PyTorch, float32) with y = x W^T + scale * (x A^T) B^T; torch.autograd",
+}
 MIN_GRAD = 1e-6            # every tensor's max|g| must exceed this (non-trivial gradients)
 
 # --------------------------------------------------------------------------------------
@@ -231,33 +239,48 @@ def peft_available():
         return False
 
 
-def peft_cross_check(model_dir, tied, adapter_dir, adapter, ids, loss, logits, grads):
-    import peft
+def peft_loss_and_grads(hf_model, adapter_dir, adapter, ids):
+    """PEFT's own LoRA: PeftModel.from_pretrained(adapter_dir) on transformers' Qwen3ForCausalLM
+    `hf_model` (f32, eager). Checks that the adapter loaded into exactly the file's values, then
+    returns loss, logits [T, V] and d loss / d (each LoRA tensor) from autograd through PEFT."""
     from peft import PeftModel
-    base = gq.HFQwen3(model_dir, tied)  # f32, eager attention, missing/unexpected keys asserted
-    model = PeftModel.from_pretrained(base.model, adapter_dir, is_trainable=True).eval()
+    model = PeftModel.from_pretrained(hf_model, adapter_dir, is_trainable=True).eval()
     lora_params = {n.replace(".default.weight", ".weight"): p for n, p in model.named_parameters() if p.requires_grad}
     assert set(lora_params) == set(adapter), sorted(set(lora_params) ^ set(adapter))
     for k, p in lora_params.items():  # the files loaded into exactly these values
-        assert torch.equal(p.detach(), torch.from_numpy(adapter[k])), k
-    hf_logits = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False).logits[0].float()
-    hf_loss = next_token_loss(hf_logits, ids)
-    hf_loss.backward()
+        assert p.dtype == torch.float32 and torch.equal(p.detach(), torch.from_numpy(adapter[k])), k
+    logits = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False).logits[0].float()
+    loss = next_token_loss(logits, ids)
+    keys = sorted(lora_params)
+    grads = torch.autograd.grad(loss, [lora_params[k] for k in keys])
+    return loss.detach(), logits.detach(), {k: g for k, g in zip(keys, grads)}
+
+
+def compare_impls(ref, other):
+    """Diffs of (loss, logits, grads) `other` from `ref`, asserted within PEFT_REL_TOL (relative
+    to max|ref|, per tensor for the gradients)."""
+    (loss, logits, grads), (loss2, logits2, grads2) = ref, other
+    assert set(grads) == set(grads2)
     maxabs = float(logits.abs().max())
-    d_logits = float((hf_logits.detach() - logits).abs().max())
-    d_loss = abs(float(hf_loss) - float(loss))
-    d_grads = max(float((lora_params[k].grad - g).abs().max()) / float(g.abs().max()) for k, g in grads.items())
+    d_logits = float((logits2 - logits).abs().max())
+    d_loss = abs(float(loss2) - float(loss))
+    d_grads = max(float((grads2[k] - g).abs().max()) / float(g.abs().max()) for k, g in grads.items())
     assert d_logits <= PEFT_REL_TOL * maxabs, (d_logits, maxabs)
     assert d_loss <= PEFT_REL_TOL * abs(float(loss)), (d_loss, float(loss))
     assert d_grads <= PEFT_REL_TOL, d_grads
-    return {"peft_version": peft.__version__, "transformers_version": base.version,
-            "max_abs_diff_logits": d_logits, "abs_diff_loss": d_loss, "max_rel_diff_grads": d_grads}
+    return {"max_abs_diff_logits": d_logits, "abs_diff_loss": d_loss, "max_rel_diff_grads": d_grads}
+
+
+def library_versions():
+    import peft
+    import transformers
+    return {"peft_version": peft.__version__, "transformers_version": transformers.__version__}
 
 # --------------------------------------------------------------------------------------
 # Fixture generation
 
 
-def build_variant(name, v, golden_dir, out_dir, use_peft):
+def build_variant(name, v, golden_dir, out_dir, impl):
     model_dir = os.path.join(golden_dir, v["model"])
     model_rel = os.path.relpath(model_dir, ROOT).replace(os.sep, "/")
     d = os.path.join(out_dir, name)
@@ -278,7 +301,16 @@ def build_variant(name, v, golden_dir, out_dir, use_peft):
     g = torch.Generator().manual_seed(v["seed"])
     ids = torch.randint(0, cfg["vocab_size"], (v["seq_len"],), generator=g).tolist()
 
-    loss, logits, grads = loss_and_grads(cfg, weights, adapter, pairs, scale, ids, torch.float32)
+    plain = loss_and_grads(cfg, weights, adapter, pairs, scale, ids, torch.float32)
+    # impl "peft": the written numbers are PEFT's, on transformers' Qwen3ForCausalLM, and the
+    # plain-PyTorch autograd (checked below against float64 and finite differences) must agree.
+    cross_check = None
+    if impl == "peft":
+        hf_model = gq.HFQwen3(model_dir, cfg["tie_word_embeddings"]).model
+        loss, logits, grads = peft_loss_and_grads(hf_model, d, adapter, ids)
+        cross_check = compare_impls((loss, logits, grads), plain)
+    else:
+        loss, logits, grads = plain
     T, V = logits.shape
     maxabs = float(logits.abs().max())
 
@@ -320,17 +352,14 @@ def build_variant(name, v, golden_dir, out_dir, use_peft):
     assert all(np.array_equal(a, grads[k].numpy()) for k, a in read_safetensors_f32(os.path.join(d, "grads.safetensors")).items())
     logits.numpy().astype("<f4").tofile(os.path.join(d, "logits.f32"))
 
-    # self-check 5: PEFT + transformers, when importable
-    peft_check = None
-    if use_peft:
-        peft_check = peft_cross_check(model_dir, cfg["tie_word_embeddings"], d, adapter, ids, loss, logits, grads)
-
     files = ["adapter_config.json", "adapter_model.safetensors", "grads.safetensors", "logits.f32"]
     result = {
         "variant": name,
-        "impl": "torch",
+        "impl": impl,
+        "reference": REFERENCE[impl],
         "torch_version": torch.__version__,
-        "peft_cross_check": peft_check,
+        **(library_versions() if impl == "peft" else {"peft_version": None, "transformers_version": None}),
+        "numpy_version": np.__version__,
         "model_dir": model_rel,
         "model_dir_note": "relative to the repository root; a checkpoint written by scripts/golden_qwen3.py",
         "model_sha256": {f: gq.sha256(os.path.join(model_dir, f)) for f in sorted(os.listdir(model_dir))
@@ -363,6 +392,7 @@ def build_variant(name, v, golden_dir, out_dir, use_peft):
             "loss_f32_vs_f64_abs_err": loss_err64,
             "logits_f32_vs_f64_max_abs_err": logits_err64,
             "finite_difference_f64": fd,
+            "plain_torch_vs_peft": cross_check,
         },
         "sha256": {f: gq.sha256(os.path.join(d, f)) for f in files},
     }
@@ -371,7 +401,7 @@ def build_variant(name, v, golden_dir, out_dir, use_peft):
     print(f"{name:14s} model={v['model']} T={T} V={V} r={r} alpha={alpha} rslora={v['use_rslora']} "
           f"scale={scale:.6g} loss={float(loss):.6f} max|logit|={maxabs:.4f} adapter moves logits by {adapter_effect:.4f}")
     print(f"  f32 vs f64: grads max rel err {worst64:.2e}, loss {loss_err64:.2e}, logits {logits_err64:.2e}; "
-          f"finite diff rel err {max(x['rel_err'] for x in fd):.1e}; peft: {peft_check}")
+          f"finite diff rel err {max(x['rel_err'] for x in fd):.1e}; plain torch vs peft: {cross_check}")
     for k in sorted(grads):
         print(f"  max|g| {grad_max[k]:.4e}  rel64 {rel64[k]:.1e}  {k}")
 
@@ -381,21 +411,22 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "test/fixtures/golden-lora"))
     ap.add_argument("--golden", default=os.path.join(ROOT, "test/fixtures/golden"),
                     help="folder of golden_qwen3.py checkpoints (read only)")
-    ap.add_argument("--peft", choices=["auto", "on", "off"], default="auto",
-                    help="cross-check with peft + transformers (auto: when importable)")
+    ap.add_argument("--impl", choices=["peft", "torch", "auto"], default="auto",
+                    help="peft: PEFT on transformers' Qwen3ForCausalLM writes the numbers and the plain-PyTorch "
+                         "autograd must agree; torch: the plain-PyTorch autograd only; auto: peft when importable")
     ap.add_argument("--only", nargs="*", help="variant names (default: all)")
     args = ap.parse_args()
 
     torch.set_num_threads(1)  # deterministic reduction order on CPU
     have = peft_available()
-    if args.peft == "on" and not have:
-        sys.exit("--peft on requested but peft / transformers (with Qwen3ForCausalLM) are not importable")
-    use_peft = have and args.peft != "off"
-    print(f"torch {torch.__version__}; peft + transformers importable: {have}; cross-check: {use_peft}")
+    if args.impl == "peft" and not have:
+        sys.exit("--impl peft requested but peft / transformers (with Qwen3ForCausalLM) are not importable")
+    impl = "peft" if (args.impl == "peft" or (args.impl == "auto" and have)) else "torch"
+    print(f"torch {torch.__version__}; peft + transformers importable: {have}; using impl={impl}")
     os.makedirs(args.out, exist_ok=True)
     for name, v in VARIANTS.items():
         if not args.only or name in args.only:
-            build_variant(name, v, os.path.abspath(args.golden), args.out, use_peft)
+            build_variant(name, v, os.path.abspath(args.golden), args.out, impl)
 
 
 if __name__ == "__main__":

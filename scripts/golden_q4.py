@@ -21,12 +21,14 @@ this writes:
   <out>/lora-tied-all/            golden_lora.py's 'tied-all' (same adapter, same tokens) with
                                   the q4 base: loss.json, grads.safetensors, logits.f32
 
-The forward is golden_qwen3.py's plain-PyTorch TorchQwen3 (or transformers' Qwen3ForCausalLM
-with --impl hf), fed the dequantized weights in f32; the LoRA gradients are golden_lora.py's
-autograd. The quantizer below is numpy float64 and shares no code with the TypeScript side;
+The forward is transformers' Qwen3ForCausalLM with --impl hf (golden_qwen3.py's plain-PyTorch
+TorchQwen3 with --impl torch, and as a cross-check), fed the dequantized weights in f32; the
+LoRA gradients are PEFT's (PeftModel on that model) with --impl hf, golden_lora.py's plain
+autograd with --impl torch and as a cross-check. The quantizer below is numpy float64 and shares no code with the TypeScript side;
 it is checked against an exact rational (fractions.Fraction) implementation of the spec.
 
-Usage:  /usr/bin/python3 scripts/golden_q4.py --out test/fixtures/golden-q4 --impl torch
+Usage:  .venv-ref/bin/python scripts/golden_q4.py --out test/fixtures/golden-q4 --impl hf
+        (scripts/ref-venv.sh makes .venv-ref)
 """
 
 import argparse
@@ -255,6 +257,7 @@ def hf_forward(cfg, weights):
     def fwd(ids):
         return model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False).logits[0].float()
     fwd.version = transformers.__version__
+    fwd.model = model
     return fwd
 
 
@@ -331,6 +334,7 @@ def build_variant(name, golden_dir, out_dir, impl, exact_checks):
     expected = {
         "variant": name,
         "impl": "hf" if hf is not None else "torch",
+        "reference": gq.REFERENCE["hf" if hf is not None else "torch"] + "; dequantized q4 weights (state dict)",
         "torch_version": torch.__version__,
         "transformers_version": hf.version if hf is not None else None,
         "numpy_version": np.__version__,
@@ -391,7 +395,7 @@ def sha256_bytes(a):
 # QLoRA gradients: golden_lora.py's computation with the q4 base weights
 
 
-def build_lora(name, lora_name, golden_dir, golden_lora_dir, out_dir):
+def build_lora(name, lora_name, golden_dir, golden_lora_dir, out_dir, impl):
     v = gl.VARIANTS[lora_name]
     model_dir = os.path.join(golden_dir, v["model"])
     adapter_dir = os.path.join(golden_lora_dir, lora_name)
@@ -408,7 +412,15 @@ def build_lora(name, lora_name, golden_dir, golden_lora_dir, out_dir):
     scale = v["alpha"] / math.sqrt(v["r"]) if v["use_rslora"] else v["alpha"] / v["r"]
     assert scale == bf16_ref["scale"]
 
-    loss, logits, grads = gl.loss_and_grads(cfg, qweights, adapter, pairs, scale, ids, torch.float32)
+    plain = gl.loss_and_grads(cfg, qweights, adapter, pairs, scale, ids, torch.float32)
+    # impl "hf": PEFT's LoRA on transformers' Qwen3ForCausalLM (dequantized weights) writes the
+    # numbers; the plain-PyTorch autograd, checked below, must agree (golden_lora.compare_impls).
+    cross_check = None
+    if impl == "hf":
+        loss, logits, grads = gl.peft_loss_and_grads(hf_forward(cfg, qweights).model, adapter_dir, adapter, ids)
+        cross_check = gl.compare_impls((loss, logits, grads), plain)
+    else:
+        loss, logits, grads = plain
     T, V = logits.shape
     maxabs = float(logits.abs().max())
 
@@ -441,8 +453,10 @@ def build_lora(name, lora_name, golden_dir, golden_lora_dir, out_dir):
     files = ["grads.safetensors", "logits.f32"]
     result = {
         "variant": name,
-        "impl": "torch",
+        "impl": "peft" if impl == "hf" else "torch",
+        "reference": gl.REFERENCE["peft" if impl == "hf" else "torch"],
         "torch_version": torch.__version__,
+        **(gl.library_versions() if impl == "hf" else {"peft_version": None, "transformers_version": None}),
         "numpy_version": np.__version__,
         "base_weights": "q4: every *_proj.weight and the (tied) embedding dequantized to q*s (scripts/golden_q4.py); norms bf16",
         "model_dir": relpath(model_dir),
@@ -484,6 +498,7 @@ def build_lora(name, lora_name, golden_dir, golden_lora_dir, out_dir):
             "loss_f32_vs_f64_abs_err": abs(float(loss) - float(loss64)),
             "logits_f32_vs_f64_max_abs_err": float((logits.double() - logits64).abs().max()),
             "finite_difference_f64": fd,
+            "plain_torch_vs_peft": cross_check,
         },
         "sha256": {f: gq.sha256(os.path.join(d, f)) for f in files},
     }
@@ -516,7 +531,7 @@ def main():
             build_variant(name, os.path.abspath(args.golden), args.out, impl, exact)
     for name, lora_name in LORA.items():
         if not args.only or name in args.only:
-            build_lora(name, lora_name, os.path.abspath(args.golden), os.path.abspath(args.golden_lora), args.out)
+            build_lora(name, lora_name, os.path.abspath(args.golden), os.path.abspath(args.golden_lora), args.out, impl)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ otherwise (or with --impl torch) the plain-PyTorch forward below, written to fol
 transformers/models/qwen3/modeling_qwen3.py. This file deliberately shares no code
 with the TypeScript engine.
 
-Usage:  /usr/bin/python3 scripts/golden_qwen3.py --out test/fixtures/golden
+Usage:  .venv-ref/bin/python scripts/golden_qwen3.py --out test/fixtures/golden --impl hf
+        (scripts/ref-venv.sh makes .venv-ref; --impl torch needs only PyTorch and numpy)
 """
 
 import argparse
@@ -63,6 +64,10 @@ GREEDY_NEW_TOKENS = 16
 ENGINE_REL_TOL = 1e-3          # engine must satisfy max|logit - ref| <= 1e-3 * max|ref|
 MARGIN_FACTOR = 10.0           # require min greedy top-2 margin >= 10 * tol * max|logit|
 MAX_RESEEDS = 500
+REFERENCE = {  # what `impl` in expected.json / greedy.json means
+    "hf": "transformers.Qwen3ForCausalLM.from_pretrained(checkpoint folder), float32, eager attention, no cache",
+    "torch": "TorchQwen3 in scripts/golden_qwen3.py (plain PyTorch, float32, follows modeling_qwen3.py)",
+}
 
 # --------------------------------------------------------------------------------------
 # BF16 + safetensors (hand-written; no safetensors lib needed)
@@ -401,11 +406,12 @@ class HFQwen3:
         import transformers
         from transformers import Qwen3ForCausalLM
         self.version = transformers.__version__
-        try:
+        try:  # `dtype` since transformers 4.56; `torch_dtype` before
+            model, info = Qwen3ForCausalLM.from_pretrained(
+                d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+        except TypeError:
             model, info = Qwen3ForCausalLM.from_pretrained(
                 d, torch_dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
-        except TypeError:
-            model, info = Qwen3ForCausalLM.from_pretrained(d, output_loading_info=True)
         model = model.to(torch.float32).eval()  # bf16 -> f32 upcast is exact
         assert all(p.dtype == torch.float32 for p in model.parameters())
         assert not info.get("unexpected_keys"), info
@@ -514,8 +520,10 @@ def build_variant(name, v, out_dir, impl):
     logits.numpy().astype("<f4").tofile(os.path.join(d, "logits.f32"))
 
     tf_version = hf_fwd.version if hf_fwd is not None else None
-    common = {"variant": name, "impl": "hf" if hf_fwd is not None else "torch",
-              "torch_version": torch.__version__, "transformers_version": tf_version}
+    impl_used = "hf" if hf_fwd is not None else "torch"
+    common = {"variant": name, "impl": impl_used, "reference": REFERENCE[impl_used],
+              "torch_version": torch.__version__, "transformers_version": tf_version,
+              "numpy_version": np.__version__}
     expected = dict(common)
     expected.update({
         "tokens": toks,

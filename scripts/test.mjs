@@ -63,7 +63,17 @@ function run(label, cmd, args) {
 const bin = (name) => `node_modules/.bin/${name}`;
 run('lint (ESLint with the layer rules, Prettier)', 'npm', ['run', '--silent', 'lint']);
 run('type-check', bin('tsc'), ['--noEmit', '-p', '.']);
+run('outside oracles (golden fixtures vs Hugging Face transformers and PEFT)', 'node', ['scripts/oracles.mjs']);
 run('unit and kernel tests', bin('vitest'), ['run']);
 run('demo model', 'node', ['scripts/demo-model.mjs']);
-run('end-to-end tests', bin('playwright'), ['test']);
+// End to end: every spec on the dev server, then the app spec (a round, the axe checks) and the
+// sub-path spec on the production bundle, built fresh and served by `vite preview` under /spyrl/.
+delete env.E2E_TARGET;
+run('end-to-end tests (dev server)', bin('playwright'), ['test']);
+env.E2E_TARGET = 'preview';
+run('end-to-end tests (production build, from a sub-path)', bin('playwright'), [
+  'test',
+  'e2e/app.spec.ts',
+  'e2e/subpath.spec.ts',
+]);
 console.log('\nnpm test: all passed');

@@ -16,6 +16,8 @@ enable subgroups;
 //               256/LANES columns per workgroup. Subgroup or shared-memory reduction (SUBGROUPS).
 //   matmul_rows (CPU adapters, row-major B): one thread per output column, TMAX rows, no barriers.
 //   gemm_rows   (CPU adapters, any strides): one thread per (column, TMAX rows), no barriers.
+//   (CPU adapters take shaders/gemv.wgsl gemv_rows instead of matmul_rows / row-major gemm_rows
+//   when the rows are 16-byte aligned.)
 //   gemm_tiled  (prefill, backward; any strides): 64x128 output tile per 16x16 workgroup, 4x8 per
 //               thread in registers, R in steps of 16 through padded shared memory, the next
 //               step's loads in flight during the FMAs.

@@ -11,7 +11,6 @@ import {
   architectureMismatch,
   coverageNote,
   evalReportJsonl,
-  evaluateHeldOut,
   type EvalProgress,
   type EvalReport,
   type EvalSystem,
@@ -116,7 +115,10 @@ export async function evalCmd(args: string[], out: NodeJS.WritableStream): Promi
     str(f, 'held-out') === undefined ? undefined : int(f, 'held-out', 6, 0),
   );
   const docs = await heldOutDocs(str(f, 'docs'), config.evalHeldOut);
-  const { GpuPolicy } = await import('../train/policy.ts');
+  const [{ GpuPolicy }, { evaluatePolicy }] = await Promise.all([
+    import('../train/policy.ts'),
+    import('../train/run.ts'),
+  ]);
   const engine = engineOptions(f);
   const progress = (p: EvalProgress) => {
     if ((process.stderr as { isTTY?: boolean }).isTTY)
@@ -127,54 +129,37 @@ export async function evalCmd(args: string[], out: NodeJS.WritableStream): Promi
       `greedy summaries of at most ${config.evalSummaryMaxTokens} tokens, ROUGE F1 ${config.evalStemmer ? 'with' : 'without'} Porter stemming\n`,
   );
 
-  // Base model and adapter first; the compare checkpoint on its own device afterwards, so the two never share GPU memory.
+  // Base model and adapter on one device; the compare checkpoint on its own device, checked before any summary.
   const { gpu, model, tokenizer, cfg } = await openModel(dir, adapterDir, engine);
+  let other: Awaited<ReturnType<typeof openModelOrRepo>> | null = null;
   let report: EvalReport;
   try {
     if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}`);
-    const policy = new GpuPolicy(model, tokenizer);
-    const generate: EvalSystem['generate'] = (p, o) => policy.generate(p, o);
-    const systems: EvalSystem[] = [
-      {
-        key: 'base',
-        label: `base model ${dir}`,
-        generate,
-        around: async (job) => {
-          if (model.lora) model.lora.enabled = false;
-          try {
-            return await job();
-          } finally {
-            if (model.lora) model.lora.enabled = true;
-          }
-        },
-      },
-    ];
-    if (adapterDir) systems.push({ key: 'adapter', label: `adapter ${adapterDir}`, generate });
-    report = await evaluateHeldOut({ docs, tokenizer, config, systems, onProgress: progress });
+    let compare: EvalSystem | undefined;
     if (compareDir) {
-      const other = await openModelOrRepo(compareDir, engine);
-      try {
-        const mismatch = architectureMismatch(cfg, other.cfg);
-        if (mismatch)
-          throw new ModelLoadError(
-            `${compareDir}/config.json`,
-            `--compare-model must have the architecture of --model; it differs in ${mismatch}`,
-          );
-        if (!other.tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${compareDir}`);
-        const otherPolicy = new GpuPolicy(other.model, other.tokenizer);
-        const cmp = await evaluateHeldOut({
-          docs,
-          tokenizer: other.tokenizer,
-          config,
-          systems: [{ key: 'compare', label: `compare ${compareDir}`, generate: (p, o) => otherPolicy.generate(p, o) }],
-          onProgress: progress,
-        });
-        report = mergeReports(report, cmp);
-      } finally {
-        other.gpu.destroy();
-      }
+      other = await openModelOrRepo(compareDir, engine);
+      const mismatch = architectureMismatch(cfg, other.cfg);
+      if (mismatch)
+        throw new ModelLoadError(
+          `${compareDir}/config.json`,
+          `--compare-model must have the architecture of --model; it differs in ${mismatch}`,
+        );
+      if (!other.tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${compareDir}`);
+      const otherPolicy = new GpuPolicy(other.model, other.tokenizer);
+      compare = { key: 'compare', label: `compare ${compareDir}`, generate: (p, o) => otherPolicy.generate(p, o) };
     }
+    // The run core's evaluation (src/train/runEval.ts): the same as the trainer's and the app's.
+    report = await evaluatePolicy({
+      policy: new GpuPolicy(model, tokenizer),
+      tokenizer,
+      config,
+      docs,
+      labels: { base: `base model ${dir}`, adapter: adapterDir ? `adapter ${adapterDir}` : undefined },
+      compare,
+      onProgress: progress,
+    });
   } finally {
+    other?.gpu.destroy();
     gpu.destroy();
   }
   if ((process.stderr as { isTTY?: boolean }).isTTY) process.stderr.write('\n');
@@ -184,14 +169,4 @@ export async function evalCmd(args: string[], out: NodeJS.WritableStream): Promi
     await writeFile(file, evalReportJsonl(report));
     out.write(`wrote ${report.documents.length} lines to ${file}\n`);
   }
-}
-
-/** Adds the systems of `b` (same documents, same settings) as further columns of `a`. */
-function mergeReports(a: EvalReport, b: EvalReport): EvalReport {
-  return {
-    ...a,
-    systems: [...a.systems, ...b.systems],
-    documents: a.documents.map((d, i) => ({ ...d, results: { ...d.results, ...b.documents[i]!.results } })),
-    means: { ...a.means, ...b.means },
-  };
 }

@@ -19,7 +19,7 @@ import {
   tokenList,
   UsageError,
 } from './args.ts';
-import { inputIds, openModel, requireDir } from './open.ts';
+import { inputIds, modelSource, openModel } from './open.ts';
 
 const HELP = `spyrl: Qwen3 on your GPU in our own WebGPU kernels
 
@@ -48,7 +48,11 @@ Usage:
 --resume continues a run with its saved settings (spyrl_config.json, documents, sft flags); a flag that
 would change them is refused, naming it.
 Sampling defaults come from the model's generation_config.json (temperature 0 = greedy).
-Environment: VK_ICD_FILENAMES picks the Vulkan driver (SwiftShader is used when no GPU is found).`;
+--model (and --compare-model) take a folder or a Hugging Face Hub repo OWNER/NAME[@REVISION] (default main),
+downloaded into the Hugging Face cache as huggingface_hub lays it out, and reused from it.
+Environment: VK_ICD_FILENAMES picks the Vulkan driver (SwiftShader is used when no GPU is found).
+  HF_HUB_CACHE (else HF_HOME/hub, else ~/.cache/huggingface/hub) the cache; HF_HUB_OFFLINE=1 no network;
+  HF_TOKEN (else HF_HOME/token) for gated or private repos, sent to the Hub only; HF_ENDPOINT another Hub.`;
 
 // ---- commands -------------------------------------------------------------------------------
 
@@ -178,12 +182,9 @@ async function generateCmd(args: string[], out: NodeJS.WritableStream): Promise<
     throw new UsageError('give exactly one of --prompt or --prompt-tokens');
   if (f.chat && prompt === undefined) throw new UsageError('--chat needs --prompt');
   const maxNewTokens = int(f, 'max-new-tokens', 128, 1);
-  await requireDir(dir);
-  const [{ generate, validateSampling, samplingDefaults }, { nodeFolderSource }] = await Promise.all([
-    import('../model/generate.ts'),
-    import('../model/sources.node.ts'),
-  ]);
-  const defaults = await samplingDefaults(nodeFolderSource(dir));
+  const source = await modelSource(dir);
+  const { generate, validateSampling, samplingDefaults } = await import('../model/generate.ts');
+  const defaults = await samplingDefaults(source);
   const sampling = {
     temperature: num(f, 'temperature', defaults.temperature),
     topP: num(f, 'top-p', defaults.topP),
@@ -196,7 +197,7 @@ async function generateCmd(args: string[], out: NodeJS.WritableStream): Promise<
     throw new UsageError((e as Error).message);
   }
 
-  const { gpu, model, cfg, tokenizer } = await openModel(dir, str(f, 'adapter'), engineOptions(f));
+  const { gpu, model, cfg, tokenizer } = await openModel(source, str(f, 'adapter'), engineOptions(f));
   try {
     let ids: number[];
     if (promptTokens !== undefined) ids = tokenList(promptTokens, 'prompt-tokens');

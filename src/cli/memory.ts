@@ -1,17 +1,16 @@
 // `spyrl memory`: the GPU memory plan of a SpyRL round (src/train/memory.ts) as one JSON line,
 // for a model folder, a config.json or a preset, without touching the GPU.
 import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { ModelLoadError } from '../model/errors.ts';
 import { bool, engineOptions, ENGINE_FLAGS, int, parse, str, UsageError } from './args.ts';
-import { requireDir } from './open.ts';
+import { modelSource } from './open.ts';
 
 const CHECKPOINTS = ['f32', 'f16', 'bf16'] as const;
 
 /**
  * The README's table (section "Memory plan"): the default round (4 players, 2,048-token reports,
  * 256-token summaries, LoRA r=16 on all 7 targets, training) of every Qwen3 preset, bf16 and q4
- * weights, f16 KV cache. test/memoryPlan.test.ts checks the README against it.
+ * weights, f16 KV cache. test/train/memoryPlan.test.ts checks the README against it.
  */
 export async function planTableMarkdown(): Promise<string> {
   const [{ QWEN3_PRESETS, paramCount }, { DEFAULT_CONFIG }, { planRound, roundPlanOptions }] = await Promise.all([
@@ -99,12 +98,12 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
       throw new UsageError(`--preset: unknown "${name}" (presets: ${Object.keys(QWEN3_PRESETS).join(', ')})`);
     cfg = QWEN3_PRESETS[name as keyof typeof QWEN3_PRESETS];
   } else {
-    let file = str(f, 'config');
-    if (sources[0] === 'model') {
-      await requireDir(str(f, 'model')!);
-      file = join(str(f, 'model')!, 'config.json');
-    }
-    cfg = parseQwen3Config(await readJson(file!, 'config.json'));
+    const model = str(f, 'model');
+    // A folder or a Hub repo (only its config.json is read).
+    const json = model
+      ? await import('../model/sources.ts').then(async (m) => m.readJson(await modelSource(model), 'config.json'))
+      : await readJson(str(f, 'config')!, 'config.json');
+    cfg = parseQwen3Config(json);
   }
 
   // The round: the SpyRL defaults (or --run-config), then the flags.

@@ -8,9 +8,10 @@ import { openModel, requireDir } from './open.ts';
 import { checkOutDir, saveFolder } from './saveFolder.ts';
 import type { SpyRLConfig } from '../game/config.ts';
 import type { SpyDocument } from '../game/documents.ts';
+import type { TrainEvent } from '../train/events.ts';
 
 /** --docs FILE (.jsonl/.txt/.md) or the bundled GovReport sample (`bundled`, the default); `heldOut` (config evalHeldOut) reports held out. */
-async function loadDocs(
+export async function loadDocs(
   spec: string | undefined,
   heldOut: number,
 ): Promise<{ train: SpyDocument[]; evalDocs: SpyDocument[] }> {
@@ -219,28 +220,24 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
   }
   const runJson = JSON.stringify(runFile, null, 2) + '\n';
 
-  const { SpyRLTrainer, CONFIG_FILE } = await import('../train/spyrl.ts');
+  const [{ Run }, { CONFIG_FILE }] = await Promise.all([import('../train/run.ts'), import('../train/spyrl.ts')]);
   const engine = engineOptions(f);
   const { gpu, model, tokenizer } = await openModel(dir, undefined, engine);
   try {
     if (!tokenizer)
       throw new ModelLoadError('tokenizer.json', `not found in ${dir}: the game needs the tokenizer and chat template`);
-    // The round's memory plan (src/train/memory.ts), the same the app checks before loading.
-    const { planRound, roundPlanOptions, checkPlanFits } = await import('../train/memory.ts');
-    const evalCount = config.evalEvery > 0 ? evalDocs.filter((d) => d.summary).length : 0;
-    const plan = planRound(model.cfg, roundPlanOptions(config, engine, { evalDocs: evalCount }));
-    checkPlanFits(plan, gpu.limits, budget);
     const peaks = f['report-memory'] ? memoryPeaks(gpu) : null;
     const tty = (process.stderr as { isTTY?: boolean }).isTTY;
-    const trainer = await SpyRLTrainer.create({
+    // The run core (src/train/run.ts): first the round's memory plan, the same the app checks before loading.
+    const options = {
       model,
       tokenizer,
       config,
       train,
       evalDocs,
-      resume,
+      budgetBytes: budget,
       baseModel: dir,
-      onEvent: (e) => {
+      onEvent: (e: TrainEvent) => {
         peaks?.onEvent(e);
         if (e.type === 'update')
           out.write(
@@ -249,21 +246,23 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
         if (e.type === 'eval')
           out.write(`  eval: ROUGE-L base ${e.base.toFixed(4)}  adapter ${e.adapter.toFixed(4)}\n`);
       },
-    });
-    if (trainer.round >= rounds)
-      throw new UsageError(`the resumed run has already played ${trainer.round} rounds; ask for more with --rounds`);
+    };
+    const run = continuing ? await Run.resume({ ...options, resume }) : await Run.create({ ...options, resume });
+    const plan = run.plan;
+    if (run.round >= rounds)
+      throw new UsageError(`the resumed run has already played ${run.round} rounds; ask for more with --rounds`);
     const written: string[] = []; // this run's checkpoint-N folders, kept when the final save replaces --out
     const started = performance.now();
-    const first = trainer.round;
+    const first = run.round;
     out.write(
       `spyrl train: ${train.length} training / ${evalDocs.length} held-out documents, group ${config.groupSize}, rounds ${first + 1}..${rounds}\n`,
     );
-    while (trainer.round < rounds) {
+    while (run.round < rounds) {
       const t0 = performance.now();
-      const rec = await trainer.runRound();
+      const rec = await run.step();
       const secs = (performance.now() - t0) / 1000;
-      const done = trainer.round - first;
-      const eta = ((performance.now() - started) / 1000 / done) * (rounds - trainer.round);
+      const done = run.round - first;
+      const eta = ((performance.now() - started) / 1000 / done) * (rounds - run.round);
       const summaryTokens = rec.summaries.reduce((n, s) => n + s.tokens, 0);
       if (tty) process.stderr.write('\r\x1b[2K');
       out.write(
@@ -272,16 +271,16 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
       );
       if (tty)
         process.stderr.write(
-          `[${'#'.repeat(Math.round((trainer.round / rounds) * 24)).padEnd(24, '.')}] round ${trainer.round}/${rounds} ETA ${fmtTime(eta)}`,
+          `[${'#'.repeat(Math.round((run.round / rounds) * 24)).padEnd(24, '.')}] round ${run.round}/${rounds} ETA ${fmtTime(eta)}`,
         );
-      if (config.checkpointEvery > 0 && trainer.round % config.checkpointEvery === 0 && trainer.round < rounds) {
-        const name = `checkpoint-${trainer.round}`;
-        await saveFolder(join(outDir, name), { ...(await trainer.checkpointFiles()), [RUN_FILE]: runJson });
+      if (config.checkpointEvery > 0 && run.round % config.checkpointEvery === 0 && run.round < rounds) {
+        const name = `checkpoint-${run.round}`;
+        await saveFolder(join(outDir, name), { ...(await run.checkpointFiles()), [RUN_FILE]: runJson });
         written.push(name);
       }
     }
     if (tty) process.stderr.write('\n');
-    const files = { ...(await trainer.checkpointFiles()), [RUN_FILE]: runJson };
+    const files = { ...(await run.checkpointFiles()), [RUN_FILE]: runJson };
     await saveFolder(outDir, files, { keep: written });
     out.write(`wrote ${Object.keys(files).join(', ')} to ${outDir} (${CONFIG_FILE} is the config used)\n`);
     if (peaks) {
@@ -301,7 +300,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
         }) + '\n',
       );
     }
-    trainer.destroy();
+    run.destroy();
   } finally {
     gpu.destroy();
   }

@@ -61,14 +61,12 @@ export async function gradCmd(args: string[], out: NodeJS.WritableStream): Promi
       }),
     );
     const bytes = writeSafetensors(
-      [...grads.keys()]
-        .sort()
-        .map((name) => ({
-          name,
-          dtype: 'F32' as const,
-          shape: shapes.get(name)!,
-          data: new Uint8Array(grads.get(name)!.buffer),
-        })),
+      [...grads.keys()].sort().map((name) => ({
+        name,
+        dtype: 'F32' as const,
+        shape: shapes.get(name)!,
+        data: new Uint8Array(grads.get(name)!.buffer),
+      })),
       { format: 'pt' },
     );
     const tmp = `${file}.partial-${process.pid}`;

@@ -1,7 +1,7 @@
 // Q4 weights: 4-bit integers with one f16 scale per group of 32 along the input dimension
 // (symmetric, no zero point). Pure data, no GPU: the CPU reference quantizer and the packer for
 // the GPU layout, checked byte for byte against scripts/golden_q4.py (an independent PyTorch/numpy
-// implementation) in test/q4.test.ts.
+// implementation) in test/model/q4.test.ts.
 //
 // Format, for a bf16 weight (N, K) with K % 32 == 0, per row and group of 32 consecutive k:
 //   amax = max |w|;  s = the f16 nearest to amax / 7 (ties to even, subnormals kept, may be 0);

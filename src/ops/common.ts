@@ -9,10 +9,16 @@ export const ELEMS_PER_WG = 256; // elementwise kernels: one thread per element,
 export const GEMV_MAX_T = 8;
 
 /**
- * Kernel variant choice. 'auto': on CPU adapters (SwiftShader) the barrier-free 'rows' matmul,
- * which is ~10x faster there; on GPUs 'gemv' for T <= GEMV_MAX_T, else 'tiled'. Tests force each.
+ * Kernel variant choice. 'auto': on CPU adapters (SwiftShader) the barrier-free 'blocks' matmul
+ * (shaders/gemv.wgsl gemv_rows: 16-byte weight loads, 2-5x less CPU time than 'rows' there at
+ * 4B shapes) where the rows are 16-byte aligned, else the word-by-word 'rows' (~10x the others
+ * there); on GPUs 'gemv' for T <= GEMV_MAX_T, else 'tiled'. Tests force each ('blocks' falls
+ * back to 'rows' when unaligned).
  */
-export const tuning: { matmul: 'auto' | 'rows' | 'gemv' | 'tiled'; attention: 'auto' | 'single' | 'split' } = {
+export const tuning: {
+  matmul: 'auto' | 'rows' | 'blocks' | 'gemv' | 'tiled';
+  attention: 'auto' | 'single' | 'split';
+} = {
   matmul: 'auto',
   attention: 'auto',
 };

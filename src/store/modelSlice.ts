@@ -3,7 +3,7 @@
 import type { StateCreator } from 'zustand';
 import { QWEN3_PRESETS, type Qwen3Config, type Qwen3PresetName } from '../model/config.ts';
 import type { CachedModel } from '../model/sources.ts';
-import { planMemory, type MemoryCheck } from '../train/memory.ts';
+import { planRunMemory as planMemory, type MemoryCheck } from '../train/runPlan.ts';
 import {
   DEFAULT_KV,
   defaultWeights,
@@ -11,7 +11,7 @@ import {
   type KvType,
   type ModelFormat,
   type WeightsFormat,
-} from '../worker/modelFormat.ts';
+} from '../model/format.ts';
 import type { CacheFormat } from '../model/sources.ts';
 import type { DownloadProgress, GpuProbe, LoadedModelInfo, LoadProgress, ModelChoice } from '../worker/protocol.ts';
 import { errorMessage } from '../worker/protocol.ts';

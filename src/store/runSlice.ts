@@ -3,17 +3,20 @@
 import type { StateCreator } from 'zustand';
 import type { SpyRLConfig } from '../game/config.ts';
 import type { TrainEvent } from '../train/events.ts';
-import { errorMessage, errorName, type PendingAdapterInfo, type SavedRunMeta } from '../worker/protocol.ts';
+import { errorKind, errorMessage, type PendingAdapterInfo, type SavedRunMeta } from '../worker/protocol.ts';
 import { EMPTY_ROUNDS, EMPTY_SERIES, reduceRounds, reduceSeries, type RoundsState, type Series } from './rounds.ts';
+import { canTransition, isBusy, transition, type RunEvent, type RunStatus } from './runStatus.ts';
 import { selectEvalDocs, selectTrainDocs } from './setupSlice.ts';
 import { defaultTabLock, OTHER_TAB_MESSAGE } from './tabLock.ts';
 import type { AppState, StoreDeps } from './store.ts';
 
-/** none: no trainer; running: rounds back to back; pausing: stops after this round; stepping: one round. */
-export type RunStatus = 'none' | 'starting' | 'running' | 'pausing' | 'paused' | 'stepping' | 'lost';
+export { isBusy, type RunStatus };
 
 export interface RunSlice {
+  /** Changed only through the transition table of src/store/runStatus.ts. */
   runStatus: RunStatus;
+  /** Reset was pressed during a round: the run is reset when the round in flight ends. */
+  resetPending: boolean;
   /** Rounds completed. */
   round: number;
   runConfig: SpyRLConfig | null;
@@ -57,42 +60,38 @@ interface UiSnapshot {
   series: Series;
 }
 
-export function isBusy(status: RunStatus): boolean {
-  return status === 'starting' || status === 'running' || status === 'pausing' || status === 'stepping';
-}
+/** How long a round's last events may trail the step's reply before the run goes on without them. */
+const EVENTS_GRACE_MS = 5000;
 
 export const createRunSlice =
   (deps: StoreDeps): StateCreator<AppState, [], [], RunSlice> =>
-  (set, get) => {
+  (set, get, api) => {
     const tabLock = defaultTabLock();
-    let loopActive = false;
-    let resetAfterRound = false;
-    // Events travel on their own port, so a step's reply can overtake its last events: wait for them.
-    let lastDoneRound = -1;
-    let doneWaiter: { round: number; resolve: () => void } | null = null;
-    const onEvent = deps.callback((e: TrainEvent) => {
-      get().applyEvent(e);
-      if (e.type === 'round-done') {
-        lastDoneRound = e.round;
-        if (doneWaiter && e.round >= doneWaiter.round) doneWaiter.resolve();
-      }
-    });
-    const eventsOfRound = (round: number) =>
-      lastDoneRound >= round
-        ? Promise.resolve()
-        : new Promise<void>((resolve) => {
-            const timer = setTimeout(resolve, 5000);
-            doneWaiter = { round, resolve: () => (clearTimeout(timer), (doneWaiter = null), resolve()) };
-          });
+    const onEvent = deps.callback((e: TrainEvent) => get().applyEvent(e));
+
+    /** Every status change: the table's next status (it throws on an illegal event), with `patch` in the same set. */
+    const move = (event: RunEvent, patch: Partial<AppState> = {}) =>
+      set({ ...patch, runStatus: transition(get().runStatus, event) });
+
+    /** Events travel on their own port, so a step's reply can overtake its last events: wait for round `r`'s. */
+    const roundEvents = (r: number) =>
+      new Promise<void>((resolve) => {
+        const done = (s: AppState) => s.roundsState.rounds[r]?.done === true;
+        if (done(get())) return resolve();
+        const finish = () => (clearTimeout(timer), unsubscribe(), resolve());
+        const timer = setTimeout(finish, EVENTS_GRACE_MS);
+        const unsubscribe = api.subscribe((s) => void (done(s) && finish()));
+      });
 
     const failed = (e: unknown, what: string) => {
-      const lost = errorName(e) === 'GpuDeviceLostError' || /device (was )?lost/i.test(errorMessage(e));
-      set({
-        runStatus: lost ? 'lost' : 'paused',
-        runError: lost
-          ? `The GPU device was lost (${errorMessage(e)}). Reload the model to continue from the last autosave.`
-          : `${what}: ${errorMessage(e)}`,
-      });
+      const lost = errorKind(e) === 'device-lost';
+      const runError = lost
+        ? `The GPU device was lost (${errorMessage(e)}). Reload the model to continue from the last autosave.`
+        : `${what}: ${errorMessage(e)}`;
+      // A reset asked for during the failed round is dropped: the error is shown and the user decides.
+      const event = lost ? 'device-lost' : 'round-failed';
+      if (canTransition(get().runStatus, event)) move(event, { runError, resetPending: false });
+      else set({ runError }); // the run was dropped meanwhile (a model load)
     };
 
     /** Takes the run for this tab; false (with the reason shown) when another tab has one open. */
@@ -106,10 +105,9 @@ export const createRunSlice =
       return true;
     };
 
-    /** Creates the trainer if there is none; false (with the reason shown) when it cannot. */
-    const ensureRun = async (): Promise<boolean> => {
+    /** Creates the trainer (status none); true when it is ready (paused), false with the reason shown. */
+    const createRun = async (): Promise<boolean> => {
       const s = get();
-      if (s.runStatus !== 'none') return true;
       if (!(await claimTab())) return false;
       if (!s.model) {
         set({ runError: 'Load a model first.' });
@@ -125,30 +123,31 @@ export const createRunSlice =
         set({ runError: 'No training documents: use the bundled GovReport sample or add your own.' });
         return false;
       }
-      set({ runStatus: 'starting', runError: null });
+      if (!canTransition(get().runStatus, 'create')) return false; // a run appeared while the tab was claimed
+      move('create', { runError: null });
+      let round: number;
       try {
-        const { round } = await deps.engine.startRun({ config, train, evalDocs: selectEvalDocs(s) }, onEvent);
-        lastDoneRound = round - 1;
-        set({
-          round,
-          runConfig: config,
-          pendingAdapter: null,
-          roundsState: EMPTY_ROUNDS,
-          series: EMPTY_SERIES,
-          selectedRound: null,
-        });
-        return true;
+        ({ round } = await deps.engine.startRun({ config, train, evalDocs: selectEvalDocs(s) }, onEvent));
       } catch (e) {
         tabLock.release();
-        set({ runStatus: 'none', runError: `Could not start the run: ${errorMessage(e)}` });
+        move('start-failed', { runError: `Could not start the run: ${errorMessage(e)}`, resetPending: false });
         return false;
       }
+      move('ready', {
+        round,
+        runConfig: config,
+        pendingAdapter: null,
+        roundsState: EMPTY_ROUNDS,
+        series: EMPTY_SERIES,
+        selectedRound: null,
+      });
+      return true;
     };
 
     const playRound = async (): Promise<boolean> => {
       try {
         const { round } = await deps.engine.step();
-        await eventsOfRound(round - 1);
+        await roundEvents(round - 1);
         set({ round });
         return true;
       } catch (e) {
@@ -172,45 +171,51 @@ export const createRunSlice =
     };
 
     const finishReset = async () => {
-      resetAfterRound = false;
+      let runError: string | null = null;
       try {
         await deps.engine.resetRun();
       } catch (e) {
-        set({ runError: errorMessage(e) });
+        runError = errorMessage(e);
       }
       tabLock.release();
-      set({
-        runStatus: 'none',
+      move('reset', {
+        resetPending: false,
         round: 0,
         runConfig: null,
         saved: null,
         roundsState: EMPTY_ROUNDS,
         series: EMPTY_SERIES,
         selectedRound: null,
-        runError: null,
+        runError,
       });
     };
 
-    const loop = async () => {
-      if (loopActive) return;
-      loopActive = true;
-      try {
-        while (get().runStatus === 'running') {
-          if (!(await playRound())) return;
-          if (get().runStatus === 'running' && autosaveDue()) await autosave();
-        }
-        if (resetAfterRound) return await finishReset();
-        if (get().runStatus === 'pausing') {
-          await autosave();
-          set({ runStatus: 'paused' });
-        }
-      } finally {
-        loopActive = false;
+    /**
+     * Plays rounds while running. Only one loop exists: it starts on 'play' from paused, and the
+     * statuses that let Start in again (none, paused) are set only as a loop's last step.
+     */
+    const loop = async (): Promise<void> => {
+      while (get().runStatus === 'running') {
+        if (!(await playRound())) return; // paused with the error shown, or lost
+        if (get().runStatus === 'running' && autosaveDue()) await autosave();
       }
+      // Pausing: the round in flight has ended.
+      if (get().runStatus !== 'pausing') return; // the run was dropped meanwhile (a model load)
+      if (get().resetPending) return finishReset();
+      await autosave();
+      if (get().resetPending) return finishReset(); // Reset pressed during the autosave
+      if (get().runStatus === 'running') return loop(); // Start pressed during the autosave: play on
+      stopIfStill('pausing');
+    };
+
+    /** The round in flight and its autosave are done: wait between rounds (unless a model load dropped the run). */
+    const stopIfStill = (status: 'pausing' | 'stepping') => {
+      if (get().runStatus === status) move('stopped');
     };
 
     return {
       runStatus: 'none',
+      resetPending: false,
       round: 0,
       runConfig: null,
       runError: null,
@@ -226,34 +231,37 @@ export const createRunSlice =
 
       async start() {
         const status = get().runStatus;
-        if (status === 'pausing') return set({ runStatus: 'running' }); // the loop is still going
-        if (status !== 'none' && status !== 'paused') return;
-        if (!(await ensureRun())) return;
-        set({ runStatus: 'running', runError: null });
+        if (status === 'pausing') {
+          if (!get().resetPending) move('play'); // the loop is still going: it plays on
+          return;
+        }
+        if (status === 'none' ? !(await createRun()) : !canTransition(status, 'play')) return;
+        if (get().resetPending) return finishReset(); // Reset pressed while the trainer was created
+        move('play', { runError: null });
         await loop();
       },
 
       pause() {
-        if (get().runStatus === 'running') set({ runStatus: 'pausing' });
+        if (canTransition(get().runStatus, 'pause')) move('pause');
       },
 
       async step() {
         const status = get().runStatus;
-        if (status !== 'none' && status !== 'paused') return;
-        if (!(await ensureRun())) return;
-        set({ runStatus: 'stepping', runError: null });
+        if (status === 'none' ? !(await createRun()) : !canTransition(status, 'step')) return;
+        if (get().resetPending) return finishReset();
+        move('step', { runError: null });
         if (!(await playRound())) return;
         await autosave();
-        if (resetAfterRound) return finishReset();
-        set({ runStatus: 'paused' });
+        if (get().resetPending) return finishReset();
+        stopIfStill('stepping');
       },
 
       async reset() {
         const status = get().runStatus;
         if (isBusy(status)) {
           // A round cannot be cut short on the GPU: reset when it ends.
-          resetAfterRound = true;
-          if (status === 'running') set({ runStatus: 'pausing' });
+          set({ resetPending: true });
+          if (status === 'running') move('pause');
           return;
         }
         await finishReset();
@@ -319,25 +327,27 @@ export const createRunSlice =
           }
         }
         if (!(await claimTab())) return; // again: loading a model drops (and releases) the old run
-        set({ runStatus: 'starting', runError: null });
+        if (!canTransition(get().runStatus, 'resume')) return; // a run started meanwhile
+        move('resume', { runError: null });
+        let r: Awaited<ReturnType<typeof deps.engine.resumeSavedRun>>;
         try {
-          const r = await deps.engine.resumeSavedRun(onEvent);
-          lastDoneRound = r.round - 1;
-          const ui = r.meta.ui as Partial<UiSnapshot> | null;
-          get().setConfig(r.meta.config);
-          set({
-            runStatus: 'paused',
-            round: r.round,
-            runConfig: r.meta.config,
-            roundsState: EMPTY_ROUNDS,
-            series: ui?.series ?? EMPTY_SERIES,
-            selectedRound: null,
-            saved: r.meta,
-          });
+          r = await deps.engine.resumeSavedRun(onEvent);
         } catch (e) {
           tabLock.release();
-          set({ runStatus: 'none', runError: `Could not resume: ${errorMessage(e)}` });
+          move('start-failed', { runError: `Could not resume: ${errorMessage(e)}`, resetPending: false });
+          return;
         }
+        const ui = r.meta.ui as Partial<UiSnapshot> | null;
+        get().setConfig(r.meta.config);
+        move('ready', {
+          round: r.round,
+          runConfig: r.meta.config,
+          roundsState: EMPTY_ROUNDS,
+          series: ui?.series ?? EMPTY_SERIES,
+          selectedRound: null,
+          saved: r.meta,
+        });
+        if (get().resetPending) await finishReset(); // Reset pressed while the autosave was loading
       },
 
       async discardSaved() {
@@ -401,11 +411,10 @@ export const createRunSlice =
       },
 
       clearRunView() {
-        resetAfterRound = false;
+        set({ resetPending: false });
         tabLock.release();
         if (get().readOnlyView && get().runStatus === 'none') return; // another tab's run, viewed: loading a model here does not end it
-        set({
-          runStatus: 'none',
+        move('clear', {
           round: 0,
           runConfig: null,
           pendingAdapter: null,

@@ -33,7 +33,7 @@ export type { KvDtype, CheckpointDtype };
 
 /**
  * Tokens of a summary prompt besides the report: chat template + summaryInstruction + "Report:".
- * 31 with DEFAULT_PROMPTS and the Qwen3 tokenizer (test/memoryPlan.test.ts re-measures it).
+ * 31 with DEFAULT_PROMPTS and the Qwen3 tokenizer (test/train/memoryPlan.test.ts re-measures it).
  */
 export const SUMMARY_PROMPT_TOKENS = 32;
 /**
@@ -150,7 +150,7 @@ const f32 = (n: number) => pooled(n * 4);
 export const UNIFORM_ARENA_BYTES = 2048 * 256;
 /** Small uploads staged in the command stream: one UploadArena.CHUNK (src/gpu/launch.ts). */
 export const UPLOAD_ARENA_BYTES = 256 * 1024;
-/** Tokens per forward chunk (Qwen3Model's DEFAULT_CHUNK, checked in test/memoryPlan.test.ts). */
+/** Tokens per forward chunk (Qwen3Model's DEFAULT_CHUNK, checked in test/train/memoryPlan.test.ts). */
 export const FORWARD_CHUNK = 256;
 /** Checkpoints of SpyRLTrainer's passes (its default) and of sftStep's (TrainingPass's default). */
 export { ROUND_CHECKPOINTS };

@@ -35,7 +35,8 @@ import {
   runStamp,
   type RunStamp,
 } from './checkpoint.ts';
-import { evaluateHeldOut, type EvalProgress, type EvalReport, type EvalSystem } from './evaluate.ts';
+import type { EvalProgress, EvalReport, EvalSystem } from './evaluate.ts';
+import { evaluatePolicy } from './runEval.ts';
 
 /** What SpyRLTrainer.evaluate returns: mean ROUGE-L F1 of base and adapter (the chart's points) and the full report. */
 export interface TrainerEvaluation {
@@ -316,41 +317,23 @@ export class SpyRLTrainer {
    * (base) and on, and optionally of another checkpoint; base/adapter are mean ROUGE-L F1.
    */
   async evaluate(o: { compare?: EvalSystem; onProgress?: (p: EvalProgress) => void } = {}): Promise<TrainerEvaluation> {
-    const hooks = this.policy.hooks.onDelta;
-    this.policy.hooks.onDelta = undefined;
-    const generate = this.policy.generate.bind(this.policy);
-    const base: EvalSystem = {
-      key: 'base',
-      label: 'base model',
-      generate,
-      around: async (job) => {
-        this.adapter.enabled = false;
-        try {
-          return await job();
-        } finally {
-          this.adapter.enabled = true;
-        }
-      },
-    };
-    const adapter: EvalSystem = { key: 'adapter', label: `adapter (round ${this.state.round})`, generate };
-    try {
-      const report = await evaluateHeldOut({
-        docs: this.evalDocs,
-        tokenizer: this.tokenizer,
-        config: this.config,
-        systems: o.compare ? [base, adapter, o.compare] : [base, adapter],
-        onProgress: o.onProgress,
-      });
-      const scored = report.documents.filter((d) => d.results['adapter']);
-      const perDocument = scored.map((d) => ({
-        id: d.id,
-        base: d.results['base']!.scores.rougeL,
-        adapter: d.results['adapter']!.scores.rougeL,
-      }));
-      return { base: report.means['base']!.rougeL, adapter: report.means['adapter']!.rougeL, perDocument, report };
-    } finally {
-      this.policy.hooks.onDelta = hooks;
-    }
+    // The one evaluation (src/train/runEval.ts), shared with `spyrl eval`; this.adapter is model.lora.
+    const report = await evaluatePolicy({
+      policy: this.policy,
+      tokenizer: this.tokenizer,
+      config: this.config,
+      docs: this.evalDocs,
+      labels: { base: 'base model', adapter: `adapter (round ${this.state.round})` },
+      compare: o.compare,
+      onProgress: o.onProgress,
+    });
+    const scored = report.documents.filter((d) => d.results['adapter']);
+    const perDocument = scored.map((d) => ({
+      id: d.id,
+      base: d.results['base']!.scores.rougeL,
+      adapter: d.results['adapter']!.scores.rougeL,
+    }));
+    return { base: report.means['base']!.rougeL, adapter: report.means['adapter']!.rougeL, perDocument, report };
   }
 
   /** The PEFT adapter alone. */

@@ -1,7 +1,7 @@
 // GPU memory of one TrainingPass (src/train/trainingPass.ts): every buffer it allocates, by phase,
 // as a pure function of the model dimensions and the pass options. No GPU import: the memory plan
 // and the UI memory panel use it. It lists the pass's allocations one for one;
-// test/trainingMemory.test.ts checks its peaks against the live bytes of real passes.
+// test/train/trainingMemory.test.ts checks its peaks against the live bytes of real passes.
 import type { Qwen3Config } from '../model/config.ts';
 import type { LoraTarget } from '../model/peft.ts';
 

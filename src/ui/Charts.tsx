@@ -1,12 +1,15 @@
 // Training curves: small multiples over the append-only series (per round, per optimizer
 // step, per evaluation).
-import { CartesianGrid, Legend, Line, LineChart, Tooltip, XAxis, YAxis } from 'recharts';
+import { lazy, Suspense } from 'react';
 import { useApp } from '../store/hooks.ts';
 import type { Series } from '../store/rounds.ts';
 
+// recharts (and its d3 and redux) is its own chunk, fetched when the first curve has a point:
+// the page opens and loads a model without it.
+const ChartPlot = lazy(() => import('./ChartPlot.tsx').then((m) => ({ default: m.ChartPlot })));
+
 const WIDTH = 300;
 const HEIGHT = 170;
-const COLORS = ['#3567e6', '#d04a3a', '#2d9d78'];
 
 interface ChartSpec {
   title: string;
@@ -37,38 +40,9 @@ function Chart({ spec, series }: { spec: ChartSpec; series: Series }) {
       ) : off ? (
         <p className="muted small off">off: {spec.off ?? 'not computed in this run'}</p>
       ) : (
-        <LineChart width={WIDTH} height={HEIGHT} data={data} margin={{ top: 6, right: 12, bottom: 0, left: -12 }}>
-          <CartesianGrid stroke="#e6e9ef" />
-          <XAxis
-            dataKey="round"
-            type="number"
-            domain={['dataMin', 'dataMax']}
-            allowDecimals={false}
-            tick={{ fontSize: 11 }}
-          />
-          <YAxis
-            domain={spec.domain ?? ['auto', 'auto']}
-            tick={{ fontSize: 11 }}
-            width={48}
-            tickFormatter={(v: number) => (Math.abs(v) >= 1000 ? v.toExponential(0) : String(+v.toPrecision(3)))}
-          />
-          <Tooltip
-            formatter={(v) => (typeof v === 'number' ? v.toPrecision(4) : String(v))}
-            labelFormatter={(l) => `round ${l}`}
-          />
-          {spec.lines.length > 1 && <Legend wrapperStyle={{ fontSize: 11 }} />}
-          {spec.lines.map((l, i) => (
-            <Line
-              key={l.key}
-              dataKey={l.key}
-              name={l.name}
-              stroke={COLORS[i]}
-              strokeWidth={2}
-              dot={dots ? { r: 2.5 } : false}
-              isAnimationActive={false}
-            />
-          ))}
-        </LineChart>
+        <Suspense fallback={<div className="chart-loading" style={{ width: WIDTH, height: HEIGHT }} />}>
+          <ChartPlot data={data} lines={spec.lines} domain={spec.domain} dots={dots} width={WIDTH} height={HEIGHT} />
+        </Suspense>
       )}
     </figure>
   );

@@ -6,7 +6,7 @@ import { formatBytes, type RoundPhase } from '../train/memory.ts';
 import { useMemo } from 'react';
 import { useApp, useAppShallow } from '../store/hooks.ts';
 import { memoryPlanOf, selectFormatInputs, selectMemoryInputs, type ModelOption } from '../store/modelSlice.ts';
-import { type KvType, type WeightsFormat } from '../worker/modelFormat.ts';
+import { type KvType, type WeightsFormat } from '../model/format.ts';
 import { weightBytes } from '../train/memory.ts';
 import type { CacheFormat } from '../model/sources.ts';
 import { isBusy } from '../store/runSlice.ts';

@@ -2,7 +2,11 @@
 // wrapped with `callback()` so they run on this side.
 import * as Comlink from 'comlink';
 import type { PlaygroundEngine } from './engine.ts';
+import { registerErrorTransfer } from './errors.ts';
 import { watchWorker } from './tokenizerWatch.ts';
+
+// Errors thrown in the worker arrive typed (EngineError with `kind`, e.g. 'device-lost').
+registerErrorTransfer();
 
 export type EngineApi = Comlink.Remote<PlaygroundEngine>;
 

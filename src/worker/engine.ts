@@ -1,7 +1,8 @@
 // The playground engine: everything that touches the GPU, behind the worker boundary
 // (engine.worker.ts exposes one instance with comlink). The UI calls these methods; rounds,
-// progress and errors come back as plain objects and events. The only file that uses the
-// trainer (src/train/spyrl.ts), so integrating it happens here.
+// progress and errors come back as plain objects and events. A thin shell over the run core
+// (src/train/run.ts, shared with `spyrl train` and `spyrl eval`): its memory plan, rounds,
+// evaluation and exports; this file adds models, the autosave and the zip.
 //
 // 1. model: probe, inspect, load, cache
 // 2. run: start, step, reset, adapter to continue from
@@ -31,7 +32,7 @@ import type { SpyRLConfig } from '../game/config.ts';
 import type { SpyDocument } from '../game/documents.ts';
 import type { RoundRecord } from '../game/round.ts';
 import type { TrainEvent, TrainListener } from '../train/events.ts';
-import { SpyRLTrainer } from '../train/spyrl.ts';
+import { Run } from '../train/run.ts';
 import { newRunId, parseAutosaveMeta, parseRunDocuments, RUN_VERSION } from '../train/checkpoint.ts';
 import { architectureMismatch, type EvalProgress, type EvalReport, type EvalSystem } from '../train/evaluate.ts';
 import { GpuPolicy } from '../train/policy.ts';
@@ -47,7 +48,7 @@ import {
 } from './modelSources.ts';
 import { formatBytes, weightBytes } from '../train/memory.ts';
 import { errorMessage, errorName } from './protocol.ts';
-import { checkFormat, defaultFormat, type ModelFormat } from './modelFormat.ts';
+import { checkFormat, defaultFormat, type ModelFormat } from '../model/format.ts';
 import { defaultRunStorage, type RunFiles, type RunStorage } from './runStorage.ts';
 import type {
   EvalProgressInfo,
@@ -63,16 +64,17 @@ import type {
   StepResult,
 } from './protocol.ts';
 
-/** What the engine needs of a trainer (SpyRLTrainer's public surface). */
+/** What the engine needs of a run (src/train/run.ts Run's surface; tests script it). */
 export interface TrainerLike {
   readonly round: number;
-  runRound(): Promise<RoundRecord>;
+  /** One round (Run.step). */
+  step(): Promise<RoundRecord>;
   checkpointFiles(): Promise<RunFiles>;
   adapterFiles(): Promise<RunFiles>;
   runLogJsonl(): string;
-  /** The run id the trainer keeps in its checkpoints (SpyRLTrainer.runId); absent in scripted trainers. */
+  /** The run id the trainer keeps in its checkpoints (Run.runId); absent in scripted trainers. */
   readonly runId?: string;
-  /** The held-out evaluation (SpyRLTrainer.evaluate); absent in scripted trainers. */
+  /** The held-out evaluation (Run.evaluate); absent in scripted trainers. */
   evaluate?(o: { compare?: EvalSystem; onProgress?: (p: EvalProgress) => void }): Promise<{ report: EvalReport }>;
   destroy(): void;
 }
@@ -109,7 +111,8 @@ const ADAPTER_README = 'README.md';
 function browserDeps(): EngineDeps {
   return {
     createGpu: () => createGpu(),
-    createTrainer: (opts) => SpyRLTrainer.create(opts),
+    // The run core checks the round's memory plan against this device before the trainer exists.
+    createTrainer: (opts) => Run.create(opts),
     storage: defaultRunStorage(),
     hubCache: () => defaultHubCache(),
     demoUrl: () => new URL('tiny-demo/', new URL(import.meta.env.BASE_URL, globalThis.location.href)).href,
@@ -325,7 +328,7 @@ export class PlaygroundEngine {
     return this.exclusive(async () => {
       const run = this.run;
       if (!run) throw new Error('no run: start one first');
-      const record = await run.trainer.runRound();
+      const record = await run.trainer.step();
       return { round: run.trainer.round, record };
     });
   }

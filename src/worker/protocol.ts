@@ -6,7 +6,7 @@ import type { SpyRLConfig } from '../game/config.ts';
 import type { SpyDocument } from '../game/documents.ts';
 import type { RoundRecord } from '../game/round.ts';
 import type { EvalReport } from '../train/evaluate.ts';
-import type { KvType, ModelFormat, WeightsFormat } from './modelFormat.ts';
+import type { KvType, ModelFormat, WeightsFormat } from '../model/format.ts';
 
 export type { DownloadProgress, KvType, ModelFormat, WeightsFormat };
 
@@ -105,7 +105,7 @@ export interface StepResult {
   record: RoundRecord;
 }
 
-/** An error from the worker keeps its name (comlink copies name and message). */
+/** An error from the worker keeps its name, message and stack, and gains `kind` (src/worker/errors.ts). */
 export function errorName(e: unknown): string {
   return e instanceof Error || (typeof e === 'object' && e !== null && 'name' in e)
     ? String((e as { name: unknown }).name)
@@ -116,4 +116,49 @@ export function errorMessage(e: unknown): string {
   return e instanceof Error || (typeof e === 'object' && e !== null && 'message' in e)
     ? String((e as { message: unknown }).message)
     : String(e);
+}
+
+/**
+ * What kind of failure an engine error is, decided in the worker from the error's class (or a
+ * class in its `cause` chain) where the GPU error classes are known; class names do not survive
+ * minification and messages are not an API, so the page branches on this instead.
+ */
+export type ErrorKind = 'device-lost' | 'out-of-memory' | 'gpu-unavailable' | 'gpu-validation' | 'error';
+
+export const ERROR_KINDS: readonly ErrorKind[] = [
+  'device-lost',
+  'out-of-memory',
+  'gpu-unavailable',
+  'gpu-validation',
+  'error',
+];
+
+/** An Error as it crosses the worker boundary (comlink's 'throw' format, plus kind and reason). */
+export interface SerializedError {
+  name: string;
+  message: string;
+  stack?: string;
+  kind: ErrorKind;
+  /** GPUDeviceLostInfo.reason for a lost device ('destroyed', 'unknown'). */
+  reason?: string;
+}
+
+/** An error thrown by the engine as the page receives it through comlink: its name, message and stack, typed. */
+export class EngineError extends Error {
+  readonly kind: ErrorKind;
+  readonly reason?: string;
+
+  constructor(e: SerializedError) {
+    super(e.message);
+    this.name = e.name;
+    this.kind = e.kind;
+    if (e.reason !== undefined) this.reason = e.reason;
+    if (e.stack !== undefined) this.stack = e.stack;
+  }
+}
+
+/** The typed kind of an error from the engine; 'error' for anything that did not cross the boundary typed. */
+export function errorKind(e: unknown): ErrorKind {
+  const kind = typeof e === 'object' && e !== null && 'kind' in e ? (e as { kind: unknown }).kind : undefined;
+  return ERROR_KINDS.includes(kind as ErrorKind) ? (kind as ErrorKind) : 'error';
 }

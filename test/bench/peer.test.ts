@@ -3,7 +3,7 @@
 // onnxruntime-web's wasm EP in Node. Checked against the PyTorch golden logits (the export itself)
 // and against our engine on the same prefill + cached-decode schedule.
 // Tolerances: ORT and PyTorch both compute in f32 from the same f32 weights (bf16 widened), so
-// 1e-5 x max|logit|; ours against ORT uses the golden budget of test/golden.test.ts, 1e-3.
+// 1e-5 x max|logit|; ours against ORT uses the golden budget of test/model/golden.test.ts, 1e-3.
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import * as ort from 'onnxruntime-web';

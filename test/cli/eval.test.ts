@@ -1,9 +1,7 @@
 // `spyrl eval` as a user runs it: held-out reports only (refused, with the reason, when there is
 // no held-out split), base / adapter / --compare-model columns of ROUGE-1/2/L and length, and
 // the per-report JSONL export.
-import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -11,6 +9,7 @@ import { loadQwen3Config } from '../../src/model/config.ts';
 import { initLora, loraConfig, writeAdapter } from '../../src/model/peft.ts';
 import { writeFolder } from '../../src/model/peft.node.ts';
 import { nodeFolderSource } from '../../src/model/sources.node.ts';
+import { folderFiles, startLoopbackHub } from '../helpers/hubServer.ts';
 import { spyrl, spyrlWith } from '../helpers/spyrl.ts';
 
 let tmp: string, model: string, other: string, config: string, adapter: string;
@@ -155,39 +154,18 @@ describe('spyrl eval', () => {
     expect(new Set([b, a, c]).size).toBe(3);
   }, 300_000);
 
-  it('reads --compare-model OWNER/NAME[@REV] from the Hub (HF_ENDPOINT, HF_TOKEN sent and never printed), cached by commit', async () => {
-    // A loopback server that answers the tiny-b folder the way the Hub does: the revision API
-    // (commit sha and file list), then /resolve/{sha}/{file}.
+  it('reads --compare-model OWNER/NAME[@REV] from the Hub (HF_ENDPOINT, HF_TOKEN sent to the Hub only and never printed), cached by commit', async () => {
+    // A loopback Hub (test/helpers/hubServer.ts) that answers the tiny-b folder: the revision API
+    // (commit sha and file list), then /resolve/{sha}/{file} (weights redirected to a CDN host).
     const SHA = 'c0ffee'.padEnd(40, '0');
-    const files = await readdir(other);
-    const seen: { url: string; auth: string | undefined }[] = [];
-    const server: Server = createServer((req, res) => {
-      seen.push({ url: req.url!, auth: req.headers.authorization });
-      if (req.url === '/api/models/test-org/tiny-b/revision/main') {
-        res.setHeader('content-type', 'application/json');
-        res.end(JSON.stringify({ sha: SHA, siblings: files.map((rfilename) => ({ rfilename })) }));
-        return;
-      }
-      const m = /^\/test-org\/tiny-b\/resolve\/([0-9a-f]{40})\/(.+)$/.exec(req.url!);
-      if (!m || m[1] !== SHA || !files.includes(decodeURIComponent(m[2]))) {
-        res.statusCode = 404;
-        res.end('not found');
-        return;
-      }
-      readFile(join(other, decodeURIComponent(m[2]))).then(
-        (b) => res.end(b),
-        () => {
-          res.statusCode = 500;
-          res.end();
-        },
-      );
-    });
-    await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
+    const files = await folderFiles(other);
+    const hub = await startLoopbackHub({ 'test-org/tiny-b': { refs: { main: SHA }, commits: { [SHA]: files } } });
+    const seen = hub.requests;
     try {
       const env = {
-        HF_ENDPOINT: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+        HF_ENDPOINT: hub.endpoint,
         HF_TOKEN: 'hf_secret_token_123',
-        SPYRL_HUB_CACHE: join(tmp, 'hub-cache'),
+        HF_HUB_CACHE: join(tmp, 'hub-cache'),
       };
       const run = (compare: string, out: string) =>
         spyrlWith(
@@ -207,8 +185,10 @@ describe('spyrl eval', () => {
       const viaHub = await run('test-org/tiny-b', join(tmp, 'hub.jsonl'));
       expect(viaHub.code, viaHub.stderr).toBe(0);
       expect(viaHub.stdout + viaHub.stderr).not.toContain('hf_secret_token_123');
-      expect(seen.length).toBeGreaterThan(files.length); // the revision, then every file it read
-      expect(seen.every((r) => r.auth === 'Bearer hf_secret_token_123')).toBe(true);
+      expect(seen.length).toBeGreaterThan(files.size); // the revision, then every file it read
+      // The token goes to the Hub only, never to the CDN its redirects lead to.
+      expect(seen.filter((r) => r.host === 'hub').every((r) => r.auth === 'Bearer hf_secret_token_123')).toBe(true);
+      expect(seen.filter((r) => r.host === 'cdn').map((r) => r.auth)).toEqual([undefined]);
       expect(seen.filter((r) => r.url.includes('/resolve/')).every((r) => r.url.includes(`/resolve/${SHA}/`))).toBe(
         true,
       );
@@ -230,7 +210,7 @@ describe('spyrl eval', () => {
       expect(missing.code).not.toBe(0);
       expect(missing.stderr).toMatch(/test-org\/nope.*HTTP 404/);
     } finally {
-      server.close();
+      await hub.close();
     }
   }, 300_000);
 });

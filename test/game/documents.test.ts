@@ -9,7 +9,7 @@ import {
 import { loadGovReportNode } from '../../src/game/govreport.node.ts';
 import { sentenceEnds } from '../../src/game/text.ts';
 import type { Qwen3Tokenizer } from '../../src/model/tokenizer.ts';
-import { qwen3Tokenizer } from './helpers.ts';
+import { qwen3Tokenizer } from '../helpers/game.ts';
 
 let tok: Qwen3Tokenizer;
 beforeAll(async () => {

@@ -5,7 +5,7 @@ import { maskSpan } from '../../src/game/masking.ts';
 import { Rng } from '../../src/game/rng.ts';
 import { isCharBoundary, normalizeText, sentenceEnds, tokenCharOffsets } from '../../src/game/text.ts';
 import type { Qwen3Tokenizer } from '../../src/model/tokenizer.ts';
-import { qwen3Tokenizer } from './helpers.ts';
+import { qwen3Tokenizer } from '../helpers/game.ts';
 
 let tok: Qwen3Tokenizer;
 let report: string;

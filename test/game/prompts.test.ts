@@ -12,7 +12,7 @@ import { Rng } from '../../src/game/rng.ts';
 import { assignRoles, seatsByLabel, MAX_GROUP_SIZE } from '../../src/game/roles.ts';
 import { commonPrefixLength } from '../../src/game/text.ts';
 import type { Qwen3Tokenizer } from '../../src/model/tokenizer.ts';
-import { listedSummaries, qwen3Tokenizer } from './helpers.ts';
+import { listedSummaries, qwen3Tokenizer } from '../helpers/game.ts';
 
 let tok: Qwen3Tokenizer;
 beforeAll(async () => {

@@ -7,7 +7,7 @@ import { labelTokenIds } from '../../src/game/prompts.ts';
 import { playRound, roundRng, runLogLine, type Policy, type RoundRecord } from '../../src/game/round.ts';
 import { normalizeText } from '../../src/game/text.ts';
 import { IM_END, type Qwen3Tokenizer } from '../../src/model/tokenizer.ts';
-import { qwen3Tokenizer, scriptedPolicy, type ScriptOptions } from './helpers.ts';
+import { qwen3Tokenizer, scriptedPolicy, type ScriptOptions } from '../helpers/game.ts';
 
 let tok: Qwen3Tokenizer;
 let gao: SpyDocument;

@@ -2,7 +2,7 @@
 // error (printed at the end of a file) and fails with the worst element named.
 import { expect } from 'vitest';
 import type { Gpu } from '../../src/gpu/index.ts';
-import * as ref from '../reference.ts';
+import * as ref from './reference.ts';
 
 export function gpuHarness(getGpu: () => Gpu) {
   const measured: Record<string, string> = {};

@@ -25,16 +25,20 @@ export async function spyrl(...args: string[]): Promise<SpyrlResult> {
   return spyrlWith({}, ...args);
 }
 
-/** As spyrl, with extra environment variables. */
-export async function spyrlWith(opts: { env?: Record<string, string> }, ...args: string[]): Promise<SpyrlResult> {
+/** As spyrl, with extra environment variables (undefined: removed); `raw` keeps stderr exactly as printed. */
+export async function spyrlWith(
+  opts: { env?: Record<string, string | undefined>; raw?: boolean },
+  ...args: string[]
+): Promise<SpyrlResult> {
+  const tidy = opts.raw ? (s: string) => s : clean;
   try {
     const { stdout, stderr } = await run(process.execPath, [BIN, ...args], {
       maxBuffer: 64 << 20,
       env: { ...process.env, ...opts.env },
     });
-    return { code: 0, stdout, stderr: clean(stderr) };
+    return { code: 0, stdout, stderr: tidy(stderr) };
   } catch (e) {
     const err = e as { code: number; stdout: string; stderr: string };
-    return { code: err.code, stdout: err.stdout, stderr: clean(err.stderr) };
+    return { code: err.code, stdout: err.stdout, stderr: tidy(err.stderr) };
   }
 }

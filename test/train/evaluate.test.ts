@@ -28,7 +28,7 @@ import { planRound, roundPlanOptions } from '../../src/train/memory.ts';
 import { QWEN3_PRESETS } from '../../src/model/config.ts';
 import { GpuPolicy } from '../../src/train/policy.ts';
 import { SpyRLTrainer } from '../../src/train/spyrl.ts';
-import { qwen3Tokenizer } from '../game/helpers.ts';
+import { qwen3Tokenizer } from '../helpers/game.ts';
 
 let tok: Qwen3Tokenizer;
 beforeAll(async () => {

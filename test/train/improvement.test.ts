@@ -15,7 +15,7 @@ import { initLora } from '../../src/model/peft.ts';
 import { LoraAdamW, DEFAULT_ADAMW } from '../../src/train/optimizer.ts';
 import { GpuPolicy } from '../../src/train/policy.ts';
 import { ppoUpdate } from '../../src/train/update.ts';
-import { attachAdapter, FULL, movedLora, tinySetup, type TinySetup } from './helpers.ts';
+import { attachAdapter, FULL, movedLora, tinySetup, type TinySetup } from '../helpers/train.ts';
 
 let gpu: Gpu, t: TinySetup, prompt: ChatPrompt, chosen: number;
 const G = 8; // completions per update

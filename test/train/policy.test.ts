@@ -27,8 +27,8 @@ import type { LoraAdapter } from '../../src/model/lora.ts';
 import { GpuPolicy } from '../../src/train/policy.ts';
 import { samplePass } from '../../src/train/update.ts';
 import type { CheckpointDtype } from '../../src/train/trainingPass.ts';
-import * as ref from '../reference.ts';
-import { attachAdapter, FULL, movedLora, tinySetup, type TinySetup } from './helpers.ts';
+import * as ref from '../helpers/reference.ts';
+import { attachAdapter, FULL, movedLora, tinySetup, type TinySetup } from '../helpers/train.ts';
 
 const SPY = 'The agency spent $2 billion on the new system. Audits found gaps in the records. The plan ends in 2030.';
 const PROMPTS = {

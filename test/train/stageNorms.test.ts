@@ -7,7 +7,7 @@ import { DEFAULT_CONFIG } from '../../src/game/config.ts';
 import type { PolicySample } from '../../src/game/round.ts';
 import { LoraAdamW, DEFAULT_ADAMW } from '../../src/train/optimizer.ts';
 import { ppoUpdate, samplePass, type RoundSample } from '../../src/train/update.ts';
-import { attachAdapter, movedLora, tinySetup, type TinySetup } from './helpers.ts';
+import { attachAdapter, movedLora, tinySetup, type TinySetup } from '../helpers/train.ts';
 
 let gpu: Gpu, t: TinySetup;
 beforeAll(async () => {

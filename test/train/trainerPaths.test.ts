@@ -11,7 +11,7 @@ import { writeAdapter } from '../../src/model/peft.ts';
 import { SpyRLTrainer } from '../../src/train/spyrl.ts';
 import { stageWeights } from '../../src/train/update.ts';
 import { TrainingPass } from '../../src/train/trainingPass.ts';
-import { FULL, movedLora, tinySetup, type TinySetup } from './helpers.ts';
+import { FULL, movedLora, tinySetup, type TinySetup } from '../helpers/train.ts';
 
 let gpu: Gpu, t: TinySetup;
 beforeAll(async () => {

@@ -38,7 +38,7 @@ function scriptedTrainer(created: TrainerCreateOptions[]) {
       get round() {
         return round;
       },
-      async runRound() {
+      async step() {
         const r = round;
         emit({
           type: 'round-start',

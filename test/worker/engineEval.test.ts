@@ -6,7 +6,7 @@ import { validateConfig } from '../../src/game/config.ts';
 import { loadGovReportNode } from '../../src/game/govreport.node.ts';
 import { memoryHubCache } from '../../src/model/sources.ts';
 import { createAppStore } from '../../src/store/store.ts';
-import { SpyRLTrainer } from '../../src/train/spyrl.ts';
+import { Run } from '../../src/train/run.ts';
 import type { EngineApi } from '../../src/worker/client.ts';
 import { PlaygroundEngine } from '../../src/worker/engine.ts';
 import { memoryRunStorage } from '../../src/worker/runStorage.ts';
@@ -16,7 +16,7 @@ describe('PlaygroundEngine.evaluate', () => {
     const engine = new PlaygroundEngine({
       demoUrl: () => DEMO_URL,
       fetch: await tinyDemoFetch({ layers: 1, hidden: 32, heads: 2, kvHeads: 1, headDim: 16, intermediate: 64 }),
-      createTrainer: (o) => SpyRLTrainer.create(o),
+      createTrainer: (o) => Run.create(o),
       storage: memoryRunStorage(),
       hubCache: () => memoryHubCache(),
     });

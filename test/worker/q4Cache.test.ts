@@ -66,7 +66,7 @@ describe('PlaygroundEngine: q4 cache of a Hub repo', () => {
       models.push(o.model);
       return {
         round: 0,
-        runRound: async () => Promise.reject(new Error('not here')),
+        step: async () => Promise.reject(new Error('not here')),
         checkpointFiles: async () => ({}),
         adapterFiles: async () => ({}),
         runLogJsonl: () => '',

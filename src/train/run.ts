@@ -1,0 +1,113 @@
+// The run core: one SpyRL run on a loaded model, for every front end. `spyrl train` and the worker
+// engine (src/worker/engine.ts) are shells over it; `spyrl eval` uses its evaluation without a run.
+//
+//   Run.create   checks the round's memory plan (planRunMemory, the app's check too) against the
+//                device, then starts a trainer (src/train/spyrl.ts), from a PEFT adapter if given
+//   Run.resume   the same from a checkpoint (trainer_state.json), continuing exactly
+//   step         one round (and the update and evaluation it makes due)
+//   evaluate     the held-out evaluation (evaluatePolicy), with an optional third column
+//   adapterFiles / checkpointFiles   the exports: PEFT adapter, or everything to continue
+import type { RoundRecord } from '../game/round.ts';
+import { isQ4 } from '../ops/common.ts';
+import type { Qwen3Model } from '../model/qwen3.ts';
+import { TRAINER_STATE_FILE } from '../model/peft.ts';
+import type { EvalProgress, EvalSystem } from './evaluate.ts';
+import type { TrainListener } from './events.ts';
+import type { MemoryPlan } from './memory.ts';
+import { evalDocCount, planRunMemory, type EngineFormat } from './runPlan.ts';
+import { SpyRLTrainer, type CheckpointFiles, type TrainerEvaluation, type TrainerOptions } from './spyrl.ts';
+
+export { evalDocCount, planRunMemory } from './runPlan.ts';
+export { evaluatePolicy, type PolicyEvalOptions } from './runEval.ts';
+
+export interface RunOptions extends TrainerOptions {
+  /** The GPU memory the user allows (`--gpu-memory`); left out, only the adapter's hard limits are checked. */
+  budgetBytes?: number;
+}
+
+/** The weights and KV formats the model was loaded with: what the plan must be made for. */
+export function modelFormat(model: Qwen3Model): EngineFormat {
+  return { weights: isQ4(model.weights.embed) ? 'q4' : 'bf16', kv: model.kv };
+}
+
+/**
+ * The round's plan of a run on this model and device; throws the plan's RangeError (what to
+ * change) when a buffer exceeds the adapter's limits or, with a budget, the total exceeds it.
+ */
+export function checkRunFits(
+  model: Qwen3Model,
+  o: Pick<RunOptions, 'config' | 'evalDocs' | 'budgetBytes'>,
+): MemoryPlan {
+  const check = planRunMemory(
+    model.cfg,
+    o.config,
+    model.gpu.limits,
+    o.budgetBytes,
+    modelFormat(model),
+    evalDocCount(o.config, o.evalDocs),
+  );
+  if (check.problem) throw new RangeError(check.problem);
+  return check.plan;
+}
+
+export class Run {
+  private constructor(
+    private readonly trainer: SpyRLTrainer,
+    /** The memory plan the run was checked against (`--report-memory` compares the measured peaks). */
+    readonly plan: MemoryPlan,
+  ) {}
+
+  /** A new run (or one starting from the PEFT adapter in `resume`); refused when it cannot fit. */
+  static async create(o: RunOptions): Promise<Run> {
+    const plan = checkRunFits(o.model, o);
+    return new Run(await SpyRLTrainer.create(o), plan);
+  }
+
+  /** Continues a checkpoint (Run.checkpointFiles): every file is checked before any is used. */
+  static async resume(o: RunOptions & { resume: CheckpointFiles }): Promise<Run> {
+    if (!(TRAINER_STATE_FILE in o.resume))
+      throw new Error(`not a checkpoint: ${TRAINER_STATE_FILE} is missing (a PEFT adapter alone starts a new run)`);
+    return Run.create(o);
+  }
+
+  get round(): number {
+    return this.trainer.round;
+  }
+
+  get runId(): string {
+    return this.trainer.runId;
+  }
+
+  get records(): readonly RoundRecord[] {
+    return this.trainer.records;
+  }
+
+  set onEvent(l: TrainListener | undefined) {
+    this.trainer.onEvent = l;
+  }
+
+  step(): Promise<RoundRecord> {
+    return this.trainer.runRound();
+  }
+
+  /** The held-out evaluation of the run's adapter against the base model (and `compare`). */
+  evaluate(o: { compare?: EvalSystem; onProgress?: (p: EvalProgress) => void } = {}): Promise<TrainerEvaluation> {
+    return this.trainer.evaluate(o);
+  }
+
+  adapterFiles(): Promise<CheckpointFiles> {
+    return this.trainer.adapterFiles();
+  }
+
+  checkpointFiles(): Promise<CheckpointFiles> {
+    return this.trainer.checkpointFiles();
+  }
+
+  runLogJsonl(): string {
+    return this.trainer.runLogJsonl();
+  }
+
+  destroy(): void {
+    this.trainer.destroy();
+  }
+}

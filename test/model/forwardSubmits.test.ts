@@ -1,0 +1,103 @@
+// One command buffer per forward: the small uploads of a decode step (token ids, slots,
+// positions, the page table when a new page is mapped, the logit rows) are staged in the command
+// stream (src/gpu/launch.ts UploadArena), and a step of a deep model stays under the
+// params-per-submit bound, so Qwen3Model.forward submits nothing; the read of the logits is the
+// step's one submit, and a repeated step reuses its bind groups. The logits of the decode steps equal a single prefill over the same tokens.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createGpu, type Gpu } from '../../src/gpu/index.ts';
+import { nodeFolderSource } from '../../src/model/sources.node.ts';
+import { loadQwen3 } from '../../src/model/load.ts';
+import { writeTinyCheckpoint } from '../../src/model/tinyModel.node.ts';
+import { KV_PAGE_SIZE } from '../../src/model/kvCache.ts';
+import type { Qwen3Model } from '../../src/model/qwen3.ts';
+
+const LAYERS = 24; // ~13 dispatches a layer: more than the old 256-dispatch submit bound
+let gpu: Gpu, tmp: string, model: Qwen3Model;
+beforeAll(async () => {
+  gpu = await createGpu();
+  tmp = await mkdtemp(join(tmpdir(), 'spyrl-submits-'));
+  await writeTinyCheckpoint(tmp, {
+    layers: LAYERS,
+    hidden: 32,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 8,
+    intermediate: 64,
+    seed: 5,
+  });
+  model = (await loadQwen3(gpu, nodeFolderSource(tmp))).model;
+});
+afterAll(async () => {
+  gpu?.destroy();
+  await rm(tmp, { recursive: true, force: true });
+});
+
+describe('decode step', () => {
+  it('submits nothing inside forward (ids, positions, page table and logit rows staged), and matches one prefill', async () => {
+    const V = model.cfg.vocabSize;
+    const ids = Array.from({ length: KV_PAGE_SIZE + 5 }, (_, i) => (i * 7919 + 11) % 5000);
+    const prompt = KV_PAGE_SIZE - 1;
+    const cache = model.createCache(1, 64);
+    const pre = model.forward(
+      {
+        ids: ids.slice(0, prompt),
+        slots: new Array(prompt).fill(0),
+        positions: ids.slice(0, prompt).map((_, i) => i),
+        logitRows: [prompt - 1],
+      },
+      cache,
+    );
+    await gpu.readF32(pre, V);
+    gpu.releaseBuffer(pre);
+    const stepLogits: Float32Array[] = [];
+    const perStep: { dispatches: number; submits: number; bindGroups: number }[] = [];
+    for (let pos = prompt; pos < ids.length; pos++) {
+      // the step at position KV_PAGE_SIZE maps a new page
+      const d0 = gpu.dispatchCount,
+        s0 = gpu.submitCount,
+        b0 = gpu.bindGroupCount;
+      const out = model.forward({ ids: [ids[pos]], slots: [0], positions: [pos], logitRows: [0] }, cache);
+      perStep.push({
+        dispatches: gpu.dispatchCount - d0,
+        submits: gpu.submitCount - s0,
+        bindGroups: gpu.bindGroupCount - b0,
+      });
+      stepLogits.push(await gpu.readF32(out, V));
+      gpu.releaseBuffer(out);
+    }
+    cache.destroy();
+    // The first step meets new buffer sizes: the pool submits pending work before it makes them
+    // (src/gpu/device.ts createBuffer). From then on, including the step that maps a new page: none.
+    expect(perStep[0].submits).toBeLessThanOrEqual(1);
+    for (const s of perStep.slice(1)) {
+      expect(s.dispatches).toBeGreaterThan(256);
+      expect(s.submits).toBe(0);
+    }
+    // Bind groups are made once per buffer set: once the pool hands out the same buffers again,
+    // a step makes none (src/gpu/device.ts bindGroup).
+    expect(perStep[0].bindGroups).toBeGreaterThan(256);
+    expect(perStep.at(-1)!.bindGroups).toBe(0);
+    // The same tokens in one prefill: the decode steps' logits are its last rows.
+    const whole = model.createCache(1, 64);
+    const rows = Array.from({ length: ids.length - prompt }, (_, i) => prompt + i);
+    const all = model.forward(
+      { ids, slots: new Array(ids.length).fill(0), positions: ids.map((_, i) => i), logitRows: rows },
+      whole,
+    );
+    const want = await gpu.readF32(all, rows.length * V);
+    gpu.releaseBuffer(all);
+    whole.destroy();
+    let worst = 0,
+      scale = 0;
+    stepLogits.forEach((got, r) => {
+      for (let i = 0; i < V; i++) {
+        worst = Math.max(worst, Math.abs(got[i] - want[r * V + i]));
+        scale = Math.max(scale, Math.abs(want[r * V + i]));
+      }
+    });
+    expect(worst).toBeLessThanOrEqual(1e-5 * scale + 1e-6);
+  });
+});

@@ -1,0 +1,109 @@
+// LoRA against PyTorch autograd: adapters written by scripts/golden_lora.py (its own PEFT files)
+// on checkpoints written by scripts/golden_qwen3.py. Tolerances (from the fixtures): per LoRA
+// tensor max|g - g_ref| <= 1e-3 x max|g_ref| + 1e-6; loss to 1e-4 relative; logits with the
+// adapter within 1e-3 x max|ref|. The reference's own f32-vs-f64 error is ~3e-6 relative.
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createGpu, type Gpu } from '../../src/gpu/index.ts';
+import { TrainingPass } from '../../src/train/trainingPass.ts';
+import { crossEntropyLoss } from '../../src/train/pgLoss.ts';
+import { openSafetensorsModel } from '../../src/model/safetensors.ts';
+import { memorySource } from '../../src/model/sources.ts';
+import { loadLoraGolden } from '../helpers/loraGolden.ts';
+
+const ROOT = join(import.meta.dirname, '../..');
+
+let gpu: Gpu;
+beforeAll(async () => {
+  gpu = await createGpu();
+});
+afterAll(() => gpu?.destroy());
+
+const setup = (variant: string) => loadLoraGolden(gpu, variant);
+
+/** Reads an F32 safetensors file into a key -> array map. */
+async function readF32Tensors(file: string): Promise<Map<string, Float32Array>> {
+  const bytes = new Uint8Array(await readFile(file));
+  const st = await openSafetensorsModel(memorySource('grads', new Map([['model.safetensors', bytes]])));
+  const out = new Map<string, Float32Array>();
+  for (const name of st.tensors.keys()) {
+    const b = await st.readTensor(name);
+    out.set(name, new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength)));
+  }
+  return out;
+}
+
+describe.each(['tied-all', 'untied-rslora'])('LoRA vs PyTorch autograd: %s', (variant) => {
+  it('logits with the adapter match within 1e-3 x max|ref|', async () => {
+    const { dir, ref, model, adapter } = await setup(variant);
+    const [T, V] = ref.logits_shape;
+    const cache = model.createCache(1, T);
+    const rows = ref.tokens.map((_, t) => t);
+    const buf = model.forward({ ids: ref.tokens, slots: rows.map(() => 0), positions: rows, logitRows: rows }, cache);
+    const got = await gpu.readF32(buf, T * V);
+    const want = new Float32Array((await readFile(join(dir, 'logits.f32'))).buffer.slice(0));
+    let err = 0;
+    for (let i = 0; i < want.length; i++) err = Math.max(err, Math.abs(got[i] - want[i]));
+    expect(err).toBeLessThanOrEqual(1e-3 * ref.max_abs_logit);
+    gpu.releaseBuffer(buf);
+    cache.destroy();
+    adapter.destroy();
+  });
+
+  it('loss and the gradient of every LoRA tensor match', async () => {
+    const { dir, ref, model, adapter } = await setup(variant);
+    const ids = ref.tokens;
+    const pass = new TrainingPass(model, adapter, ids, [...ids.slice(1), -1]);
+    const logp = await pass.forward();
+    const { loss, dlogp } = crossEntropyLoss(logp);
+    expect(Math.abs(loss - ref.loss) / ref.loss).toBeLessThanOrEqual(1e-4);
+    pass.backward(dlogp);
+    pass.release();
+    const got = await adapter.getTensors('grads');
+    const want = await readF32Tensors(join(dir, 'grads.safetensors'));
+    expect([...got.keys()].sort()).toEqual([...want.keys()].sort());
+    let worst = 0;
+    for (const [key, g] of want) {
+      const mine = got.get(key)!;
+      let maxRef = 0,
+        err = 0;
+      for (let i = 0; i < g.length; i++) {
+        maxRef = Math.max(maxRef, Math.abs(g[i]));
+        err = Math.max(err, Math.abs(mine[i] - g[i]));
+      }
+      expect(err, key).toBeLessThanOrEqual(1e-3 * maxRef + 1e-6);
+      worst = Math.max(worst, err / maxRef);
+    }
+    console.log(
+      `${variant}: loss ${loss.toFixed(6)} vs ${ref.loss.toFixed(6)}; worst per-tensor gradient error ${worst.toExponential(2)} x max|g_ref|`,
+    );
+    adapter.destroy();
+  });
+
+  it("with the adapter switched off (the KL reference policy) log-probs are the base model's", async () => {
+    const { ref, adapter, model } = await setup(variant);
+    const baseDir = join(ROOT, ref.model_dir);
+    const base = JSON.parse(await readFile(join(baseDir, 'expected.json'), 'utf8')) as {
+      tokens: number[];
+      shape: [number, number];
+    };
+    const logits = new Float32Array((await readFile(join(baseDir, 'logits.f32'))).buffer.slice(0));
+    const [T, V] = base.shape;
+    const ids = base.tokens;
+    adapter.enabled = false;
+    const pass = new TrainingPass(model, adapter, ids, [...ids.slice(1), -1]);
+    const logp = await pass.forward();
+    pass.release();
+    for (let t = 0; t < T - 1; t++) {
+      const row = logits.subarray(t * V, (t + 1) * V);
+      const mx = row.reduce((a, b) => Math.max(a, b), -Infinity);
+      const lse = mx + Math.log(row.reduce((a, b) => a + Math.exp(b - mx), 0));
+      expect(Math.abs(logp[t] - (row[ids[t + 1]] - lse)), `t=${t}`).toBeLessThanOrEqual(
+        1e-3 * Math.max(1, Math.abs(row[ids[t + 1]] - lse)),
+      );
+    }
+    adapter.enabled = true;
+    adapter.destroy();
+  });
+});

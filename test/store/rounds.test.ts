@@ -1,0 +1,325 @@
+// The pure reducers of src/store/rounds.ts: a round's event stream builds the round view the UI
+// shows, and the chart series grow one point per round-done, update and eval event.
+import { describe, expect, it } from 'vitest';
+import type { RoundRecord } from '../../src/game/round.ts';
+import {
+  CAUGHT_WINDOW,
+  EMPTY_ROUNDS,
+  EMPTY_SERIES,
+  MAX_ROUND_VIEWS,
+  reduceRounds,
+  reduceSeries,
+  seatsInLabelOrder,
+  tallies,
+  type RoundsState,
+  type Series,
+} from '../../src/store/rounds.ts';
+import type { TrainEvent } from '../../src/train/events.ts';
+
+const REPORT = 'The agency audited its programs. It found gaps in oversight.';
+
+function roundStart(round: number): Extract<TrainEvent, { type: 'round-start' }> {
+  return {
+    type: 'round-start',
+    round,
+    documentId: `doc-${round}`,
+    fullText: REPORT,
+    spyText: 'The agency audited its programs.',
+    span: { charStart: 33, charEnd: 61 },
+    spyMarkAt: 33,
+    cut: { keptTokens: 12, totalTokens: 40 },
+    groupSize: 3,
+    labels: [2, 1, 3],
+    spySeat: 1,
+  };
+}
+
+/** The fields of a round's record the series read (the rest of RoundRecord is not used by them). */
+function record(round: number, o: { spySeat: number; summary: number[]; caught: boolean; voteAccuracy: number }) {
+  return {
+    round,
+    spySeat: o.spySeat,
+    rewards: { summary: o.summary },
+    metrics: { spyCaught: o.caught, voteAccuracy: o.voteAccuracy },
+  } as unknown as RoundRecord;
+}
+
+function roundDone(round: number, caught = true, tokensPerSecond = 25): Extract<TrainEvent, { type: 'round-done' }> {
+  return {
+    type: 'round-done',
+    round,
+    record: record(round, { spySeat: 1, summary: [1, -0.5, 0.5], caught, voteAccuracy: 0.5 }),
+    tokensPerSecond,
+  };
+}
+
+const fold = <S>(reduce: (s: S, e: TrainEvent) => S, s: S, events: TrainEvent[]) => events.reduce(reduce, s);
+
+describe('reduceRounds', () => {
+  it('builds a round view from its whole event stream', () => {
+    const events: TrainEvent[] = [
+      roundStart(4),
+      { type: 'summary-delta', round: 4, seat: 0, text: 'Audits ' },
+      { type: 'summary-delta', round: 4, seat: 2, text: 'Gaps ' },
+      { type: 'summary-delta', round: 4, seat: 0, text: 'found gaps.' },
+    ];
+    const streaming = fold(reduceRounds, EMPTY_ROUNDS, events);
+    expect(streaming.order).toEqual([4]);
+    const v = streaming.rounds[4]!;
+    expect(v).toMatchObject({
+      round: 4,
+      documentId: 'doc-4',
+      fullText: REPORT,
+      span: { charStart: 33, charEnd: 61 },
+      cut: { keptTokens: 12, totalTokens: 40 },
+      labels: [2, 1, 3],
+      spySeat: 1,
+      summaries: ['Audits found gaps.', '', 'Gaps '],
+      truncated: [false, false, false],
+      summariesDone: false,
+      votes: [],
+      reveal: null,
+      summaryRewards: null,
+      tokensPerSecond: null,
+      done: false,
+    });
+
+    const done = fold(reduceRounds, streaming, [
+      // The final texts replace the streamed ones (the stream may have been cut at the token limit).
+      {
+        type: 'summaries-done',
+        round: 4,
+        summaries: [
+          { seat: 0, text: 'Audits found gaps.', truncated: false },
+          { seat: 1, text: 'The agency audited', truncated: true },
+          { seat: 2, text: 'Gaps in oversight.', truncated: false },
+        ],
+      },
+      { type: 'vote', round: 4, voterSeat: 0, candidateSeats: [1, 2], probs: [0.8, 0.2], chosenSeat: 1 },
+      { type: 'vote', round: 4, voterSeat: 2, candidateSeats: [0, 1], probs: [0.4, 0.6], chosenSeat: 1 },
+      { type: 'reveal', round: 4, spySeat: 1, caught: true, rewards: [1.5, -0.5, 1.5] },
+      roundDone(4, true, 31.5),
+    ]);
+    expect(done.rounds[4]).toMatchObject({
+      summaries: ['Audits found gaps.', 'The agency audited', 'Gaps in oversight.'],
+      truncated: [false, true, false],
+      summariesDone: true,
+      votes: [
+        { voterSeat: 0, candidateSeats: [1, 2], probs: [0.8, 0.2], chosenSeat: 1 },
+        { voterSeat: 2, candidateSeats: [0, 1], probs: [0.4, 0.6], chosenSeat: 1 },
+      ],
+      reveal: { caught: true, rewards: [1.5, -0.5, 1.5] },
+      summaryRewards: [1, -0.5, 0.5],
+      tokensPerSecond: 31.5,
+      done: true,
+    });
+    // Pure: the earlier state is untouched.
+    expect(streaming.rounds[4]!.done).toBe(false);
+    expect(streaming.rounds[4]!.votes).toEqual([]);
+  });
+
+  it('keeps rounds apart: an event changes only its own round', () => {
+    const s = fold(reduceRounds, EMPTY_ROUNDS, [
+      roundStart(0),
+      roundStart(1),
+      { type: 'summary-delta', round: 0, seat: 1, text: 'zero' },
+      { type: 'summary-delta', round: 1, seat: 1, text: 'one' },
+      roundDone(0),
+    ]);
+    expect(s.order).toEqual([0, 1]);
+    expect(s.rounds[0]!.summaries[1]).toBe('zero');
+    expect(s.rounds[1]!.summaries[1]).toBe('one');
+    expect(s.rounds[0]!.done).toBe(true);
+    expect(s.rounds[1]!.done).toBe(false);
+  });
+
+  it('ignores events of a round whose start it never saw (after a resume), returning the same state', () => {
+    const s = reduceRounds(EMPTY_ROUNDS, roundStart(7));
+    for (const e of [
+      { type: 'summary-delta', round: 6, seat: 0, text: 'x' },
+      { type: 'vote', round: 6, voterSeat: 0, candidateSeats: [1, 2], probs: [1, 0], chosenSeat: 1 },
+      { type: 'reveal', round: 6, spySeat: 1, caught: false, rewards: [0, 0, 0] },
+      roundDone(6),
+    ] as TrainEvent[])
+      expect(reduceRounds(s, e)).toBe(s);
+  });
+
+  it('returns the same state for events that are not about a round view', () => {
+    const s = reduceRounds(EMPTY_ROUNDS, roundStart(0));
+    for (const e of [
+      { type: 'update', round: 0, step: 1, loss: 0.3, kl: null, gradNorm: 1, lr: 1e-4, skipped: false },
+      { type: 'eval', round: 0, base: 0.2, adapter: 0.25, perDocument: [] },
+      { type: 'checkpoint', round: 0 },
+    ] as TrainEvent[])
+      expect(reduceRounds(s, e)).toBe(s);
+  });
+
+  it('a repeated round-start replaces that round and moves it last', () => {
+    let s = fold(reduceRounds, EMPTY_ROUNDS, [
+      roundStart(0),
+      { type: 'summary-delta', round: 0, seat: 0, text: 'old' },
+      roundStart(1),
+    ]);
+    s = reduceRounds(s, { ...roundStart(0), documentId: 'replayed' });
+    expect(s.order).toEqual([1, 0]);
+    expect(s.rounds[0]).toMatchObject({ documentId: 'replayed', summaries: ['', '', ''] });
+  });
+
+  it(`keeps the last ${MAX_ROUND_VIEWS} rounds and drops the oldest`, () => {
+    let s: RoundsState = EMPTY_ROUNDS;
+    for (let r = 0; r <= MAX_ROUND_VIEWS + 1; r++) s = reduceRounds(s, roundStart(r));
+    expect(s.order).toHaveLength(MAX_ROUND_VIEWS);
+    expect(s.order[0]).toBe(2);
+    expect(s.order.at(-1)).toBe(MAX_ROUND_VIEWS + 1);
+    expect(Object.keys(s.rounds)).toHaveLength(MAX_ROUND_VIEWS);
+    expect(s.rounds[0]).toBeUndefined();
+    expect(s.rounds[1]).toBeUndefined();
+    expect(s.rounds[2]).toBeDefined();
+  });
+});
+
+describe('reduceSeries', () => {
+  it('adds one round point per round-done: civilian mean, spy reward, caught, vote accuracy, throughput', () => {
+    // Seats 0 and 2 are civilians (1 and 0.5: mean 0.75); seat 1 is the spy (-0.5).
+    const s = reduceSeries(EMPTY_SERIES, roundDone(0, true, 25));
+    expect(s.rounds).toEqual([
+      {
+        round: 1,
+        civilianReward: 0.75,
+        spyReward: -0.5,
+        caught: 1,
+        caughtRate: 1,
+        voteAccuracy: 0.5,
+        tokensPerSecond: 25,
+      },
+    ]);
+    expect(s.updates).toBe(EMPTY_SERIES.updates);
+    expect(EMPTY_SERIES.rounds).toEqual([]); // pure
+  });
+
+  it('a spy seat out of range counts as reward 0; a lone spy has civilian mean 0', () => {
+    const e = (spySeat: number, summary: number[]): TrainEvent => ({
+      type: 'round-done',
+      round: 0,
+      record: record(0, { spySeat, summary, caught: false, voteAccuracy: 0 }),
+      tokensPerSecond: 0,
+    });
+    expect(reduceSeries(EMPTY_SERIES, e(5, [1, 2])).rounds[0]).toMatchObject({ civilianReward: 1.5, spyReward: 0 });
+    expect(reduceSeries(EMPTY_SERIES, e(0, [-1])).rounds[0]).toMatchObject({ civilianReward: 0, spyReward: -1 });
+  });
+
+  it(`caught rate is over the last ${CAUGHT_WINDOW} rounds`, () => {
+    // Caught in the first 10 rounds, then missed 4 times: 6 of the last 10.
+    let s: Series = EMPTY_SERIES;
+    for (let r = 0; r < 14; r++) s = reduceSeries(s, roundDone(r, r < 10));
+    expect(CAUGHT_WINDOW).toBe(10);
+    expect(s.rounds.map((p) => p.round)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
+    expect(s.rounds[9]!.caughtRate).toBe(1);
+    expect(s.rounds[10]!.caughtRate).toBeCloseTo(0.9, 12);
+    expect(s.rounds[13]!.caughtRate).toBeCloseTo(0.6, 12);
+    // Before the window fills, the rate is over the rounds so far: missed, caught, caught = 2/3.
+    let t: Series = EMPTY_SERIES;
+    for (const [r, caught] of [
+      [0, false],
+      [1, true],
+      [2, true],
+    ] as const)
+      t = reduceSeries(t, roundDone(r, caught));
+    expect(t.rounds.map((p) => p.caughtRate)).toEqual([0, 0.5, 2 / 3]);
+  });
+
+  it('adds an update point, with stage losses and gradient shares, or nulls when not reported', () => {
+    const s = fold(reduceSeries, EMPTY_SERIES, [
+      { type: 'update', round: 3, step: 2, loss: 0.42, kl: null, gradNorm: 1.7, lr: 5e-5, skipped: false },
+      {
+        type: 'update',
+        round: 7,
+        step: 4,
+        loss: 0.31,
+        kl: 0.002,
+        gradNorm: 0.9,
+        lr: 4e-5,
+        skipped: true,
+        reason: 'non-finite gradient',
+        stages: {
+          summary: { loss: 0.2, gradNorm: 0.78, gradShare: 0.75, sequences: 3, tokens: 36 },
+          vote: { loss: 0.11, gradNorm: 0.45, gradShare: 0.25, sequences: 3, tokens: 9 },
+        },
+      },
+    ]);
+    expect(s.updates).toEqual([
+      {
+        round: 4,
+        step: 2,
+        loss: 0.42,
+        kl: null,
+        gradNorm: 1.7,
+        lr: 5e-5,
+        skipped: false,
+        summaryLoss: null,
+        voteLoss: null,
+        summaryGradShare: null,
+        voteGradShare: null,
+      },
+      {
+        round: 8,
+        step: 4,
+        loss: 0.31,
+        kl: 0.002,
+        gradNorm: 0.9,
+        lr: 4e-5,
+        skipped: true,
+        summaryLoss: 0.2,
+        voteLoss: 0.11,
+        summaryGradShare: 0.75,
+        voteGradShare: 0.25,
+      },
+    ]);
+    expect(s.rounds).toBe(EMPTY_SERIES.rounds);
+  });
+
+  it('adds an eval point (rounds completed, base and adapter ROUGE-L)', () => {
+    const s = reduceSeries(EMPTY_SERIES, {
+      type: 'eval',
+      round: 9,
+      base: 0.21,
+      adapter: 0.27,
+      perDocument: [{ id: 'a', base: 0.21, adapter: 0.27 }],
+    });
+    expect(s.evals).toEqual([{ round: 10, base: 0.21, adapter: 0.27 }]);
+  });
+
+  it('returns the same series for events that add no point', () => {
+    const s = reduceSeries(EMPTY_SERIES, roundDone(0));
+    for (const e of [
+      roundStart(1),
+      { type: 'summary-delta', round: 1, seat: 0, text: 'x' },
+      { type: 'reveal', round: 1, spySeat: 1, caught: true, rewards: [1, 0, 1] },
+      { type: 'checkpoint', round: 1 },
+    ] as TrainEvent[])
+      expect(reduceSeries(s, e)).toBe(s);
+  });
+});
+
+describe('seat helpers', () => {
+  it('seatsInLabelOrder lists seats as Player 1, Player 2, ...', () => {
+    expect(seatsInLabelOrder([2, 1, 3])).toEqual([1, 0, 2]);
+    expect(seatsInLabelOrder([3, 1, 4, 2])).toEqual([1, 3, 0, 2]);
+    expect(seatsInLabelOrder([])).toEqual([]);
+  });
+
+  it('tallies counts the votes each seat received, over the first n votes', () => {
+    const view = {
+      labels: [2, 1, 3, 4],
+      votes: [
+        { voterSeat: 0, candidateSeats: [1, 2, 3], probs: [0.5, 0.3, 0.2], chosenSeat: 1 },
+        { voterSeat: 2, candidateSeats: [0, 1, 3], probs: [0.1, 0.8, 0.1], chosenSeat: 1 },
+        { voterSeat: 1, candidateSeats: [0, 2, 3], probs: [0.6, 0.2, 0.2], chosenSeat: 0 },
+        { voterSeat: 3, candidateSeats: [0, 1, 2], probs: [0.2, 0.2, 0.6], chosenSeat: 2 },
+      ],
+    };
+    expect(tallies(view)).toEqual([1, 2, 1, 0]);
+    expect(tallies(view, 2)).toEqual([0, 2, 0, 0]); // the voting stage shows votes one by one
+    expect(tallies(view, 0)).toEqual([0, 0, 0, 0]);
+  });
+});

@@ -1,0 +1,361 @@
+// The memory plan (src/train/memory.ts) against what the engine really builds and allocates: the
+// prompt lengths prompts.ts renders with the real tokenizer, the peak GPU bytes that
+// `spyrl train --rounds 1 --report-memory` measures on tiny models (the device counts every buffer
+// it holds, pooled free ones included), and the plan of the default Qwen3-4B round.
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { QWEN3_PRESETS, type Qwen3Config } from '../../src/model/config.ts';
+import { memorySource } from '../../src/model/sources.ts';
+import { qwen3TokenizerFiles } from '../../src/model/tinyModel.node.ts';
+import { loadTokenizer, type Qwen3Tokenizer } from '../../src/model/tokenizer.ts';
+import { DEFAULT_CHUNK } from '../../src/model/qwen3.ts';
+import { Q4_STAGING_BYTES as LOAD_Q4_STAGING_BYTES } from '../../src/model/load.ts';
+import { DEFAULT_CONFIG } from '../../src/game/config.ts';
+import { fitToBudget } from '../../src/game/documents.ts';
+import { loadGovReportNode } from '../../src/game/govreport.node.ts';
+import { maskSpan } from '../../src/game/masking.ts';
+import { DEFAULT_PROMPTS, reasonPrompts, summaryPrompts, votePrompts } from '../../src/game/prompts.ts';
+import { Rng } from '../../src/game/rng.ts';
+import { assignRoles } from '../../src/game/roles.ts';
+import { planTableMarkdown } from '../../src/cli/memory.ts';
+import {
+  checkPlanFits,
+  FORWARD_CHUNK,
+  Q4_STAGING_BYTES,
+  planMemory,
+  planRound,
+  planSft,
+  roundPlanOptions,
+  roundSequences,
+  type MemoryPlan,
+} from '../../src/train/memory.ts';
+import { ROOT, spyrl } from '../helpers/spyrl.ts';
+
+const GiB = 2 ** 30;
+const QWEN3_4B: Qwen3Config = QWEN3_PRESETS['Qwen/Qwen3-4B-Instruct-2507'];
+const NO_LIMITS = { maxStorageBufferBindingSize: 2 ** 40, maxBufferSize: 2 ** 40 };
+
+function breakdown(p: MemoryPlan): string {
+  const g = (b: number) => `${(b / GiB).toFixed(3)} GiB`;
+  return (
+    `total ${g(p.total)} at ${p.peakPhase}: weights ${g(p.weights)}, lora ${g(p.lora)}, kv ${g(p.kv)}, activations ${g(p.activations)}, workspace ${g(p.workspace)}; ` +
+    p.phases
+      .map(
+        (ph) =>
+          `${ph.phase} ${g(ph.total)} [${ph.buffers
+            .slice(0, 4)
+            .map((b) => `${b.name} ${g(b.bytes)}`)
+            .join(', ')}]`,
+      )
+      .join('; ')
+  );
+}
+
+describe('round sequence lengths: the plan bounds the prompts the game renders', () => {
+  let tok: Qwen3Tokenizer;
+  let report: string;
+  beforeAll(async () => {
+    const { tokenizerJson, tokenizerConfig } = await qwen3TokenizerFiles();
+    tok = await loadTokenizer(
+      memorySource(
+        'qwen3',
+        new Map([
+          ['tokenizer.json', tokenizerJson],
+          ['tokenizer_config.json', tokenizerConfig],
+        ]),
+      ),
+    );
+    report = (await loadGovReportNode()).train[0]!.report;
+  });
+
+  it.each([
+    { N: 3, D: 300, G: 24, reason: 0 },
+    { N: 4, D: 512, G: 40, reason: 0 },
+    { N: 8, D: 200, G: 16, reason: 12 },
+  ])('$N players, $D-token reports, $G-token summaries, reasons $reason', ({ N, D, G, reason }) => {
+    const budget = fitToBudget(report, tok, D);
+    const d = budget.tokenIds.length;
+    const masked = maskSpan(budget.text, tok, { maskRatio: 0.2, mode: 'remove', rng: Rng.fromSeed(5).fork('mask') });
+    // Summaries of G tokens each, as a policy would return them (decoded text).
+    const ids = tok.encode(report);
+    const summaries = Array.from({ length: N }, (_, i) => tok.decode(ids.slice(100 + 50 * i, 100 + 50 * i + G)).trim());
+    const lens = summaries.map((s) => tok.encode(s).length);
+    const g = Math.max(...lens);
+    const shorter = lens.reduce((n, l) => n + g - l, 0); // summaries below the longest: slack the plan must have
+    const roles = assignRoles(N, Rng.fromSeed(9));
+    // The plan at the report and summary lengths these prompts really hold.
+    const seq = roundSequences({ players: N, docTokens: d, summaryTokens: g, reasonTokens: reason, maskRatio: 0.2 });
+
+    const sp = summaryPrompts(tok, roles, masked.full, masked.spyText, DEFAULT_PROMPTS).prompts;
+    const civilian = sp[roles.spySeat === 0 ? 1 : 0]!.tokenIds.length;
+    const spy = sp[roles.spySeat]!.tokenIds.length;
+    expect(civilian).toBeLessThanOrEqual(seq.summaryPrompt);
+    expect(seq.summaryPrompt - civilian).toBeLessThanOrEqual(2);
+    expect(spy).toBeLessThanOrEqual(seq.summaryPrompt - (d - seq.spyReport));
+
+    const input = { roles, civilianText: masked.full, spyText: masked.spyText, summaries };
+    const reasons = reason ? summaries.map(() => Array.from({ length: reason }, () => 'word').join(' ')) : null; // `reason` tokens each
+    const vp = votePrompts(tok, { ...input, reasons }, DEFAULT_PROMPTS);
+    const longest = Math.max(...vp.map((p) => p.tokenIds.length));
+    expect(longest).toBeLessThanOrEqual(seq.votePrompt);
+    // The per-summary constant allows "(no summary)" (8 tokens); listed summaries take 4.
+    expect(seq.votePrompt - longest).toBeLessThanOrEqual(4 * N + 4 + shorter);
+    // Every civilian shares all but at most voteTail tokens with the source (its KV pages are mapped, not held).
+    for (const [seat, p] of vp.entries()) {
+      if (seat !== roles.spySeat && p.kvShare)
+        expect(p.tokenIds.length - p.kvShare.tokens).toBeLessThanOrEqual(seq.voteTail);
+    }
+    if (reason) {
+      const rp = reasonPrompts(tok, input, DEFAULT_PROMPTS);
+      expect(Math.max(...rp.map((p) => p.tokenIds.length))).toBeLessThanOrEqual(seq.reasonPrompt);
+      expect(seq.reasonPrompt - Math.max(...rp.map((p) => p.tokenIds.length))).toBeLessThanOrEqual(4 * N + 4 + shorter);
+    }
+  });
+});
+
+describe('the plan', () => {
+  it('plans the forward chunk and the q4 load staging the engine uses', () => {
+    expect(FORWARD_CHUNK).toBe(DEFAULT_CHUNK);
+    expect(Q4_STAGING_BYTES).toBe(LOAD_Q4_STAGING_BYTES);
+  });
+
+  it('total = weights + LoRA state + the largest phase', () => {
+    const p = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f16' }));
+    expect(p.phases.map((ph) => ph.phase)).toEqual(['load', 'summaries', 'votes', 'update']);
+    expect(p.total).toBe(p.weights + p.lora + p.kv + p.activations + p.workspace);
+    expect(p.total).toBe(Math.max(...p.phases.map((ph) => ph.total)));
+    for (const ph of p.phases)
+      expect(ph.total).toBe(p.weights + (ph.phase === 'load' ? 0 : p.lora) + ph.kv + ph.activations + ph.workspace);
+    // The votes hold the most KV (report + 4 summaries per prompt); f16 halves it.
+    const votes = p.phases.find((ph) => ph.phase === 'votes')!;
+    const f32 = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f32' })).phases.find(
+      (ph) => ph.phase === 'votes',
+    )!;
+    expect(f32.kv / votes.kv).toBeCloseTo(2, 2);
+  });
+
+  it('Qwen3-4B-Instruct-2507, default round (q4 weights, f16 KV, 4 players, 2,048/256 tokens, LoRA r=16 x 7, training): at most 6 GiB', () => {
+    expect(DEFAULT_CONFIG).toMatchObject({
+      groupSize: 4,
+      docTokenBudget: 2048,
+      summaryMaxTokens: 256,
+      lora: { r: 16 },
+    });
+    expect(DEFAULT_CONFIG.lora.targetModules).toHaveLength(7);
+    const p = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f16' }));
+    expect(p.total, breakdown(p)).toBeLessThanOrEqual(6 * GiB);
+    expect(() => checkPlanFits(p, NO_LIMITS, 6 * GiB)).not.toThrow();
+  });
+
+  it('refuses with what to change: the binding limit, then the budget', () => {
+    const bf16 = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'bf16', kv: 'f16' }));
+    // The bf16 embedding (778 MB) is above a 512 MiB binding; its q4 copy (219 MB) is not.
+    expect(() => checkPlanFits(bf16, { maxStorageBufferBindingSize: 512 * 2 ** 20, maxBufferSize: 2 ** 40 })).toThrow(
+      /embed_tokens.*buffer limit: load the weights as q4/,
+    );
+    expect(() => checkPlanFits(bf16, { maxStorageBufferBindingSize: 128 * 2 ** 20, maxBufferSize: 2 ** 40 })).toThrow(
+      /buffer limit: use a GPU\/browser that allows larger storage buffers, or a smaller model/,
+    );
+    expect(() => checkPlanFits(bf16, NO_LIMITS, 6 * GiB)).toThrow(
+      /a round needs about 9\.\d\d GiB of GPU memory at its peak \(update: .*\), above the 6\.00 GiB available: load the weights as q4/,
+    );
+    const q4 = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f16' }));
+    const msg = (() => {
+      try {
+        checkPlanFits(q4, NO_LIMITS, 3.5 * GiB);
+        return '';
+      } catch (e) {
+        return (e as Error).message;
+      }
+    })();
+    const doc = Number(/set docTokenBudget to at most (\d+) tokens/.exec(msg)?.[1]);
+    expect(doc, msg).toBeGreaterThan(16);
+    // The named value fits and one more token does not.
+    const at = (d: number) =>
+      planRound(QWEN3_4B, roundPlanOptions({ ...DEFAULT_CONFIG, docTokenBudget: d }, { weights: 'q4', kv: 'f16' }))
+        .total;
+    expect(at(doc)).toBeLessThanOrEqual(3.5 * GiB);
+    expect(at(doc + 1)).toBeGreaterThan(3.5 * GiB);
+    // SFT names the sequence length.
+    const sft = planSft(QWEN3_4B, {
+      weights: 'q4',
+      lora: { r: 16, targets: DEFAULT_CONFIG.lora.targetModules },
+      seqLen: 8192,
+    });
+    expect(() => checkPlanFits(sft, NO_LIMITS, 3.5 * GiB)).toThrow(
+      /training needs about .* GPU memory .*reduce the sequence length to at most \d+ tokens \(--seq-len\)/,
+    );
+  });
+
+  it("the app's check (planMemory): blocking above a binding limit, a warning above the budget", () => {
+    const limits = { maxStorageBufferBindingSize: 2 ** 30, maxBufferSize: 2 ** 30 };
+    const q4 = { weights: 'q4' as const, kv: 'f16' as const };
+    expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 6 * GiB, q4)).toMatchObject({ problem: null, blocking: false });
+    expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 6 * GiB, q4).plan.total).toBe(
+      planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, q4)).total,
+    );
+    expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 3 * GiB, q4)).toMatchObject({
+      problem: expect.stringMatching(/above the 3\.00 GiB available/),
+      blocking: false,
+    });
+    const small = { maxStorageBufferBindingSize: 128 * 2 ** 20, maxBufferSize: 2 ** 30 };
+    expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, small, undefined, q4)).toMatchObject({
+      problem: expect.stringMatching(/buffer limit/),
+      blocking: true,
+    });
+  });
+
+  it('the README table is the plan (spyrl memory --table)', async () => {
+    const readme = await readFile(join(ROOT, 'README.md'), 'utf8');
+    expect(readme).toContain(await planTableMarkdown());
+  });
+});
+
+describe('spyrl memory', () => {
+  it('prints one JSON line of byte counts, the same plan as planRound', async () => {
+    const r = await spyrl(
+      'memory',
+      '--preset',
+      'Qwen/Qwen3-4B-Instruct-2507',
+      '--weights',
+      'q4',
+      '--kv',
+      'f16',
+      '--players',
+      '4',
+      '--doc-tokens',
+      '2048',
+      '--summary-tokens',
+      '256',
+      '--lora-r',
+      '16',
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const lines = r.stdout.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    const got = JSON.parse(lines[0]!);
+    const p = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f16' }));
+    expect(got).toMatchObject({
+      weights: p.weights,
+      kv: p.kv,
+      lora: p.lora,
+      activations: p.activations,
+      workspace: p.workspace,
+      total: p.total,
+      peakPhase: p.peakPhase,
+    });
+  });
+
+  it.each([
+    [['--preset', 'Qwen/Qwen3-9B'], '--preset: unknown "Qwen/Qwen3-9B"'],
+    [['--preset', 'Qwen/Qwen3-0.6B', '--weights', 'q3'], '--weights must be bf16 or q4'],
+    [['--preset', 'Qwen/Qwen3-0.6B', '--players', '2'], '--players must be an integer >= 3'],
+    [['--preset', 'Qwen/Qwen3-0.6B', '--lora-targets', 'q_proj,x_proj'], '--lora-targets: unknown "x_proj"'],
+    [['--weights', 'q4'], 'give exactly one of --model DIR, --config config.json or --preset NAME'],
+    [['--config', '/nonexistent/config.json'], 'config.json not found'],
+  ])('bad input %j: one error line', async (args, message) => {
+    const r = await spyrl('memory', ...args);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr.split('\n')).toHaveLength(1);
+    expect(r.stderr).toMatch(/^spyrl: error: /);
+    expect(r.stderr).toContain(message);
+  });
+});
+
+// Each case: one round (summaries, votes, an update) on a tiny model, on SwiftShader. The tiny
+// models keep the real 151,936-token vocabulary, so the weights (19.6 MB) and the (rows, V) logits
+// dominate; each phase's bytes above the weights (LoRA state, KV pages, activations, the 64 KiB
+// uniform arena, staging) are checked on their own too.
+const CASES = [
+  {
+    name: 'bf16 weights, f32 KV, 3 players, 48-token reports',
+    model: [] as string[],
+    config: { groupSize: 3, docTokenBudget: 48, summaryMaxTokens: 8, lora: { r: 4, alpha: 8 }, seed: 7 },
+    engine: [] as string[],
+  },
+  {
+    name: 'q4 weights, f16 KV, 4 players, 3 layers, LoRA on q/v/down',
+    model: ['--layers', '3', '--head-dim', '32'],
+    config: {
+      groupSize: 4,
+      docTokenBudget: 64,
+      summaryMaxTokens: 8,
+      lora: { r: 8, alpha: 16, targetModules: ['q_proj', 'v_proj', 'down_proj'] },
+      seed: 3,
+    },
+    engine: ['--weights', 'q4', '--kv', 'f16'],
+  },
+  {
+    name: 'bf16 weights, f16 KV, 3 players, 200-token reports in two forward chunks, reasons before votes',
+    model: [],
+    config: {
+      groupSize: 3,
+      docTokenBudget: 200,
+      summaryMaxTokens: 8,
+      voteReason: true,
+      voteReasonMaxTokens: 8,
+      lora: { r: 4, alpha: 8, targetModules: ['q_proj', 'o_proj'] },
+      seed: 11,
+    },
+    engine: ['--kv', 'f16'],
+  },
+];
+
+describe('planned vs measured peak GPU memory of a round (spyrl train --report-memory)', () => {
+  let tmp: string;
+  beforeAll(async () => {
+    tmp = await mkdtemp(join(tmpdir(), 'spyrl-memory-'));
+  });
+  afterAll(async () => {
+    await rm(tmp, { recursive: true, force: true });
+  });
+
+  it.each(CASES.map((c, i) => ({ ...c, i })))(
+    '$name: within 15%',
+    async ({ model, config, engine, i }) => {
+      const dir = join(tmp, `tiny${i}`);
+      expect((await spyrl('tiny-model', '--out', dir, ...model)).code).toBe(0);
+      const cfgFile = join(tmp, `config${i}.json`);
+      await writeFile(cfgFile, JSON.stringify({ ...config, roundsPerUpdate: 1, evalEvery: 0, checkpointEvery: 0 }));
+      const r = await spyrl(
+        'train',
+        '--model',
+        dir,
+        '--docs',
+        'bundled',
+        '--rounds',
+        '1',
+        '--out',
+        join(tmp, `out${i}`),
+        '--config',
+        cfgFile,
+        '--report-memory',
+        ...engine,
+      );
+      expect(r.code, r.stderr).toBe(0);
+      const last = r.stdout.trim().split('\n').at(-1)!;
+      const m = JSON.parse(last) as {
+        peakBytes: number;
+        plannedBytes: number;
+        loadedBytes: number;
+        plannedWeightsBytes: number;
+        phases: Record<'play' | 'update', { peakBytes: number; plannedBytes: number }>;
+      };
+      // The weights are exact: the same tensors, the same packing.
+      expect(m.loadedBytes).toBe(m.plannedWeightsBytes);
+      expect(m.peakBytes / m.plannedBytes, last).toBeGreaterThan(0.85);
+      expect(m.peakBytes / m.plannedBytes, last).toBeLessThan(1.15);
+      for (const phase of ['play', 'update'] as const) {
+        // Above the weights: the plan is a bound at the budgets (a report that fills docTokenBudget),
+        // and real reports stop at a sentence end a little short of it.
+        const ratio =
+          (m.phases[phase].peakBytes - m.loadedBytes) / (m.phases[phase].plannedBytes - m.plannedWeightsBytes);
+        expect(ratio, `${phase}: ${last}`).toBeGreaterThan(0.85);
+        expect(ratio, `${phase}: ${last}`).toBeLessThan(1.02);
+      }
+    },
+    300_000,
+  );
+});
