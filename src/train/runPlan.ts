@@ -4,15 +4,7 @@
 import type { Qwen3Config } from '../model/config.ts';
 import type { SpyRLConfig } from '../game/config.ts';
 import type { SpyDocument } from '../game/documents.ts';
-import {
-  checkPlanFits,
-  planRound,
-  roundPlanOptions,
-  type AdapterLimits,
-  type EngineFormat,
-  type MemoryCheck,
-  type RunShape,
-} from './memory.ts';
+import { planMemory, type AdapterLimits, type EngineFormat, type MemoryCheck, type RunShape } from './memory.ts';
 
 export type { AdapterLimits, EngineFormat, MemoryCheck };
 
@@ -42,16 +34,5 @@ export function planRunMemory(
   format: EngineFormat,
   evalDocs: number = evalDocCount(config),
 ): MemoryCheck {
-  const plan = planRound(cfg, roundPlanOptions(config, format, { evalDocs }));
-  try {
-    checkPlanFits(plan, limits);
-  } catch (e) {
-    return { plan, problem: (e as Error).message, blocking: true };
-  }
-  try {
-    checkPlanFits(plan, limits, budgetBytes);
-  } catch (e) {
-    return { plan, problem: (e as Error).message, blocking: false };
-  }
-  return { plan, problem: null, blocking: false };
+  return planMemory(cfg, config, limits, budgetBytes, format, { evalDocs });
 }
