@@ -4,6 +4,8 @@
 // The suite of bench/suite.ts on Node (Dawn, the npm `webgpu` package): progress lines while it
 // runs, then the table, and the report as JSON with --json. A benchmark, not a test: nothing here
 // asserts a time. `npm run bench:browser` runs the same suite in Chromium.
+// First: XDG_RUNTIME_DIR and the SwiftShader fallback, before the GPU module loads.
+import '../bin/gpu-env.mjs';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { createGpu } from '../src/gpu/index.ts';
