@@ -19,6 +19,10 @@ struct GemvParams {
   K: u32,
   accumulate: u32, // 1: out += ..., 0: out = ...
   scale: f32,
+  // gemv_cols only (0 for gemv_rows):
+  kChunk: u32, // rows of w per split (a multiple of 4)
+  zRows: u32, // groups of TMAX rows of x: wid.z = split * zRows + group
+  splitStride: u32, // elements between two splits' partial outputs (0: one split)
 }
 
 @group(0) @binding(0) var<uniform> p: GemvParams;
@@ -160,4 +164,131 @@ fn gemv_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
 #include "common/gemvrows.wgsl" (WHAT=store, T=6)
 #include "common/gemvrows.wgsl" (WHAT=store, T=7)
 #endif
+}
+
+// ---- cols (CPU adapters): the input gradient through a weight ---------------------------------
+//   out (M, N) (+)= scale * a (M, K) . w (K, N)     w: K rows of N elements (a weight (N', K') read
+//                                                   along its rows: dx = dy . W, N = K', K = N')
+// Thread lid of workgroup g owns 8 consecutive output columns 8 j, j = g * 64 + lid (one bf16
+// block, one q4 word of one scale group, two f32 vec4s) for rows m0 .. m0 + TMAX - 1 of a, and
+// walks rows k of w four at a time: four weight loads, then one vec4 of each row of a, so each
+// load is 16 bytes (bf16, f32) and neighbouring threads read neighbouring words. Where that
+// leaves too few workgroups (narrow outputs: a LoRA B, the LM head of a small model), the rows of w
+// are split into p.kChunk pieces (wid.z = split * zRows + group) whose partial outputs, splitStride
+// apart, gemv_cols_reduce sums in split order. Needs N % 8 == 0 and K % 4 == 0.
+#if WEIGHTS == bf16
+// Row k, columns 8 j .. 8 j + 7: lo the even columns, hi the odd ones (as part() splits a block).
+fn colPart(k: u32, j: u32) -> Pair { return part(w[k * (p.N >> 3u) + j], 1.0, 0u); }
+fn colStore(o: u32, c: Pair) {
+  store(o, c.lo.x);
+  store(o + 1u, c.hi.x);
+  store(o + 2u, c.lo.y);
+  store(o + 3u, c.hi.y);
+  store(o + 4u, c.lo.z);
+  store(o + 5u, c.hi.z);
+  store(o + 6u, c.lo.w);
+  store(o + 7u, c.hi.w);
+}
+#else
+#if WEIGHTS == q4
+// Word k N / 8 + j holds columns 8 j .. 8 j + 7 of row k, in scale group (k N + 8 j) / 32.
+fn colPart(k: u32, j: u32) -> Pair {
+  let wi = k * (p.N >> 3u) + j;
+  return part(vec4u(w[wi >> 2u][wi & 3u], 0u, 0u, 0u), blockScale((k * p.N + 8u * j) >> 5u), 0u);
+}
+#else
+fn colPart(k: u32, j: u32) -> Pair {
+  let i = k * (p.N >> 2u) + 2u * j;
+  return Pair(bitcast<vec4f>(w[i]), bitcast<vec4f>(w[i + 1u]));
+}
+#endif
+// lo columns 8 j .. 8 j + 3, hi 8 j + 4 .. 8 j + 7.
+fn colStore(o: u32, c: Pair) {
+  store(o, c.lo.x);
+  store(o + 1u, c.lo.y);
+  store(o + 2u, c.lo.z);
+  store(o + 3u, c.lo.w);
+  store(o + 4u, c.hi.x);
+  store(o + 5u, c.hi.y);
+  store(o + 6u, c.hi.z);
+  store(o + 7u, c.hi.w);
+}
+#endif
+
+@compute @workgroup_size(64)
+fn gemv_cols(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+             @builtin(local_invocation_index) lid: u32) {
+  let j = linearGroup(wid, nwg) * 64u + lid;
+  if (j * 8u >= p.N) { return; }
+  let m0 = (wid.z % p.zRows) * TMAX;
+  let split = wid.z / p.zRows;
+  let nm = min(TMAX, p.M - m0);
+  let k0 = split * p.kChunk;
+  let k1 = min(p.K, k0 + p.kChunk);
+  let xr = p.K / 4u; // vec4 per row of a
+#include "common/gemvcols.wgsl" (WHAT=acc, T=0)
+#if TMAX > 1
+#include "common/gemvcols.wgsl" (WHAT=acc, T=1)
+#endif
+#if TMAX > 2
+#include "common/gemvcols.wgsl" (WHAT=acc, T=2)
+#include "common/gemvcols.wgsl" (WHAT=acc, T=3)
+#endif
+#if TMAX > 4
+#include "common/gemvcols.wgsl" (WHAT=acc, T=4)
+#include "common/gemvcols.wgsl" (WHAT=acc, T=5)
+#include "common/gemvcols.wgsl" (WHAT=acc, T=6)
+#include "common/gemvcols.wgsl" (WHAT=acc, T=7)
+#endif
+  for (var k = k0; k < k1; k += 4u) {
+    let q0 = colPart(k, j);
+    let q1 = colPart(k + 1u, j);
+    let q2 = colPart(k + 2u, j);
+    let q3 = colPart(k + 3u, j);
+    let xk = k >> 2u;
+#include "common/gemvcols.wgsl" (WHAT=fma, T=0)
+#if TMAX > 1
+#include "common/gemvcols.wgsl" (WHAT=fma, T=1)
+#endif
+#if TMAX > 2
+#include "common/gemvcols.wgsl" (WHAT=fma, T=2)
+#include "common/gemvcols.wgsl" (WHAT=fma, T=3)
+#endif
+#if TMAX > 4
+#include "common/gemvcols.wgsl" (WHAT=fma, T=4)
+#include "common/gemvcols.wgsl" (WHAT=fma, T=5)
+#include "common/gemvcols.wgsl" (WHAT=fma, T=6)
+#include "common/gemvcols.wgsl" (WHAT=fma, T=7)
+#endif
+  }
+  let ob = split * p.splitStride + 8u * j;
+#include "common/gemvcols.wgsl" (WHAT=store, T=0)
+#if TMAX > 1
+#include "common/gemvcols.wgsl" (WHAT=store, T=1)
+#endif
+#if TMAX > 2
+#include "common/gemvcols.wgsl" (WHAT=store, T=2)
+#include "common/gemvcols.wgsl" (WHAT=store, T=3)
+#endif
+#if TMAX > 4
+#include "common/gemvcols.wgsl" (WHAT=store, T=4)
+#include "common/gemvcols.wgsl" (WHAT=store, T=5)
+#include "common/gemvcols.wgsl" (WHAT=store, T=6)
+#include "common/gemvcols.wgsl" (WHAT=store, T=7)
+#endif
+}
+
+// out (M, N) (+)= scale * the sum of gemv_cols' p.K partial outputs (bound as a), in split order;
+// p.N here is M * N / 4 (vec4s per partial).
+@compute @workgroup_size(64)
+fn gemv_cols_reduce(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                    @builtin(local_invocation_index) lid: u32) {
+  let i = linearGroup(wid, nwg) * 64u + lid;
+  if (i >= p.N) { return; }
+  var s = a[i];
+  for (var sp = 1u; sp < p.K; sp++) { s += a[sp * p.N + i]; }
+  store(4u * i, s.x);
+  store(4u * i + 1u, s.y);
+  store(4u * i + 2u, s.z);
+  store(4u * i + 3u, s.w);
 }

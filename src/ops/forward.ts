@@ -106,8 +106,68 @@ function gemvRows(
     opKernel(gpu, op, 'gemv', 'gemv_rows', { WEIGHTS, TMAX, COLS }),
     [out, x, w],
     [x0, y0, Math.ceil(M / TMAX)],
-    [M, N, K, accumulate ? 1 : 0, f32(scale)],
+    [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0],
   );
+}
+
+/**
+ * Whether shaders/gemv.wgsl gemv_cols takes out (M, N) = a (M, K) . w (K, N), w read along its
+ * rows: 8 output columns per thread (N % 8 == 0, so every row of w starts on 16 bytes), a read
+ * as vec4s (K % 4 == 0), both buffers bound as whole vec4 arrays.
+ */
+function colsGemvFits(a: GPUBuffer, w: GPUBuffer, WEIGHTS: WeightFormat, M: number, N: number, K: number): boolean {
+  if (N % 8 !== 0 || K % 4 !== 0) return false;
+  const wBytes = WEIGHTS === 'q4' ? q4Words(K, N) * 4 : WEIGHTS === 'bf16' ? N * K * 2 : N * K * 4;
+  return wholeVec4Bytes(w) >= Math.ceil(wBytes / 16) * 16 && wholeVec4Bytes(a) >= M * K * 4;
+}
+
+/** Workgroups below which gemv_cols splits the rows of w (2 cores or 200 GPU cores alike stay busy). */
+const COLS_MIN_WORKGROUPS = 16;
+/** Fewest rows of w per split: below that the partial sums cost more than the parallelism gains. */
+const COLS_MIN_CHUNK = 256;
+
+/**
+ * out (M, N) (+)= scale * a (M, K) . w (K, N) through gemv_cols (the input gradient dx = dy . W on
+ * CPU adapters), splitting the K rows of w over more workgroups when the output is narrow: the
+ * splits' partial outputs go to a pooled scratch buffer that gemv_cols_reduce sums in order.
+ */
+function gemvCols(
+  gpu: Gpu,
+  op: string,
+  out: GPUBuffer,
+  a: GPUBuffer,
+  w: GPUBuffer,
+  WEIGHTS: WeightFormat,
+  M: number,
+  N: number,
+  K: number,
+  accumulate: boolean,
+  scale: number,
+): void {
+  const TMAX = tmaxFor(M);
+  const zRows = Math.ceil(M / TMAX);
+  const groups = Math.ceil(N / 8 / 64);
+  const maxDim = gpu.limits.maxComputeWorkgroupsPerDimension;
+  const want = Math.ceil(COLS_MIN_WORKGROUPS / (groups * zRows));
+  const kChunk = Math.ceil(K / Math.max(1, Math.min(want, Math.floor(K / COLS_MIN_CHUNK))) / 4) * 4;
+  const splits = Math.ceil(K / kChunk);
+  const [x0, y0] = splitGrid(groups, maxDim);
+  const kernel = opKernel(gpu, op, 'gemv', 'gemv_cols', { WEIGHTS, TMAX, COLS: 1 });
+  if (splits === 1) {
+    gpu.dispatch(kernel, [out, a, w], [x0, y0, zRows], [M, N, K, accumulate ? 1 : 0, f32(scale), kChunk, zRows, 0]);
+    return;
+  }
+  const partials = gpu.createBuffer(splits * M * N * 4, `${op}.splitPartials`); // (splits, M, N) f32
+  gpu.dispatch(kernel, [partials, a, w], [x0, y0, zRows * splits], [M, N, K, 0, f32(1), kChunk, zRows, M * N]);
+  const n4 = (M * N) / 4;
+  const [r0, r1] = splitGrid(Math.ceil(n4 / 64), maxDim);
+  gpu.dispatch(
+    opKernel(gpu, op, 'gemv', 'gemv_cols_reduce', { WEIGHTS: 'f32', TMAX: 1, COLS: 1 }),
+    [out, partials],
+    [r0, r1],
+    [M, n4, splits, accumulate ? 1 : 0, f32(scale), 0, 0, 0],
+  );
+  gpu.releaseBuffer(partials); // safe: later users of the recycled buffer are encoded after these reads
 }
 
 /** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) ^T ; w bf16 or q4 (dequantized on the fly) */
@@ -190,8 +250,12 @@ export function gemm(
   const auto = isCpuAdapter(gpu) ? 'blocks' : small ? (rowMajor ? 'gemv' : 'rows') : 'tiled';
   const forced = tuning.matmul === 'gemv' && !(small && rowMajor) ? 'rows' : tuning.matmul;
   const variant = tuning.matmul === 'auto' ? auto : forced;
+  // B read along its rows (the input gradient dx = dy . W): A row-major, B(n, r) = b[r * N + n].
+  const wRows = strides[0] === R && strides[1] === 1 && strides[2] === 1 && strides[3] === N;
   if (variant === 'blocks' && rowMajor && blockGemvFits(a, b, WEIGHTS, M, N, R)) {
     gemvRows(gpu, op, out, a, b, WEIGHTS, M, N, R, accumulate, scale);
+  } else if (variant === 'blocks' && wRows && colsGemvFits(a, b, WEIGHTS, M, N, R)) {
+    gemvCols(gpu, op, out, a, b, WEIGHTS, M, N, R, accumulate, scale);
   } else if (variant === 'gemv') {
     gpu.dispatch(
       opKernel(gpu, op, 'matmul', 'matmul_gemv', gemvDefines(gpu, WEIGHTS, M, R)),
