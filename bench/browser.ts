@@ -1,7 +1,8 @@
 // bench.html: the suite of bench/suite.ts on this browser's WebGPU, then the peer
-// (onnxruntime-web, WebGPU EP) beside our engine on the committed tiny checkpoint. Options are URL
-// parameters with the CLI's flag names (?quick, ?ops=gemv, ?model=none), plus peer=0 to skip the
-// peer, peer-prompt / peer-steps, and run to start on load. scripts/bench-browser.mjs drives this
+// (onnxruntime-web, WebGPU EP) beside our engine on the committed tiny checkpoint (peer-model=4b:
+// Qwen3-4B layer shapes, from scripts/peer_checkpoint.py). Options are URL parameters with the CLI's
+// flag names (?quick, ?ops=gemv, ?model=none), plus peer=0 to skip the peer, peer-model,
+// peer-prompt / peer-steps, and run to start on load. scripts/bench-browser.mjs drives this
 // page headless and reads window.spyrlBench.
 import type * as OrtModule from 'onnxruntime-web';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
@@ -9,7 +10,7 @@ import { loadQwen3 } from '../src/model/load.ts';
 import { memorySource } from '../src/model/sources.ts';
 import { isCpuAdapter } from '../src/ops/index.ts';
 import { formatRatios, type BenchReport } from './measure.ts';
-import { PEER_FILES, benchPeer, presentNames, type Ort } from './peer.ts';
+import { PEER_MODELS, benchPeer, presentNames, type Ort } from './peer.ts';
 import { SUITE_FLAGS, reportTable, runSuite, suiteOptions } from './suite.ts';
 
 interface PageState {
@@ -25,7 +26,7 @@ declare global {
   }
 }
 
-const PAGE_FLAGS = ['peer', 'peer-prompt', 'peer-steps', 'peer-opt', 'peer-cache', 'run'];
+const PAGE_FLAGS = ['peer', 'peer-model', 'peer-prompt', 'peer-steps', 'peer-opt', 'peer-cache', 'run'];
 const logEl = document.getElementById('log')!;
 const log = (line: string) => {
   logEl.textContent += `${line}\n`;
@@ -41,11 +42,13 @@ function flagValues(params: URLSearchParams): Record<string, string | boolean> {
   return v;
 }
 
-async function fetchBytes(path: string): Promise<Uint8Array> {
+async function fetchBytes(path: string, make?: string): Promise<Uint8Array> {
   const res = await fetch(new URL(`/${path}`, location.href));
   if (!res.ok)
     throw new Error(
-      `peer: fetching /${path} failed (${res.status}); the peer needs the dev server (npm start), or pass peer=0`,
+      `peer: fetching /${path} failed (${res.status}); the peer needs the dev server (npm start)` +
+        (make ? ` and the files of \`${make}\`` : '') +
+        ', or pass peer=0',
     );
   return new Uint8Array(await res.arrayBuffer());
 }
@@ -69,17 +72,22 @@ async function runPeer(gpu: Gpu, report: BenchReport, params: URLSearchParams): 
   const cpu = isCpuAdapter(gpu);
   const prompt = Number(params.get('peer-prompt') ?? (cpu ? 32 : 128));
   const steps = Number(params.get('peer-steps') ?? (cpu ? 8 : 32));
+  const which = params.get('peer-model') ?? 'tiny';
+  const peerFiles = PEER_MODELS[which];
+  if (!peerFiles)
+    throw new Error(`peer: unknown peer-model '${which}' (known: ${Object.keys(PEER_MODELS).join(', ')})`);
   log(
-    `## peer: onnxruntime-web (WebGPU EP) on ${PEER_FILES.checkpoint} (exported by scripts/export_onnx.py), prompt ${prompt}, ${steps} decode steps`,
+    `## peer: onnxruntime-web (WebGPU EP) on ${peerFiles.checkpoint} (exported by scripts/export_onnx.py), prompt ${prompt}, ${steps} decode steps`,
   );
   const files = new Map<string, Uint8Array | string>();
-  for (const f of ['config.json', 'model.safetensors']) files.set(f, await fetchBytes(`${PEER_FILES.checkpoint}/${f}`));
+  for (const f of ['config.json', 'model.safetensors'])
+    files.set(f, await fetchBytes(`${peerFiles.checkpoint}/${f}`, peerFiles.make));
   const { model, cfg } = await loadQwen3(gpu, memorySource('peer', files));
   const ort = await loadOrt();
   // The cache stays on the GPU between decode steps (peer-cache=cpu: round-trips it through the CPU).
   const cacheOn: OrtModule.Tensor.DataLocation = params.get('peer-cache') === 'cpu' ? 'cpu' : 'gpu-buffer';
   const preferredOutputLocation = Object.fromEntries(presentNames(cfg).map((n) => [n, cacheOn]));
-  const onnx = await fetchBytes(PEER_FILES.onnx);
+  const onnx = await fetchBytes(peerFiles.onnx, peerFiles.make);
   // ORT's full graph optimization may fail on some graphs with the WebGPU EP ("transformer_memcpy ...
   // node_provider_type.empty()"): then the next level down, said in the log and the report.
   const levels = (params.get('peer-opt') ?? 'all,extended,basic').split(',') as (

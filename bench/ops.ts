@@ -182,6 +182,19 @@ class Buffers {
 
 // ---- the benchmarks -----------------------------------------------------------------------------
 
+/** Pattern words as f16 pairs would include NaN and inf: fill f16 caches with 0.5 pairs. */
+function fillHalf(gpu: Gpu, bufs: GPUBuffer[]): void {
+  const half = new Uint32Array(1 << 14).fill(0x38003800);
+  for (const b of bufs)
+    for (let at = 0; at < b.size; at += half.byteLength)
+      gpu.write(b, half.subarray(0, Math.min(half.length, (b.size - at) / 4)), at);
+}
+
+/** The attention kernel an op's last call launched (its pipeline label), for the record's note. */
+function kernelNote(gpu: Gpu, op: string): string {
+  return `kernel: ${K.kernelVariant(gpu, op)?.label ?? '?'}`;
+}
+
 export interface OpBenchOptions {
   shapes: OpShapes;
   ops: readonly OpName[];
@@ -189,6 +202,12 @@ export interface OpBenchOptions {
   minSeconds: number;
   roofline?: Roofline;
   log?: (r: BenchRecord) => void;
+  /**
+   * Attention side by side: each attention record once per variant (tuning.attention forced),
+   * named `... [variant]`, the variants alternated `rounds` times (A B A B: drift hits both), plus
+   * a paged prefill record per variant. Absent: one record per op with the 'auto' choice.
+   */
+  attentionVariants?: { variants: ('single' | 'tiled')[]; rounds: number };
 }
 
 export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord[]> {
@@ -201,10 +220,13 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
     cost: { flops: number; bytes: number },
     encode: () => void,
     tokens?: number,
-    note?: string,
+    note?: string | (() => string), // a function: read after the calls (e.g. the kernel they launched)
   ) => {
     const t = await timeCalls(gpu, encode, timing);
-    const r = makeRecord({ group: 'op', name, shape, ...cost, ...t, tokens, note }, o.roofline);
+    const r = makeRecord(
+      { group: 'op', name, shape, ...cost, ...t, tokens, note: typeof note === 'function' ? note() : note },
+      o.roofline,
+    );
     records.push(r);
     o.log?.(r);
   };
@@ -259,26 +281,67 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
         v = bufs.f32(T * NKV * HD, 'attn.v');
       const out = bufs.f32(T * NH * HD, 'attn.out'),
         lse = bufs.f32(T * NH, 'attn.lse');
-      const shape = `T=${T} NH=${NH} NKV=${NKV} HD=${HD}`;
-      await run(
-        'attention fwd (train)',
-        shape,
-        attentionCost(T, NH, NKV, HD),
-        () => K.attentionForwardLse(gpu, out, lse, q, k, v, T, NH, NKV, HD),
-        T,
-      );
       const dq = bufs.f32(T * NH * HD, 'attn.dq'),
         dk = bufs.f32(T * NKV * HD, 'attn.dk'),
         dv = bufs.f32(T * NKV * HD, 'attn.dv');
       const dout = bufs.f32(T * NH * HD, 'attn.dout');
-      await run(
-        'attention bwd (train)',
-        shape,
-        attentionBackwardCost(T, NH, NKV, HD),
-        () => K.attentionBackward(gpu, dq, dk, dv, dout, out, lse, q, k, v, T, NH, NKV, HD),
-        T,
-        'FLOPs: 5 products per pair (FA-2 count)',
-      );
+      // Prefill over the paged cache (one slot, positions 0..T-1, pages in reverse order): side by side only.
+      const pagesPerSlot = Math.ceil(T / KV_PAGE_SIZE);
+      const kv: K.KvPaging = { dtype: o.kv, pageSize: KV_PAGE_SIZE, pages: pagesPerSlot, pagesPerSlot, maxT: T };
+      const prefill = o.attentionVariants && {
+        kCache: bufs.f32(K.kvPoolBytes(kv, NKV, HD) / 4, 'attn.kCache'),
+        vCache: bufs.f32(K.kvPoolBytes(kv, NKV, HD) / 4, 'attn.vCache'),
+        pageTable: bufs.u32(
+          Array.from({ length: pagesPerSlot }, (_, i) => pagesPerSlot - 1 - i),
+          'attn.pageTable',
+        ),
+        slot: bufs.u32(new Array(T).fill(0), 'attn.slot'),
+        pos: bufs.u32(
+          Array.from({ length: T }, (_, i) => i),
+          'attn.pos',
+        ),
+      };
+      if (prefill && o.kv === 'f16') fillHalf(gpu, [prefill.kCache, prefill.vCache]);
+      const shape = `T=${T} NH=${NH} NKV=${NKV} HD=${HD}`;
+      const variants = o.attentionVariants?.variants ?? [undefined];
+      const before = K.tuning.attention;
+      try {
+        for (let round = 0; round < (o.attentionVariants?.rounds ?? 1); round++) {
+          for (const variant of variants) {
+            if (variant) K.tuning.attention = variant;
+            const tag = variant ? ` [${variant}]` : '';
+            await run(
+              `attention fwd (train)${tag}`,
+              shape,
+              attentionCost(T, NH, NKV, HD),
+              () => K.attentionForwardLse(gpu, out, lse, q, k, v, T, NH, NKV, HD),
+              T,
+              () => kernelNote(gpu, 'attentionForwardLse'),
+            );
+            await run(
+              `attention bwd (train)${tag}`,
+              shape,
+              attentionBackwardCost(T, NH, NKV, HD),
+              () => K.attentionBackward(gpu, dq, dk, dv, dout, out, lse, q, k, v, T, NH, NKV, HD),
+              T,
+              () => `FLOPs: 5 products per pair (FA-2 count); ${kernelNote(gpu, 'attentionBackward')}`,
+            );
+            if (prefill) {
+              const { kCache, vCache, pageTable, slot, pos } = prefill;
+              await run(
+                `attention prefill ${o.kv}${tag}`,
+                shape,
+                attentionCost(T, NH, NKV, HD),
+                () => K.attention(gpu, out, q, kCache, vCache, pageTable, slot, pos, T, NH, NKV, HD, kv),
+                T,
+                () => kernelNote(gpu, 'attention'),
+              );
+            }
+          }
+        }
+      } finally {
+        K.tuning.attention = before;
+      }
     }
     if (o.ops.includes('decode-attention')) {
       const { decodeCtx: ctx, NH, NKV, HD } = s;
@@ -289,13 +352,7 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
       const poolFloats = K.kvPoolBytes(kv, NKV, HD) / 4;
       const kCache = bufs.f32(poolFloats, 'dec.k'),
         vCache = bufs.f32(poolFloats, 'dec.v');
-      if (o.kv === 'f16') {
-        // Pattern words as f16 pairs would include NaN and inf: fill with 0.5 pairs.
-        const half = new Uint32Array(1 << 14).fill(0x38003800);
-        for (const b of [kCache, vCache])
-          for (let at = 0; at < b.size; at += half.byteLength)
-            gpu.write(b, half.subarray(0, Math.min(half.length, (b.size - at) / 4)), at);
-      }
+      if (o.kv === 'f16') fillHalf(gpu, [kCache, vCache]);
       const pageTable = bufs.u32(
         Array.from({ length: maxB * pagesPerSlot }, (_, i) => i),
         'dec.pageTable',

@@ -20,6 +20,20 @@ export const PEER_FILES = {
   onnx: 'test/fixtures/onnx/tied.onnx',
 } as const;
 
+/**
+ * The peer's models by bench.html's peer-model parameter: the committed tiny checkpoint, or Qwen3-4B
+ * layer shapes (random weights, a vocabulary cut) that scripts/peer_checkpoint.py writes into a
+ * git-ignored folder, too big to commit.
+ */
+export const PEER_MODELS: Record<string, { checkpoint: string; onnx: string; make?: string }> = {
+  tiny: PEER_FILES,
+  '4b': {
+    checkpoint: 'bench/peer-4b',
+    onnx: 'bench/peer-4b/model.onnx',
+    make: 'python3 scripts/peer_checkpoint.py',
+  },
+};
+
 const pastName = (kind: 'key' | 'value', l: number) => `past_${kind}_${l}`;
 const presentName = (kind: 'key' | 'value', l: number) => `present_${kind}_${l}`;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm run bench:browser -- [the flags of npm run bench] [--peer 0] [--peer-prompt N] [--peer-steps N] [--json FILE]`
+// `npm run bench:browser -- [the flags of npm run bench] [--peer 0] [--peer-model tiny|4b] [--peer-prompt N] [--peer-steps N] [--json FILE]`
 // The benchmark suite in headless Chromium: starts Vite on a free port, opens bench.html with the
 // flags as URL parameters, prints the page's progress lines and its table, and writes the report
 // as JSON with --json. The page is the same one a user opens in Chrome (npm start, /bench.html).
@@ -52,7 +52,7 @@ try {
   page.on('pageerror', (e) => console.error(`[page error] ${e.message}`));
   const url = `${base}bench.html?${params.toString().replace(/=(&|$)/g, '$1')}`;
   console.log(`bench:browser: ${url}`);
-  await page.goto(url);
+  await page.goto(url, { timeout: 180_000 }); // Vite's first transform of the page can be slow on a loaded machine
   await page.waitForFunction(() => window.spyrlBench?.done === true, null, { timeout: 0, polling: 1000 });
   const state = await page.evaluate(() => window.spyrlBench);
   if (state.error) {

@@ -1,4 +1,5 @@
-// KV cache write and causal attention over the cache (GQA), then the training-path attention.
+// KV cache write and causal attention over the cache (GQA), then the training-path attention;
+// with TILED defined, the FlashAttention-2 style query-tiled variant of both (below).
 // Two modules from this file: with KV defined (f32 | f16) the cache entries kv_write and
 // attention_forward; without it the training entries (attention_forward_lse, attention_backward_*),
 // which read k and v (T, NKV, HD) f32 directly. attendKeys (the online softmax) serves both.
@@ -9,18 +10,411 @@
 // slot s to pool row table[s * pagesPerSlot + pos / P] * P + pos % P; slots sharing a prefix map
 // the same pages. Unmapped entries hold 0xffffffff.
 
+#ifdef TILED
+// FlashAttention-2 style query-tiled attention (docs/ENGINE.md, "Kernel variants"): the same
+// results as this file's other entries (after the #else) attention_forward, attention_forward_lse and
+// attention_backward_*, with K/V (and, in the dK/dV pass, Q/dO) read once per tile of rows
+// instead of once per row.
+//
+// Forward and dQ: a workgroup owns ROWS = BQ * HG (query, head) rows: BQ consecutive tokens
+// times HG query heads of one GQA group (HG = NH/NKV when that fits, see src/ops/attentionTiled.ts),
+// one thread per row. It walks the keys in tiles of BK, each tile of K and V loaded once into
+// workgroup memory by all threads and then used by every row: each KV head is read once for all
+// the query heads of its group. Each thread keeps its row's running max m and normalizer l in
+// registers and accumulates its output row in place (online softmax, no T x T buffer, no
+// reductions across threads: the only barriers are the tile loads); the backward keeps its rows
+// in function-scope arrays.
+// dK/dV: a workgroup owns ROWS keys of one KV head (one thread per key) and walks the
+// (query, head) pairs that attend to them in tiles of BK pairs, q and dO rows loaded once per tile.
+//
+// Defines: HDT (head_dim, a multiple of 4: rows are vec4s), BK (keys or pairs per tile), KV
+// (f32 | f16: the paged-cache module, entry attention_tiled; absent: the training module, entries
+// attention_tiled_lse, attention_tiled_dq, attention_tiled_dkv). Override ROWS: threads per workgroup.
+
 #include "common/grid.wgsl"
 
-#if defined(KV) && KV == f16
-#include "common/f16.wgsl"
-alias KvWord = u32; // two f16 elements
-const KV_PER_WORD = 2u;
-#else
-alias KvWord = f32;
-const KV_PER_WORD = 1u;
-#endif
+const HDT = {{HDT}}u;  // head_dim
+const HV = HDT / 4u;   // vec4s per row
+const BK = {{BK}}u;    // keys (forward, dQ) or (query, head) pairs (dK/dV) per tile
+const NEG = -3.40282346e38;
 
-const UNMAPPED = 0xffffffffu;
+override ROWS: u32 = 64u;
+
+struct TiledParams {
+  T: u32,
+  NH: u32,
+  NKV: u32,
+  BQ: u32, // tokens per query tile (forward, dQ)
+  HG: u32, // query heads per tile, a divisor of NH / NKV
+  maxT: u32,
+  scale: f32, // 1/sqrt(HD)
+  pagesPerSlot: u32,
+  pageShift: u32,
+  hv: u32, // HDT / 4 as a runtime loop bound: not unrolled (SwiftShader compiles unrolled loops slowly)
+}
+
+@group(0) @binding(0) var<uniform> p: TiledParams;
+
+var<workgroup> ks: array<vec4<f32>, BK * HV>; // forward, dQ: K tile; dK/dV: q tile
+var<workgroup> vs: array<vec4<f32>, BK * HV>; // forward, dQ: V tile; dK/dV: dO tile
+
+// The forward reads a thread's query row and accumulates its output row in place in global
+// memory (once per key tile), not in function-scope arrays: SwiftShader keeps such arrays in
+// memory anyway (measured the same speed there, within noise, and a faster pipeline compile).
+var<private> gRow: u32; // forward: the thread's row t * NH + h of q and out
+
+// The (query, head) row of thread lid in query tile `tile` of head group `hgi`; valid when tok < T.
+struct QueryRow {
+  tok: u32,
+  head: u32,
+  kvh: u32,
+  valid: bool,
+}
+
+fn queryRow(wg: u32, lid: u32) -> QueryRow {
+  let G = p.NH / p.NKV;
+  let groups = p.NKV * (G / p.HG); // workgroups per query tile
+  let tile = wg / groups;
+  let hgi = wg - tile * groups;
+  let kvh = hgi / (G / p.HG);
+  let qi = lid / p.HG;
+  let tok = tile * p.BQ + qi;
+  let head = kvh * G + (hgi - kvh * (G / p.HG)) * p.HG + (lid - qi * p.HG);
+  return QueryRow(tok, head, kvh, qi < p.BQ && tok < p.T);
+}
+
+// Query tiles times head groups: the workgroup count of attention_tiled(_lse) and _dq.
+fn queryGroups() -> u32 {
+  let G = p.NH / p.NKV;
+  return ((p.T + p.BQ - 1u) / p.BQ) * p.NKV * (G / p.HG);
+}
+
+// scale * q[gRow] . row u of ks.
+fn scoreKs(u: u32) -> f32 {
+  var s = vec4<f32>(0.0);
+  for (var c = 0u; c < p.hv; c++) { s += q[gRow * HV + c] * ks[u * HV + c]; }
+  return (s.x + s.y + s.z + s.w) * p.scale;
+}
+
+// The first token of the query tile of workgroup wg (uniform: from the workgroup id only).
+fn tileStart(wg: u32) -> u32 {
+  let G = p.NH / p.NKV;
+  return (wg / (p.NKV * (G / p.HG))) * p.BQ;
+}
+
+// Online softmax over keys j0 .. j0 + nb - 1 of the tile in ks/vs for the thread's row gRow:
+// folds them into m, l and the unnormalized output in out[gRow]. Keys past the row's own count
+// are never passed in.
+var<private> m: f32;
+var<private> l: f32;
+var<private> sc: array<f32, BK>;
+
+fn attendTile(nb: u32) {
+  var mt = m;
+  for (var u = 0u; u < nb; u++) {
+    let s = scoreKs(u);
+    sc[u] = s;
+    mt = max(mt, s);
+  }
+  let corr = exp(m - mt);
+  var lt = 0.0;
+  for (var u = 0u; u < nb; u++) {
+    let e = exp(sc[u] - mt);
+    sc[u] = e;
+    lt += e;
+  }
+  l = l * corr + lt;
+  for (var c = 0u; c < p.hv; c++) {
+    var a = out[gRow * HV + c] * corr;
+    for (var u = 0u; u < nb; u++) { a += sc[u] * vs[u * HV + c]; }
+    out[gRow * HV + c] = a;
+  }
+  m = mt;
+}
+
+// Only for a valid row: out[row] is its accumulator.
+fn startRow(row: u32) {
+  gRow = row;
+  m = NEG;
+  l = 0.0;
+  for (var c = 0u; c < p.hv; c++) { out[row * HV + c] = vec4<f32>(0.0); }
+}
+
+@group(0) @binding(1) var<storage, read_write> out: array<vec4<f32>>; // (T, NH, HD) f32
+@group(0) @binding(2) var<storage, read> q: array<vec4<f32>>;         // (T, NH, HD) f32
+
+fn storeOut() {
+  for (var c = 0u; c < p.hv; c++) { out[gRow * HV + c] = out[gRow * HV + c] / l; }
+}
+
+#if defined(KV)
+#if KV == f16
+alias KvWord = vec2<u32>; // four f16 elements
+#else
+alias KvWord = vec4<f32>;
+#endif
+@group(0) @binding(3) var<storage, read> kCache: array<KvWord>; // (pages, P, NKV, HD) KV
+@group(0) @binding(4) var<storage, read> vCache: array<KvWord>; // (pages, P, NKV, HD) KV
+@group(0) @binding(5) var<storage, read> pageTable: array<u32>; // (S, pagesPerSlot) u32
+@group(0) @binding(6) var<storage, read> slot: array<u32>;      // (T) u32
+@group(0) @binding(7) var<storage, read> pos: array<u32>;       // (T) u32
+
+fn widen(w: KvWord) -> vec4<f32> {
+#if KV == f16
+  return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
+#else
+  return w;
+#endif
+}
+
+// A run of consecutive tokens of the tile with the same slot: they share the slot's key tiles.
+var<workgroup> runEnd: u32;  // tile index one past the run
+var<workgroup> runKeys: u32; // keys of the run: max over its tokens of min(pos + 1, maxT)
+var<workgroup> runSlot: u32;
+
+// ---- attention_tiled: prefill over the paged cache ------------------------------------------
+// Token t attends to positions 0..pos[t] of slot[t]. A chunk may hold tokens of several slots:
+// a tile walks its runs of equal slots one after the other (thread 0 finds each run), so a tile
+// never reads one slot's keys for another's queries; within a run each query masks by its own pos.
+@compute @workgroup_size(ROWS)
+fn attention_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                   @builtin(local_invocation_index) lid: u32) {
+  let wg = linearGroup(wid, nwg);
+  if (wg >= queryGroups()) { return; }
+  let r = queryRow(wg, lid);
+  let t0 = tileStart(wg);
+  let tileQ = min(p.BQ, p.T - t0);
+  var myKeys = 0u;
+  if (r.valid) {
+    startRow(r.tok * p.NH + r.head);
+    myKeys = min(pos[r.tok] + 1u, p.maxT);
+  }
+  let rowWords = p.NKV * HV; // vec4s per cached token
+  var start = 0u;
+  loop {
+    if (lid == 0u) {
+      let s = slot[t0 + start];
+      var e = start + 1u;
+      var n = min(pos[t0 + start] + 1u, p.maxT);
+      while (e < tileQ && slot[t0 + e] == s) {
+        n = max(n, min(pos[t0 + e] + 1u, p.maxT));
+        e++;
+      }
+      runEnd = e;
+      runKeys = n;
+      runSlot = s;
+    }
+    let end = workgroupUniformLoad(&runEnd);
+    let nk = workgroupUniformLoad(&runKeys);
+    let tableRow = workgroupUniformLoad(&runSlot) * p.pagesPerSlot;
+    let qi = lid / p.HG;
+    let mine = r.valid && qi >= start && qi < end;
+    for (var j0 = 0u; j0 < nk; j0 += BK) {
+      for (var e = lid; e < BK * HV; e += ROWS) {
+        let u = e / HV;
+        let j = j0 + u;
+        if (j < nk) {
+          let page = pageTable[tableRow + (j >> p.pageShift)];
+          let at = ((page << p.pageShift) + (j & ((1u << p.pageShift) - 1u))) * rowWords + r.kvh * HV + (e - u * HV);
+          ks[e] = widen(kCache[at]);
+          vs[e] = widen(vCache[at]);
+        }
+      }
+      workgroupBarrier();
+      if (mine && j0 < myKeys) { attendTile(min(BK, myKeys - j0)); }
+      workgroupBarrier(); // the tile is consumed before the next one overwrites it
+    }
+    start = end;
+    if (start >= tileQ) { break; }
+  }
+  if (r.valid) { storeOut(); }
+}
+#else
+// ---- training path: one causal sequence at positions 0..T-1; k, v (T, NKV, HD) f32 ------------
+
+@group(0) @binding(3) var<storage, read> k: array<vec4<f32>>; // (T, NKV, HD) f32
+@group(0) @binding(4) var<storage, read> v: array<vec4<f32>>; // (T, NKV, HD) f32
+@group(0) @binding(5) var<storage, read_write> lse: array<f32>; // (T, NH) f32
+
+// K and V rows j0 .. min(j0 + BK, nk) - 1 of KV head kvh into ks / vs.
+fn loadKvTile(j0: u32, nk: u32, kvh: u32, lid: u32) {
+  for (var e = lid; e < BK * HV; e += ROWS) {
+    let u = e / HV;
+    let j = j0 + u;
+    if (j < nk) {
+      let at = (j * p.NKV + kvh) * HV + (e - u * HV);
+      ks[e] = k[at];
+      vs[e] = v[at];
+    }
+  }
+}
+
+// As attention_forward_lse: out and lse = log sum_j exp(scale q.k_j), keys 0..t.
+@compute @workgroup_size(ROWS)
+fn attention_tiled_lse(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                       @builtin(local_invocation_index) lid: u32) {
+  let wg = linearGroup(wid, nwg);
+  if (wg >= queryGroups()) { return; }
+  let r = queryRow(wg, lid);
+  let t0 = tileStart(wg);
+  let nk = min(p.T, t0 + p.BQ); // keys of the tile's last query
+  let row = r.tok * p.NH + r.head;
+  if (r.valid) { startRow(row); }
+  for (var j0 = 0u; j0 < nk; j0 += BK) {
+    loadKvTile(j0, nk, r.kvh, lid);
+    workgroupBarrier();
+    if (r.valid && j0 <= r.tok) { attendTile(min(BK, r.tok + 1u - j0)); }
+    workgroupBarrier();
+  }
+  if (r.valid) {
+    storeOut();
+    lse[row] = m + log(l);
+  }
+}
+
+// ---- backward (recurrences as in shaders/attention.wgsl): dQ pass, then dK/dV pass ------------
+// attention_tiled_dq also writes D_i = dout_i . out_i, which attention_tiled_dkv reads.
+
+@group(0) @binding(1) var<storage, read_write> dq: array<vec4<f32>>;  // (T, NH, HD) f32
+@group(0) @binding(1) var<storage, read_write> dk: array<vec4<f32>>;  // (T, NKV, HD) f32
+@group(0) @binding(5) var<storage, read> dout: array<vec4<f32>>;      // (T, NH, HD) f32
+@group(0) @binding(6) var<storage, read> lseIn: array<f32>;           // (T, NH) f32
+@group(0) @binding(7) var<storage, read_write> rowDot: array<f32>;    // (T, NH) f32: D, written by _dq
+@group(0) @binding(7) var<storage, read> rowDotIn: array<f32>;        // (T, NH) f32: D, read by _dkv
+@group(0) @binding(8) var<storage, read> outSaved: array<vec4<f32>>;  // (T, NH, HD) f32
+@group(0) @binding(8) var<storage, read_write> dv: array<vec4<f32>>;  // (T, NKV, HD) f32
+
+// The backward keeps its rows in function-scope arrays: its accumulators take a product per
+// key (dQ) or per pair (dK/dV), which in place in global memory measured ~10-15% slower on
+// SwiftShader (alternated A/B, T = 64 and 128), and registers/local memory suit GPUs better.
+var<private> qr: array<vec4<f32>, HV>;   // dQ: the row's scaled query; dK/dV: the key, scaled
+var<private> dr: array<vec4<f32>, HV>;   // dQ: the row's dout; dK/dV: the key's v
+var<private> acc: array<vec4<f32>, HV>;  // dQ: the dq accumulator; dK/dV: dk
+var<private> acc2: array<vec4<f32>, HV>; // dK/dV: the dv accumulator
+
+// qr . row u of ks.
+fn scorePriv(u: u32) -> f32 {
+  var s = vec4<f32>(0.0);
+  for (var c = 0u; c < p.hv; c++) { s += qr[c] * ks[u * HV + c]; }
+  return s.x + s.y + s.z + s.w;
+}
+
+@compute @workgroup_size(ROWS)
+fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                      @builtin(local_invocation_index) lid: u32) {
+  let wg = linearGroup(wid, nwg);
+  if (wg >= queryGroups()) { return; }
+  let r = queryRow(wg, lid);
+  let t0 = tileStart(wg);
+  let nk = min(p.T, t0 + p.BQ);
+  let row = r.tok * p.NH + r.head;
+  var di = 0.0;
+  var lseI = 0.0;
+  if (r.valid) {
+    for (var c = 0u; c < p.hv; c++) {
+      qr[c] = q[row * HV + c] * p.scale;
+      dr[c] = dout[row * HV + c];
+      acc[c] = vec4<f32>(0.0);
+    }
+    var s = vec4<f32>(0.0);
+    for (var c = 0u; c < p.hv; c++) { s += dr[c] * outSaved[row * HV + c]; }
+    di = s.x + s.y + s.z + s.w;
+    rowDot[row] = di;
+    lseI = lseIn[row];
+  }
+  for (var j0 = 0u; j0 < nk; j0 += BK) {
+    loadKvTile(j0, nk, r.kvh, lid);
+    workgroupBarrier();
+    if (r.valid && j0 <= r.tok) {
+      let nb = min(BK, r.tok + 1u - j0);
+      for (var u = 0u; u < nb; u++) {
+        let pij = exp(scorePriv(u) - lseI);
+        var dp = vec4<f32>(0.0);
+        for (var c = 0u; c < p.hv; c++) { dp += dr[c] * vs[u * HV + c]; }
+        let ds = pij * (dp.x + dp.y + dp.z + dp.w - di);
+        for (var c = 0u; c < p.hv; c++) { acc[c] += ds * ks[u * HV + c]; }
+      }
+    }
+    workgroupBarrier();
+  }
+  if (r.valid) {
+    for (var c = 0u; c < p.hv; c++) { dq[row * HV + c] = dq[row * HV + c] + p.scale * acc[c]; }
+  }
+}
+
+var<workgroup> pairLse: array<f32, BK>;
+var<workgroup> pairDot: array<f32, BK>;
+
+// One thread per key j of the workgroup's ROWS keys and KV head; pairs e = (i - j0) * G + g over
+// queries i >= j0 (the first key) and the G query heads of the KV head, in tiles of BK.
+@compute @workgroup_size(ROWS)
+fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                       @builtin(local_invocation_index) lid: u32) {
+  let wg = linearGroup(wid, nwg);
+  let nTiles = (p.T + ROWS - 1u) / ROWS;
+  if (wg >= nTiles * p.NKV) { return; }
+  let tile = wg / p.NKV;
+  let kvh = wg - tile * p.NKV;
+  let G = p.NH / p.NKV;
+  let jFirst = tile * ROWS;
+  let j = jFirst + lid;
+  let valid = j < p.T;
+  let kr = (j * p.NKV + kvh) * HV;
+  for (var c = 0u; c < p.hv; c++) {
+    if (valid) {
+      qr[c] = k[kr + c] * p.scale; // scaled k_j
+      dr[c] = v[kr + c];
+    }
+    acc[c] = vec4<f32>(0.0);
+    acc2[c] = vec4<f32>(0.0);
+  }
+  let nPairs = (p.T - jFirst) * G;
+  // The pairs before this key's first query (i < j) are skipped: e < (j - jFirst) * G.
+  let firstPair = (min(j, p.T) - jFirst) * G;
+  for (var e0 = 0u; e0 < nPairs; e0 += BK) {
+    for (var e = lid; e < BK * HV; e += ROWS) {
+      let u = e / HV;
+      let pe = e0 + u;
+      if (pe < nPairs) {
+        let i = jFirst + pe / G;
+        let th = i * p.NH + kvh * G + pe % G;
+        ks[e] = q[th * HV + (e - u * HV)];
+        vs[e] = dout[th * HV + (e - u * HV)];
+        if (e - u * HV == 0u) {
+          pairLse[u] = lseIn[th];
+          pairDot[u] = rowDotIn[th];
+        }
+      }
+    }
+    workgroupBarrier();
+    let end = min(BK, nPairs - e0);
+    if (valid && e0 + end > firstPair) {
+      for (var u = select(0u, firstPair - e0, firstPair > e0); u < end; u++) {
+        let pij = exp(scorePriv(u) - pairLse[u]);
+        var dp = vec4<f32>(0.0);
+        for (var c = 0u; c < p.hv; c++) { dp += dr[c] * vs[u * HV + c]; }
+        let ds = pij * (dp.x + dp.y + dp.z + dp.w - pairDot[u]);
+        for (var c = 0u; c < p.hv; c++) {
+          acc[c] += ds * ks[u * HV + c];
+          acc2[c] += pij * vs[u * HV + c];
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  if (valid) {
+    for (var c = 0u; c < p.hv; c++) {
+      dk[kr + c] = dk[kr + c] + p.scale * acc[c];
+      dv[kr + c] = dv[kr + c] + acc2[c];
+    }
+  }
+}
+#endif
+#else
+#include "common/grid.wgsl"
+
+// KvWord, KV_PER_WORD, UNMAPPED; with KV == f16 f16Bits and packKv (shared with rope.wgsl)
+#include "common/kvword.wgsl"
 
 #if defined(KV)
 // ---- kv_write: cache[slot[t], pos[t], :, :] = k[t] / v[t] (rounded to f16 when KV == f16) ----
@@ -44,17 +438,6 @@ struct KvWriteParams {
 @group(0) @binding(5) var<storage, read> kwPageTable: array<u32>;    // (S, pagesPerSlot) u32
 @group(0) @binding(6) var<storage, read> kwSlot: array<u32>;         // (T) u32
 @group(0) @binding(7) var<storage, read> kwPos: array<u32>;          // (T) u32
-
-#if KV == f16
-// f16 bits of x, saturated at +-65504 instead of inf (a cached key or value never becomes inf).
-fn f16Bits(x: f32) -> u32 {
-  let h = f32ToF16(x);
-  return select(h, (h & 0x8000u) | 0x7bffu, (h & 0x7fffu) == 0x7c00u);
-}
-
-// Elements 2k (low half) and 2k + 1 (high half) of one cache word.
-fn packKv(lo: f32, hi: f32) -> u32 { return f16Bits(lo) | (f16Bits(hi) << 16u); }
-#endif
 
 @compute @workgroup_size(256)
 fn kv_write(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
@@ -428,3 +811,4 @@ fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgr
   }
 }
 #endif
+#endif // TILED

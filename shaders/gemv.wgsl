@@ -9,6 +9,9 @@
 // function arrays in memory, so an array of accumulators costs a memory access per FMA.
 // Entries:
 //   gemv_rows (CPU adapters): COLS output columns per thread, TMAX rows of x per z, no barriers.
+//   gemv_rows_group (define GROUP = 2 or 3): gemv_rows over several weights sharing x (the fused
+//   q/k/v and gate/up projections), one dispatch, each output its own binding; the per-weight
+//   bodies are common/gemvblocks.wgsl instantiated on each binding (WI, WN).
 // Measured on SwiftShader (2 cores), bf16 9728 x 2560: x staged in workgroup memory did not pay
 // there (+20-45% CPU time: barriers, and its reads are per-lane gathers like storage reads);
 // COLS = 4 took half the CPU time of COLS = 1 (each x read serves 4 columns).
@@ -23,12 +26,26 @@ struct GemvParams {
   kChunk: u32, // rows of w per split (a multiple of 4)
   zRows: u32, // groups of TMAX rows of x: wid.z = split * zRows + group
   splitStride: u32, // elements between two splits' partial outputs (0: one split)
+#ifdef GROUP
+  // gemv_rows_group only: the rows of weights 1 and 2 (N is weight 0's)
+  N1: u32,
+  N2: u32,
+#endif
 }
 
 @group(0) @binding(0) var<uniform> p: GemvParams;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>; // (M, N)
 @group(0) @binding(2) var<storage, read> a: array<vec4f>;        // x (M, K), K % 4 == 0
 @group(0) @binding(3) var<storage, read> w: array<vec4u>;        // (N, K) in 16-byte blocks
+#ifdef GROUP
+// gemv_rows_group: GROUP (2 or 3) weights over the same x; weight 0 is out and w above.
+@group(0) @binding(4) var<storage, read_write> out1: array<f32>; // (M, N1)
+@group(0) @binding(5) var<storage, read> w1: array<vec4u>;        // (N1, K)
+#if GROUP > 2
+@group(0) @binding(6) var<storage, read_write> out2: array<f32>; // (M, N2)
+@group(0) @binding(7) var<storage, read> w2: array<vec4u>;        // (N2, K)
+#endif
+#endif
 
 #include "common/grid.wgsl"
 
@@ -46,7 +63,6 @@ const BE = 8u; // elements per block
 const EPP = 8u;
 const PARTS = 1u;
 // Elements 0, 2, 4, 6 (low halves) and 1, 3, 5, 7 (high halves).
-fn blockScale(bi: u32) -> f32 { return 1.0; }
 fn part(b: vec4u, s: f32, c: u32) -> Pair {
   return Pair(bitcast<vec4f>(b << vec4u(16u)), bitcast<vec4f>(b & vec4u(0xffff0000u)));
 }
@@ -62,12 +78,6 @@ fn pairDot(q: Pair, x: Pair) -> vec4f { return q.lo * x.lo + q.hi * x.hi; }
 const BE = 32u;
 const EPP = 8u;
 const PARTS = 4u;
-// Block bi is scale group bi, whose f16 sits in word N*K/8 + (bi >> 1), half bi & 1, after the
-// nibbles (decoded with integer arithmetic: unpack2x16float may flush subnormals).
-fn blockScale(bi: u32) -> f32 {
-  let si = ((p.N * p.K) >> 3u) + (bi >> 1u);
-  return f16ToF32((w[si >> 2u][si & 3u] >> (16u * (bi & 1u))) & 0xffffu);
-}
 // Word c of a block (elements 8c..8c+7, nibble j = element 8c + j), times the block's scale s.
 fn part(b: vec4u, s: f32, c: u32) -> Pair {
   let word = b[c];
@@ -81,15 +91,22 @@ fn pairDot(q: Pair, x: Pair) -> vec4f { return q.lo * x.lo + q.hi * x.hi; }
 const BE = 4u;
 const EPP = 4u;
 const PARTS = 1u;
-fn blockScale(bi: u32) -> f32 { return 1.0; }
 fn part(b: vec4u, s: f32, c: u32) -> Pair { return Pair(bitcast<vec4f>(b), vec4f(0.0)); }
 fn xsAt(xi: u32) -> Pair { return Pair(a[xi], vec4f(0.0)); }
 fn pairDot(q: Pair, x: Pair) -> vec4f { return q.lo * x.lo; }
 #endif
 
-fn store(o: u32, v: f32) {
-  if (p.accumulate != 0u) { out[o] = out[o] + p.scale * v; } else { out[o] = p.scale * v; }
-}
+// blockScale(bi) (the f16 scale of q4 block bi, 1 otherwise) and store(o, v) of w and out.
+#include "common/gemvweight.wgsl" (WI=, WN=p.N)
+#include "common/storeout.wgsl" (WI=)
+#ifdef GROUP
+#include "common/gemvweight.wgsl" (WI=1, WN=p.N1)
+#include "common/storeout.wgsl" (WI=1)
+#if GROUP > 2
+#include "common/gemvweight.wgsl" (WI=2, WN=p.N2)
+#include "common/storeout.wgsl" (WI=2)
+#endif
+#endif
 
 // ---- rows (CPU adapters) ----------------------------------------------------------------------
 // Thread lid of workgroup g: columns n0 + 64 c (c < COLS) for n0 = g * 64 * COLS + lid, rows
@@ -101,70 +118,36 @@ const COLS = {{COLS}}u; // 1, 2 or 4 (src/ops/forward.ts picks 4)
 fn gemv_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
              @builtin(local_invocation_index) lid: u32) {
   let n0 = linearGroup(wid, nwg) * 64u * COLS + lid;
-  if (n0 >= p.N) { return; }
-  let m0 = wid.z * TMAX;
-  let nm = min(TMAX, p.M - m0);
-  let xr = p.K / 4u; // vec4 per row of x
-  let blocks = p.K / BE;
-  // Columns past N read column N - 1 (never stored): no branch in the loop.
-  let base0 = n0 * blocks;
-#if COLS > 1
-  let base1 = min(n0 + 64u, p.N - 1u) * blocks;
-#endif
-#if COLS > 2
-  let base2 = min(n0 + 128u, p.N - 1u) * blocks;
-  let base3 = min(n0 + 192u, p.N - 1u) * blocks;
-#endif
-#include "common/gemvrows.wgsl" (WHAT=acc, T=0)
-#if TMAX > 1
-#include "common/gemvrows.wgsl" (WHAT=acc, T=1)
-#endif
-#if TMAX > 2
-#include "common/gemvrows.wgsl" (WHAT=acc, T=2)
-#include "common/gemvrows.wgsl" (WHAT=acc, T=3)
-#endif
-#if TMAX > 4
-#include "common/gemvrows.wgsl" (WHAT=acc, T=4)
-#include "common/gemvrows.wgsl" (WHAT=acc, T=5)
-#include "common/gemvrows.wgsl" (WHAT=acc, T=6)
-#include "common/gemvrows.wgsl" (WHAT=acc, T=7)
-#endif
-  for (var j = 0u; j < blocks; j++) {
-    let xo = j * (BE / 4u);
-    let b0 = w[base0 + j];
-    let s0 = blockScale(base0 + j);
-#if COLS > 1
-    let b1 = w[base1 + j];
-    let s1 = blockScale(base1 + j);
-#endif
-#if COLS > 2
-    let b2 = w[base2 + j];
-    let s2 = blockScale(base2 + j);
-    let b3 = w[base3 + j];
-    let s3 = blockScale(base3 + j);
-#endif
-#include "common/gemvpart.wgsl" (C=0)
-#if WEIGHTS == q4
-#include "common/gemvpart.wgsl" (C=1)
-#include "common/gemvpart.wgsl" (C=2)
-#include "common/gemvpart.wgsl" (C=3)
-#endif
-  }
-#include "common/gemvrows.wgsl" (WHAT=store, T=0)
-#if TMAX > 1
-#include "common/gemvrows.wgsl" (WHAT=store, T=1)
-#endif
-#if TMAX > 2
-#include "common/gemvrows.wgsl" (WHAT=store, T=2)
-#include "common/gemvrows.wgsl" (WHAT=store, T=3)
-#endif
-#if TMAX > 4
-#include "common/gemvrows.wgsl" (WHAT=store, T=4)
-#include "common/gemvrows.wgsl" (WHAT=store, T=5)
-#include "common/gemvrows.wgsl" (WHAT=store, T=6)
-#include "common/gemvrows.wgsl" (WHAT=store, T=7)
-#endif
+#include "common/gemvblocks.wgsl" (WI=, WN=p.N)
 }
+
+#ifdef GROUP
+// ---- rows over 2 or 3 weights in one dispatch (matmulGroup: q/k/v, gate/up) -------------------
+// Workgroups [0, g0) take weight 0's columns as gemv_rows would, the next ceil(N1 / (64 COLS))
+// weight 1's, the rest weight 2's: each column is the same sum in the same order as gemv_rows',
+// and the branch is uniform per workgroup. WGSL cannot index bindings, so each weight's body is
+// common/gemvblocks.wgsl instantiated on its binding.
+fn groupsOf(n: u32) -> u32 { return (n + 64u * COLS - 1u) / (64u * COLS); }
+
+@compute @workgroup_size(64)
+fn gemv_rows_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                   @builtin(local_invocation_index) lid: u32) {
+  let g = linearGroup(wid, nwg);
+  let g0 = groupsOf(p.N);
+  if (g < g0) {
+    let n0 = g * 64u * COLS + lid;
+#include "common/gemvblocks.wgsl" (WI=, WN=p.N)
+#if GROUP > 2
+  } else if (g >= g0 + groupsOf(p.N1)) {
+    let n0 = (g - g0 - groupsOf(p.N1)) * 64u * COLS + lid; // ids past the grid's count: n0 >= N2
+#include "common/gemvblocks.wgsl" (WI=2, WN=p.N2)
+#endif
+  } else {
+    let n0 = (g - g0) * 64u * COLS + lid;
+#include "common/gemvblocks.wgsl" (WI=1, WN=p.N1)
+  }
+}
+#endif
 
 // ---- cols (CPU adapters): the input gradient through a weight ---------------------------------
 //   out (M, N) (+)= scale * a (M, K) . w (K, N)     w: K rows of N elements (a weight (N', K') read

@@ -14,6 +14,8 @@ enable subgroups;
 //   matmul_gemv (decode, M <= TMAX <= 8, row-major B): memory-bound, so each weight word is read
 //               once for all M rows; LANES (<= 64) threads reduce one output column over R,
 //               256/LANES columns per workgroup. Subgroup or shared-memory reduction (SUBGROUPS).
+//   matmul_gemv_group (define GROUP = 2 or 3): matmul_gemv over several weights sharing A (the
+//               fused q/k/v and gate/up projections), one dispatch, each output its own binding.
 //   matmul_rows (CPU adapters, row-major B): one thread per output column, TMAX rows, no barriers.
 //   gemm_rows   (CPU adapters, any strides): one thread per (column, TMAX rows), no barriers.
 //   (CPU adapters take shaders/gemv.wgsl gemv_rows instead of matmul_rows / row-major gemm_rows
@@ -32,12 +34,26 @@ struct GemmParams {
   bN: u32,
   bR: u32,
   scale: f32,
+#ifdef GROUP
+  // matmul_gemv_group only: the rows of weights 1 and 2 (N is weight 0's)
+  N1: u32,
+  N2: u32,
+#endif
 }
 
 @group(0) @binding(0) var<uniform> p: GemmParams;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>; // (M, N) f32
 @group(0) @binding(2) var<storage, read> a: array<f32>;         // A, f32
 @group(0) @binding(3) var<storage, read> w: array<u32>;         // B, WEIGHTS format
+#ifdef GROUP
+// matmul_gemv_group: GROUP (2 or 3) row-major weights over the same A; weight 0 is out and w above.
+@group(0) @binding(4) var<storage, read_write> out1: array<f32>; // (M, N1)
+@group(0) @binding(5) var<storage, read> w1: array<u32>;         // (N1, R), WEIGHTS format
+#if GROUP > 2
+@group(0) @binding(6) var<storage, read_write> out2: array<f32>; // (M, N2)
+@group(0) @binding(7) var<storage, read> w2: array<u32>;         // (N2, R), WEIGHTS format
+#endif
+#endif
 
 #include "common/grid.wgsl"
 fn q4ScaleBase() -> u32 { return (p.N * p.R) >> 3u; } // B holds N*R elements whatever its strides
@@ -45,41 +61,30 @@ fn wordInput(i: u32) -> f32 { return a[i]; }
 #include "common/weights.wgsl"
 #include "common/words.wgsl"
 
-fn store(o: u32, v: f32) {
-  if (p.accumulate != 0u) { out[o] = out[o] + p.scale * v; } else { out[o] = p.scale * v; }
-}
+#include "common/storeout.wgsl" (WI=)
+#ifdef GROUP
+fn q4ScaleBase1() -> u32 { return (p.N1 * p.R) >> 3u; }
+#include "common/weightat.wgsl" (WI=1)
+#include "common/wordat.wgsl" (WI=1)
+#include "common/storeout.wgsl" (WI=1)
+#if GROUP > 2
+fn q4ScaleBase2() -> u32 { return (p.N2 * p.R) >> 3u; }
+#include "common/weightat.wgsl" (WI=2)
+#include "common/wordat.wgsl" (WI=2)
+#include "common/storeout.wgsl" (WI=2)
+#endif
+#endif
 
 #ifdef TMAX
 const TMAX = {{TMAX}}u; // register accumulators per thread: 1, 2, 4 or 8 >= the rows it covers
 
-// This thread's dot products of B's row n (row-major, stride R) with TMAX rows of A from m0:
-// word by word when R is a multiple of EPW, element by element otherwise. `first`, `step`: the
-// words (elements) of the row this thread takes.
-fn rowDots(n: u32, m0: u32, nm: u32, first: u32, step: u32) -> array<f32, TMAX> {
-  var acc: array<f32, TMAX>;
-  if (p.R % EPW == 0u) {
-    let words = p.R / EPW;
-    let wbase = n * words;
-    for (var j = first; j < words; j += step) {
-      let wv = unpackWord(wbase + j);
-      for (var t = 0u; t < TMAX; t++) {
-        if (t < nm) {
-          let ai = (m0 + t) * p.R + EPW * j;
-          acc[t] += wordDot(wv, ai);
-        }
-      }
-    }
-  } else {
-    let wbase = n * p.R;
-    for (var k = first; k < p.R; k += step) {
-      let wk = weightAt(wbase + k);
-      for (var t = 0u; t < TMAX; t++) {
-        if (t < nm) { acc[t] += a[(m0 + t) * p.R + k] * wk; }
-      }
-    }
-  }
-  return acc;
-}
+#include "common/rowdots.wgsl" (WI=)
+#ifdef GROUP
+#include "common/rowdots.wgsl" (WI=1)
+#if GROUP > 2
+#include "common/rowdots.wgsl" (WI=2)
+#endif
+#endif
 #endif
 
 #ifdef LANES
@@ -100,46 +105,44 @@ fn matmul_gemv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
   let n = linearGroup(wid, nwg) * COLS + col;
   var acc: array<f32, TMAX>;
   if (n < p.N) { acc = rowDots(n, 0u, p.M, lane, LANES); }
-#ifdef SUBGROUPS
-  // A column's LANES threads are consecutive invocations (subgroups packed in
-  // local_invocation_index order), so a subgroupShuffleXor butterfly over span = min(LANES,
-  // subgroup size) lanes sums the partials in registers; the first lane of each span stores its
-  // sum and one shared-memory step adds the LANES / span sums of a column.
-  let span = min(LANES, sgSize);
-  for (var m = span / 2u; m > 0u; m >>= 1u) {
-    for (var t = 0u; t < TMAX; t++) { acc[t] += subgroupShuffleXor(acc[t], m); }
-  }
-  let parts = LANES / span;
-  if (lane % span == 0u) {
-    for (var t = 0u; t < TMAX; t++) { red[(t * COLS + col) * LANES + lane / span] = acc[t]; }
-  }
-  workgroupBarrier();
-  if (n < p.N) {
-    for (var t = lane; t < p.M; t += LANES) {
-      var s = 0.0;
-      for (var j = 0u; j < parts; j++) { s += red[(t * COLS + col) * LANES + j]; }
-      store(t * p.N + n, s);
-    }
-  }
-#else
-  // Shared-memory tree over each column's LANES partials.
-  for (var t = 0u; t < TMAX; t++) { red[(t * COLS + col) * LANES + lane] = acc[t]; }
-  workgroupBarrier();
-  for (var s = LANES / 2u; s > 0u; s >>= 1u) {
-    if (lane < s) {
-      for (var t = 0u; t < TMAX; t++) {
-        let i = (t * COLS + col) * LANES + lane;
-        red[i] += red[i + s];
-      }
-    }
-    workgroupBarrier();
-  }
-  // Lane l writes rows l, l + LANES, ... of this column.
-  if (n < p.N) {
-    for (var t = lane; t < p.M; t += LANES) { store(t * p.N + n, red[(t * COLS + col) * LANES]); }
-  }
-#endif
+#include "common/gemvlanes.wgsl" (WI=, WN=p.N)
 }
+
+#ifdef GROUP
+// matmul_gemv over 2 or 3 weights in one dispatch (matmulGroup: q/k/v, gate/up): workgroups
+// [0, g0) take weight 0's columns exactly as matmul_gemv would, the next ceil(N1 / COLS) weight
+// 1's, the rest weight 2's, so every column is the same sum in the same order. The branch is
+// uniform per workgroup (barriers inside are fine); WGSL cannot index bindings, so each weight's
+// body is rowDots and common/gemvlanes.wgsl instantiated on its binding.
+@compute @workgroup_size(256)
+fn matmul_gemv_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+#ifdef SUBGROUPS
+                     @builtin(subgroup_size) sgSize: u32,
+#endif
+                     @builtin(local_invocation_index) lid: u32) {
+  let col = lid / LANES;
+  let lane = lid % LANES;
+  let g = linearGroup(wid, nwg);
+  let g0 = (p.N + COLS - 1u) / COLS;
+  let g1 = g0 + (p.N1 + COLS - 1u) / COLS;
+  var acc: array<f32, TMAX>;
+  if (g < g0) {
+    let n = g * COLS + col;
+    if (n < p.N) { acc = rowDots(n, 0u, p.M, lane, LANES); }
+#include "common/gemvlanes.wgsl" (WI=, WN=p.N)
+#if GROUP > 2
+  } else if (g >= g1) {
+    let n = (g - g1) * COLS + col; // ids past the grid's count: n >= N2
+    if (n < p.N2) { acc = rowDots2(n, 0u, p.M, lane, LANES); }
+#include "common/gemvlanes.wgsl" (WI=2, WN=p.N2)
+#endif
+  } else {
+    let n = (g - g0) * COLS + col;
+    if (n < p.N1) { acc = rowDots1(n, 0u, p.M, lane, LANES); }
+#include "common/gemvlanes.wgsl" (WI=1, WN=p.N1)
+  }
+}
+#endif
 #endif
 
 #ifdef TMAX

@@ -73,6 +73,10 @@ fn rope_backward(th: ElementThread) {
 // shaders/rmsnorm.wgsl computes it (same per-thread sums, same reduction, out = w * (x * scale)),
 // then the rotation as rope_forward, so the result is bitwise that of rmsNorm + rmsNorm + rope +
 // rope, in one dispatch instead of four.
+// With KV defined (f32 | f16) the k rows, and the v rows of the same KV heads, go straight into
+// the paged cache (docs/ENGINE.md, "KV cache") at position pos[t] of slot slot[t], bitwise as
+// shaders/attention.wgsl kv_write writes them (unmapped pages and pos >= maxT skipped), so the
+// kv_write dispatch and the normed-k buffer disappear. 12 storage bindings.
 
 struct QkParams {
   T: u32,
@@ -80,19 +84,47 @@ struct QkParams {
   NKV: u32,
   HD: u32,
   eps: f32,
+#ifdef KV
+  maxT: u32,
+  pagesPerSlot: u32,
+  pageShift: u32, // log2 of the page size
+#endif
 }
 
 override WG: u32 = 64; // threads per row, as rmsnorm_forward for head-dim rows
 
+#ifdef KV
+#include "common/kvword.wgsl"
+#endif
+
 @group(0) @binding(0) var<uniform> qk: QkParams;
 @group(0) @binding(1) var<storage, read_write> qOut: array<f32>; // (T, NH, HD) f32
+#ifdef KV
+@group(0) @binding(2) var<storage, read_write> kCache: array<KvWord>; // (pages, P, NKV, HD) KV
+#else
 @group(0) @binding(2) var<storage, read_write> kOut: array<f32>; // (T, NKV, HD) f32
+#endif
 @group(0) @binding(3) var<storage, read> qIn: array<f32>;        // (T, NH, HD) f32
 @group(0) @binding(4) var<storage, read> kIn: array<f32>;        // (T, NKV, HD) f32
 @group(0) @binding(5) var<storage, read> qNormW: array<u32>;     // (HD) bf16 pairs
 @group(0) @binding(6) var<storage, read> kNormW: array<u32>;     // (HD) bf16 pairs
 @group(0) @binding(7) var<storage, read> qkPos: array<u32>;      // (T) u32
 @group(0) @binding(8) var<storage, read> qkInvFreq: array<f32>;  // (HD/2) f32
+#ifdef KV
+@group(0) @binding(9) var<storage, read> vIn: array<f32>;              // (T, NKV, HD) f32
+@group(0) @binding(10) var<storage, read_write> vCache: array<KvWord>; // (pages, P, NKV, HD) KV
+@group(0) @binding(11) var<storage, read> kvPageTable: array<u32>;     // (S, pagesPerSlot) u32
+@group(0) @binding(12) var<storage, read> kvSlot: array<u32>;          // (T) u32
+
+// The first cache word of KV head kvh of token t (kv_write's address), or UNMAPPED.
+fn kvRowWord(t: u32, kvh: u32) -> u32 {
+  let pt = qkPos[t];
+  if (pt >= qk.maxT) { return UNMAPPED; } // past capacity: drop rather than spill into another page
+  let page = kvPageTable[kvSlot[t] * qk.pagesPerSlot + (pt >> qk.pageShift)];
+  if (page == UNMAPPED) { return UNMAPPED; }
+  return (((page << qk.pageShift) + (pt & ((1u << qk.pageShift) - 1u))) * qk.NKV + kvh) * (qk.HD / KV_PER_WORD);
+}
+#endif
 
 #include "common/bf16.wgsl"
 var<workgroup> partial: array<f32, WG>;
@@ -101,6 +133,25 @@ var<workgroup> partial: array<f32, WG>;
 // Element i of row `base` of q (isQ) or k, and its norm weight.
 fn qkIn(isQ: bool, i: u32) -> f32 { if (isQ) { return qIn[i]; } return kIn[i]; }
 fn qkNormW(isQ: bool, i: u32) -> f32 { if (isQ) { return bf16Pick(qNormW[i >> 1u], i); } return bf16Pick(kNormW[i >> 1u], i); }
+
+// Pair j of the row at base normed (times scale and the norm weight) and rotated: elements j and
+// j + HD/2.
+fn normRotated(isQ: bool, base: u32, t: u32, j: u32, scale: f32) -> vec2f {
+  let half = qk.HD / 2u;
+  let a = qkNormW(isQ, j) * (qkIn(isQ, base + j) * scale);
+  let b = qkNormW(isQ, j + half) * (qkIn(isQ, base + j + half) * scale);
+  let cs = cosSin(f32(qkPos[t]) * qkInvFreq[j]);
+  return vec2f(a * cs.x - b * cs.y, b * cs.x + a * cs.y);
+}
+
+#if defined(KV) && KV == f16
+// Element i of the normed, rotated k row at base (from its pair, as the f32 path computes it).
+fn kRotated(base: u32, t: u32, i: u32, scale: f32) -> f32 {
+  let half = qk.HD / 2u;
+  if (i < half) { return normRotated(false, base, t, i, scale).x; }
+  return normRotated(false, base, t, i - half, scale).y;
+}
+#endif
 
 @compute @workgroup_size(WG)
 fn qk_norm_rope(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, l: Lanes) {
@@ -118,18 +169,38 @@ fn qk_norm_rope(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
   }
   let scale = inverseSqrt(rowSum(ss, l) / f32(qk.HD) + qk.eps);
   let half = qk.HD / 2u;
+#ifdef KV
+  if (!isQ) {
+    let dst = kvRowWord(t, hs - qk.NH);
+    if (dst == UNMAPPED) { return; }
+#if KV == f16
+    // One thread per cache word, both halves (as kv_write): elements 2m and 2m + 1.
+    for (var m = l.lid; m < half; m += WG) {
+      kCache[dst + m] = packKv(kRotated(base, t, 2u * m, scale), kRotated(base, t, 2u * m + 1u, scale));
+      vCache[dst + m] = packKv(vIn[base + 2u * m], vIn[base + 2u * m + 1u]);
+    }
+#else
+    for (var j = l.lid; j < half; j += WG) {
+      let rk = normRotated(false, base, t, j, scale);
+      kCache[dst + j] = rk.x;
+      kCache[dst + j + half] = rk.y;
+      vCache[dst + j] = vIn[base + j];
+      vCache[dst + j + half] = vIn[base + j + half];
+    }
+#endif
+    return;
+  }
+#endif
   for (var j = l.lid; j < half; j += WG) {
-    let a = qkNormW(isQ, j) * (qkIn(isQ, base + j) * scale);
-    let b = qkNormW(isQ, j + half) * (qkIn(isQ, base + j + half) * scale);
-    let cs = cosSin(f32(qkPos[t]) * qkInvFreq[j]);
-    let ra = a * cs.x - b * cs.y;
-    let rb = b * cs.x + a * cs.y;
+    let rq = normRotated(isQ, base, t, j, scale);
     if (isQ) {
-      qOut[base + j] = ra;
-      qOut[base + j + half] = rb;
+      qOut[base + j] = rq.x;
+      qOut[base + j + half] = rq.y;
     } else {
-      kOut[base + j] = ra;
-      kOut[base + j + half] = rb;
+#ifndef KV
+      kOut[base + j] = rq.x;
+      kOut[base + j + half] = rq.y;
+#endif
     }
   }
 }

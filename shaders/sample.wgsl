@@ -11,6 +11,10 @@ enable subgroups;
 // Thread j owns tokens j, j+WG, j+2WG, ...; the draw walks threads' masses in order, then the
 // chosen thread's tokens: a fixed order over the kept set, so the draw is exact and reproducible.
 // RNG: counter-based hash of (seed, step, row), so the same inputs give the same ids.
+// ROW_RNG (sample_rows): each row brings its own (seed, step, hash row) from rowRng, so one
+// dispatch over a batch draws exactly what one-row dispatches with those uniforms draw (a row's
+// workgroup reads only its own logits), and the log-probs go to outIds[B + row] as f32 bits:
+// ids and log-probs in one buffer, one readback, and the ids feed the next step's embedding.
 // outLogp: the log-prob of the drawn id under the distribution it was drawn from (temperature,
 // then top-k, then top-p, renormalized): (z - mx) - log(kept mass), the PPO behaviour log-prob.
 // Greedy writes 0 (a point mass).
@@ -31,9 +35,14 @@ struct SampleParams {
 override WG: u32 = 256;
 
 @group(0) @binding(0) var<uniform> p: SampleParams;
-@group(0) @binding(1) var<storage, read_write> outIds: array<u32>; // (B) u32
 @group(0) @binding(2) var<storage, read> logits: array<f32>;       // (B, V) f32
+#ifdef ROW_RNG
+@group(0) @binding(1) var<storage, read_write> outIds: array<u32>; // (2B) u32: ids, then log-prob f32 bits
+@group(0) @binding(3) var<storage, read> rowRng: array<u32>;        // (B, 3) u32: seed, step, hash row
+#else
+@group(0) @binding(1) var<storage, read_write> outIds: array<u32>; // (B) u32
 @group(0) @binding(3) var<storage, read_write> outLogp: array<f32>; // (B) f32
+#endif
 
 #include "common/grid.wgsl"
 
@@ -59,6 +68,24 @@ fn uniform01(seed: u32, step: u32, row: u32) -> f32 {
   return f32(h >> 8u) * (1.0 / 16777216.0);
 }
 
+// The draw of a row: hash(seed, step, row) from the params, or the row's own triple (ROW_RNG).
+fn rowUniform(row: u32) -> f32 {
+#ifdef ROW_RNG
+  return uniform01(rowRng[3u * row], rowRng[3u * row + 1u], rowRng[3u * row + 2u]);
+#else
+  return uniform01(p.seed, p.step, row);
+#endif
+}
+
+fn writePick(row: u32, id: u32, logp: f32) {
+  outIds[row] = id;
+#ifdef ROW_RNG
+  outIds[p.B + row] = bitcast<u32>(logp);
+#else
+  outLogp[row] = logp;
+#endif
+}
+
 var<workgroup> redF: array<f32, WG>;
 var<workgroup> redU: array<u32, WG>;
 #include "common/reduce.wgsl" (NAME=sumF, T=f32, OP=Add, IDENTITY=0.0, SCRATCH=redF)
@@ -77,10 +104,17 @@ fn argmaxIndex(v: f32, i: u32, l: Lanes) -> u32 {
   return minU(select(NONE, i, key == best), l);
 }
 
+#ifdef ROW_RNG
+@compute @workgroup_size(WG)
+fn sample_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, l: Lanes) {
+  sampleRow(linearGroup(wid, nwg), l);
+}
+#else
 @compute @workgroup_size(WG)
 fn sample_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, l: Lanes) {
   sampleRow(linearGroup(wid, nwg), l);
 }
+#endif
 
 // One row per workgroup.
 fn sampleRow(row: u32, l: Lanes) {
@@ -97,7 +131,7 @@ fn sampleRow(row: u32, l: Lanes) {
       if (bestI == 0xffffffffu || v > bestV) { bestV = v; bestI = i; }
     }
     let best = argmaxIndex(bestV, bestI, l);
-    if (lid == 0u) { outIds[row] = best; outLogp[row] = 0.0; }
+    if (lid == 0u) { writePick(row, best, 0.0); }
     return;
   }
 
@@ -159,7 +193,7 @@ fn sampleRow(row: u32, l: Lanes) {
   if (lid == 0u) {
     var total = 0.0;
     for (var j = 0u; j < WG; j++) { total += redF[j]; }
-    let r = uniform01(p.seed, p.step, row) * total;
+    let r = rowUniform(row) * total;
     var before = 0.0;
     var chosen = 0xffffffffu;
     var last = 0u;
@@ -186,7 +220,6 @@ fn sampleRow(row: u32, l: Lanes) {
       }
     }
     let id = select(pick, lastKept, pick == 0xffffffffu);
-    outIds[row] = id;
-    outLogp[row] = (logits[base + id] / p.temperature - mx) - log(total);
+    writePick(row, id, (logits[base + id] / p.temperature - mx) - log(total));
   }
 }

@@ -1,5 +1,5 @@
 // The unrolled rows and columns of shaders/gemv.wgsl gemv_rows, a template:
-//   #include "common/gemvrows.wgsl" (WHAT=acc|fma|store, T=row)
+//   #include "common/gemvrows.wgsl" (WHAT=acc|fma|store, T=row), inside common/gemvblocks.wgsl (WI, WN)
 // Accumulator acc{T}_{c} holds row m0 + T of x times column n0 + 64 c, c < COLS. Everything is
 // spelt out, never looped over: SwiftShader keeps indexed function arrays in memory, and a loop
 // inside the block loop, even of one trip, costs it about 3x (per-lane loop masks).
@@ -27,14 +27,14 @@ var acc{{T}}_3 = vec4f(0.0);
 }
 #else
 if ({{T}}u < nm) {
-  let o = (m0 + {{T}}u) * p.N + n0;
-  store(o, dot(acc{{T}}_0, vec4f(1.0)));
+  let o = (m0 + {{T}}u) * {{WN}} + n0;
+  store{{WI}}(o, dot(acc{{T}}_0, vec4f(1.0)));
 #if COLS > 1
-  if (n0 + 64u < p.N) { store(o + 64u, dot(acc{{T}}_1, vec4f(1.0))); }
+  if (n0 + 64u < {{WN}}) { store{{WI}}(o + 64u, dot(acc{{T}}_1, vec4f(1.0))); }
 #endif
 #if COLS > 2
-  if (n0 + 128u < p.N) { store(o + 128u, dot(acc{{T}}_2, vec4f(1.0))); }
-  if (n0 + 192u < p.N) { store(o + 192u, dot(acc{{T}}_3, vec4f(1.0))); }
+  if (n0 + 128u < {{WN}}) { store{{WI}}(o + 128u, dot(acc{{T}}_2, vec4f(1.0))); }
+  if (n0 + 192u < {{WN}}) { store{{WI}}(o + 192u, dot(acc{{T}}_3, vec4f(1.0))); }
 #endif
 }
 #endif

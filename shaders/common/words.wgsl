@@ -5,21 +5,9 @@
 // including shader's fn wordInput(i: u32) -> f32.
 #if WEIGHTS == bf16
 alias Word = vec2f;
-fn unpackWord(wi: u32) -> Word {
-  let word = w[wi];
-  return Word(bf16Low(word), bf16High(word));
-}
 fn wordDot(v: Word, i: u32) -> f32 { return dot(v, vec2f(wordInput(i), wordInput(i + 1u))); }
 #elif WEIGHTS == q4
 struct Word { lo: vec4f, hi: vec4f } // elements 0..3 and 4..7
-fn unpackWord(wi: u32) -> Word {
-  let word = w[wi];
-  let s = q4Scale(wi << 3u); // the 8 elements of a word share one group (32 = 4 words)
-  let nib = vec4u(word, word >> 4u, word >> 8u, word >> 12u) & vec4u(0xfu);
-  let lo = (vec4f(vec4i(nib) - vec4i(8))) * s;
-  let hi = (vec4f(vec4i((vec4u(word >> 16u, word >> 20u, word >> 24u, word >> 28u) & vec4u(0xfu))) - vec4i(8))) * s;
-  return Word(lo, hi);
-}
 fn wordDot(v: Word, i: u32) -> f32 {
   let x0 = vec4f(wordInput(i), wordInput(i + 1u), wordInput(i + 2u), wordInput(i + 3u));
   let x1 = vec4f(wordInput(i + 4u), wordInput(i + 5u), wordInput(i + 6u), wordInput(i + 7u));
@@ -27,6 +15,6 @@ fn wordDot(v: Word, i: u32) -> f32 {
 }
 #elif WEIGHTS == f32
 alias Word = f32;
-fn unpackWord(wi: u32) -> Word { return bitcast<f32>(w[wi]); }
 fn wordDot(v: Word, i: u32) -> f32 { return v * wordInput(i); }
 #endif
+#include "common/wordat.wgsl" (WI=)

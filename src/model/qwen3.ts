@@ -34,8 +34,18 @@ export interface Qwen3Weights {
 /** Tokens per forward chunk: bounds activation memory whatever the prompt length. */
 export const DEFAULT_CHUNK = 256;
 
+/**
+ * Token ids already on the GPU (the previous decode step's samples, K.sampleRows): token t is
+ * buffer[rows[t]], so a decode step starts without reading them back. The ids are not checked on
+ * the CPU; the sampler only writes ids < V.
+ */
+export interface GpuTokenIds {
+  buffer: GPUBuffer; // (n) u32 token ids, n >= max(rows) + 1
+  rows: ArrayLike<number>; // (T) index into buffer of each token
+}
+
 export interface ForwardInput {
-  ids: ArrayLike<number>; // (T) token ids
+  ids: ArrayLike<number> | GpuTokenIds; // (T) token ids, or where on the GPU they are
   slots: ArrayLike<number>; // (T) KV-cache slot of each token
   positions: ArrayLike<number>; // (T) position of each token in its sequence
   /** Token indices whose logits are wanted, in output-row order. */
@@ -71,16 +81,22 @@ export class Qwen3Model {
    */
   forward(input: ForwardInput, cache: KVCache): GPUBuffer {
     const { gpu, cfg } = this;
-    const T = input.ids.length;
+    const onGpu = tokenIdsOnGpu(input.ids);
+    const T = onGpu ? onGpu.rows.length : (input.ids as ArrayLike<number>).length;
     if (input.slots.length !== T || input.positions.length !== T)
       throw new Error('forward: ids, slots and positions differ in length');
     const V = cfg.vocabSize;
+    const idCount = onGpu ? onGpu.buffer.size / 4 : V; // a GPU row index must fall inside its buffer
     for (let t = 0; t < T; t++) {
-      const id = input.ids[t],
+      const id = onGpu ? onGpu.rows[t] : (input.ids as ArrayLike<number>)[t],
         s = input.slots[t],
         p = input.positions[t];
-      if (!Number.isInteger(id) || id < 0 || id >= V)
-        throw new RangeError(`token id ${id} at index ${t} is out of range for vocab size ${V}`);
+      if (!Number.isInteger(id) || id < 0 || id >= idCount)
+        throw new RangeError(
+          onGpu
+            ? `token row ${id} at index ${t} is out of range for the ${idCount}-id buffer '${onGpu.buffer.label}'`
+            : `token id ${id} at index ${t} is out of range for vocab size ${V}`,
+        );
       if (s < 0 || s >= cache.slots)
         throw new RangeError(`slot ${s} at index ${t} is out of range (cache has ${cache.slots} slots)`);
       if (p < 0 || p >= cache.maxT)
@@ -128,10 +144,12 @@ export class Qwen3Model {
     } = cfg;
     const kv = cache.paging;
 
+    const onGpu = tokenIdsOnGpu(input.ids);
+    const idList = onGpu ? onGpu.rows : (input.ids as ArrayLike<number>);
     const ids = this.u32(
-      Array.from({ length: T }, (_, i) => input.ids[t0 + i]),
-      'ids',
-    ); // (T) u32
+      Array.from({ length: T }, (_, i) => idList[t0 + i]),
+      onGpu ? 'idRows' : 'ids',
+    ); // (T) u32: token ids, or their rows in onGpu.buffer
     const slot = this.u32(
       Array.from({ length: T }, (_, i) => input.slots[t0 + i]),
       'slots',
@@ -146,7 +164,6 @@ export class Qwen3Model {
     const q = gpu.createBuffer(T * NH * HD * 4, 'q'); // (T, NH, HD)
     const qn = gpu.createBuffer(T * NH * HD * 4, 'qNormed'); // (T, NH, HD)
     const k = gpu.createBuffer(T * NKV * HD * 4, 'k'); // (T, NKV, HD)
-    const kn = gpu.createBuffer(T * NKV * HD * 4, 'kNormed'); // (T, NKV, HD)
     const v = gpu.createBuffer(T * NKV * HD * 4, 'v'); // (T, NKV, HD)
     const att = gpu.createBuffer(T * NH * HD * 4, 'attn'); // (T, NH, HD)
     const gate = gpu.createBuffer(T * I * 4, 'gate'); // (T, I)
@@ -170,23 +187,55 @@ export class Qwen3Model {
       const p = lora?.get(l, target);
       if (p) loraForward(gpu, y, u!, xIn, p, T, lora!.settings.r, lora!.scale);
     };
+    // Projections of h sharing one read of it (q/k/v, gate/up): one fused GEMV dispatch in decode
+    // (K.matmulGroup), then each target's LoRA branch on its own output.
+    const projGroup = (ys: GPUBuffer[], wts: K.Weight[], targets: LoraTarget[], Ns: number[]) => {
+      K.matmulGroup(gpu, ys, h, wts, T, Ns, C);
+      targets.forEach((target, i) => {
+        const p = lora?.get(l, target);
+        if (p) loraForward(gpu, ys[i], u!, h, p, T, lora!.settings.r, lora!.scale);
+      });
+    };
 
-    K.embed(gpu, x, ids, w.embed, T, C, V);
+    if (onGpu) K.embedPicked(gpu, x, onGpu.buffer, ids, w.embed, T, C, V, onGpu.buffer.size / 4);
+    else K.embed(gpu, x, ids, w.embed, T, C, V);
     for (l = 0; l < cfg.numLayers; l++) {
       const lw = w.layers[l];
       // x = x + o_proj(attn(rope(q_norm(q)), rope(k_norm(k)), v))
       K.rmsNorm(gpu, h, x, lw.inputNorm, T, C, eps);
-      proj(q, h, lw.qProj, 'q_proj', NH * HD, C);
-      proj(k, h, lw.kProj, 'k_proj', NKV * HD, C);
-      proj(v, h, lw.vProj, 'v_proj', NKV * HD, C);
-      K.qkNormRope(gpu, qn, kn, q, k, lw.qNorm, lw.kNorm, pos, T, NH, NKV, HD, eps, theta); // q/k norms and RoPE, one dispatch
-      K.kvWrite(gpu, cache.k[l], cache.v[l], kn, v, cache.pageTable, slot, pos, T, NKV, HD, kv);
+      projGroup(
+        [q, k, v],
+        [lw.qProj, lw.kProj, lw.vProj],
+        ['q_proj', 'k_proj', 'v_proj'],
+        [NH * HD, NKV * HD, NKV * HD],
+      );
+      // q/k norms, RoPE, and k, v into the cache: one dispatch
+      K.qkNormRopeKv(
+        gpu,
+        qn,
+        cache.k[l],
+        cache.v[l],
+        q,
+        k,
+        v,
+        lw.qNorm,
+        lw.kNorm,
+        cache.pageTable,
+        slot,
+        pos,
+        T,
+        NH,
+        NKV,
+        HD,
+        eps,
+        theta,
+        kv,
+      );
       K.attention(gpu, att, qn, cache.k[l], cache.v[l], cache.pageTable, slot, pos, T, NH, NKV, HD, kv);
       proj(x, att, lw.oProj, 'o_proj', C, NH * HD, true);
       // x = x + down(silu(gate(h)) * up(h))
       K.rmsNorm(gpu, h, x, lw.postNorm, T, C, eps);
-      proj(gate, h, lw.gateProj, 'gate_proj', I, C);
-      proj(up, h, lw.upProj, 'up_proj', I, C);
+      projGroup([gate, up], [lw.gateProj, lw.upProj], ['gate_proj', 'up_proj'], [I, I]);
       K.siluMul(gpu, act, gate, up, T * I);
       proj(x, act, lw.downProj, 'down_proj', C, I, true);
     }
@@ -208,7 +257,7 @@ export class Qwen3Model {
       gpu.releaseBuffer(hr);
       gpu.releaseBuffer(rowIdx);
     }
-    for (const b of [ids, slot, pos, x, h, q, qn, k, kn, v, att, gate, up, act]) gpu.releaseBuffer(b);
+    for (const b of [ids, slot, pos, x, h, q, qn, k, v, att, gate, up, act]) gpu.releaseBuffer(b);
   }
 
   private u32(values: ArrayLike<number>, label: string): GPUBuffer {
@@ -216,4 +265,8 @@ export class Qwen3Model {
     this.gpu.write(buf, Uint32Array.from(values));
     return buf;
   }
+}
+
+function tokenIdsOnGpu(ids: ForwardInput['ids']): GpuTokenIds | null {
+  return 'buffer' in ids && 'rows' in ids ? ids : null;
 }

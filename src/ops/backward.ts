@@ -18,6 +18,7 @@ import {
   weightFormat,
   type Weight,
 } from './common.ts';
+import { attentionTiledBackward, attentionTiledLse, attentionVariant } from './attentionTiled.ts';
 import { gemm, rotate } from './forward.ts';
 
 /** dx (R, D) += d/dx of rmsNorm given dy (R, D) ; x (R, D) f32 ; w (D) bf16 frozen (no dw) */
@@ -139,8 +140,12 @@ export function attentionForwardLse(
   checkSize(k, T * NKV * HD * 4, 'attentionForwardLse k');
   checkSize(v, T * NKV * HD * 4, 'attentionForwardLse v');
   distinct('attentionForwardLse', out, lse, q, k, v);
+  if (attentionVariant(gpu, T, HD) === 'tiled') {
+    attentionTiledLse(gpu, out, lse, q, k, v, T, NH, NKV, HD);
+    return;
+  }
   gpu.dispatch(
-    gpu.kernel('attention', 'attention_forward_lse'),
+    opKernel(gpu, 'attentionForwardLse', 'attention', 'attention_forward_lse'),
     bindings(ATTENTION_BINDINGS.attention_forward_lse, { out, q, k, v, lse }),
     T * NH,
     [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))],
@@ -185,14 +190,19 @@ export function attentionBackward(
   if (T === 0) return;
   const params = [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))];
   const rowDot = gpu.createBuffer(T * NH * 4, 'attentionBackward.D'); // (T, NH) f32
+  if (attentionVariant(gpu, T, HD) === 'tiled') {
+    attentionTiledBackward(gpu, dq, dk, dv, dout, out, lse, q, k, v, rowDot, T, NH, NKV, HD);
+    gpu.releaseBuffer(rowDot);
+    return;
+  }
   gpu.dispatch(
-    gpu.kernel('attention', 'attention_backward_dq'),
+    opKernel(gpu, 'attentionBackward', 'attention', 'attention_backward_dq'),
     bindings(ATTENTION_BINDINGS.attention_backward_dq, { dq, q, k, v, dout, lse, D: rowDot, out }),
     T * NH,
     params,
   );
   gpu.dispatch(
-    gpu.kernel('attention', 'attention_backward_dkv'),
+    opKernel(gpu, 'attentionBackward.dkv', 'attention', 'attention_backward_dkv'),
     bindings(ATTENTION_BINDINGS.attention_backward_dkv, { dk, q, k, v, dout, lse, D: rowDot, dv }),
     T * NKV,
     params,

@@ -17,7 +17,7 @@ export const GEMV_MAX_T = 8;
  */
 export const tuning: {
   matmul: 'auto' | 'rows' | 'blocks' | 'gemv' | 'tiled';
-  attention: 'auto' | 'single' | 'split';
+  attention: 'auto' | 'single' | 'split' | 'tiled';
 } = {
   matmul: 'auto',
   attention: 'auto',
@@ -178,6 +178,11 @@ export const ATTENTION_BINDINGS = {
   attention_forward_lse: ['out', 'q', 'k', 'v', 'lse'],
   attention_backward_dq: ['dq', 'q', 'k', 'v', 'dout', 'lse', 'D', 'out'],
   attention_backward_dkv: ['dk', 'q', 'k', 'v', 'dout', 'lse', 'D', 'dv'],
+  // the TILED module of shaders/attention.wgsl: the same names at the same binding numbers
+  attention_tiled: ['out', 'q', 'kCache', 'vCache', 'pageTable', 'slot', 'pos'],
+  attention_tiled_lse: ['out', 'q', 'k', 'v', 'lse'],
+  attention_tiled_dq: ['dq', 'q', 'k', 'v', 'dout', 'lse', 'D', 'out'],
+  attention_tiled_dkv: ['dk', 'q', 'k', 'v', 'dout', 'lse', 'D', 'dv'],
 } as const;
 
 /** The buffers of `named` in the binding order of `order`. */

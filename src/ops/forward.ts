@@ -25,6 +25,7 @@ import {
   type Weight,
   type WeightFormat,
 } from './common.ts';
+import { attentionTiledPaged, attentionVariant } from './attentionTiled.ts';
 
 /** out (T, C) f32 = table[ids] ; ids (T) u32 (< V) ; table (V, C) bf16 or q4 */
 export function embed(gpu: Gpu, out: GPUBuffer, ids: GPUBuffer, table: Weight, T: number, C: number, V: number): void {
@@ -34,6 +35,34 @@ export function embed(gpu: Gpu, out: GPUBuffer, ids: GPUBuffer, table: Weight, T
   gpu.dispatch(
     opKernel(gpu, 'embed', 'embed', 'gather_rows', { WEIGHTS: weightFormat(table) }),
     [out, ids, tb],
+    Math.ceil((T * C) / ELEMS_PER_WG),
+    [T, C, V],
+  );
+}
+
+/**
+ * out (T, C) f32 = table[ids[pick]] ; pick (T) u32, each < nIds ; ids (nIds) u32 (< V) ; table (V, C)
+ * bf16 or q4. The decode step's embedding of ids sampled on the GPU (sampleRows), no readback.
+ */
+export function embedPicked(
+  gpu: Gpu,
+  out: GPUBuffer,
+  ids: GPUBuffer,
+  pick: GPUBuffer,
+  table: Weight,
+  T: number,
+  C: number,
+  V: number,
+  nIds: number,
+): void {
+  checkSize(out, T * C * 4, 'embedPicked out');
+  checkSize(ids, nIds * 4, 'embedPicked ids');
+  checkSize(pick, T * 4, 'embedPicked pick');
+  const tb = checkWeight(table, V, C, 'embedPicked table');
+  distinct('embedPicked', out, ids, pick);
+  gpu.dispatch(
+    opKernel(gpu, 'embedPicked', 'embed', 'gather_rows', { WEIGHTS: weightFormat(table), PICK: true }),
+    [out, ids, tb, pick],
     Math.ceil((T * C) / ELEMS_PER_WG),
     [T, C, V],
   );
@@ -443,6 +472,168 @@ export function kvWrite(
 }
 
 /**
+ * qOut (T, NH, HD) = rope(rmsNorm(q, qNorm)); rope(rmsNorm(k, kNorm)) and v (T, NKV, HD) f32 written
+ * into the paged cache kCache, vCache at position pos[t] of slot slot[t] (KvPaging, as kvWrite):
+ * qkNormRope and kvWrite in one dispatch (shaders/rope.wgsl qk_norm_rope with KV), bitwise equal to
+ * them. It binds 12 storage buffers; on a device with fewer per stage it runs the two kernels.
+ */
+export function qkNormRopeKv(
+  gpu: Gpu,
+  qOut: GPUBuffer,
+  kCache: GPUBuffer,
+  vCache: GPUBuffer,
+  q: GPUBuffer,
+  k: GPUBuffer,
+  v: GPUBuffer,
+  qNorm: GPUBuffer,
+  kNorm: GPUBuffer,
+  pageTable: GPUBuffer,
+  slot: GPUBuffer,
+  pos: GPUBuffer,
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+  eps: number,
+  theta: number,
+  kv: KvPaging,
+): void {
+  if (!fusions.enabled || gpu.limits.maxStorageBuffersPerShaderStage < QK_NORM_ROPE_KV_BINDINGS) {
+    const kn = gpu.createBuffer(T * NKV * HD * 4, 'kNormed'); // (T, NKV, HD)
+    qkNormRope(gpu, qOut, kn, q, k, qNorm, kNorm, pos, T, NH, NKV, HD, eps, theta);
+    kvWrite(gpu, kCache, vCache, kn, v, pageTable, slot, pos, T, NKV, HD, kv);
+    gpu.releaseBuffer(kn); // later users of the recycled buffer are encoded after kvWrite's reads
+    return;
+  }
+  check(HD % 2 === 0, `qkNormRopeKv: HD=${HD} must be even`);
+  checkSize(qOut, T * NH * HD * 4, 'qkNormRopeKv qOut');
+  checkSize(q, T * NH * HD * 4, 'qkNormRopeKv q');
+  checkSize(k, T * NKV * HD * 4, 'qkNormRopeKv k');
+  checkSize(v, T * NKV * HD * 4, 'qkNormRopeKv v');
+  checkSize(qNorm, bf16Bytes(HD), 'qkNormRopeKv qNorm');
+  checkSize(kNorm, bf16Bytes(HD), 'qkNormRopeKv kNorm');
+  checkSize(pos, T * 4, 'qkNormRopeKv pos');
+  checkSize(slot, T * 4, 'qkNormRopeKv slot');
+  const pageShift = checkPaging('qkNormRopeKv', kv, kCache, vCache, pageTable, NKV, HD);
+  distinct('qkNormRopeKv', qOut, kCache, vCache, q, k, v, qNorm, kNorm, pageTable, slot, pos);
+  const inv = invFreqBuffer(gpu, HD, theta);
+  // WG 64 as qkNormRope (and rmsNorm for rows of D <= 512): the same sums in the same order.
+  gpu.dispatch(
+    opKernel(
+      gpu,
+      'qkNormRopeKv',
+      'rope',
+      'qk_norm_rope',
+      { KV: kv.dtype, ...subgroupDefines(useSubgroups(gpu)) },
+      { WG: 64 },
+    ),
+    [qOut, kCache, q, k, qNorm, kNorm, pos, inv, v, vCache, pageTable, slot],
+    T * (NH + NKV),
+    [T, NH, NKV, HD, f32(eps), kv.maxT, kv.pagesPerSlot, pageShift],
+  );
+}
+
+/**
+ * The decode fusions (matmulGroup, qkNormRopeKv). `enabled = false` runs the kernels they replace,
+ * bitwise the same results (tests and benchmarks compare the two).
+ */
+export const fusions = { enabled: true };
+
+/** Storage buffers qkNormRopeKv's fused kernel binds (shaders/rope.wgsl qk_norm_rope with KV). */
+export const QK_NORM_ROPE_KV_BINDINGS = 12;
+
+/** gemv_rows' output columns per thread (gemvRows); any value gives each column the same sum. */
+const GROUP_COLS = 4;
+
+/**
+ * outs[i] (T, Ns[i]) f32 = x (T, K) f32 . ws[i] (Ns[i], K)^T for 2 or 3 weights over one x (the
+ * q/k/v and gate/up projections): one dispatch, each weight read once, each output bitwise what
+ * matmul would write. It takes the GEMV variants (gemv_rows_group on CPU adapters where matmul
+ * takes gemv_rows, matmul_gemv_group on GPUs for T <= GEMV_MAX_T), when the weights share a
+ * format and 2 * count + 1 storage buffers fit the device; otherwise one matmul per weight
+ * (prefill keeps the tiled GEMM).
+ */
+export function matmulGroup(
+  gpu: Gpu,
+  outs: readonly GPUBuffer[],
+  x: GPUBuffer,
+  ws: readonly Weight[],
+  T: number,
+  Ns: readonly number[],
+  K: number,
+): void {
+  const G = ws.length;
+  check(
+    (G === 2 || G === 3) && outs.length === G && Ns.length === G,
+    `matmulGroup: needs 2 or 3 weights, one output and one N each (got ${G} weights, ${outs.length} outputs, ${Ns.length} Ns)`,
+  );
+  checkSize(x, T * K * 4, 'matmulGroup x');
+  const wbs = ws.map((w, i) => {
+    checkSize(outs[i], T * Ns[i] * 4, `matmulGroup out ${i}`);
+    check(
+      T * Math.max(Ns[i], K) < 2 ** 32 && Ns[i] * K < 2 ** 32,
+      `matmulGroup: weight ${i} sizes overflow u32 indexing`,
+    );
+    return checkWeight(w, Ns[i], K, `matmulGroup w ${i}`);
+  });
+  distinct('matmulGroup', x, ...outs);
+  if (T === 0) return;
+  const WEIGHTS = weightFormat(ws[0]);
+  const variant = groupVariant(gpu, x, ws, wbs, WEIGHTS, T, Ns, K);
+  if (variant === null) {
+    for (let i = 0; i < G; i++) matmul(gpu, outs[i], x, ws[i], T, Ns[i], K);
+    return;
+  }
+  // Weight 0 is bound where matmul binds its one weight; the others follow (out1, w1, out2, w2).
+  const buffers = [outs[0], x, wbs[0]];
+  for (let i = 1; i < G; i++) buffers.push(outs[i], wbs[i]);
+  const [N1, N2 = 0] = Ns.slice(1);
+  if (variant === 'blocks') {
+    const TMAX = tmaxFor(T);
+    const groups = Ns.reduce((n, N) => n + Math.ceil(N / (64 * GROUP_COLS)), 0);
+    const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
+    gpu.dispatch(
+      opKernel(gpu, 'matmulGroup', 'gemv', 'gemv_rows_group', { WEIGHTS, TMAX, COLS: GROUP_COLS, GROUP: G }),
+      buffers,
+      [x0, y0, Math.ceil(T / TMAX)],
+      [T, Ns[0], K, 0, f32(1), 0, 0, 0, N1, N2],
+    );
+  } else {
+    const cols = 256 / gemvLanes(K);
+    gpu.dispatch(
+      opKernel(gpu, 'matmulGroup', 'matmul', 'matmul_gemv_group', { ...gemvDefines(gpu, WEIGHTS, T, K), GROUP: G }),
+      buffers,
+      Ns.reduce((n, N) => n + Math.ceil(N / cols), 0),
+      [T, Ns[0], K, 0, K, 1, K, 1, f32(1), N1, N2],
+    );
+  }
+}
+
+/**
+ * The fused kernel matmulGroup takes, or null for one matmul per weight: matmul's own choice
+ * (tuning.matmul; 'auto': 'blocks' on CPU adapters, 'gemv' for T <= GEMV_MAX_T on GPUs) when it
+ * is a GEMV that takes every weight, the formats agree and the bindings fit.
+ */
+function groupVariant(
+  gpu: Gpu,
+  x: GPUBuffer,
+  ws: readonly Weight[],
+  wbs: readonly GPUBuffer[],
+  WEIGHTS: WeightFormat,
+  T: number,
+  Ns: readonly number[],
+  K: number,
+): 'blocks' | 'gemv' | null {
+  if (!fusions.enabled || ws.some((w) => weightFormat(w) !== WEIGHTS)) return null;
+  if (2 * ws.length + 1 > gpu.limits.maxStorageBuffersPerShaderStage) return null;
+  const variant =
+    tuning.matmul === 'auto' ? (isCpuAdapter(gpu) ? 'blocks' : T <= GEMV_MAX_T ? 'gemv' : 'tiled') : tuning.matmul;
+  if (variant === 'blocks' && wbs.every((wb, i) => blockGemvFits(x, wb, WEIGHTS, T, Ns[i], K))) return 'blocks';
+  if (variant === 'gemv' && T <= GEMV_MAX_T) return 'gemv';
+  return null;
+}
+
+/**
  * out, q (T, NH, HD) f32 ; token t attends to slot[t], positions 0..pos[t], read through the page
  * table from the cache (KvPaging; f16 is widened to f32, the math is f32); GQA h -> h / (NH/NKV)
  */
@@ -466,13 +657,17 @@ export function attention(
   checkSize(out, T * NH * HD * 4, 'attention out');
   checkSize(q, T * NH * HD * 4, 'attention q');
   const pageShift = checkPaging('attention', kv, kCache, vCache, pageTable, NKV, HD);
+  if (attentionVariant(gpu, T, HD) === 'tiled') {
+    attentionTiledPaged(gpu, out, q, kCache, vCache, pageTable, slot, pos, T, NH, NKV, HD, kv, pageShift);
+    return;
+  }
   const splits = attentionSplits(gpu, T, NH, kv.maxT);
   const splitKeys = Math.ceil(kv.maxT / splits / ATTENTION_BLOCK) * ATTENTION_BLOCK;
   const params = [T, NH, NKV, HD, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift, splitKeys, splits];
   const defines = { KV: kv.dtype };
   if (splits === 1) {
     gpu.dispatch(
-      gpu.kernel('attention', 'attention_forward', defines),
+      opKernel(gpu, 'attention', 'attention', 'attention_forward', defines),
       bindings(ATTENTION_BINDINGS.attention_forward, { out, q, kCache, vCache, pageTable, slot, pos }),
       T * NH,
       params,
@@ -482,7 +677,7 @@ export function attention(
   const partOut = gpu.createBuffer(T * NH * splits * HD * 4, 'attentionSplitOut'); // (T, NH, splits, HD)
   const partLse = gpu.createBuffer(T * NH * splits * 4, 'attentionSplitLse'); // (T, NH, splits)
   gpu.dispatch(
-    gpu.kernel('attention', 'attention_split', defines),
+    opKernel(gpu, 'attention', 'attention', 'attention_split', defines),
     bindings(ATTENTION_BINDINGS.attention_split, { out: partOut, q, kCache, vCache, pageTable, slot, pos, partLse }),
     T * NH * splits,
     params,
@@ -509,7 +704,7 @@ const ATTENTION_TARGET_GROUPS = 1024;
  * workgroups (at most 32). CPU adapters keep 1 (nothing idles there). tuning.attention forces it.
  */
 function attentionSplits(gpu: Gpu, T: number, NH: number, maxT: number): number {
-  if (tuning.attention === 'single') return 1;
+  if (tuning.attention === 'single' || tuning.attention === 'tiled') return 1; // 'tiled' here: a head_dim it does not take
   if (tuning.attention === 'split') return Math.min(8, Math.max(2, Math.ceil(maxT / ATTENTION_BLOCK))); // tests: splits of one block, some empty
   if (isCpuAdapter(gpu) || T * NH >= ATTENTION_TARGET_GROUPS / 2) return 1;
   const most = Math.max(1, Math.min(32, Math.floor(maxT / 256)));
@@ -557,6 +752,9 @@ function scratchLogp(gpu: Gpu, B: number): GPUBuffer {
   return buf;
 }
 
+// Barrier count is 32-64 bisection rounds x log2(WG); a small vocabulary needs few threads.
+const sampleWorkgroup = (V: number) => (V >= 8192 ? 256 : V >= 512 ? 64 : 16);
+
 /**
  * outIds (B) u32 ; logits (B, V) f32 ; RNG = hash(seed, step, row) ; outLogp (B) f32, when given:
  * log-prob of each id under the distribution it was drawn from (logits / temperature, cut to
@@ -579,12 +777,48 @@ export function sample(
   check(opts.temperature >= 0 && opts.topK >= 0 && opts.topP > 0, `sample: bad options ${JSON.stringify(opts)}`);
   const lp = outLogp ?? scratchLogp(gpu, B);
   distinct('sample', outIds, logits, lp);
-  // Barrier count is 32-64 bisection rounds x log2(WG); a small vocabulary needs few threads.
-  const WG = V >= 8192 ? 256 : V >= 512 ? 64 : 16;
+  const WG = sampleWorkgroup(V);
   gpu.dispatch(
     opKernel(gpu, 'sample', 'sample', 'sample_forward', subgroupDefines(useSubgroups(gpu)), { WG }),
     [outIds, logits, lp],
     B,
     [B, V, Math.floor(opts.topK), seed >>> 0, step >>> 0, f32(opts.temperature), f32(Math.min(opts.topP, 1))],
+  );
+}
+
+/**
+ * sample() over B rows in one dispatch, each row with its own RNG inputs: rng (B, 3) u32 = (seed,
+ * step, hash row) per row. Row b draws bitwise what sample(gpu, ids, rowB, 1, V, opts, seed, step)
+ * draws when hash row = 0 (or row `hash row` of a sample() dispatch with that seed and step), since a
+ * row's workgroup reads only its own logits. out (2B) u32: the ids, then their log-probs as f32 bits
+ * (one buffer: one readback, and embedPicked reads the ids for the next step).
+ */
+export function sampleRows(
+  gpu: Gpu,
+  out: GPUBuffer,
+  logits: GPUBuffer,
+  rng: GPUBuffer,
+  B: number,
+  V: number,
+  opts: SampleOptions,
+): void {
+  checkSize(out, 2 * B * 4, 'sampleRows out');
+  checkSize(logits, B * V * 4, 'sampleRows logits');
+  checkSize(rng, B * 3 * 4, 'sampleRows rng');
+  check(opts.temperature >= 0 && opts.topK >= 0 && opts.topP > 0, `sampleRows: bad options ${JSON.stringify(opts)}`);
+  distinct('sampleRows', out, logits, rng);
+  const WG = sampleWorkgroup(V); // as sample(): the same WG sums in the same order
+  gpu.dispatch(
+    opKernel(
+      gpu,
+      'sampleRows',
+      'sample',
+      'sample_rows',
+      { ...subgroupDefines(useSubgroups(gpu)), ROW_RNG: true },
+      { WG },
+    ),
+    [out, logits, rng],
+    B,
+    [B, V, Math.floor(opts.topK), 0, 0, f32(opts.temperature), f32(Math.min(opts.topP, 1))],
   );
 }

@@ -429,9 +429,12 @@ function batchPhase(
   ];
   let act = prefill;
   if (decode) {
+    // Ahead decoding (src/model/generate.ts decodeSteps): ids and log-probs of two steps, the RNG
+    // rows, and the next step's readback in flight beside the planned staging.
     const sampling = [
-      buf('sampleRow', '(V) f32', f32(V)),
-      buf('sampled id, ids and log-probs, lse', '(1) + (2N) + (N)', f32(1) + f32(2 * N) + f32(N), 3),
+      buf('sampled ids and log-probs', '2 x (2N) u32', 2 * f32(2 * N), 2),
+      buf('sampling RNG rows', '(N, 3) u32', f32(3 * N)),
+      buf('readback in flight', 'MAP_READ (2N) u32', f32(2 * N)),
     ];
     const step = forwardBuffers(cfg, N, N, r, o.forwardChunk, 'decode');
     act = [...sampling, ...(sum(prefill) >= sum(step) ? prefill : step)];

@@ -8,6 +8,7 @@ import type { Generation, GenerateOptions, Policy } from '../game/round.ts';
 import type { ChatPrompt } from '../game/prompts.ts';
 import * as K from '../ops/index.ts';
 import { KV_PAGE_SIZE, kvPages, type KVCache } from '../model/kvCache.ts';
+import { decodeSteps } from '../model/generate.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
 import { TextStreamer, type Qwen3Tokenizer } from '../model/tokenizer.ts';
 
@@ -22,7 +23,7 @@ export interface KvUsage {
   pages: number;
   /** Pages mapped once every prompt was prefilled; a shared prefix counts once. */
   prefillPages: number;
-  /** Pages mapped at the end (prompts and generated tokens). */
+  /** Pages mapped at the end (prompts and generated tokens; ahead decoding: a dropped step past a stop id too). */
   endPages: number;
   bytesAllocated: number;
 }
@@ -59,6 +60,8 @@ export class GpuPolicy implements Policy {
   prefilledTokens = 0;
   /** KV-cache use of the last call. */
   kvUsage: KvUsage | null = null;
+  /** Decode one step ahead of the readback (model/generate.ts decodeSteps); false: read every step first. */
+  decodeAhead = true;
 
   constructor(
     readonly model: Qwen3Model,
@@ -123,82 +126,52 @@ export class GpuPolicy implements Policy {
 
   async generate(prompts: ChatPrompt[], opts: GenerateOptions): Promise<Generation[]> {
     const { model, tokenizer } = this;
-    const { gpu, cfg } = model;
-    const V = cfg.vocabSize;
     const B = prompts.length;
     if (opts.seeds.length !== B) throw new RangeError(`${opts.seeds.length} seeds for ${B} prompts`);
-    // The last sampled token is never fed back, so each sequence writes maxTokens - 1 positions past its prompt.
+    // The last sampled token is never fed back, so each sequence writes maxTokens - 1 positions past
+    // its prompt (the step decodeSteps runs past a stop id writes inside them).
     const cache = this.createCache(prompts, Math.max(0, opts.maxTokens - 1));
-    const stop = new Set(tokenizer.stopIds);
     const sampling = { temperature: opts.temperature, topK: opts.topK, topP: opts.topP };
     const out: Generation[] = prompts.map(() => ({ text: '', tokenIds: [], logprobs: [], truncated: false }));
     const streamers = prompts.map(() => new TextStreamer(tokenizer, { skipSpecial: true }));
-    const row = gpu.createBuffer(V * 4, 'sampleRow'); // (1, V)
-    const one = gpu.createBuffer(4, 'sampledOne');
-    const oneLp = gpu.createBuffer(4, 'sampledOneLogp');
-    const picked = gpu.createBuffer(B * 8, 'sampledIdsAndLogp'); // (B) u32 ids, then (B) f32 log-probs
+    // Each row samples with its own seed and step = its own token index, as row 0 of a one-row draw:
+    // batching never changes a completion. Each id comes with its log-prob under the distribution it
+    // was drawn from (temperature, top-k, top-p as applied): the exact behaviour log-prob for PPO.
+    const seqs = prompts.map((p, b) => ({
+      slot: b,
+      promptLength: p.tokenIds.length,
+      maxTokens: opts.maxTokens,
+      seed: opts.seeds[b] >>> 0,
+      row: 0,
+    }));
     try {
-      let logits = this.prefill(prompts, cache);
+      const logits = this.prefill(prompts, cache);
       const prefillPages = cache.pagesInUse;
-      let active = prompts.map((_, b) => b);
-      for (let step = 0; active.length > 0; step++) {
-        const A = active.length;
-        // Each row samples with its own seed (step = its own token index), so batching never changes a completion.
-        // The kernel also returns the id's log-prob under the distribution it was drawn from
-        // (temperature, top-k, top-p as applied): the exact behaviour log-prob for the PPO ratio.
-        active.forEach((b, i) => {
-          gpu.copy(logits, i * V * 4, row, 0, V * 4);
-          K.sample(gpu, one, row, 1, V, sampling, opts.seeds[b] >>> 0, step, oneLp);
-          gpu.copy(one, 0, picked, i * 4, 4);
-          gpu.copy(oneLp, 0, picked, (B + i) * 4, 4);
-        });
-        const back = await gpu.read(picked, B * 8);
-        gpu.releaseBuffer(logits);
-        const sampledIds = new Uint32Array(back, 0, A);
-        const sampledLp = new Float32Array(back, B * 4, A);
-        const still: number[] = [];
-        active.forEach((b, i) => {
-          const id = sampledIds[i];
+      for await (const step of decodeSteps(model, cache, logits, seqs, sampling, tokenizer.stopIds, this.decodeAhead)) {
+        for (const { seq: b, id, logprob, reason } of step) {
           const g = out[b];
           g.tokenIds.push(id);
-          g.logprobs.push(sampledLp[i]);
+          g.logprobs.push(logprob);
           this.generatedTokens++;
-          if (stop.has(id)) return;
+          if (reason === 'stop') continue;
           const delta = streamers[b].push(id);
           if (delta) {
             g.text += delta;
             this.hooks.onDelta?.(b, delta);
           }
-          if (g.tokenIds.length >= opts.maxTokens) {
-            g.truncated = true;
-            return;
+          if (reason === 'length') g.truncated = true;
+        }
+        for (const { seq: b, reason } of step) {
+          if (!reason) continue;
+          const rest = streamers[b].flush();
+          if (rest) {
+            out[b].text += rest;
+            this.hooks.onDelta?.(b, rest);
           }
-          still.push(b);
-        });
-        for (const b of active)
-          if (!still.includes(b)) {
-            const rest = streamers[b].flush();
-            if (rest) {
-              out[b].text += rest;
-              this.hooks.onDelta?.(b, rest);
-            }
-          }
-        const nextIds = still.map((b) => out[b].tokenIds[out[b].tokenIds.length - 1]);
-        active = still;
-        if (active.length === 0) break;
-        logits = model.forward(
-          {
-            ids: nextIds,
-            slots: active,
-            positions: active.map((b) => prompts[b].tokenIds.length + out[b].tokenIds.length - 1),
-            logitRows: active.map((_, i) => i),
-          },
-          cache,
-        );
+        }
       }
       this.recordKv(cache, prefillPages);
     } finally {
-      for (const b of [row, one, oneLp, picked]) gpu.releaseBuffer(b);
       cache.destroy();
     }
     return out;

@@ -14,7 +14,7 @@ import { writeTinyCheckpoint } from '../../src/model/tinyModel.node.ts';
 import { KV_PAGE_SIZE } from '../../src/model/kvCache.ts';
 import type { Qwen3Model } from '../../src/model/qwen3.ts';
 
-const LAYERS = 24; // ~13 dispatches a layer: more than the old 256-dispatch submit bound
+const LAYERS = 32; // ~9 dispatches a layer (fused q/k/v, gate/up, KV write): more than the old 256-dispatch submit bound
 let gpu: Gpu, tmp: string, model: Qwen3Model;
 beforeAll(async () => {
   gpu = await createGpu();

@@ -1,0 +1,200 @@
+// The query-tiled (FlashAttention-2 style) attention kernels of shaders/attention.wgsl (define TILED):
+// tile geometry, the variant choice shared by the prefill and training ops, and their dispatches.
+// forward.ts (attention) and backward.ts (attentionForwardLse, attentionBackward) check sizes and
+// call in here when attentionVariant picks 'tiled'.
+import type { Gpu } from '../gpu/device.ts';
+import { f32, type Defines } from '../gpu/launch.ts';
+import { ATTENTION_BINDINGS, GEMV_MAX_T, bindings, isCpuAdapter, opKernel, tuning, type KvPaging } from './common.ts';
+
+/**
+ * 'auto' on GPUs: the tiled kernels from this many tokens. A workgroup holds a whole tile of
+ * queries of a KV head, so a short chunk makes few workgroups (T/BQ * NKV: 8 at T = 32 for
+ * Qwen3-4B) where the per-(token, head) kernel makes T * NH; from 128 tokens on, tiles are
+ * full and K/V reuse is 32+ rows. An estimate: not yet measured on a GPU.
+ */
+export const ATTENTION_TILED_MIN_T_GPU = 128;
+/**
+ * 'auto' on CPU adapters (SwiftShader): the tiled kernels for chunks past the decode cutoff
+ * (GEMV_MAX_T): measured 2-4x faster than the per-(token, head) kernels there at Qwen3-4B heads,
+ * T = 64 and 256 (medians of alternated runs, bench/attention-ab.ts; 1.8-8x at T = 8 to 32),
+ * barriers being the cost there. Decode batches (T <= 8) keep the existing kernels.
+ */
+export const ATTENTION_TILED_MIN_T_CPU = GEMV_MAX_T + 1;
+/** Most (query, head) rows per workgroup (threads); a tile holds at least MIN_TILE_QUERIES tokens. */
+const MAX_ROWS = 128;
+const MIN_TILE_QUERIES = 8;
+/** Keys (or query rows in dK/dV) per tile: at most this, fewer when the workgroup memory is small. */
+const MAX_BK = 64;
+/** Query-tile width when a tile holds one query head (no GQA group to share with). */
+const MAX_TILE_QUERIES = 64;
+
+export interface AttentionTiling {
+  /** Tokens per query tile. */
+  BQ: number;
+  /** Query heads per tile: all NH/NKV heads of a GQA group when they fit, else a divisor. */
+  HG: number;
+  /** Threads per workgroup: BQ * HG rows (forward, dQ); keys per workgroup (dK/dV). */
+  ROWS: number;
+  /** Keys (forward, dQ) or (query, head) pairs (dK/dV) per tile in workgroup memory. */
+  BK: number;
+}
+
+/** Whether the tiled kernels take this head_dim: rows are vec4s. */
+export function tiledHeadDim(HD: number): boolean {
+  return HD % 4 === 0 && HD >= 4 && HD <= 256;
+}
+
+/**
+ * Tile shapes for (NH, NKV, HD) on gpu. A workgroup takes the G = NH/NKV query heads of a KV
+ * head together (each K/V tile read once for the group) unless G * MIN_TILE_QUERIES rows exceed
+ * MAX_ROWS; then the largest divisor of G that fits. BK: the largest power of two whose K and V
+ * tiles (2 * BK * HD f32) plus the per-pair scalars fit maxComputeWorkgroupStorageSize (16 KiB,
+ * the WebGPU default: BK = 8 at HD 128).
+ */
+export function attentionTiling(gpu: Gpu, NH: number, NKV: number, HD: number): AttentionTiling {
+  const G = NH / NKV;
+  let HG = 1;
+  for (let d = 1; d <= G; d++) if (G % d === 0 && d * MIN_TILE_QUERIES <= MAX_ROWS) HG = d;
+  const BQ = Math.min(MAX_TILE_QUERIES, Math.floor(MAX_ROWS / HG));
+  const budget = gpu.limits.maxComputeWorkgroupStorageSize - 64; // runEnd/runKeys/runSlot
+  let BK = MAX_BK;
+  while (BK > 1 && 2 * BK * HD * 4 + 2 * BK * 4 > budget) BK /= 2;
+  return { BQ, HG, ROWS: BQ * HG, BK };
+}
+
+/**
+ * Whether a chunk of T tokens takes the tiled kernels: tuning.attention 'tiled' forces them
+ * (except for a head_dim they do not take: then the per-(token, head) kernel), 'single' and
+ * 'split' force the others, 'auto' takes them from ATTENTION_TILED_MIN_T_CPU tokens on CPU
+ * adapters and ATTENTION_TILED_MIN_T_GPU on GPUs. The prefill op and the training ops use the
+ * same rule, so a training forward and its backward run the same arrangement.
+ */
+export function attentionVariant(gpu: Gpu, T: number, HD: number): 'tiled' | 'other' {
+  if (!tiledHeadDim(HD)) return 'other';
+  if (tuning.attention === 'tiled') return 'tiled';
+  if (tuning.attention !== 'auto') return 'other';
+  return T >= (isCpuAdapter(gpu) ? ATTENTION_TILED_MIN_T_CPU : ATTENTION_TILED_MIN_T_GPU) ? 'tiled' : 'other';
+}
+
+function defines(t: AttentionTiling, HD: number, kv?: KvPaging): Defines {
+  return kv ? { HDT: HD, BK: t.BK, KV: kv.dtype } : { HDT: HD, BK: t.BK };
+}
+
+/** Prefill over the paged cache (forward.ts attention's arguments, sizes already checked). */
+export function attentionTiledPaged(
+  gpu: Gpu,
+  out: GPUBuffer,
+  q: GPUBuffer,
+  kCache: GPUBuffer,
+  vCache: GPUBuffer,
+  pageTable: GPUBuffer,
+  slot: GPUBuffer,
+  pos: GPUBuffer,
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+  kv: KvPaging,
+  pageShift: number,
+): void {
+  const t = attentionTiling(gpu, NH, NKV, HD);
+  gpu.dispatch(
+    opKernel(gpu, 'attention', 'attention', 'attention_tiled', { ...defines(t, HD, kv), TILED: 1 }, { ROWS: t.ROWS }),
+    bindings(ATTENTION_BINDINGS.attention_tiled, { out, q, kCache, vCache, pageTable, slot, pos }),
+    queryGroups(T, NH, NKV, t),
+    [T, NH, NKV, t.BQ, t.HG, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift, HD / 4],
+  );
+}
+
+/** Workgroups of the forward and dQ kernels: query tiles times head groups. */
+function queryGroups(T: number, NH: number, NKV: number, t: AttentionTiling): number {
+  return Math.ceil(T / t.BQ) * NKV * (NH / NKV / t.HG);
+}
+
+function trainingParams(T: number, NH: number, NKV: number, HD: number, t: AttentionTiling) {
+  return [T, NH, NKV, t.BQ, t.HG, T, f32(1 / Math.sqrt(HD)), 0, 0, HD / 4];
+}
+
+/** Training forward with lse (backward.ts attentionForwardLse's arguments, sizes checked). */
+export function attentionTiledLse(
+  gpu: Gpu,
+  out: GPUBuffer,
+  lse: GPUBuffer,
+  q: GPUBuffer,
+  k: GPUBuffer,
+  v: GPUBuffer,
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+): void {
+  const t = attentionTiling(gpu, NH, NKV, HD);
+  gpu.dispatch(
+    opKernel(
+      gpu,
+      'attentionForwardLse',
+      'attention',
+      'attention_tiled_lse',
+      { ...defines(t, HD), TILED: 1 },
+      { ROWS: t.ROWS },
+    ),
+    bindings(ATTENTION_BINDINGS.attention_tiled_lse, { out, q, k, v, lse }),
+    queryGroups(T, NH, NKV, t),
+    trainingParams(T, NH, NKV, HD, t),
+  );
+}
+
+/**
+ * The FA2 backward: a dQ pass over query tiles (also writing D = rowsum(dout * out) into rowDot),
+ * then a dK/dV pass, one workgroup per tile of t.ROWS keys of a KV head walking every (query,
+ * head) pair of its GQA group that attends to them. Adds into dq, dk, dv.
+ */
+export function attentionTiledBackward(
+  gpu: Gpu,
+  dq: GPUBuffer,
+  dk: GPUBuffer,
+  dv: GPUBuffer,
+  dout: GPUBuffer,
+  out: GPUBuffer,
+  lse: GPUBuffer,
+  q: GPUBuffer,
+  k: GPUBuffer,
+  v: GPUBuffer,
+  rowDot: GPUBuffer,
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+): void {
+  const t = attentionTiling(gpu, NH, NKV, HD);
+  const params = trainingParams(T, NH, NKV, HD, t);
+  gpu.dispatch(
+    opKernel(
+      gpu,
+      'attentionBackward',
+      'attention',
+      'attention_tiled_dq',
+      { ...defines(t, HD), TILED: 1 },
+      { ROWS: t.ROWS },
+    ),
+    bindings(ATTENTION_BINDINGS.attention_tiled_dq, { dq, q, k, v, dout, lse, D: rowDot, out }),
+    queryGroups(T, NH, NKV, t),
+    params,
+  );
+  // The dK/dV workgroups own t.ROWS keys each (a multiple of 8 up to 128, as the query tiles).
+  gpu.dispatch(
+    opKernel(
+      gpu,
+      'attentionBackward.dkv',
+      'attention',
+      'attention_tiled_dkv',
+      { ...defines(t, HD), TILED: 1 },
+      {
+        ROWS: t.ROWS,
+      },
+    ),
+    bindings(ATTENTION_BINDINGS.attention_tiled_dkv, { dk, q, k, v, dout, lse, D: rowDot, dv }),
+    Math.ceil(T / t.ROWS) * NKV,
+    params,
+  );
+}

@@ -1,0 +1,112 @@
+// The decode fusions in Qwen3Model.forward (K.matmulGroup for q/k/v and gate/up, K.qkNormRopeKv for
+// q/k norms + RoPE + the KV write): logits bitwise equal to the unfused kernels
+// (K.fusions.enabled = false) over a prefill of two prompts and batched decode steps, with LoRA
+// on every projection, bf16 and q4 weights, f32 and f16 KV, the CPU-adapter GEMV ('auto' here) and
+// the GPU one (tuning.matmul 'gemv'); and 4 dispatches fewer per layer per step.
+// Run: npx vitest run test/model/fusedDecode.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createGpu, type Gpu } from '../../src/gpu/index.ts';
+import { loadQwen3 } from '../../src/model/load.ts';
+import type { Qwen3Model } from '../../src/model/qwen3.ts';
+import { nodeFolderSource } from '../../src/model/sources.node.ts';
+import { writeTinyCheckpoint } from '../../src/model/tinyModel.node.ts';
+import * as K from '../../src/ops/index.ts';
+import { attachAdapter, movedLora } from '../helpers/train.ts';
+
+const LAYERS = 2;
+let gpu: Gpu, tmp: string;
+beforeAll(async () => {
+  gpu = await createGpu();
+  tmp = await mkdtemp(join(tmpdir(), 'spyrl-fused-'));
+  // C, I multiples of 32 (q4); NKV * HD = 32 and NH * HD = 64 columns per projection.
+  await writeTinyCheckpoint(tmp, {
+    layers: LAYERS,
+    hidden: 64,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 16,
+    intermediate: 96,
+    vocab: 1024,
+    seed: 11,
+  });
+});
+afterEach(() => {
+  K.fusions.enabled = true;
+  K.tuning.matmul = 'auto';
+});
+afterAll(async () => {
+  gpu?.destroy();
+  await rm(tmp, { recursive: true, force: true });
+});
+
+/** Prefill of 2 prompts (3 tokens each) then 3 batched decode steps; logits of every step and dispatches per decode step. */
+async function decode(model: Qwen3Model): Promise<{ logits: number[][]; dispatches: number[] }> {
+  const V = model.cfg.vocabSize;
+  const cache = model.createCache(2, 32);
+  const prompt = [
+    [5, 17, 300],
+    [900, 2, 41],
+  ];
+  const logits: number[][] = [];
+  const dispatches: number[] = [];
+  const pre = model.forward(
+    {
+      ids: prompt.flat(),
+      slots: [0, 0, 0, 1, 1, 1],
+      positions: [0, 1, 2, 0, 1, 2],
+      logitRows: [2, 5],
+    },
+    cache,
+  );
+  logits.push(Array.from(await gpu.readF32(pre, 2 * V)));
+  gpu.releaseBuffer(pre);
+  for (let step = 0; step < 3; step++) {
+    const d0 = gpu.dispatchCount;
+    const out = model.forward(
+      {
+        ids: [(step * 131 + 7) % V, (step * 37 + 500) % V],
+        slots: [0, 1],
+        positions: [3 + step, 3 + step],
+        logitRows: [0, 1],
+      },
+      cache,
+    );
+    dispatches.push(gpu.dispatchCount - d0);
+    logits.push(Array.from(await gpu.readF32(out, 2 * V)));
+    gpu.releaseBuffer(out);
+  }
+  cache.destroy();
+  return { logits, dispatches };
+}
+
+describe.each([
+  ['bf16', 'f32', 'auto'],
+  ['q4', 'f16', 'auto'],
+  ['bf16', 'f16', 'gemv'],
+  ['q4', 'f32', 'gemv'],
+] as const)('weights %s, KV %s, tuning.matmul %s', (weights, kv, matmul) => {
+  it('fused logits are bitwise the unfused ones, with LoRA on every projection; 4 dispatches fewer per layer', async () => {
+    const { model } = await loadQwen3(gpu, nodeFolderSource(tmp), { weights, kv });
+    const { lora, weights: loraWeights } = movedLora(model, 4, 3);
+    const adapter = attachAdapter(model, lora, loraWeights);
+    K.tuning.matmul = matmul;
+    const fused = await decode(model);
+    expect(K.kernelVariant(gpu, 'matmulGroup')?.label).toContain(
+      matmul === 'gemv' ? 'matmul.matmul_gemv_group' : 'gemv.gemv_rows_group',
+    );
+    expect(K.kernelVariant(gpu, 'qkNormRopeKv')?.label).toContain(`rope.qk_norm_rope[KV=${kv}`);
+    K.fusions.enabled = false;
+    const unfused = await decode(model);
+    for (let s = 0; s < fused.logits.length; s++) {
+      expect(fused.logits[s].every(Number.isFinite)).toBe(true);
+      expect(fused.logits[s], `step ${s}`).toEqual(unfused.logits[s]);
+    }
+    // Per layer: q/k/v 3 -> 1, gate/up 2 -> 1, kv_write folded into qk_norm_rope.
+    for (let s = 0; s < fused.dispatches.length; s++)
+      expect(unfused.dispatches[s] - fused.dispatches[s]).toBe(4 * LAYERS);
+    adapter.destroy();
+  });
+});

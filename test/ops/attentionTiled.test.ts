@@ -1,0 +1,323 @@
+// The query-tiled (FlashAttention-2 style) attention kernels of shaders/attention.wgsl (define TILED),
+// forced with tuning.attention = 'tiled' and checked to have run (kernelVariant), against
+// test/helpers/reference.ts (f64) at odd shapes:
+// - prefill over the paged cache: T not a multiple of the query tile, several slots in one chunk
+//   (runs of a slot, a lone token, non-contiguous positions), pages in shuffled order, f32 and
+//   f16 KV, GQA ratios 1, 2, 4 and 16 (32 heads over one KV head: two head groups per KV head);
+// - training forward with lse and the backward (dq, dk, dv) against the reference gradient, and
+//   a finite-difference check of the GPU backward against the GPU forward itself (directional
+//   derivatives along random directions in q, k and v).
+// Run: npx vitest run test/ops/attentionTiled.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createGpu, type Gpu } from '../../src/gpu/index.ts';
+import { f16BitsToF32, f32ToF16Bits } from '../../src/model/q4.ts';
+import * as K from '../../src/ops/index.ts';
+import { ATTENTION_TILED_MIN_T_CPU, ATTENTION_TILED_MIN_T_GPU, attentionTiling } from '../../src/ops/attentionTiled.ts';
+import { gpuHarness } from '../helpers/gpuHarness.ts';
+import * as ref from '../helpers/reference.ts';
+
+let gpu: Gpu;
+const h = gpuHarness(() => gpu);
+const { f32Buf, u32Buf, outBuf, expectClose } = h;
+
+beforeAll(async () => {
+  gpu = await createGpu();
+  K.tuning.attention = 'tiled';
+});
+
+afterAll(() => {
+  K.tuning.attention = 'auto';
+  h.report('tiled attention errors');
+  gpu?.destroy();
+});
+
+const REL = 1e-5;
+const ABS = 1e-6;
+const ATT_REL = 2e-5; // as test/ops/backward.test.ts: dk, dv sum over every later query and head
+
+const label = (op: string) => K.kernelVariant(gpu, op)!.label;
+
+describe('tile geometry', () => {
+  const fake = (bytes: number) => ({ limits: { maxComputeWorkgroupStorageSize: bytes } }) as unknown as Gpu;
+  it('takes the whole GQA group where it fits, K/V tiles within the workgroup memory', () => {
+    // Qwen3-4B: 32 heads over 8 KV heads, HD 128, the WebGPU default 16 KiB.
+    expect(attentionTiling(fake(16384), 32, 8, 128)).toEqual({ BQ: 32, HG: 4, ROWS: 128, BK: 8 });
+    expect(attentionTiling(fake(32768), 32, 8, 128)).toEqual({ BQ: 32, HG: 4, ROWS: 128, BK: 16 });
+    expect(attentionTiling(fake(16384), 8, 8, 64)).toEqual({ BQ: 64, HG: 1, ROWS: 64, BK: 16 });
+    // 32 query heads per KV head: 16 of them per tile (8 tokens), two tiles of heads.
+    expect(attentionTiling(fake(16384), 32, 1, 16)).toEqual({ BQ: 8, HG: 16, ROWS: 128, BK: 64 });
+    for (const [NH, NKV, HD] of [
+      [32, 8, 128],
+      [16, 2, 256],
+      [4, 4, 8],
+    ]) {
+      const t = attentionTiling(fake(16384), NH, NKV, HD);
+      expect(2 * t.BK * HD * 4 + 2 * t.BK * 4 + 64).toBeLessThanOrEqual(16384);
+    }
+  });
+});
+
+// ---- prefill over the paged cache ----------------------------------------------------------------
+
+/** The value the cache holds for x: f32 as is, f16 rounded to nearest even. */
+const stored = (x: number, dtype: 'f32' | 'f16') => (dtype === 'f32' ? x : f16BitsToF32(f32ToF16Bits(x)));
+
+interface PagedCase {
+  NH: number;
+  NKV: number;
+  HD: number;
+  dtype: 'f32' | 'f16';
+  pageSize: number;
+  S: number;
+  maxT: number;
+  /** The chunk: (slot, pos) of each token. */
+  tokens: [number, number][];
+}
+
+async function pagedCase(c: PagedCase, seed: number, entry = 'attention.attention_tiled[') {
+  const { NH, NKV, HD, dtype, pageSize: P, S, maxT, tokens } = c;
+  const name = `NH=${NH} NKV=${NKV} HD=${HD} ${dtype} T=${tokens.length}`;
+  const rand = ref.rng(seed);
+  const row = NKV * HD;
+  const pagesPerSlot = Math.ceil(maxT / P);
+  const pages = S * pagesPerSlot;
+  // Logical cache (S, maxT, NKV, HD) as the reference reads it, values as stored.
+  const kC = ref.randn(S * maxT * row, rand).map((x) => stored(x, dtype));
+  const vC = ref.randn(S * maxT * row, rand).map((x) => stored(x, dtype));
+  // Pages in shuffled order: logical page i of slot s lives at physical page perm[s * pagesPerSlot + i].
+  const perm = Array.from({ length: pages }, (_, i) => i);
+  for (let i = pages - 1; i > 0; i--) {
+    const j = Math.floor(rand() * (i + 1));
+    [perm[i], perm[j]] = [perm[j]!, perm[i]!];
+  }
+  const poolK = new Float32Array(pages * P * row);
+  const poolV = new Float32Array(pages * P * row);
+  for (let s = 0; s < S; s++)
+    for (let t = 0; t < maxT; t++) {
+      const dst = (perm[s * pagesPerSlot + Math.floor(t / P)]! * P + (t % P)) * row;
+      poolK.set(kC.subarray((s * maxT + t) * row, (s * maxT + t + 1) * row), dst);
+      poolV.set(vC.subarray((s * maxT + t) * row, (s * maxT + t + 1) * row), dst);
+    }
+  const upload = (pool: Float32Array, what: string) =>
+    dtype === 'f32'
+      ? f32Buf(pool, what)
+      : h.upload(new Uint32Array(Uint16Array.from(pool, (x) => f32ToF16Bits(x)).buffer), what);
+  const kv: K.KvPaging = { dtype, pageSize: P, pages, pagesPerSlot, maxT };
+  const T = tokens.length;
+  const slot = Uint32Array.from(tokens, ([s]) => s);
+  const pos = Uint32Array.from(tokens, ([, p]) => p);
+  const q = ref.randn(T * NH * HD, rand);
+  const out = outBuf(T * NH * HD);
+  K.attention(
+    gpu,
+    out,
+    f32Buf(q),
+    upload(poolK, 'kCache'),
+    upload(poolV, 'vCache'),
+    u32Buf(perm, 'pageTable'),
+    u32Buf(slot),
+    u32Buf(pos),
+    T,
+    NH,
+    NKV,
+    HD,
+    kv,
+  );
+  expect(label('attention')).toContain(entry);
+  const want = new Float32Array(T * NH * HD);
+  ref.attention(want, q, kC, vC, slot, pos, T, NH, NKV, HD, maxT);
+  expectClose(`paged ${name}`, await gpu.readF32(out, T * NH * HD), want, REL, ABS);
+}
+
+/** Tokens pos first..last of slot s. */
+const run = (s: number, first: number, last: number): [number, number][] =>
+  Array.from({ length: last - first + 1 }, (_, i) => [s, first + i]);
+
+describe('attention (prefill, paged cache)', () => {
+  // A chunk like GpuPolicy's: one slot's prompt from 0, another's tail after a shared prefix, a
+  // lone token, and a slot whose run is split by another slot's token.
+  const mixed: [number, number][] = [
+    ...run(1, 0, 40),
+    ...run(2, 16, 37),
+    [0, 9],
+    ...run(3, 5, 9),
+    [1, 50],
+    ...run(3, 10, 12),
+  ];
+  it.each([
+    [4, 4, 16, 'f32'],
+    [4, 2, 16, 'f16'],
+    [8, 2, 8, 'f32'],
+    [8, 2, 128, 'f16'],
+    [32, 1, 16, 'f32'],
+  ] as const)('mixed chunk NH=%i NKV=%i HD=%i %s', (NH, NKV, HD, dtype) =>
+    pagedCase({ NH, NKV, HD, dtype, pageSize: 4, S: 4, maxT: 56, tokens: mixed }, 10 + NH + HD),
+  );
+
+  it('one prompt of 150 tokens (tiles of 32 and 64 queries, keys past one page size), f16', () =>
+    pagedCase({ NH: 4, NKV: 1, HD: 16, dtype: 'f16', pageSize: 16, S: 2, maxT: 160, tokens: run(1, 0, 149) }, 3));
+
+  it('positions past maxT attend to the maxT keys the cache holds', () =>
+    pagedCase({ NH: 2, NKV: 2, HD: 8, dtype: 'f32', pageSize: 2, S: 1, maxT: 6, tokens: run(0, 3, 5) }, 4));
+
+  it('HD not a multiple of 4 falls back to attention_forward', async () => {
+    const kv: K.KvPaging = { dtype: 'f32', pageSize: 1, pages: 4, pagesPerSlot: 4, maxT: 4 };
+    const [NH, NKV, HD, T] = [2, 1, 6, 4];
+    const q = ref.randn(T * NH * HD, ref.rng(5));
+    const kC = ref.randn(4 * NKV * HD, ref.rng(6));
+    const vC = ref.randn(4 * NKV * HD, ref.rng(7));
+    const out = outBuf(T * NH * HD);
+    const slot = new Uint32Array(T);
+    const pos = Uint32Array.from([0, 1, 2, 3]);
+    K.attention(
+      gpu,
+      out,
+      f32Buf(q),
+      f32Buf(kC),
+      f32Buf(vC),
+      u32Buf([0, 1, 2, 3]),
+      u32Buf(slot),
+      u32Buf(pos),
+      T,
+      NH,
+      NKV,
+      HD,
+      kv,
+    );
+    expect(label('attention')).toContain('attention.attention_forward');
+    const want = new Float32Array(T * NH * HD);
+    ref.attention(want, q, kC, vC, slot, pos, T, NH, NKV, HD, 4);
+    expectClose('paged fallback HD=6', await gpu.readF32(out, T * NH * HD), want, REL, ABS);
+  });
+});
+
+describe("'auto'", () => {
+  // Decode batches (a token per slot, T <= GEMV_MAX_T) keep attention_forward; longer chunks take
+  // the tiled kernel from the adapter's cutoff (CPU adapters: past the decode cutoff).
+  it.each([
+    [4, 'decode batch'],
+    [ATTENTION_TILED_MIN_T_CPU, 'prefill'],
+  ])('T=%i (%s)', async (T) => {
+    K.tuning.attention = 'auto';
+    try {
+      const cutoff = K.isCpuAdapter(gpu) ? ATTENTION_TILED_MIN_T_CPU : ATTENTION_TILED_MIN_T_GPU;
+      const entry = T >= cutoff ? 'attention.attention_tiled[' : 'attention.attention_forward[';
+      const tokens =
+        T < ATTENTION_TILED_MIN_T_CPU
+          ? run(0, 0, T - 1).map(([, p], i): [number, number] => [i, 10 + p])
+          : run(1, 0, T - 1);
+      await pagedCase({ NH: 4, NKV: 2, HD: 16, dtype: 'f32', pageSize: 4, S: 4, maxT: 24, tokens }, 20 + T, entry);
+    } finally {
+      K.tuning.attention = 'tiled';
+    }
+  });
+});
+
+// ---- training: forward with lse, backward ------------------------------------------------------
+
+const f64 = (x: Float32Array) => Float64Array.from(x);
+
+describe('attentionForwardLse + attentionBackward (tiled)', () => {
+  // (T, NH, NKV, HD): one token, T past one query tile (33 with 32-query tiles, 130 with 64),
+  // past one key tile and one dK/dV tile, GQA 1, 2, 4, 16 and 32 (two head groups), HD 4..128.
+  it.each([
+    [1, 4, 2, 16],
+    [33, 4, 1, 16],
+    [37, 2, 2, 16],
+    [70, 8, 2, 128],
+    [130, 4, 4, 8],
+    [20, 16, 1, 4],
+    [19, 32, 1, 8],
+  ])('T=%i NH=%i NKV=%i HD=%i', async (T, NH, NKV, HD) => {
+    const name = `T=${T} NH=${NH} NKV=${NKV} HD=${HD}`;
+    const rand = ref.rng(700 + T + HD);
+    const q = ref.randn(T * NH * HD, rand);
+    const k = ref.randn(T * NKV * HD, rand);
+    const v = ref.randn(T * NKV * HD, rand);
+    const dout = ref.randn(T * NH * HD, rand);
+    const init = { dq: ref.randn(q.length, rand), dk: ref.randn(k.length, rand), dv: ref.randn(v.length, rand) };
+    const [qb, kb, vb, doutb] = [f32Buf(q, 'q'), f32Buf(k, 'k'), f32Buf(v, 'v'), f32Buf(dout, 'dout')];
+    const out = gpu.createBuffer(q.length * 4, 'out');
+    const lse = gpu.createBuffer(T * NH * 4, 'lse');
+    K.attentionForwardLse(gpu, out, lse, qb, kb, vb, T, NH, NKV, HD);
+    expect(label('attentionForwardLse')).toContain('attention_tiled_lse');
+    const wantOut = new Float64Array(q.length);
+    const wantLse = new Float64Array(T * NH);
+    ref.attentionForwardLse(wantOut, wantLse, q, k, v, T, NH, NKV, HD);
+    expectClose(`lse out ${name}`, await gpu.readF32(out, q.length), wantOut, REL, ABS);
+    expectClose(`lse lse ${name}`, await gpu.readF32(lse, T * NH), wantLse, REL, ABS);
+
+    const grads = { dq: f32Buf(init.dq, 'dq'), dk: f32Buf(init.dk, 'dk'), dv: f32Buf(init.dv, 'dv') };
+    K.attentionBackward(gpu, grads.dq, grads.dk, grads.dv, doutb, out, lse, qb, kb, vb, T, NH, NKV, HD);
+    expect(label('attentionBackward')).toContain('attention_tiled_dq');
+    expect(label('attentionBackward.dkv')).toContain('attention_tiled_dkv');
+    const want = { dq: f64(init.dq), dk: f64(init.dk), dv: f64(init.dv) };
+    ref.attentionBackward(want.dq, want.dk, want.dv, dout, wantOut, wantLse, q, k, v, T, NH, NKV, HD);
+    for (const key of ['dq', 'dk', 'dv'] as const) {
+      const got = await gpu.readF32(grads[key]);
+      expectClose(`backward ${key} ${name}`, got.subarray(0, want[key].length), want[key], ATT_REL, ABS);
+    }
+    for (const b of [qb, kb, vb, doutb, out, lse, grads.dq, grads.dk, grads.dv]) gpu.releaseBuffer(b);
+  });
+
+  // The GPU backward against central differences of the GPU forward: loss = sum(out * g); for a
+  // random direction u in one input x, (loss(x + eps u) - loss(x - eps u)) / 2 eps must equal
+  // grad_x . u. f32 forward: eps 1e-2, tolerance 1e-3 relative (measured error ~1e-5).
+  it.each([
+    [13, 4, 2, 8],
+    [40, 4, 1, 16],
+  ])('finite differences T=%i NH=%i NKV=%i HD=%i', async (T, NH, NKV, HD) => {
+    const rand = ref.rng(900 + T);
+    const x = { q: ref.randn(T * NH * HD, rand), k: ref.randn(T * NKV * HD, rand), v: ref.randn(T * NKV * HD, rand) };
+    const g = ref.randn(T * NH * HD, rand);
+    const bufs = { q: f32Buf(x.q, 'q'), k: f32Buf(x.k, 'k'), v: f32Buf(x.v, 'v') };
+    const out = gpu.createBuffer(T * NH * HD * 4, 'out');
+    const lse = gpu.createBuffer(T * NH * 4, 'lse');
+    const loss = async () => {
+      K.attentionForwardLse(gpu, out, lse, bufs.q, bufs.k, bufs.v, T, NH, NKV, HD);
+      const o = await gpu.readF32(out, T * NH * HD);
+      let s = 0;
+      for (let i = 0; i < o.length; i++) s += o[i]! * g[i]!;
+      return s;
+    };
+    await loss(); // out and lse at x, saved for the backward
+    const grads = { q: outBuf(x.q.length), k: outBuf(x.k.length), v: outBuf(x.v.length) };
+    for (const b of Object.values(grads)) gpu.clear(b);
+    K.attentionBackward(
+      gpu,
+      grads.q,
+      grads.k,
+      grads.v,
+      f32Buf(g, 'g'),
+      out,
+      lse,
+      bufs.q,
+      bufs.k,
+      bufs.v,
+      T,
+      NH,
+      NKV,
+      HD,
+    );
+    expect(label('attentionBackward.dkv')).toContain('attention_tiled_dkv');
+    const eps = 1e-2;
+    for (const key of ['q', 'k', 'v'] as const) {
+      const grad = await gpu.readF32(grads[key], x[key].length);
+      for (let dir = 0; dir < 2; dir++) {
+        const u = ref.randn(x[key].length, rand);
+        let analytic = 0;
+        for (let i = 0; i < u.length; i++) analytic += grad[i]! * u[i]!;
+        const at = async (sign: number) => {
+          gpu.write(
+            bufs[key],
+            x[key].map((xi, i) => xi + sign * eps * u[i]!),
+          );
+          return loss();
+        };
+        const numeric = ((await at(1)) - (await at(-1))) / (2 * eps);
+        gpu.write(bufs[key], x[key]);
+        expectClose(`fd d${key} T=${T} NH=${NH} NKV=${NKV} dir ${dir}`, [analytic], [numeric], 1e-3, 1e-3);
+      }
+    }
+  });
+});
