@@ -162,15 +162,9 @@ fn gemv_rows_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
 #if WEIGHTS == bf16
 // Row k, columns 8 j .. 8 j + 7: lo the even columns, hi the odd ones (as part() splits a block).
 fn colPart(k: u32, j: u32) -> Pair { return part(w[k * (p.N >> 3u) + j], 1.0, 0u); }
-fn colStore(o: u32, c: Pair) {
-  store(o, c.lo.x);
-  store(o + 1u, c.hi.x);
-  store(o + 2u, c.lo.y);
-  store(o + 3u, c.hi.y);
-  store(o + 4u, c.lo.z);
-  store(o + 5u, c.hi.z);
-  store(o + 6u, c.lo.w);
-  store(o + 7u, c.hi.w);
+// Back in column order: lo columns 8 j .. 8 j + 3, hi 8 j + 4 .. 8 j + 7.
+fn colOrder(c: Pair) -> Pair {
+  return Pair(vec4f(c.lo.x, c.hi.x, c.lo.y, c.hi.y), vec4f(c.lo.z, c.hi.z, c.lo.w, c.hi.w));
 }
 #else
 #if WEIGHTS == q4
@@ -185,8 +179,10 @@ fn colPart(k: u32, j: u32) -> Pair {
   return Pair(bitcast<vec4f>(w[i]), bitcast<vec4f>(w[i + 1u]));
 }
 #endif
-// lo columns 8 j .. 8 j + 3, hi 8 j + 4 .. 8 j + 7.
-fn colStore(o: u32, c: Pair) {
+fn colOrder(c: Pair) -> Pair { return c; } // already lo columns 8 j .. 8 j + 3, hi 8 j + 4 .. 8 j + 7
+#endif
+fn colStore(o: u32, acc: Pair) {
+  let c = colOrder(acc);
   store(o, c.lo.x);
   store(o + 1u, c.lo.y);
   store(o + 2u, c.lo.z);
@@ -196,7 +192,6 @@ fn colStore(o: u32, c: Pair) {
   store(o + 6u, c.hi.z);
   store(o + 7u, c.hi.w);
 }
-#endif
 
 @compute @workgroup_size(64)
 fn gemv_cols(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,

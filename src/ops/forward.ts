@@ -25,6 +25,7 @@ import {
   type Weight,
   type WeightFormat,
 } from './common.ts';
+import { colsShapeFits, colsSplit, tmaxFor } from './colsSplit.ts';
 import { attentionTiledPaged, attentionVariant } from './attentionTiled.ts';
 
 /** out (T, C) f32 = table[ids] ; ids (T) u32 (< V) ; table (V, C) bf16 or q4 */
@@ -87,8 +88,6 @@ export function rmsNorm(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R:
 const TILE_M = 64,
   TILE_N = 128;
 
-const tmaxFor = (M: number) => (M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8);
-
 /** GEMV lanes per output column: ~4+ weight words per lane, 64 lanes from R >= 512; tiny R gets more columns per workgroup. */
 const gemvLanes = (R: number) => Math.min(64, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, R / 8)))));
 
@@ -145,15 +144,10 @@ function gemvRows(
  * as vec4s (K % 4 == 0), both buffers bound as whole vec4 arrays.
  */
 function colsGemvFits(a: GPUBuffer, w: GPUBuffer, WEIGHTS: WeightFormat, M: number, N: number, K: number): boolean {
-  if (N % 8 !== 0 || K % 4 !== 0) return false;
+  if (!colsShapeFits(N, K)) return false;
   const wBytes = WEIGHTS === 'q4' ? q4Words(K, N) * 4 : WEIGHTS === 'bf16' ? N * K * 2 : N * K * 4;
   return wholeVec4Bytes(w) >= Math.ceil(wBytes / 16) * 16 && wholeVec4Bytes(a) >= M * K * 4;
 }
-
-/** Workgroups below which gemv_cols splits the rows of w (2 cores or 200 GPU cores alike stay busy). */
-const COLS_MIN_WORKGROUPS = 16;
-/** Fewest rows of w per split: below that the partial sums cost more than the parallelism gains. */
-const COLS_MIN_CHUNK = 256;
 
 /**
  * out (M, N) (+)= scale * a (M, K) . w (K, N) through gemv_cols (the input gradient dx = dy . W on
@@ -173,13 +167,8 @@ function gemvCols(
   accumulate: boolean,
   scale: number,
 ): void {
-  const TMAX = tmaxFor(M);
-  const zRows = Math.ceil(M / TMAX);
-  const groups = Math.ceil(N / 8 / 64);
+  const { TMAX, zRows, groups, kChunk, splits } = colsSplit(M, N, K);
   const maxDim = gpu.limits.maxComputeWorkgroupsPerDimension;
-  const want = Math.ceil(COLS_MIN_WORKGROUPS / (groups * zRows));
-  const kChunk = Math.ceil(K / Math.max(1, Math.min(want, Math.floor(K / COLS_MIN_CHUNK))) / 4) * 4;
-  const splits = Math.ceil(K / kChunk);
   const [x0, y0] = splitGrid(groups, maxDim);
   const kernel = opKernel(gpu, op, 'gemv', 'gemv_cols', { WEIGHTS, TMAX, COLS: 1 });
   if (splits === 1) {

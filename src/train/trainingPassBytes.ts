@@ -4,6 +4,7 @@
 // test/train/trainingMemory.test.ts checks its peaks against the live bytes of real passes.
 import type { Qwen3Config } from '../model/config.ts';
 import type { LoraTarget } from '../model/peft.ts';
+import { colsScratchBytes } from '../ops/colsSplit.ts';
 
 /** Storage of the (L+1) layer-input checkpoints: f32, or f16 / bf16 packed two per u32. */
 export type CheckpointDtype = 'f32' | 'f16' | 'bf16';
@@ -147,6 +148,31 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     f32('dUp', '(Tc, I)', Tc * I, 'layer'),
     f32('attentionBackward.D', '(T, NH)', T * NH, 'layer'), // inside K.attentionBackward
   ];
+  // gemv_cols' scratch of split partial outputs (CPU adapters, src/ops/colsSplit.ts), transient inside
+  // each input-gradient product dx = dy . W: the largest of a layer's, and of the LM head's chunks.
+  const rowCounts = (n: number, chunk: number) => [...new Set([Math.min(n, chunk), n % chunk || chunk])];
+  const projShapes: [LoraTarget, number, number][] = [
+    ['q_proj', NH * HD, C],
+    ['k_proj', NKV * HD, C],
+    ['v_proj', NKV * HD, C],
+    ['o_proj', C, NH * HD],
+    ['gate_proj', I, C],
+    ['up_proj', I, C],
+    ['down_proj', C, I],
+  ];
+  let layerPartials = 0;
+  for (const [t, N, Kin] of projShapes)
+    for (const rows of isMlpTarget(t) ? rowCounts(T, Tc) : [T]) {
+      layerPartials = Math.max(layerPartials, colsScratchBytes(rows, Kin, N));
+      if (s.lora?.targetModules.includes(t)) {
+        const r = s.lora.r; // du = dy . B, then dx += du . A
+        layerPartials = Math.max(layerPartials, colsScratchBytes(rows, r, N), colsScratchBytes(rows, Kin, r));
+      }
+    }
+  const headPartials = Math.max(...rowCounts(M, Hr).map((R) => colsScratchBytes(R, C, V)));
+  const partials = (n: number, shape: string, cls: BufferClass): PassBuffer[] =>
+    n > 0 ? [{ name: 'gemvCols.splitPartials', shape, bytes: pooled(n), cls }] : [];
+  layerGrads.push(...partials(layerPartials, '(splits, rows, K) f32, the largest of the layer', 'layer'));
   const dx = f32('dx', '(T, C)', T * C, 'head');
   const headRowsBufs = [
     f32('xRows', '(Hr, C)', Hr * C, 'head'),
@@ -185,6 +211,7 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
           f32('tgtChunk', '(Hr) u32', Hr, 'head'),
           f32('lseChunk', '(Hr)', Hr, 'head'),
           f32('dlogpChunk', '(Hr)', Hr, 'head'),
+          ...partials(headPartials, '(splits, Hr, C) f32', 'head'),
         ],
     backwardLayers: !backward ? [] : [...scratch, { ...dx, cls: 'layer' }, ...layer, ...layerGrads],
   };
@@ -201,9 +228,13 @@ const sum = (bufs: readonly PassBuffer[], cls?: BufferClass) =>
  *   pass          = w (T + 2 max(1, M))
  *   scratch       = T C w when the checkpoints are f16/bf16, else 0
  *   layerForward  = w [T (3C + 3 NH HD + 3 NKV HD + NH) + 3 Tc I + 2 [c] Tc C + r (nA T + nM Tc)]
- *   layerBackward = layerForward + w [T (2C + 2 NH HD + 2 NKV HD + NH + r) + 3 Tc I]
+ *   layerBackward = layerForward + w [T (2C + 2 NH HD + 2 NKV HD + NH + r) + 3 Tc I] + Pl
  *   headForward   = w [M + Hr (2C + V + 3)]        (restricted: w [M nc + Hr (2C + V)])
- *   headBackward  = w [T C + M + Hr (4C + 2V + 3)]
+ *   headBackward  = w [T C + M + Hr (4C + 2V + 3)] + Ph
+ * where Pl and Ph are gemv_cols' split scratch (colsScratchBytes, src/ops/colsSplit.ts; CPU adapters):
+ * Pl the largest over a layer's input-gradient products dx = dy . W (each projection at T rows, or
+ * the MLP's Tc and T mod Tc rows; with LoRA also du = dy . B and dx += du . A), Ph the LM head's
+ * (Hr and M mod Hr rows, C outputs, V rows of W); 0 where nothing splits.
  *   peakForward   = checkpoints + pass + scratch + max(w T, layerForward, headForward)
  *   peakBackward  = checkpoints + pass + scratch + max(headBackward, layerBackward)
  */

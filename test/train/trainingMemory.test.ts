@@ -22,6 +22,7 @@ import type { Qwen3Config } from '../../src/model/config.ts';
 import { f16BitsToF32, f32ToF16Bits } from '../../src/model/q4.ts';
 import { bf16BytesToF32, openSafetensorsModel } from '../../src/model/safetensors.ts';
 import { memorySource } from '../../src/model/sources.ts';
+import { colsScratchBytes } from '../../src/ops/colsSplit.ts';
 import {
   TrainingPass,
   trainingPassBytes,
@@ -365,9 +366,32 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
       const ck = dtype === 'f32' ? T * C * w : Math.ceil((T * C) / 2) * w;
       const layerForward =
         w * (T * (3 * C + 3 * NH * HD + 3 * NKV * HD + NH) + 3 * Tc * I + 2 * c * Tc * C + r * (nA * T + nM * Tc));
-      const layerBackward = layerForward + w * (T * (2 * C + 2 * NH * HD + 2 * NKV * HD + NH + r) + 3 * Tc * I);
+      // gemv_cols' split scratch (Pl, Ph of the doc comment)
+      const rowCounts = (n: number, k: number) => [Math.min(n, k), n % k || k];
+      const proj: [string, number, number][] = [
+        ['q_proj', NH * HD, C],
+        ['k_proj', NKV * HD, C],
+        ['v_proj', NKV * HD, C],
+        ['o_proj', C, NH * HD],
+        ['gate_proj', I, C],
+        ['up_proj', I, C],
+        ['down_proj', C, I],
+      ];
+      const Pl = Math.max(
+        0,
+        ...proj.flatMap(([t, N, Kin]) =>
+          (['gate_proj', 'up_proj', 'down_proj'].includes(t) ? rowCounts(T, Tc) : [T]).flatMap((rows) => [
+            colsScratchBytes(rows, Kin, N),
+            ...((targets as readonly string[]).includes(t)
+              ? [colsScratchBytes(rows, r, N), colsScratchBytes(rows, Kin, r)]
+              : []),
+          ]),
+        ),
+      );
+      const Ph = Math.max(...rowCounts(M, Hr).map((R) => colsScratchBytes(R, C, V)));
+      const layerBackward = layerForward + w * (T * (2 * C + 2 * NH * HD + 2 * NKV * HD + NH + r) + 3 * Tc * I) + Pl;
       const headForward = nc ? w * (M * nc + Hr * (2 * C + V)) : w * (M + Hr * (2 * C + V + 3));
-      const headBackward = w * (T * C + M + Hr * (4 * C + 2 * V + 3));
+      const headBackward = w * (T * C + M + Hr * (4 * C + 2 * V + 3)) + Ph;
       const base = (L + 1) * ck + w * (T + 2 * M) + (dtype === 'f32' ? 0 : T * C * w);
       const got = trainingPassBytes(cfg, {
         seqLen: T,

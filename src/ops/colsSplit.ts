@@ -1,0 +1,43 @@
+// How shaders/gemv.wgsl gemv_cols lays out out (M, N) = a (M, K) . w (K, N): rows of a per thread,
+// workgroups, and the split of the K rows of w when too few workgroups would run. Pure arithmetic
+// (no GPU import), shared by the op (src/ops/forward.ts) and the training pass's memory formula
+// (src/train/trainingPassBytes.ts), which counts the splits' scratch of partial outputs.
+
+/** Rows of x (or a) per thread of the CPU-adapter GEMV kernels: 1, 2, 4 or 8. */
+export const tmaxFor = (M: number) => (M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8);
+
+/** Workgroups below which gemv_cols splits the rows of w (2 cores or 200 GPU cores alike stay busy). */
+export const COLS_MIN_WORKGROUPS = 16;
+/** Fewest rows of w per split: below that the partial sums cost more than the parallelism gains. */
+export const COLS_MIN_CHUNK = 256;
+
+export interface ColsSplit {
+  TMAX: number;
+  zRows: number; // groups of TMAX rows of a
+  groups: number; // workgroups of 64 threads x 8 columns
+  kChunk: number; // rows of w per split, a multiple of 4
+  splits: number;
+}
+
+export function colsSplit(M: number, N: number, K: number): ColsSplit {
+  const TMAX = tmaxFor(M);
+  const zRows = Math.ceil(M / TMAX);
+  const groups = Math.ceil(N / 8 / 64);
+  const want = Math.ceil(COLS_MIN_WORKGROUPS / (groups * zRows));
+  const kChunk = Math.ceil(K / Math.max(1, Math.min(want, Math.floor(K / COLS_MIN_CHUNK))) / 4) * 4;
+  return { TMAX, zRows, groups, kChunk, splits: Math.ceil(K / kChunk) };
+}
+
+/** Whether gemv_cols can take the shape: 8 output columns per thread, a read as vec4s. */
+export const colsShapeFits = (N: number, K: number) => N % 8 === 0 && K % 4 === 0;
+
+/**
+ * Bytes of gemv_cols' pooled scratch of partial outputs, (splits, M, N) f32, when it splits (0
+ * otherwise, and for shapes it does not take). Only CPU adapters run gemv_cols: for a GPU this
+ * is an upper bound.
+ */
+export function colsScratchBytes(M: number, N: number, K: number): number {
+  if (M === 0 || N === 0 || !colsShapeFits(N, K)) return 0;
+  const { splits } = colsSplit(M, N, K);
+  return splits > 1 ? splits * M * N * 4 : 0;
+}
