@@ -208,6 +208,11 @@ export interface OpBenchOptions {
    * a paged prefill record per variant. Absent: one record per op with the 'auto' choice.
    */
   attentionVariants?: { variants: ('single' | 'tiled')[]; rounds: number };
+  /**
+   * Decode GEMV side by side: each gemv record once per matmul variant (tuning.matmul forced),
+   * named `gemv ... [variant]`, alternated `rounds` times. Absent: the 'auto' choice.
+   */
+  gemvVariants?: { variants: ('blocks' | 'lanes' | 'gemv')[]; rounds: number };
 }
 
 export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord[]> {
@@ -237,17 +242,29 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
       const maxB = Math.max(...s.gemvB);
       const x = bufs.f32(maxB * Kd, 'gemv.x'),
         out = bufs.f32(maxB * N, 'gemv.out');
-      for (const format of ['bf16', 'q4'] as const) {
-        const w = format === 'q4' ? bufs.q4(N, Kd, 'gemv.w') : bufs.bf16(N, Kd, 'gemv.w');
-        for (const B of s.gemvB) {
-          await run(
-            `gemv ${format} B=${B}`,
-            `N=${N} K=${Kd}`,
-            matmulCost(B, N, Kd, format),
-            () => K.matmul(gpu, out, x, w, B, N, Kd),
-            B,
-          );
+      const variants = o.gemvVariants?.variants ?? [undefined];
+      const before = K.tuning.matmul;
+      try {
+        for (const format of ['bf16', 'q4'] as const) {
+          const w = format === 'q4' ? bufs.q4(N, Kd, 'gemv.w') : bufs.bf16(N, Kd, 'gemv.w');
+          for (const B of s.gemvB) {
+            for (let round = 0; round < (o.gemvVariants?.rounds ?? 1); round++) {
+              for (const variant of variants) {
+                if (variant) K.tuning.matmul = variant;
+                await run(
+                  `gemv ${format} B=${B}${variant ? ` [${variant}]` : ''}`,
+                  `N=${N} K=${Kd}`,
+                  matmulCost(B, N, Kd, format),
+                  () => K.matmul(gpu, out, x, w, B, N, Kd),
+                  B,
+                  () => kernelNote(gpu, 'matmul'),
+                );
+              }
+            }
+          }
         }
+      } finally {
+        K.tuning.matmul = before;
       }
     }
     if (o.ops.includes('gemm')) {

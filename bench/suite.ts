@@ -144,9 +144,20 @@ export async function runSuite(
     log(
       `## ops at ${o.mode === 'full' ? 'Qwen3-4B shapes' : 'cut shapes (Qwen3-4B C, heads, head_dim; fewer rows and tokens)'}`,
     );
+    // On a GPU the decode GEMV runs side by side: gemv_lanes (16-byte loads, x staged in workgroup
+    // memory; the 'auto' choice) and the word-by-word matmul_gemv it replaced.
+    const gemvVariants = isCpuAdapter(gpu) ? undefined : { variants: ['lanes', 'gemv'] as const, rounds: 1 };
     for (const kv of o.kv) {
       const ops = kv === o.kv[0] ? o.ops : o.ops.filter((n) => n === 'decode-attention');
-      await benchOps(gpu, { shapes, ops, kv, minSeconds, roofline: report.roofline, log: add });
+      await benchOps(gpu, {
+        shapes,
+        ops,
+        kv,
+        minSeconds,
+        roofline: report.roofline,
+        log: add,
+        gemvVariants: gemvVariants && { ...gemvVariants, variants: [...gemvVariants.variants] },
+      });
     }
   }
   if (o.parts.includes('e2e')) {

@@ -1,3 +1,6 @@
+#ifdef SUBGROUPS
+enable subgroups;
+#endif
 // Decode GEMV over 16-byte weight blocks (src/ops/forward.ts matmul and gemm pick it on CPU
 // adapters when the rows are 16-byte aligned; shaders/matmul.wgsl keeps the word-by-word kernels
 // for the rest, and the GPU variants):
@@ -12,6 +15,10 @@
 //   gemv_rows_group (define GROUP = 2 or 3): gemv_rows over several weights sharing x (the fused
 //   q/k/v and gate/up projections), one dispatch, each output its own binding; the per-weight
 //   bodies are common/gemvblocks.wgsl instantiated on each binding (WI, WN).
+//   gemv_lanes (GPUs, define LANES): LANES threads per output column walk its row in 16-byte
+//   blocks, COLS = 256 / LANES columns per workgroup share x, staged chunk by chunk in workgroup
+//   memory; a subgroup (or shared-memory) reduction per column. gemv_lanes_group: the same over
+//   2 or 3 weights (GROUP), as gemv_rows_group.
 // Measured on SwiftShader (2 cores), bf16 9728 x 2560: x staged in workgroup memory did not pay
 // there (+20-45% CPU time: barriers, and its reads are per-lane gathers like storage reads);
 // COLS = 4 took half the CPU time of COLS = 1 (each x read serves 4 columns).
@@ -66,12 +73,13 @@ const PARTS = 1u;
 fn part(b: vec4u, s: f32, c: u32) -> Pair {
   return Pair(bitcast<vec4f>(b << vec4u(16u)), bitcast<vec4f>(b & vec4u(0xffff0000u)));
 }
-// The EPP inputs from vec4 xi, split as the Pair is: even and odd elements.
-fn xsAt(xi: u32) -> Pair {
-  let x0 = a[xi];
-  let x1 = a[xi + 1u];
-  return Pair(vec4f(x0.x, x0.z, x1.x, x1.z), vec4f(x0.y, x0.w, x1.y, x1.w));
-}
+// The EPP inputs of vec4s x0, x1, split as the Pair is: even and odd elements.
+fn pairOf(x0: vec4f, x1: vec4f) -> Pair { return Pair(vec4f(x0.x, x0.z, x1.x, x1.z), vec4f(x0.y, x0.w, x1.y, x1.w)); }
+// The EPP inputs from vec4 xi of x (from vec4 i of the staged chunk: stagedAt, gemv_lanes).
+fn xsAt(xi: u32) -> Pair { return pairOf(a[xi], a[xi + 1u]); }
+#ifdef LANES
+fn stagedAt(i: u32) -> Pair { return pairOf(xs[i], xs[i + 1u]); }
+#endif
 fn pairDot(q: Pair, x: Pair) -> vec4f { return q.lo * x.lo + q.hi * x.hi; }
 #elif WEIGHTS == q4
 #include "common/q4.wgsl"
@@ -86,6 +94,9 @@ fn part(b: vec4u, s: f32, c: u32) -> Pair {
   return Pair(vec4f(lo) * s, vec4f(hi) * s);
 }
 fn xsAt(xi: u32) -> Pair { return Pair(a[xi], a[xi + 1u]); }
+#ifdef LANES
+fn stagedAt(i: u32) -> Pair { return Pair(xs[i], xs[i + 1u]); }
+#endif
 fn pairDot(q: Pair, x: Pair) -> vec4f { return q.lo * x.lo + q.hi * x.hi; }
 #elif WEIGHTS == f32
 const BE = 4u;
@@ -93,6 +104,9 @@ const EPP = 4u;
 const PARTS = 1u;
 fn part(b: vec4u, s: f32, c: u32) -> Pair { return Pair(bitcast<vec4f>(b), vec4f(0.0)); }
 fn xsAt(xi: u32) -> Pair { return Pair(a[xi], vec4f(0.0)); }
+#ifdef LANES
+fn stagedAt(i: u32) -> Pair { return Pair(xs[i], vec4f(0.0)); }
+#endif
 fn pairDot(q: Pair, x: Pair) -> vec4f { return q.lo * x.lo; }
 #endif
 
@@ -108,11 +122,14 @@ fn pairDot(q: Pair, x: Pair) -> vec4f { return q.lo * x.lo; }
 #endif
 #endif
 
+// gemv_rows: output columns per thread, 1, 2 or 4 (src/ops/forward.ts picks 4); gemv_lanes:
+// output columns per workgroup, 256 / LANES.
+const COLS = {{COLS}}u;
+
 // ---- rows (CPU adapters) ----------------------------------------------------------------------
 // Thread lid of workgroup g: columns n0 + 64 c (c < COLS) for n0 = g * 64 * COLS + lid, rows
 // m0 .. m0 + TMAX - 1 of x for m0 = TMAX * z. Each read of x serves COLS columns, each unpacked
 // weight block TMAX rows.
-const COLS = {{COLS}}u; // 1, 2 or 4 (src/ops/forward.ts picks 4)
 
 @compute @workgroup_size(64)
 fn gemv_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
@@ -147,6 +164,67 @@ fn gemv_rows_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
 #include "common/gemvblocks.wgsl" (WI=1, WN=p.N1)
   }
 }
+#endif
+
+#ifdef LANES
+// ---- lanes (GPUs) -----------------------------------------------------------------------------
+// Thread lid: column n = g * COLS + lid / LANES of workgroup g, lane lid % LANES; all M <= TMAX
+// rows of x at once. Each weight block is read once (16 bytes) and multiplied into every row;
+// the workgroup's COLS columns share one staged copy of x (common/gemvstaged.wgsl), so x crosses
+// from global memory once per workgroup, not once per column.
+const LANES = {{LANES}}u; // threads per output column (a power of two, <= 64)
+const XS = 512u; // vec4s of staged x (8 KB): KCV per row, TMAX rows
+const KCV = XS / TMAX; // whole 16-byte blocks of every format (BE <= 32 elements = 8 vec4s)
+var<workgroup> xs: array<vec4f, XS>;
+var<workgroup> red: array<f32, TMAX * COLS * LANES>; // (TMAX, COLS, LANES), common/gemvlanes.wgsl
+
+@compute @workgroup_size(256)
+fn gemv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+#ifdef SUBGROUPS
+              @builtin(subgroup_size) sgSize: u32,
+#endif
+              @builtin(local_invocation_index) lid: u32) {
+  let col = lid / LANES;
+  let lane = lid % LANES;
+  let n = linearGroup(wid, nwg) * COLS + col;
+  if (linearGroup(wid, nwg) * COLS >= p.N) { return; } // a whole workgroup past N (uniform)
+#include "common/gemvstaged.wgsl" (WI=, WN=p.N)
+#include "common/gemvlanes.wgsl" (WI=, WN=p.N)
+}
+
+#ifdef GROUP
+// gemv_lanes over 2 or 3 weights in one dispatch: workgroups [0, g0) take weight 0's columns
+// exactly as gemv_lanes would, the next ceil(N1 / COLS) weight 1's, the rest weight 2's (uniform
+// branches per workgroup; each column the same sum in the same order).
+@compute @workgroup_size(256)
+fn gemv_lanes_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+#ifdef SUBGROUPS
+                    @builtin(subgroup_size) sgSize: u32,
+#endif
+                    @builtin(local_invocation_index) lid: u32) {
+  let col = lid / LANES;
+  let lane = lid % LANES;
+  let g = linearGroup(wid, nwg);
+  let g0 = (p.N + COLS - 1u) / COLS;
+  let g1 = g0 + (p.N1 + COLS - 1u) / COLS;
+  if (g < g0) {
+    let n = g * COLS + col;
+#include "common/gemvstaged.wgsl" (WI=, WN=p.N)
+#include "common/gemvlanes.wgsl" (WI=, WN=p.N)
+#if GROUP > 2
+  } else if (g >= g1) {
+    if ((g - g1) * COLS >= p.N2) { return; } // past the grid's count (uniform)
+    let n = (g - g1) * COLS + col;
+#include "common/gemvstaged.wgsl" (WI=2, WN=p.N2)
+#include "common/gemvlanes.wgsl" (WI=2, WN=p.N2)
+#endif
+  } else {
+    let n = (g - g0) * COLS + col;
+#include "common/gemvstaged.wgsl" (WI=1, WN=p.N1)
+#include "common/gemvlanes.wgsl" (WI=1, WN=p.N1)
+  }
+}
+#endif
 #endif
 
 // ---- cols (CPU adapters): the input gradient through a weight ---------------------------------

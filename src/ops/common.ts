@@ -12,11 +12,13 @@ export const GEMV_MAX_T = 8;
  * Kernel variant choice. 'auto': on CPU adapters (SwiftShader) the barrier-free 'blocks' matmul
  * (shaders/gemv.wgsl gemv_rows: 16-byte weight loads, 2-5x less CPU time than 'rows' there at
  * 4B shapes) where the rows are 16-byte aligned, else the word-by-word 'rows' (~10x the others
- * there); on GPUs 'gemv' for T <= GEMV_MAX_T, else 'tiled'. Tests force each ('blocks' falls
- * back to 'rows' when unaligned).
+ * there); on GPUs for T <= GEMV_MAX_T 'lanes' (shaders/gemv.wgsl gemv_lanes: 16-byte weight
+ * loads, x staged in workgroup memory) where the rows are 16-byte aligned, else 'gemv'
+ * (shaders/matmul.wgsl matmul_gemv, word by word); 'tiled' for more rows. Tests force each
+ * ('blocks' falls back to 'rows' and 'lanes' to 'gemv' when unaligned).
  */
 export const tuning: {
-  matmul: 'auto' | 'rows' | 'blocks' | 'gemv' | 'tiled';
+  matmul: 'auto' | 'rows' | 'blocks' | 'lanes' | 'gemv' | 'tiled';
   attention: 'auto' | 'single' | 'split' | 'tiled';
 } = {
   matmul: 'auto',

@@ -138,6 +138,43 @@ function gemvRows(
   );
 }
 
+/** gemv_lanes' threads per output column: ~8+ 16-byte blocks per lane, 4 to 16 lanes. */
+const stagedLanes = (K: number, WEIGHTS: WeightFormat) =>
+  Math.min(16, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, K / BLOCK_ELEMS[WEIGHTS] / 8)))));
+
+function lanesDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, K: number) {
+  const LANES = stagedLanes(K, WEIGHTS);
+  return { WEIGHTS, TMAX: tmaxFor(M), LANES, COLS: 256 / LANES, ...subgroupDefines(useSubgroups(gpu)) };
+}
+
+/**
+ * out (M, N) (+)= scale * x (M, K) . w (N, K)^T through gemv_lanes (GPUs, M <= GEMV_MAX_T): LANES
+ * threads per column over 16-byte weight blocks, 256 / LANES columns per workgroup sharing x
+ * staged in workgroup memory.
+ */
+function gemvLanesStaged(
+  gpu: Gpu,
+  op: string,
+  out: GPUBuffer,
+  x: GPUBuffer,
+  w: GPUBuffer,
+  WEIGHTS: WeightFormat,
+  M: number,
+  N: number,
+  K: number,
+  accumulate: boolean,
+  scale: number,
+): void {
+  const defines = lanesDefines(gpu, WEIGHTS, M, K);
+  const [x0, y0] = splitGrid(Math.ceil(N / defines.COLS), gpu.limits.maxComputeWorkgroupsPerDimension);
+  gpu.dispatch(
+    opKernel(gpu, op, 'gemv', 'gemv_lanes', defines),
+    [out, x, w],
+    [x0, y0],
+    [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0],
+  );
+}
+
 /**
  * Whether shaders/gemv.wgsl gemv_cols takes out (M, N) = a (M, K) . w (K, N), w read along its
  * rows: 8 output columns per thread (N % 8 == 0, so every row of w starts on 16 bytes), a read
@@ -188,6 +225,13 @@ function gemvCols(
   gpu.releaseBuffer(partials); // safe: later users of the recycled buffer are encoded after these reads
 }
 
+/** matmul's and matmulGroup's variant: tuning.matmul, or for 'auto' 'blocks' on CPU adapters, 'lanes' for T <= GEMV_MAX_T on GPUs, else 'tiled'. */
+function matmulVariant(gpu: Gpu, T: number): (typeof tuning)['matmul'] {
+  if (tuning.matmul === 'lanes' && T > GEMV_MAX_T) return 'tiled';
+  if (tuning.matmul !== 'auto') return tuning.matmul;
+  return isCpuAdapter(gpu) ? 'blocks' : T <= GEMV_MAX_T ? 'lanes' : 'tiled';
+}
+
 /** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) ^T ; w bf16 or q4 (dequantized on the fly) */
 export function matmul(
   gpu: Gpu,
@@ -207,10 +251,11 @@ export function matmul(
   if (T === 0) return;
   const params = [T, N, K, accumulate ? 1 : 0, K, 1, K, 1, f32(1)];
   const WEIGHTS = weightFormat(w);
-  const variant =
-    tuning.matmul === 'auto' ? (isCpuAdapter(gpu) ? 'blocks' : T <= GEMV_MAX_T ? 'gemv' : 'tiled') : tuning.matmul;
+  const variant = matmulVariant(gpu, T);
   if (variant === 'blocks' && blockGemvFits(x, wb, WEIGHTS, T, N, K)) {
     gemvRows(gpu, 'matmul', out, x, wb, WEIGHTS, T, N, K, accumulate, 1);
+  } else if (variant === 'lanes' && blockGemvFits(x, wb, WEIGHTS, T, N, K)) {
+    gemvLanesStaged(gpu, 'matmul', out, x, wb, WEIGHTS, T, N, K, accumulate, 1);
   } else if (variant === 'rows' || variant === 'blocks') {
     const TMAX = tmaxFor(T);
     const [x0, y0] = splitGrid(Math.ceil(N / 64), gpu.limits.maxComputeWorkgroupsPerDimension);
@@ -220,7 +265,7 @@ export function matmul(
       [x0, y0, Math.ceil(T / TMAX)],
       params,
     );
-  } else if (variant === 'gemv') {
+  } else if (variant === 'gemv' || variant === 'lanes') {
     check(T <= GEMV_MAX_T, `matmul: gemv variant needs T <= ${GEMV_MAX_T}`);
     gpu.dispatch(
       opKernel(gpu, 'matmul', 'matmul', 'matmul_gemv', gemvDefines(gpu, WEIGHTS, T, K)),
@@ -262,11 +307,12 @@ export function gemm(
   const params = [M, N, R, accumulate ? 1 : 0, ...strides, f32(scale)];
   // Row-major A and B with few rows (the LoRA A and B products in decode) take the GEMV: each
   // column's R reduced by LANES threads, not one thread looping over R. Other layouts with few
-  // rows take 'rows' on a GPU too (and when 'gemv' is forced).
+  // rows take 'rows' on a GPU too (and when 'gemv' or 'lanes' is forced).
   const rowMajor = strides[0] === R && strides[1] === 1 && strides[2] === R && strides[3] === 1;
   const small = M <= GEMV_MAX_T;
-  const auto = isCpuAdapter(gpu) ? 'blocks' : small ? (rowMajor ? 'gemv' : 'rows') : 'tiled';
-  const forced = tuning.matmul === 'gemv' && !(small && rowMajor) ? 'rows' : tuning.matmul;
+  const auto = isCpuAdapter(gpu) ? 'blocks' : small ? (rowMajor ? 'lanes' : 'rows') : 'tiled';
+  const gemvForced = tuning.matmul === 'gemv' || tuning.matmul === 'lanes';
+  const forced = gemvForced && !(small && rowMajor) ? 'rows' : tuning.matmul;
   const variant = tuning.matmul === 'auto' ? auto : forced;
   // B read along its rows (the input gradient dx = dy . W): A row-major, B(n, r) = b[r * N + n].
   const wRows = strides[0] === R && strides[1] === 1 && strides[2] === 1 && strides[3] === N;
@@ -274,7 +320,9 @@ export function gemm(
     gemvRows(gpu, op, out, a, b, WEIGHTS, M, N, R, accumulate, scale);
   } else if (variant === 'blocks' && wRows && colsGemvFits(a, b, WEIGHTS, M, N, R)) {
     gemvCols(gpu, op, out, a, b, WEIGHTS, M, N, R, accumulate, scale);
-  } else if (variant === 'gemv') {
+  } else if (variant === 'lanes' && blockGemvFits(a, b, WEIGHTS, M, N, R)) {
+    gemvLanesStaged(gpu, op, out, a, b, WEIGHTS, M, N, R, accumulate, scale);
+  } else if (variant === 'gemv' || variant === 'lanes') {
     gpu.dispatch(
       opKernel(gpu, op, 'matmul', 'matmul_gemv', gemvDefines(gpu, WEIGHTS, M, R)),
       [out, a, b],
@@ -538,7 +586,7 @@ const GROUP_COLS = 4;
  * outs[i] (T, Ns[i]) f32 = x (T, K) f32 . ws[i] (Ns[i], K)^T for 2 or 3 weights over one x (the
  * q/k/v and gate/up projections): one dispatch, each weight read once, each output bitwise what
  * matmul would write. It takes the GEMV variants (gemv_rows_group on CPU adapters where matmul
- * takes gemv_rows, matmul_gemv_group on GPUs for T <= GEMV_MAX_T), when the weights share a
+ * takes gemv_rows, gemv_lanes_group or matmul_gemv_group on GPUs for T <= GEMV_MAX_T), when the weights share a
  * format and 2 * count + 1 storage buffers fit the device; otherwise one matmul per weight
  * (prefill keeps the tiled GEMM).
  */
@@ -577,7 +625,17 @@ export function matmulGroup(
   const buffers = [outs[0], x, wbs[0]];
   for (let i = 1; i < G; i++) buffers.push(outs[i], wbs[i]);
   const [N1, N2 = 0] = Ns.slice(1);
-  if (variant === 'blocks') {
+  if (variant === 'lanes') {
+    const defines = { ...lanesDefines(gpu, WEIGHTS, T, K), GROUP: G };
+    const groups = Ns.reduce((n, N) => n + Math.ceil(N / defines.COLS), 0);
+    const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
+    gpu.dispatch(
+      opKernel(gpu, 'matmulGroup', 'gemv', 'gemv_lanes_group', defines),
+      buffers,
+      [x0, y0],
+      [T, Ns[0], K, 0, f32(1), 0, 0, 0, N1, N2],
+    );
+  } else if (variant === 'blocks') {
     const TMAX = tmaxFor(T);
     const groups = Ns.reduce((n, N) => n + Math.ceil(N / (64 * GROUP_COLS)), 0);
     const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
@@ -600,8 +658,8 @@ export function matmulGroup(
 
 /**
  * The fused kernel matmulGroup takes, or null for one matmul per weight: matmul's own choice
- * (tuning.matmul; 'auto': 'blocks' on CPU adapters, 'gemv' for T <= GEMV_MAX_T on GPUs) when it
- * is a GEMV that takes every weight, the formats agree and the bindings fit.
+ * (matmulVariant) when it is a GEMV that takes every weight, the formats agree and the bindings
+ * fit ('lanes' falls back to matmul_gemv_group where a row is not whole 16-byte blocks).
  */
 function groupVariant(
   gpu: Gpu,
@@ -612,13 +670,14 @@ function groupVariant(
   T: number,
   Ns: readonly number[],
   K: number,
-): 'blocks' | 'gemv' | null {
+): 'blocks' | 'lanes' | 'gemv' | null {
   if (!fusions.enabled || ws.some((w) => weightFormat(w) !== WEIGHTS)) return null;
   if (2 * ws.length + 1 > gpu.limits.maxStorageBuffersPerShaderStage) return null;
-  const variant =
-    tuning.matmul === 'auto' ? (isCpuAdapter(gpu) ? 'blocks' : T <= GEMV_MAX_T ? 'gemv' : 'tiled') : tuning.matmul;
-  if (variant === 'blocks' && wbs.every((wb, i) => blockGemvFits(x, wb, WEIGHTS, T, Ns[i], K))) return 'blocks';
-  if (variant === 'gemv' && T <= GEMV_MAX_T) return 'gemv';
+  const variant = matmulVariant(gpu, T);
+  const fits = wbs.every((wb, i) => blockGemvFits(x, wb, WEIGHTS, T, Ns[i], K));
+  if (variant === 'blocks' && fits) return 'blocks';
+  if (variant === 'lanes' && fits && T <= GEMV_MAX_T) return 'lanes';
+  if ((variant === 'gemv' || variant === 'lanes') && T <= GEMV_MAX_T) return 'gemv';
   return null;
 }
 

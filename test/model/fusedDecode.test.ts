@@ -2,7 +2,7 @@
 // q/k norms + RoPE + the KV write): logits bitwise equal to the unfused kernels
 // (K.fusions.enabled = false) over a prefill of two prompts and batched decode steps, with LoRA
 // on every projection, bf16 and q4 weights, f32 and f16 KV, the CPU-adapter GEMV ('auto' here) and
-// the GPU one (tuning.matmul 'gemv'); and 4 dispatches fewer per layer per step.
+// the GPU ones (tuning.matmul 'lanes', 'gemv'); and 4 dispatches fewer per layer per step.
 // Run: npx vitest run test/model/fusedDecode.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -87,6 +87,8 @@ describe.each([
   ['q4', 'f16', 'auto'],
   ['bf16', 'f16', 'gemv'],
   ['q4', 'f32', 'gemv'],
+  ['bf16', 'f32', 'lanes'],
+  ['q4', 'f16', 'lanes'],
 ] as const)('weights %s, KV %s, tuning.matmul %s', (weights, kv, matmul) => {
   it('fused logits are bitwise the unfused ones, with LoRA on every projection; 4 dispatches fewer per layer', async () => {
     const { model } = await loadQwen3(gpu, nodeFolderSource(tmp), { weights, kv });
@@ -95,7 +97,7 @@ describe.each([
     K.tuning.matmul = matmul;
     const fused = await decode(model);
     expect(K.kernelVariant(gpu, 'matmulGroup')?.label).toContain(
-      matmul === 'gemv' ? 'matmul.matmul_gemv_group' : 'gemv.gemv_rows_group',
+      { auto: 'gemv.gemv_rows_group', gemv: 'matmul.matmul_gemv_group', lanes: 'gemv.gemv_lanes_group' }[matmul],
     );
     expect(K.kernelVariant(gpu, 'qkNormRopeKv')?.label).toContain(`rope.qk_norm_rope[KV=${kv}`);
     K.fusions.enabled = false;

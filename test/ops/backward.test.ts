@@ -229,7 +229,7 @@ describe('reference backward vs finite differences (f64)', () => {
 
 // ---- 2. GPU kernels vs the CPU backward references ----------------------------------------------
 
-describe.each(['rows', 'gemv', 'tiled'] as const)('matmul training ops, %s', (variant) => {
+describe.each(['rows', 'gemv', 'lanes', 'tiled'] as const)('matmul training ops, %s', (variant) => {
   beforeAll(() => {
     K.tuning.matmul = variant;
   });
@@ -246,74 +246,77 @@ describe.each(['rows', 'gemv', 'tiled'] as const)('matmul training ops, %s', (va
     [70, 130, 200],
     [300, 8, 40],
   ];
-  // 'gemv': the row-major products with few rows (the LoRA A and B products in decode) take the GEMV.
-  it.each(shapes.filter(([T]) => variant !== 'gemv' || T <= K.GEMV_MAX_T))('T=%i N=%i K=%i', async (T, N, Kd) => {
-    const rand = ref.rng(200 + T + N);
-    const name = `${variant} T=${T} N=${N} K=${Kd}`;
-    const x = ref.randn(T * Kd, rand);
-    const dy = ref.randn(T * N, rand);
-    const wF = ref.randn(N * Kd, rand, 0.1);
-    const wB = ref.roundBf16(wF);
-    const initOut = ref.randn(T * N, rand);
-    const initDx = ref.randn(T * Kd, rand);
-    const initDw = ref.randn(N * Kd, rand);
-    const xb = f32Buf(x, 'x');
-    const dyb = f32Buf(dy, 'dy');
-    const wFb = f32Buf(wF, 'wF32');
-    const wBb = bf16Buf(wB, 'wBf16');
+  // 'gemv', 'lanes': the row-major products with few rows (the LoRA A and B products in decode) take the GEMV.
+  it.each(shapes.filter(([T]) => (variant !== 'gemv' && variant !== 'lanes') || T <= K.GEMV_MAX_T))(
+    'T=%i N=%i K=%i',
+    async (T, N, Kd) => {
+      const rand = ref.rng(200 + T + N);
+      const name = `${variant} T=${T} N=${N} K=${Kd}`;
+      const x = ref.randn(T * Kd, rand);
+      const dy = ref.randn(T * N, rand);
+      const wF = ref.randn(N * Kd, rand, 0.1);
+      const wB = ref.roundBf16(wF);
+      const initOut = ref.randn(T * N, rand);
+      const initDx = ref.randn(T * Kd, rand);
+      const initDw = ref.randn(N * Kd, rand);
+      const xb = f32Buf(x, 'x');
+      const dyb = f32Buf(dy, 'dy');
+      const wFb = f32Buf(wF, 'wF32');
+      const wBb = bf16Buf(wB, 'wBf16');
 
-    // matmulF32: plain and accumulate with scale.
-    const out = f32Buf(initOut, 'out');
-    K.matmulF32(gpu, out, xb, wFb, T, N, Kd);
-    let want = new Float64Array(T * N);
-    ref.matmulF32(want, x, wF, T, N, Kd);
-    expectClose(`matmulF32 ${name}`, await gpu.readF32(out, T * N), want, REL, ABS);
-    gpu.write(out, initOut);
-    K.matmulF32(gpu, out, xb, wFb, T, N, Kd, true, 0.5);
-    want = f64(initOut);
-    ref.matmulF32(want, x, wF, T, N, Kd, true, 0.5);
-    expectClose(`matmulF32+= ${name}`, await gpu.readF32(out, T * N), want, REL, ABS);
+      // matmulF32: plain and accumulate with scale.
+      const out = f32Buf(initOut, 'out');
+      K.matmulF32(gpu, out, xb, wFb, T, N, Kd);
+      let want = new Float64Array(T * N);
+      ref.matmulF32(want, x, wF, T, N, Kd);
+      expectClose(`matmulF32 ${name}`, await gpu.readF32(out, T * N), want, REL, ABS);
+      gpu.write(out, initOut);
+      K.matmulF32(gpu, out, xb, wFb, T, N, Kd, true, 0.5);
+      want = f64(initOut);
+      ref.matmulF32(want, x, wF, T, N, Kd, true, 0.5);
+      expectClose(`matmulF32+= ${name}`, await gpu.readF32(out, T * N), want, REL, ABS);
 
-    // matmulBackwardInput (bf16 w): overwrite and accumulate.
-    const dx = f32Buf(initDx, 'dx');
-    K.matmulBackwardInput(gpu, dx, dyb, wBb, T, N, Kd, false);
-    want = new Float64Array(T * Kd);
-    ref.matmulBackwardInput(want, dy, wB, T, N, Kd, false);
-    expectClose(`matmulBackwardInput ${name}`, await gpu.readF32(dx, T * Kd), want, REL, ABS);
-    gpu.write(dx, initDx);
-    K.matmulBackwardInput(gpu, dx, dyb, wBb, T, N, Kd);
-    want = f64(initDx);
-    ref.matmulBackwardInput(want, dy, wB, T, N, Kd, true);
-    const gotDx = await gpu.readF32(dx, T * Kd);
-    expectClose(`matmulBackwardInput+= ${name}`, gotDx, want, REL, ABS);
-    const wrongDx = f64(initDx); // w transposed in the reduction: dy . w read as (K, N)
-    for (let t = 0; t < T; t++)
-      for (let k = 0; k < Kd; k++) {
-        let s = 0;
-        for (let n = 0; n < N; n++) s += dy[t * N + n] * wB[(k * N + n) % (N * Kd)];
-        wrongDx[t * Kd + k] += s;
-      }
-    expectRejected(`matmulBackwardInput ${name} transposed w`, gotDx, wrongDx, REL, ABS);
+      // matmulBackwardInput (bf16 w): overwrite and accumulate.
+      const dx = f32Buf(initDx, 'dx');
+      K.matmulBackwardInput(gpu, dx, dyb, wBb, T, N, Kd, false);
+      want = new Float64Array(T * Kd);
+      ref.matmulBackwardInput(want, dy, wB, T, N, Kd, false);
+      expectClose(`matmulBackwardInput ${name}`, await gpu.readF32(dx, T * Kd), want, REL, ABS);
+      gpu.write(dx, initDx);
+      K.matmulBackwardInput(gpu, dx, dyb, wBb, T, N, Kd);
+      want = f64(initDx);
+      ref.matmulBackwardInput(want, dy, wB, T, N, Kd, true);
+      const gotDx = await gpu.readF32(dx, T * Kd);
+      expectClose(`matmulBackwardInput+= ${name}`, gotDx, want, REL, ABS);
+      const wrongDx = f64(initDx); // w transposed in the reduction: dy . w read as (K, N)
+      for (let t = 0; t < T; t++)
+        for (let k = 0; k < Kd; k++) {
+          let s = 0;
+          for (let n = 0; n < N; n++) s += dy[t * N + n] * wB[(k * N + n) % (N * Kd)];
+          wrongDx[t * Kd + k] += s;
+        }
+      expectRejected(`matmulBackwardInput ${name} transposed w`, gotDx, wrongDx, REL, ABS);
 
-    // matmulBackwardInputF32 with scale.
-    gpu.write(dx, initDx);
-    K.matmulBackwardInputF32(gpu, dx, dyb, wFb, T, N, Kd, true, 1.5);
-    want = f64(initDx);
-    ref.matmulBackwardInput(want, dy, wF, T, N, Kd, true, 1.5);
-    expectClose(`matmulBackwardInputF32+= ${name}`, await gpu.readF32(dx, T * Kd), want, REL, ABS);
+      // matmulBackwardInputF32 with scale.
+      gpu.write(dx, initDx);
+      K.matmulBackwardInputF32(gpu, dx, dyb, wFb, T, N, Kd, true, 1.5);
+      want = f64(initDx);
+      ref.matmulBackwardInput(want, dy, wF, T, N, Kd, true, 1.5);
+      expectClose(`matmulBackwardInputF32+= ${name}`, await gpu.readF32(dx, T * Kd), want, REL, ABS);
 
-    // matmulBackwardWeightF32: adds into dw, reduction over T.
-    const dw = f32Buf(initDw, 'dw');
-    K.matmulBackwardWeightF32(gpu, dw, dyb, xb, T, N, Kd, 2);
-    want = f64(initDw);
-    ref.matmulBackwardWeight(want, dy, x, T, N, Kd, 2);
-    const gotDw = await gpu.readF32(dw, N * Kd);
-    expectClose(`matmulBackwardWeightF32+= ${name}`, gotDw, want, REL, ABS);
-    const wrongDw = f64(initDw); // the scale forgotten
-    ref.matmulBackwardWeight(wrongDw, dy, x, T, N, Kd, 1);
-    expectRejected(`matmulBackwardWeightF32 ${name} without scale`, gotDw, wrongDw, REL, ABS);
-    for (const b of [xb, dyb, wFb, wBb, out, dx, dw]) gpu.releaseBuffer(b);
-  });
+      // matmulBackwardWeightF32: adds into dw, reduction over T.
+      const dw = f32Buf(initDw, 'dw');
+      K.matmulBackwardWeightF32(gpu, dw, dyb, xb, T, N, Kd, 2);
+      want = f64(initDw);
+      ref.matmulBackwardWeight(want, dy, x, T, N, Kd, 2);
+      const gotDw = await gpu.readF32(dw, N * Kd);
+      expectClose(`matmulBackwardWeightF32+= ${name}`, gotDw, want, REL, ABS);
+      const wrongDw = f64(initDw); // the scale forgotten
+      ref.matmulBackwardWeight(wrongDw, dy, x, T, N, Kd, 1);
+      expectRejected(`matmulBackwardWeightF32 ${name} without scale`, gotDw, wrongDw, REL, ABS);
+      for (const b of [xb, dyb, wFb, wBb, out, dx, dw]) gpu.releaseBuffer(b);
+    },
+  );
 });
 
 describe('rmsNormBackward', () => {

@@ -108,7 +108,7 @@ describe('rmsNorm', () => {
   });
 });
 
-describe.each(['rows', 'gemv', 'tiled'] as const)('matmul %s', (variant) => {
+describe.each(['rows', 'gemv', 'lanes', 'tiled'] as const)('matmul %s', (variant) => {
   beforeAll(() => {
     K.tuning.matmul = variant;
   });
@@ -125,22 +125,25 @@ describe.each(['rows', 'gemv', 'tiled'] as const)('matmul %s', (variant) => {
     [17, 70, 64],
     [70, 130, 200],
   ];
-  it.each(shapes.filter(([T]) => variant !== 'gemv' || T <= K.GEMV_MAX_T))('T=%i N=%i K=%i', async (T, N, Kd) => {
-    const rand = ref.rng(4 + T);
-    const x = ref.randn(T * Kd, rand);
-    const w = ref.roundBf16(ref.randn(N * Kd, rand, 0.1));
-    const out = outBuf(T * N);
-    K.matmul(gpu, out, f32Buf(x), bf16Buf(w), T, N, Kd);
-    const want = new Float32Array(T * N);
-    ref.matmul(want, x, w, T, N, Kd);
-    expectClose(`matmul ${variant} T=${T} N=${N} K=${Kd}`, await gpu.readF32(out, T * N), want, REL, ABS);
-  });
+  it.each(shapes.filter(([T]) => (variant !== 'gemv' && variant !== 'lanes') || T <= K.GEMV_MAX_T))(
+    'T=%i N=%i K=%i',
+    async (T, N, Kd) => {
+      const rand = ref.rng(4 + T);
+      const x = ref.randn(T * Kd, rand);
+      const w = ref.roundBf16(ref.randn(N * Kd, rand, 0.1));
+      const out = outBuf(T * N);
+      K.matmul(gpu, out, f32Buf(x), bf16Buf(w), T, N, Kd);
+      const want = new Float32Array(T * N);
+      ref.matmul(want, x, w, T, N, Kd);
+      expectClose(`matmul ${variant} T=${T} N=${N} K=${Kd}`, await gpu.readF32(out, T * N), want, REL, ABS);
+    },
+  );
 
   it.each(
     [
       [2, 33, 48],
       [20, 33, 48],
-    ].filter(([T]) => variant !== 'gemv' || T <= K.GEMV_MAX_T),
+    ].filter(([T]) => (variant !== 'gemv' && variant !== 'lanes') || T <= K.GEMV_MAX_T),
   )('accumulate T=%i N=%i K=%i', async (T, N, Kd) => {
     const rand = ref.rng(5);
     const x = ref.randn(T * Kd, rand);

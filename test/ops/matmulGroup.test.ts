@@ -1,8 +1,9 @@
 // K.matmulGroup, the fused q/k/v and gate/up projections (shaders/gemv.wgsl gemv_rows_group on CPU
-// adapters, shaders/matmul.wgsl matmul_gemv_group on GPUs): each output against the CPU reference
+// adapters, gemv_lanes_group on GPUs, shaders/matmul.wgsl matmul_gemv_group on GPUs where a row is
+// not whole 16-byte blocks): each output against the CPU reference
 // and bitwise equal to one K.matmul per weight, for bf16 and q4 weights, 2 and 3 weights of odd
 // widths (past one workgroup's columns), T = 1..8, each GEMV variant forced and checked to have
-// run (matmul_gemv_group with subgroup and shared-memory reductions); and the fallbacks to one matmul per weight (unaligned K, prefill's tiled GEMM, mixed
+// run (gemv_lanes_group and matmul_gemv_group with subgroup and shared-memory reductions); and the fallbacks to one matmul per weight (unaligned K, prefill's tiled GEMM, mixed
 // formats, too few storage bindings).
 // Run: npx vitest run test/ops/matmulGroup.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -89,8 +90,10 @@ const SHAPES: [number, number[], number][] = [
   [8, [200, 65, 33], 96],
 ];
 
-describe.each(['blocks', 'gemv'] as const)("tuning.matmul '%s'", (variant) => {
-  const entry = variant === 'blocks' ? 'gemv.gemv_rows_group' : 'matmul.matmul_gemv_group';
+describe.each(['blocks', 'lanes', 'gemv'] as const)("tuning.matmul '%s'", (variant) => {
+  const entry = { blocks: 'gemv.gemv_rows_group', lanes: 'gemv.gemv_lanes_group', gemv: 'matmul.matmul_gemv_group' }[
+    variant
+  ];
   describe.each(['bf16', 'q4'] as const)('%s', (format) => {
     it.each(SHAPES)('T=%i Ns=%j K=%i', async (T, Ns, Kd) => {
       K.tuning.matmul = variant;
@@ -101,7 +104,10 @@ describe.each(['blocks', 'gemv'] as const)("tuning.matmul '%s'", (variant) => {
   });
 });
 
-describe("tuning.matmul 'gemv' with the shared-memory reduction (no subgroups)", () => {
+describe.each([
+  ['gemv', 'matmul.matmul_gemv_group'],
+  ['lanes', 'gemv.gemv_lanes_group'],
+] as const)("tuning.matmul '%s' with the shared-memory reduction (no subgroups)", (variant, entry) => {
   let sg: Gpu;
   beforeAll(async () => {
     sg = gpu;
@@ -115,9 +121,9 @@ describe("tuning.matmul 'gemv' with the shared-memory reduction (no subgroups)",
     ['bf16', 3, [37, 300, 9], 64],
     ['q4', 8, [129, 258], 64],
   ] as const)('%s T=%i Ns=%j K=%i', async (format, T, Ns, Kd) => {
-    K.tuning.matmul = 'gemv';
-    const label = await fusedVsUnfused(format, T, [...Ns], Kd, `gemv shared ${format} T=${T} Ns=${Ns.join(',')}`);
-    expect(label).toContain('matmul.matmul_gemv_group');
+    K.tuning.matmul = variant;
+    const label = await fusedVsUnfused(format, T, [...Ns], Kd, `${variant} shared ${format} T=${T} Ns=${Ns.join(',')}`);
+    expect(label).toContain(entry);
     expect(K.kernelVariant(gpu, 'matmulGroup')?.subgroups).toBe(false);
   });
 });

@@ -243,9 +243,13 @@ describe.each([
   ['rows', () => gpu],
   ['gemv (subgroups)', () => gpu],
   ['gemv (shared memory)', () => tree],
+  ['lanes (subgroups)', () => gpu],
+  ['lanes (shared memory)', () => tree],
   ['tiled', () => gpu],
 ] as const)('matmul q4 %s', (name, getGpu) => {
-  const variant = name.split(' ')[0] as 'rows' | 'gemv' | 'tiled';
+  const variant = name.split(' ')[0] as 'rows' | 'gemv' | 'lanes' | 'tiled';
+  const gemvLike = variant === 'gemv' || variant === 'lanes';
+  const entry = { rows: 'matmul_rows', gemv: 'matmul_gemv', lanes: 'gemv_lanes', tiled: 'gemm_tiled' }[variant];
   beforeAll(() => {
     K.tuning.matmul = variant;
   });
@@ -259,16 +263,17 @@ describe.each([
     [17, 100, 96],
     [70, 130, 224],
   ];
-  it.each(shapes.filter(([T]) => variant !== 'gemv' || T <= K.GEMV_MAX_T))('T=%i N=%i K=%i', async (T, N, Kd) => {
+  it.each(shapes.filter(([T]) => !gemvLike || T <= K.GEMV_MAX_T))('T=%i N=%i K=%i', async (T, N, Kd) => {
     const g = getGpu();
     const { w, deq } = q4Weight(g, N, Kd, 20 + T);
     const x = ref.randn(T * Kd, ref.rng(30 + T));
     const out = g.createBuffer(T * N * 4, 'out');
     K.matmul(g, out, upload(g, x, 'x'), w, T, N, Kd);
     const v = K.kernelVariant(g, 'matmul')!;
-    expect(v.label).toContain(variant === 'rows' ? 'matmul_rows' : variant === 'gemv' ? 'matmul_gemv' : 'gemm_tiled');
+    // gemv_lanes binds whole vec4s: a tensor whose scales end mid-vec4 falls back to matmul_gemv.
+    expect(v.label).toContain(variant === 'lanes' && w.buf.size % 16 !== 0 ? 'matmul_gemv' : entry);
     expect(v.label).toContain('WEIGHTS=q4');
-    if (variant === 'gemv') expect(v.subgroups).toBe(g.features.subgroups);
+    if (gemvLike) expect(v.subgroups).toBe(g.features.subgroups);
     const want = new Float32Array(T * N);
     ref.matmul(want, x, deq, T, N, Kd);
     expectClose(`matmul q4 ${name} T=${T} N=${N} K=${Kd}`, await g.readF32(out, T * N), want, REL, ABS);
@@ -278,7 +283,7 @@ describe.each([
     [
       [2, 33, 64],
       [20, 33, 96],
-    ].filter(([T]) => variant !== 'gemv' || T <= K.GEMV_MAX_T),
+    ].filter(([T]) => !gemvLike || T <= K.GEMV_MAX_T),
   )('accumulate T=%i N=%i K=%i', async (T, N, Kd) => {
     const g = getGpu();
     const { w, deq } = q4Weight(g, N, Kd, 40);

@@ -1,0 +1,36 @@
+// One column's partial dot products of shaders/gemv.wgsl gemv_lanes for the weight w{{WI}} of
+// {{WN}} rows, a template: #include "common/gemvstaged.wgsl" (WI=suffix, WN=rows); the includer
+// defines n (this thread's column), lane and lid, and follows it with common/gemvlanes.wgsl,
+// which reduces acc. Holds workgroup barriers: include it in uniform control flow.
+// x is staged KCV vec4s per row at a time (rows past M as zeros); within a chunk lane l takes
+// blocks l, l + LANES, ... of its column's row, so a column's LANES lanes read LANES neighbouring
+// 16-byte blocks per step. Columns past {{WN}} read the last row (never stored): every thread
+// reaches every barrier.
+  let blocks = p.K / BE;
+  let wbase = min(n, {{WN}} - 1u) * blocks;
+  let xr = p.K / 4u; // vec4 per row of x
+  var acc: array<f32, TMAX>;
+  for (var c0 = 0u; c0 < xr; c0 += KCV) {
+    workgroupBarrier(); // the previous chunk's reads are done
+    for (var i = lid; i < TMAX * KCV; i += 256u) {
+      let t = i / KCV;
+      let v = c0 + i % KCV;
+      var xv = vec4f(0.0);
+      if (t < p.M && v < xr) { xv = a[t * xr + v]; }
+      xs[i] = xv;
+    }
+    workgroupBarrier();
+    let jb = c0 / (BE / 4u); // the chunk's first block (KCV is a whole number of blocks)
+    let je = min(blocks, jb + KCV / (BE / 4u));
+    for (var j = jb + lane; j < je; j += LANES) {
+      let b = w{{WI}}[wbase + j];
+      let s = blockScale{{WI}}(wbase + j);
+      let xo = (j - jb) * (BE / 4u);
+      for (var c = 0u; c < PARTS; c++) {
+        let q = part(b, s, c);
+        for (var t = 0u; t < TMAX; t++) {
+          acc[t] += dot(pairDot(q, stagedAt(t * KCV + xo + c * (EPP / 4u))), vec4f(1.0));
+        }
+      }
+    }
+  }
