@@ -213,6 +213,12 @@ export interface OpBenchOptions {
    * named `gemv ... [variant]`, alternated `rounds` times. Absent: the 'auto' choice.
    */
   gemvVariants?: { variants: ('blocks' | 'lanes' | 'gemv')[]; rounds: number };
+  /**
+   * Decode attention side by side: each record once per tuning.attentionHeads ('group': a GQA
+   * group's heads per workgroup, K/V read once for them; 'one': a head per workgroup), named
+   * `decode attention ... [heads]`, alternated `rounds` times. Absent: the 'auto' choice.
+   */
+  decodeHeads?: { variants: ('group' | 'one')[]; rounds: number };
 }
 
 export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord[]> {
@@ -381,14 +387,26 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
       const pos = bufs.u32(new Array(maxB).fill(ctx), 'dec.pos');
       const q = bufs.f32(maxB * NH * HD, 'dec.q'),
         out = bufs.f32(maxB * NH * HD, 'dec.out');
-      for (const B of s.decodeB) {
-        await run(
-          `decode attention ${o.kv} B=${B}`,
-          `ctx=${ctx} NH=${NH} NKV=${NKV} HD=${HD}`,
-          decodeAttentionCost(B, ctx + 1, NH, NKV, HD, o.kv === 'f16' ? 2 : 4),
-          () => K.attention(gpu, out, q, kCache, vCache, pageTable, slot, pos, B, NH, NKV, HD, kv),
-          B,
-        );
+      const variants = o.decodeHeads?.variants ?? [undefined];
+      const before = K.tuning.attentionHeads;
+      try {
+        for (const B of s.decodeB) {
+          for (let round = 0; round < (o.decodeHeads?.rounds ?? 1); round++) {
+            for (const heads of variants) {
+              if (heads) K.tuning.attentionHeads = heads;
+              await run(
+                `decode attention ${o.kv} B=${B}${heads ? ` [${heads}]` : ''}`,
+                `ctx=${ctx} NH=${NH} NKV=${NKV} HD=${HD}`,
+                decodeAttentionCost(B, ctx + 1, NH, NKV, HD, o.kv === 'f16' ? 2 : 4),
+                () => K.attention(gpu, out, q, kCache, vCache, pageTable, slot, pos, B, NH, NKV, HD, kv),
+                B,
+                () => kernelNote(gpu, 'attention'),
+              );
+            }
+          }
+        }
+      } finally {
+        K.tuning.attentionHeads = before;
       }
     }
   } finally {

@@ -147,6 +147,8 @@ export async function runSuite(
     // On a GPU the decode GEMV runs side by side: gemv_lanes (16-byte loads, x staged in workgroup
     // memory; the 'auto' choice) and the word-by-word matmul_gemv it replaced.
     const gemvVariants = isCpuAdapter(gpu) ? undefined : { variants: ['lanes', 'gemv'] as const, rounds: 1 };
+    // And decode attention with a GQA group's heads per workgroup (the 'auto' choice) against one head each.
+    const decodeHeads = isCpuAdapter(gpu) ? undefined : { variants: ['group', 'one'] as const, rounds: 1 };
     for (const kv of o.kv) {
       const ops = kv === o.kv[0] ? o.ops : o.ops.filter((n) => n === 'decode-attention');
       await benchOps(gpu, {
@@ -157,6 +159,7 @@ export async function runSuite(
         roofline: report.roofline,
         log: add,
         gemvVariants: gemvVariants && { ...gemvVariants, variants: [...gemvVariants.variants] },
+        decodeHeads: decodeHeads && { ...decodeHeads, variants: [...decodeHeads.variants] },
       });
     }
   }

@@ -486,6 +486,13 @@ struct AttentionParams {
 const BLK = 64u;   // keys per block = threads per workgroup
 const HDMAX = 256u;
 const DPT = HDMAX / BLK; // output dims per thread
+// Query heads per workgroup (paged module, define HG: the NH / NKV heads of a GQA group, <= 8):
+// every key and value is read once for all of them. 1 without the define.
+#ifdef HG
+const HG = {{HG}}u;
+#else
+const HG = 1u;
+#endif
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>; // (T, NH, HD) f32
@@ -505,8 +512,8 @@ const DPT = HDMAX / BLK; // output dims per thread
 @group(0) @binding(4) var<storage, read> vCache: array<f32>;    // training: v (T, NKV, HD) f32
 #endif
 
-var<workgroup> qs: array<f32, HDMAX>; // scaled query
-var<workgroup> ps: array<f32, BLK>;   // scores, then probabilities, of the current block
+var<workgroup> qs: array<f32, HDMAX * HG>; // scaled query (HG of them, HDMAX apart)
+var<workgroup> ps: array<f32, BLK * HG>;   // scores, then probabilities, of the current block (per head)
 var<workgroup> keyAt: array<u32, BLK>; // element index of each key's head in the current block
 var<workgroup> nKeysShared: u32;
 
@@ -519,11 +526,14 @@ fn keyIndex(kvBase: u32, j: u32) -> u32 {
   return ((page << p.pageShift) + (j & ((1u << p.pageShift) - 1u))) * p.NKV * p.HD + kvBase;
 }
 
-// The query row th = t * NH + h into qs; returns its key count (positions 0..pos[t]). Sets tableRow.
+// The HG query rows th .. th + HG - 1 (th = t * NH + h, heads of one token) into qs; returns their
+// key count (positions 0..pos[t]). Sets tableRow.
 fn loadQuery(th: u32, lid: u32) -> u32 {
   let t = th / p.NH;
   tableRow = slot[t] * p.pagesPerSlot;
-  for (var d = lid; d < p.HD; d += BLK) { qs[d] = q[th * p.HD + d] * p.scale; }
+  for (var h = 0u; h < HG; h++) {
+    for (var d = lid; d < p.HD; d += BLK) { qs[h * HDMAX + d] = q[(th + h) * p.HD + d] * p.scale; }
+  }
   if (lid == 0u) { nKeysShared = min(pos[t] + 1u, p.maxT); }
   // The key count comes from a buffer; workgroupUniformLoad makes the block loop provably uniform.
   return workgroupUniformLoad(&nKeysShared);
@@ -531,13 +541,14 @@ fn loadQuery(th: u32, lid: u32) -> u32 {
 
 fn kvHeadBase(th: u32) -> u32 { return ((th % p.NH) / (p.NH / p.NKV)) * p.HD; }
 
+// One workgroup per (token, HG heads): th = t * NH + h for the first head h.
 @compute @workgroup_size(BLK)
 fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                      @builtin(local_invocation_index) lid: u32) {
-  let th = linearGroup(wid, nwg); // t * NH + h
+  let th = linearGroup(wid, nwg) * HG;
   if (th >= p.T * p.NH) { return; }
   let nKeys = loadQuery(th, lid);
-  attendKeys(th, kvHeadBase(th), 0u, nKeys, lid);
+  attendKeys(th, 1u, kvHeadBase(th), 0u, nKeys, lid);
 }
 
 // ---- split-K decode attention (flash-decoding) ------------------------------------------------
@@ -546,22 +557,30 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
 // attending to keys [c * splitKeys, (c + 1) * splitKeys) and writing its normalized output and
 // log-sum-exp to the split buffers (out bound to the split outputs, partLse); attention_combine weighs the splits by
 // exp(lse_c - max lse). A split past the sequence's end writes lse = -FLT_MAX (weight 0).
+// With HG heads per workgroup, workgroup (t * NH / HG + hg) * splits + c takes split c of heads
+// th .. th + HG - 1 (th = t * NH + hg * HG), whose partial rows are (th + h) * splits + c.
 @compute @workgroup_size(BLK)
 fn attention_split(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                    @builtin(local_invocation_index) lid: u32) {
-  let g = linearGroup(wid, nwg); // (t * NH + h) * splits + c
-  if (g >= p.T * p.NH * p.splits) { return; }
-  let th = g / p.splits;
+  let w = linearGroup(wid, nwg);
+  if (w >= p.T * (p.NH / HG) * p.splits) { return; }
+  let c = w % p.splits;
+  let th = (w / p.splits) * HG;
+  let g = th * p.splits + c; // the first head's partial row; head h's is g + h * splits
   let nKeys = loadQuery(th, lid);
-  let first = (g - th * p.splits) * p.splitKeys;
+  let first = c * p.splitKeys;
   let end = min(first + p.splitKeys, nKeys);
   if (first >= end) {
-    for (var d = lid; d < p.HD; d += BLK) { out[g * p.HD + d] = 0.0; }
-    if (lid == 0u) { partLse[g] = -3.40282346e38; }
+    for (var h = 0u; h < HG; h++) {
+      for (var d = lid; d < p.HD; d += BLK) { out[(g + h * p.splits) * p.HD + d] = 0.0; }
+      if (lid == 0u) { partLse[g + h * p.splits] = -3.40282346e38; }
+    }
     return;
   }
-  let lse = attendKeys(g, kvHeadBase(th), first, end, lid);
-  if (lid == 0u) { partLse[g] = lse; }
+  let lse = attendKeys(g, p.splits, kvHeadBase(th), first, end, lid);
+  if (lid == 0u) {
+    for (var h = 0u; h < HG; h++) { partLse[g + h * p.splits] = lse[h]; }
+  }
 }
 
 @compute @workgroup_size(BLK)
@@ -585,17 +604,23 @@ fn attention_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
 fn keyIndex(kvBase: u32, j: u32) -> u32 { return kvBase + j * p.NKV * p.HD; }
 #endif
 
-// q . k for the scaled query in qs and the key whose head starts at element kb (even in f16).
-fn keyDot(kb: u32) -> f32 {
-  var dot = 0.0;
+// q . k for each of the HG scaled queries in qs and the key whose head starts at element kb (even
+// in f16): the key is read once for all of them.
+fn keyDot(kb: u32) -> array<f32, HG> {
+  var dot: array<f32, HG>;
 #if defined(KV) && KV == f16
   for (var d = 0u; d < p.HD; d += 2u) {
     let kk = unpack2x16float(kCache[(kb + d) >> 1u]);
-    dot += qs[d] * kk.x;
-    dot += qs[d + 1u] * kk.y;
+    for (var h = 0u; h < HG; h++) {
+      dot[h] += qs[h * HDMAX + d] * kk.x;
+      dot[h] += qs[h * HDMAX + d + 1u] * kk.y;
+    }
   }
 #else
-  for (var d = 0u; d < p.HD; d++) { dot += qs[d] * kCache[kb + d]; }
+  for (var d = 0u; d < p.HD; d++) {
+    let kk = kCache[kb + d];
+    for (var h = 0u; h < HG; h++) { dot[h] += qs[h * HDMAX + d] * kk; }
+  }
 #endif
   return dot;
 }
@@ -609,48 +634,64 @@ fn valueAt(i: u32) -> f32 {
 #endif
 }
 
-// Query row (scaled, already in qs) against keys/values first <= j < end of KV head kvBase
-// (keyIndex): writes out[row] and returns the log-sum-exp of the scaled scores.
-fn attendKeys(row: u32, kvBase: u32, first: u32, end: u32, lid: u32) -> f32 {
-  var m = -3.40282346e38;
-  var l = 0.0;
-  var acc: array<f32, DPT>;
+// The HG query rows (scaled, already in qs) against keys/values first <= j < end of KV head kvBase
+// (keyIndex): writes out[row + h * rowStride] for head h and returns each head's log-sum-exp of
+// the scaled scores. Each key and value element is read once for the HG heads.
+fn attendKeys(row: u32, rowStride: u32, kvBase: u32, first: u32, end: u32, lid: u32) -> array<f32, HG> {
+  var m: array<f32, HG>;
+  var l: array<f32, HG>;
+  for (var h = 0u; h < HG; h++) { m[h] = -3.40282346e38; }
+  var acc: array<f32, DPT * HG>; // (DPT, HG)
   for (var b0 = first; b0 < end; b0 += BLK) {
     let j = b0 + lid;
-    var s = -3.40282346e38;
+    var s: array<f32, HG>;
+    for (var h = 0u; h < HG; h++) { s[h] = -3.40282346e38; }
     if (j < end) {
       let kb = keyIndex(kvBase, j);
       keyAt[lid] = kb;
       s = keyDot(kb);
     }
-    ps[lid] = s;
+    for (var h = 0u; h < HG; h++) { ps[h * BLK + lid] = s[h]; }
     workgroupBarrier();
     var mNew = m;
-    for (var i = 0u; i < BLK; i++) { mNew = max(mNew, ps[i]); }
+    for (var h = 0u; h < HG; h++) {
+      for (var i = 0u; i < BLK; i++) { mNew[h] = max(mNew[h], ps[h * BLK + i]); }
+    }
     workgroupBarrier(); // everyone has read the scores before they become probabilities
-    ps[lid] = select(0.0, exp(s - mNew), j < end);
+    for (var h = 0u; h < HG; h++) { ps[h * BLK + lid] = select(0.0, exp(s[h] - mNew[h]), j < end); }
     workgroupBarrier();
-    let corr = exp(m - mNew);
     let nb = min(BLK, end - b0);
-    var lb = 0.0;
-    for (var i = 0u; i < nb; i++) { lb += ps[i]; }
-    l = l * corr + lb;
+    var corr: array<f32, HG>;
+    for (var h = 0u; h < HG; h++) {
+      corr[h] = exp(m[h] - mNew[h]);
+      var lb = 0.0;
+      for (var i = 0u; i < nb; i++) { lb += ps[h * BLK + i]; }
+      l[h] = l[h] * corr[h] + lb;
+    }
     for (var e = 0u; e < DPT; e++) {
       let d = lid + e * BLK;
       if (d < p.HD) {
-        var a = acc[e] * corr;
-        for (var i = 0u; i < nb; i++) { a += ps[i] * valueAt(keyAt[i] + d); }
-        acc[e] = a;
+        var a: array<f32, HG>;
+        for (var h = 0u; h < HG; h++) { a[h] = acc[e * HG + h] * corr[h]; }
+        for (var i = 0u; i < nb; i++) {
+          let v = valueAt(keyAt[i] + d);
+          for (var h = 0u; h < HG; h++) { a[h] += ps[h * BLK + i] * v; }
+        }
+        for (var h = 0u; h < HG; h++) { acc[e * HG + h] = a[h]; }
       }
     }
     m = mNew;
     workgroupBarrier(); // the block's probabilities are consumed before the next block overwrites them
   }
-  for (var e = 0u; e < DPT; e++) {
-    let d = lid + e * BLK;
-    if (d < p.HD) { out[row * p.HD + d] = acc[e] / l; }
+  var lse: array<f32, HG>;
+  for (var h = 0u; h < HG; h++) {
+    for (var e = 0u; e < DPT; e++) {
+      let d = lid + e * BLK;
+      if (d < p.HD) { out[(row + h * rowStride) * p.HD + d] = acc[e * HG + h] / l[h]; }
+    }
+    lse[h] = m[h] + log(l[h]);
   }
-  return m + log(l);
+  return lse;
 }
 
 #if !defined(KV)
@@ -670,8 +711,8 @@ fn attention_forward_lse(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgro
   let kvh = (th - t * p.NH) / (p.NH / p.NKV);
   for (var d = lid; d < p.HD; d += BLK) { qs[d] = q[th * p.HD + d] * p.scale; }
   workgroupBarrier();
-  let m = attendKeys(th, kvh * p.HD, 0u, t + 1u, lid);
-  if (lid == 0u) { lse[th] = m; }
+  let m = attendKeys(th, 1u, kvh * p.HD, 0u, t + 1u, lid);
+  if (lid == 0u) { lse[th] = m[0]; }
 }
 
 // Backward (FlashAttention-2 recurrences, probabilities recomputed from lse, no T x T buffer):

@@ -20,9 +20,12 @@ export const GEMV_MAX_T = 8;
 export const tuning: {
   matmul: 'auto' | 'rows' | 'blocks' | 'lanes' | 'gemv' | 'tiled';
   attention: 'auto' | 'single' | 'split' | 'tiled';
+  /** Paged attention_forward / attention_split: a GQA group's heads per workgroup ('auto', 'group') or one head ('one'). */
+  attentionHeads: 'auto' | 'group' | 'one';
 } = {
   matmul: 'auto',
   attention: 'auto',
+  attentionHeads: 'auto',
 };
 
 export function isCpuAdapter(gpu: Gpu): boolean {

@@ -2,6 +2,7 @@
 // dispatch into gpu's pending encoder: no GPU sync, no allocation except cached constant tables.
 // Argument order (llm.c): outputs, saved tensors, inputs/weights, sizes.
 import type { Gpu } from '../gpu/device.ts';
+import type { Defines } from '../gpu/launch.ts';
 import { f32, splitGrid } from '../gpu/launch.ts';
 import {
   ATTENTION_BINDINGS,
@@ -709,15 +710,16 @@ export function attention(
     attentionTiledPaged(gpu, out, q, kCache, vCache, pageTable, slot, pos, T, NH, NKV, HD, kv, pageShift);
     return;
   }
-  const splits = attentionSplits(gpu, T, NH, kv.maxT);
+  const HG = attentionHeadGroup(gpu, NH, NKV);
+  const splits = attentionSplits(gpu, T, NH / HG, kv.maxT, HG > 1 ? 128 : 256);
   const splitKeys = Math.ceil(kv.maxT / splits / ATTENTION_BLOCK) * ATTENTION_BLOCK;
   const params = [T, NH, NKV, HD, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift, splitKeys, splits];
-  const defines = { KV: kv.dtype };
+  const defines: Defines = HG > 1 ? { KV: kv.dtype, HG } : { KV: kv.dtype };
   if (splits === 1) {
     gpu.dispatch(
       opKernel(gpu, 'attention', 'attention', 'attention_forward', defines),
       bindings(ATTENTION_BINDINGS.attention_forward, { out, q, kCache, vCache, pageTable, slot, pos }),
-      T * NH,
+      (T * NH) / HG,
       params,
     );
     return;
@@ -727,11 +729,11 @@ export function attention(
   gpu.dispatch(
     opKernel(gpu, 'attention', 'attention', 'attention_split', defines),
     bindings(ATTENTION_BINDINGS.attention_split, { out: partOut, q, kCache, vCache, pageTable, slot, pos, partLse }),
-    T * NH * splits,
+    (T * NH * splits) / HG,
     params,
   );
   gpu.dispatch(
-    gpu.kernel('attention', 'attention_combine', defines),
+    gpu.kernel('attention', 'attention_combine', { KV: kv.dtype }),
     bindings(ATTENTION_BINDINGS.attention_combine, { out, splitLse: partLse, splitOut: partOut }),
     T * NH,
     params,
@@ -745,18 +747,33 @@ const ATTENTION_BLOCK = 64;
 /** Split-K decode attention: aim for this many workgroups in flight when T * NH alone is fewer. */
 const ATTENTION_TARGET_GROUPS = 1024;
 
+/** Query heads per workgroup of the paged attention kernels (shaders/attention.wgsl HG). */
+const ATTENTION_MAX_HEAD_GROUP = 8;
+
 /**
- * Splits of the key range per (token, head): 1 (one workgroup reads the whole context) unless
- * few queries meet a long context on a GPU, as in decode, where T * NH workgroups would leave
- * most of it idle; then enough splits of at least 256 keys for ~ATTENTION_TARGET_GROUPS
- * workgroups (at most 32). CPU adapters keep 1 (nothing idles there). tuning.attention forces it.
+ * Query heads one workgroup of attention_forward / attention_split takes: the NH / NKV heads of a
+ * GQA group (at most ATTENTION_MAX_HEAD_GROUP), so each key and value is read once for all of
+ * them, or 1 (tuning.attentionHeads; 'auto': the group).
  */
-function attentionSplits(gpu: Gpu, T: number, NH: number, maxT: number): number {
+export function attentionHeadGroup(gpu: Gpu, NH: number, NKV: number): number {
+  const G = NH / NKV;
+  if (tuning.attentionHeads === 'one' || G > ATTENTION_MAX_HEAD_GROUP) return 1;
+  return G;
+}
+
+/**
+ * Splits of the key range per (token, head group): 1 (one workgroup reads the whole context)
+ * unless few queries meet a long context on a GPU, as in decode, where T * rows workgroups (rows:
+ * head groups per token) would leave most of it idle; then enough splits of at least minKeys
+ * keys for ~ATTENTION_TARGET_GROUPS workgroups (at most 32). CPU adapters keep 1 (nothing idles
+ * there). tuning.attention forces it.
+ */
+function attentionSplits(gpu: Gpu, T: number, rows: number, maxT: number, minKeys: number): number {
   if (tuning.attention === 'single' || tuning.attention === 'tiled') return 1; // 'tiled' here: a head_dim it does not take
   if (tuning.attention === 'split') return Math.min(8, Math.max(2, Math.ceil(maxT / ATTENTION_BLOCK))); // tests: splits of one block, some empty
-  if (isCpuAdapter(gpu) || T * NH >= ATTENTION_TARGET_GROUPS / 2) return 1;
-  const most = Math.max(1, Math.min(32, Math.floor(maxT / 256)));
-  return Math.max(1, Math.min(most, Math.ceil(ATTENTION_TARGET_GROUPS / (T * NH))));
+  if (isCpuAdapter(gpu) || T * rows >= ATTENTION_TARGET_GROUPS / 2) return 1;
+  const most = Math.max(1, Math.min(32, Math.floor(maxT / minKeys)));
+  return Math.max(1, Math.min(most, Math.ceil(ATTENTION_TARGET_GROUPS / (T * rows))));
 }
 
 /** out (n) f32 = silu(gate) * up */

@@ -123,45 +123,61 @@ describe('kvWrite + attention through a page table', () => {
       expectClose(`kvWrite ${what} ${name}`, got, want, 0, 0);
     }
 
-    // Batched decode (one query per slot at its last position) and prefill of the borrower.
-    const B = S;
-    const q = ref.randn(B * NH * HD, rand);
-    const slot = Uint32Array.from(lens.keys());
-    const pos = Uint32Array.from(lens, (l) => l - 1);
-    const out = outBuf(B * NH * HD);
-    K.attention(gpu, out, f32Buf(q), kCache, vCache, tableBuf, u32Buf(slot), u32Buf(pos), B, NH, NKV, HD, kv);
-    const got = await gpu.readF32(out, B * NH * HD);
-    const want = new Float32Array(B * NH * HD);
-    ref.attention(want, q, kRef, vRef, slot, pos, B, NH, NKV, HD, maxT);
-    expectClose(`attention decode ${name}`, got, want, REL, ABS);
-    if (dtype === 'f16') {
-      // Without the rounding the reference would be off by far more than the tolerance.
-      const raw = new Float32Array(B * NH * HD);
-      ref.attention(raw, q, kRaw, vRaw, slot, pos, B, NH, NKV, HD, maxT);
-      expect(ref.compare(got, raw, REL, ABS).ok).toBe(false);
+    // Batched decode (one query per slot at its last position) and prefill of the borrower, with a
+    // GQA group's heads in one workgroup (K/V read once for them) and with one head per workgroup.
+    for (const heads of ['group', 'one'] as const) {
+      K.tuning.attentionHeads = heads;
+      try {
+        await attend(`${name} heads=${heads}`, heads === 'group' && NH / NKV > 1 && NH / NKV <= 8);
+      } finally {
+        K.tuning.attentionHeads = 'auto';
+      }
     }
-    const T = lens[borrow.dst];
-    const qp = ref.randn(T * NH * HD, rand);
-    const slotP = new Uint32Array(T).fill(borrow.dst);
-    const posP = Uint32Array.from({ length: T }, (_, i) => i);
-    const outP = outBuf(T * NH * HD);
-    K.attention(gpu, outP, f32Buf(qp), kCache, vCache, tableBuf, u32Buf(slotP), u32Buf(posP), T, NH, NKV, HD, kv);
-    const wantP = new Float32Array(T * NH * HD);
-    ref.attention(wantP, qp, kRef, vRef, slotP, posP, T, NH, NKV, HD, maxT);
-    expectClose(`attention prefill ${name}`, await gpu.readF32(outP, T * NH * HD), wantP, REL, ABS);
 
-    // Split-K (flash-decoding, forced): splits of 64 keys, the last ones past some sequences' ends
-    // (empty), combined by their log-sum-exps, give the same attention for decode and prefill.
-    K.tuning.attention = 'split';
-    try {
-      const outS = outBuf(B * NH * HD);
-      K.attention(gpu, outS, f32Buf(q), kCache, vCache, tableBuf, u32Buf(slot), u32Buf(pos), B, NH, NKV, HD, kv);
-      expectClose(`attention decode split-K ${name}`, await gpu.readF32(outS, B * NH * HD), want, REL, ABS);
-      const outSP = outBuf(T * NH * HD);
-      K.attention(gpu, outSP, f32Buf(qp), kCache, vCache, tableBuf, u32Buf(slotP), u32Buf(posP), T, NH, NKV, HD, kv);
-      expectClose(`attention prefill split-K ${name}`, await gpu.readF32(outSP, T * NH * HD), wantP, REL, ABS);
-    } finally {
-      K.tuning.attention = 'auto';
+    async function attend(name: string, grouped: boolean) {
+      const B = S;
+      const q = ref.randn(B * NH * HD, rand);
+      const slot = Uint32Array.from(lens.keys());
+      const pos = Uint32Array.from(lens, (l) => l - 1);
+      const out = outBuf(B * NH * HD);
+      K.attention(gpu, out, f32Buf(q), kCache, vCache, tableBuf, u32Buf(slot), u32Buf(pos), B, NH, NKV, HD, kv);
+      const label = K.kernelVariant(gpu, 'attention')?.label ?? '';
+      expect(label, name).toContain('attention.attention_');
+      if (grouped) expect(label, name).toContain(`HG=${NH / NKV}`);
+      else expect(label, name).not.toContain('HG=');
+      const got = await gpu.readF32(out, B * NH * HD);
+      const want = new Float32Array(B * NH * HD);
+      ref.attention(want, q, kRef, vRef, slot, pos, B, NH, NKV, HD, maxT);
+      expectClose(`attention decode ${name}`, got, want, REL, ABS);
+      if (dtype === 'f16') {
+        // Without the rounding the reference would be off by far more than the tolerance.
+        const raw = new Float32Array(B * NH * HD);
+        ref.attention(raw, q, kRaw, vRaw, slot, pos, B, NH, NKV, HD, maxT);
+        expect(ref.compare(got, raw, REL, ABS).ok).toBe(false);
+      }
+      const T = lens[borrow.dst];
+      const qp = ref.randn(T * NH * HD, rand);
+      const slotP = new Uint32Array(T).fill(borrow.dst);
+      const posP = Uint32Array.from({ length: T }, (_, i) => i);
+      const outP = outBuf(T * NH * HD);
+      K.attention(gpu, outP, f32Buf(qp), kCache, vCache, tableBuf, u32Buf(slotP), u32Buf(posP), T, NH, NKV, HD, kv);
+      const wantP = new Float32Array(T * NH * HD);
+      ref.attention(wantP, qp, kRef, vRef, slotP, posP, T, NH, NKV, HD, maxT);
+      expectClose(`attention prefill ${name}`, await gpu.readF32(outP, T * NH * HD), wantP, REL, ABS);
+
+      // Split-K (flash-decoding, forced): splits of 64 keys, the last ones past some sequences' ends
+      // (empty), combined by their log-sum-exps, give the same attention for decode and prefill.
+      K.tuning.attention = 'split';
+      try {
+        const outS = outBuf(B * NH * HD);
+        K.attention(gpu, outS, f32Buf(q), kCache, vCache, tableBuf, u32Buf(slot), u32Buf(pos), B, NH, NKV, HD, kv);
+        expectClose(`attention decode split-K ${name}`, await gpu.readF32(outS, B * NH * HD), want, REL, ABS);
+        const outSP = outBuf(T * NH * HD);
+        K.attention(gpu, outSP, f32Buf(qp), kCache, vCache, tableBuf, u32Buf(slotP), u32Buf(posP), T, NH, NKV, HD, kv);
+        expectClose(`attention prefill split-K ${name}`, await gpu.readF32(outSP, T * NH * HD), wantP, REL, ABS);
+      } finally {
+        K.tuning.attention = 'auto';
+      }
     }
   }
 
@@ -237,6 +253,12 @@ describe('kvWrite + attention through a page table', () => {
       run(dtype, 4, 2, 16, 4, [17, 5, 19], { dst: 2, src: 0, pages: 2 }));
     it(`${dtype}: NH=NKV=2 HD=128, P=16, 130 keys (3 blocks), slot 0 borrows 4 pages of slot 1`, () =>
       run(dtype, 2, 2, 128, 16, [130, 70], { dst: 0, src: 1, pages: 4 }));
+    it(`${dtype}: GQA NH=8 NKV=2 HD=128 (Qwen3-4B's 4 heads a group), P=16, 150 keys, 3 slots`, () =>
+      run(dtype, 8, 2, 128, 16, [150, 66, 7], { dst: 1, src: 0, pages: 2 }));
+    it(`${dtype}: MQA NH=8 NKV=1 HD=64 (8 heads a group), P=8, 70 keys`, () =>
+      run(dtype, 8, 1, 64, 8, [70, 9], { dst: 1, src: 0, pages: 1 }));
+    it(`${dtype}: NH=16 NKV=1 (16 heads: more than a workgroup takes, one head each), P=4`, () =>
+      run(dtype, 16, 1, 16, 4, [20, 6], { dst: 1, src: 0, pages: 1 }));
   }
 });
 
