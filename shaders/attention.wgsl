@@ -486,12 +486,24 @@ struct AttentionParams {
 const BLK = 64u;   // keys per block = threads per workgroup
 const HDMAX = 256u;
 const DPT = HDMAX / BLK; // output dims per thread
-// Query heads per workgroup (paged module, define HG: the NH / NKV heads of a GQA group, <= 8):
-// every key and value is read once for all of them. 1 without the define.
+// Query heads per workgroup (paged module, define HG, 2-4: the heads of a GQA group, or a divisor
+// of it): every key and value is read once for all of them. 1 without the define. A value per
+// head (score, probability, running max, normalizer, output element) is one Heads vector, so the
+// per-key arithmetic is one vector operation for all the heads, with no per-head loop or array
+// (SwiftShader keeps function-scope arrays in memory); with HG 1 it is the scalar f32 code.
 #ifdef HG
 const HG = {{HG}}u;
+#if HG == 2
+alias Heads = vec2f;
+fn headOf(x: Heads, h: u32) -> f32 { return x[h]; }
+#else
+alias Heads = vec4f; // HG 3 leaves lane 3 as padding (a zero query), never stored
+fn headOf(x: Heads, h: u32) -> f32 { return x[h]; }
+#endif
 #else
 const HG = 1u;
+alias Heads = f32;
+fn headOf(x: Heads, h: u32) -> f32 { return x; }
 #endif
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
@@ -512,8 +524,8 @@ const HG = 1u;
 @group(0) @binding(4) var<storage, read> vCache: array<f32>;    // training: v (T, NKV, HD) f32
 #endif
 
-var<workgroup> qs: array<f32, HDMAX * HG>; // scaled query (HG of them, HDMAX apart)
-var<workgroup> ps: array<f32, BLK * HG>;   // scores, then probabilities, of the current block (per head)
+var<workgroup> qs: array<Heads, HDMAX>; // scaled query (element d of each head)
+var<workgroup> ps: array<Heads, BLK>;   // scores, then probabilities, of the current block
 var<workgroup> keyAt: array<u32, BLK>; // element index of each key's head in the current block
 var<workgroup> nKeysShared: u32;
 
@@ -531,8 +543,18 @@ fn keyIndex(kvBase: u32, j: u32) -> u32 {
 fn loadQuery(th: u32, lid: u32) -> u32 {
   let t = th / p.NH;
   tableRow = slot[t] * p.pagesPerSlot;
-  for (var h = 0u; h < HG; h++) {
-    for (var d = lid; d < p.HD; d += BLK) { qs[h * HDMAX + d] = q[(th + h) * p.HD + d] * p.scale; }
+  for (var d = lid; d < p.HD; d += BLK) {
+#if !defined(HG)
+    qs[d] = q[th * p.HD + d] * p.scale;
+#elif HG == 2
+    qs[d] = vec2f(q[th * p.HD + d], q[(th + 1u) * p.HD + d]) * p.scale;
+#else
+#if HG == 4
+    qs[d] = vec4f(q[th * p.HD + d], q[(th + 1u) * p.HD + d], q[(th + 2u) * p.HD + d], q[(th + 3u) * p.HD + d]) * p.scale;
+#else
+    qs[d] = vec4f(q[th * p.HD + d], q[(th + 1u) * p.HD + d], q[(th + 2u) * p.HD + d], 0.0) * p.scale;
+#endif
+#endif
   }
   if (lid == 0u) { nKeysShared = min(pos[t] + 1u, p.maxT); }
   // The key count comes from a buffer; workgroupUniformLoad makes the block loop provably uniform.
@@ -579,7 +601,7 @@ fn attention_split(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
   }
   let lse = attendKeys(g, p.splits, kvHeadBase(th), first, end, lid);
   if (lid == 0u) {
-    for (var h = 0u; h < HG; h++) { partLse[g + h * p.splits] = lse[h]; }
+    for (var h = 0u; h < HG; h++) { partLse[g + h * p.splits] = headOf(lse, h); }
   }
 }
 
@@ -604,23 +626,18 @@ fn attention_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
 fn keyIndex(kvBase: u32, j: u32) -> u32 { return kvBase + j * p.NKV * p.HD; }
 #endif
 
-// q . k for each of the HG scaled queries in qs and the key whose head starts at element kb (even
-// in f16): the key is read once for all of them.
-fn keyDot(kb: u32) -> array<f32, HG> {
-  var dot: array<f32, HG>;
+// q . k for the HG scaled queries in qs and the key whose head starts at element kb (even in
+// f16): the key is read once for all of them.
+fn keyDot(kb: u32) -> Heads {
+  var dot = Heads(0.0);
 #if defined(KV) && KV == f16
   for (var d = 0u; d < p.HD; d += 2u) {
     let kk = unpack2x16float(kCache[(kb + d) >> 1u]);
-    for (var h = 0u; h < HG; h++) {
-      dot[h] += qs[h * HDMAX + d] * kk.x;
-      dot[h] += qs[h * HDMAX + d + 1u] * kk.y;
-    }
+    dot += qs[d] * kk.x;
+    dot += qs[d + 1u] * kk.y;
   }
 #else
-  for (var d = 0u; d < p.HD; d++) {
-    let kk = kCache[kb + d];
-    for (var h = 0u; h < HG; h++) { dot[h] += qs[h * HDMAX + d] * kk; }
-  }
+  for (var d = 0u; d < p.HD; d++) { dot += qs[d] * kCache[kb + d]; }
 #endif
   return dot;
 }
@@ -635,63 +652,51 @@ fn valueAt(i: u32) -> f32 {
 }
 
 // The HG query rows (scaled, already in qs) against keys/values first <= j < end of KV head kvBase
-// (keyIndex): writes out[row + h * rowStride] for head h and returns each head's log-sum-exp of
+// (keyIndex): writes out[row + h * rowStride] for head h and returns the heads' log-sum-exps of
 // the scaled scores. Each key and value element is read once for the HG heads.
-fn attendKeys(row: u32, rowStride: u32, kvBase: u32, first: u32, end: u32, lid: u32) -> array<f32, HG> {
-  var m: array<f32, HG>;
-  var l: array<f32, HG>;
-  for (var h = 0u; h < HG; h++) { m[h] = -3.40282346e38; }
-  var acc: array<f32, DPT * HG>; // (DPT, HG)
+fn attendKeys(row: u32, rowStride: u32, kvBase: u32, first: u32, end: u32, lid: u32) -> Heads {
+  var m = Heads(-3.40282346e38);
+  var l = Heads(0.0);
+  var acc: array<Heads, DPT>;
   for (var b0 = first; b0 < end; b0 += BLK) {
     let j = b0 + lid;
-    var s: array<f32, HG>;
-    for (var h = 0u; h < HG; h++) { s[h] = -3.40282346e38; }
+    var s = Heads(-3.40282346e38);
     if (j < end) {
       let kb = keyIndex(kvBase, j);
       keyAt[lid] = kb;
       s = keyDot(kb);
     }
-    for (var h = 0u; h < HG; h++) { ps[h * BLK + lid] = s[h]; }
+    ps[lid] = s;
     workgroupBarrier();
     var mNew = m;
-    for (var h = 0u; h < HG; h++) {
-      for (var i = 0u; i < BLK; i++) { mNew[h] = max(mNew[h], ps[h * BLK + i]); }
-    }
+    for (var i = 0u; i < BLK; i++) { mNew = max(mNew, ps[i]); }
     workgroupBarrier(); // everyone has read the scores before they become probabilities
-    for (var h = 0u; h < HG; h++) { ps[h * BLK + lid] = select(0.0, exp(s[h] - mNew[h]), j < end); }
+    ps[lid] = select(Heads(0.0), exp(s - mNew), j < end);
     workgroupBarrier();
+    let corr = exp(m - mNew);
     let nb = min(BLK, end - b0);
-    var corr: array<f32, HG>;
-    for (var h = 0u; h < HG; h++) {
-      corr[h] = exp(m[h] - mNew[h]);
-      var lb = 0.0;
-      for (var i = 0u; i < nb; i++) { lb += ps[h * BLK + i]; }
-      l[h] = l[h] * corr[h] + lb;
-    }
+    var lb = Heads(0.0);
+    for (var i = 0u; i < nb; i++) { lb += ps[i]; }
+    l = l * corr + lb;
     for (var e = 0u; e < DPT; e++) {
       let d = lid + e * BLK;
       if (d < p.HD) {
-        var a: array<f32, HG>;
-        for (var h = 0u; h < HG; h++) { a[h] = acc[e * HG + h] * corr[h]; }
-        for (var i = 0u; i < nb; i++) {
-          let v = valueAt(keyAt[i] + d);
-          for (var h = 0u; h < HG; h++) { a[h] += ps[h * BLK + i] * v; }
-        }
-        for (var h = 0u; h < HG; h++) { acc[e * HG + h] = a[h]; }
+        var a = acc[e] * corr;
+        for (var i = 0u; i < nb; i++) { a += ps[i] * valueAt(keyAt[i] + d); }
+        acc[e] = a;
       }
     }
     m = mNew;
     workgroupBarrier(); // the block's probabilities are consumed before the next block overwrites them
   }
-  var lse: array<f32, HG>;
-  for (var h = 0u; h < HG; h++) {
-    for (var e = 0u; e < DPT; e++) {
-      let d = lid + e * BLK;
-      if (d < p.HD) { out[(row + h * rowStride) * p.HD + d] = acc[e * HG + h] / l[h]; }
+  for (var e = 0u; e < DPT; e++) {
+    let d = lid + e * BLK;
+    if (d < p.HD) {
+      let o = acc[e] / l;
+      for (var h = 0u; h < HG; h++) { out[(row + h * rowStride) * p.HD + d] = headOf(o, h); }
     }
-    lse[h] = m[h] + log(l[h]);
   }
-  return lse;
+  return m + log(l);
 }
 
 #if !defined(KV)
@@ -712,7 +717,7 @@ fn attention_forward_lse(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgro
   for (var d = lid; d < p.HD; d += BLK) { qs[d] = q[th * p.HD + d] * p.scale; }
   workgroupBarrier();
   let m = attendKeys(th, 1u, kvh * p.HD, 0u, t + 1u, lid);
-  if (lid == 0u) { lse[th] = m[0]; }
+  if (lid == 0u) { lse[th] = m; }
 }
 
 // Backward (FlashAttention-2 recurrences, probabilities recomputed from lse, no T x T buffer):

@@ -710,7 +710,7 @@ export function attention(
     attentionTiledPaged(gpu, out, q, kCache, vCache, pageTable, slot, pos, T, NH, NKV, HD, kv, pageShift);
     return;
   }
-  const HG = attentionHeadGroup(gpu, NH, NKV);
+  const HG = attentionHeadGroup(NH, NKV);
   const splits = attentionSplits(gpu, T, NH / HG, kv.maxT, HG > 1 ? 128 : 256);
   const splitKeys = Math.ceil(kv.maxT / splits / ATTENTION_BLOCK) * ATTENTION_BLOCK;
   const params = [T, NH, NKV, HD, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift, splitKeys, splits];
@@ -747,18 +747,20 @@ const ATTENTION_BLOCK = 64;
 /** Split-K decode attention: aim for this many workgroups in flight when T * NH alone is fewer. */
 const ATTENTION_TARGET_GROUPS = 1024;
 
-/** Query heads per workgroup of the paged attention kernels (shaders/attention.wgsl HG). */
-const ATTENTION_MAX_HEAD_GROUP = 8;
+/** Most query heads one workgroup of the paged attention kernels takes (shaders/attention.wgsl HG: one vec4 of heads). */
+const ATTENTION_MAX_HEAD_GROUP = 4;
 
 /**
  * Query heads one workgroup of attention_forward / attention_split takes: the NH / NKV heads of a
- * GQA group (at most ATTENTION_MAX_HEAD_GROUP), so each key and value is read once for all of
- * them, or 1 (tuning.attentionHeads; 'auto': the group).
+ * GQA group, or its largest divisor up to ATTENTION_MAX_HEAD_GROUP (8 heads: two workgroups of 4),
+ * so each key and value is read once for all of them; or 1 (tuning.attentionHeads 'one'; 'auto'
+ * and 'group' take the group).
  */
-export function attentionHeadGroup(gpu: Gpu, NH: number, NKV: number): number {
+export function attentionHeadGroup(NH: number, NKV: number): number {
   const G = NH / NKV;
-  if (tuning.attentionHeads === 'one' || G > ATTENTION_MAX_HEAD_GROUP) return 1;
-  return G;
+  if (tuning.attentionHeads === 'one') return 1;
+  for (let hg = Math.min(G, ATTENTION_MAX_HEAD_GROUP); hg > 1; hg--) if (G % hg === 0) return hg;
+  return 1;
 }
 
 /**

@@ -128,13 +128,13 @@ describe('kvWrite + attention through a page table', () => {
     for (const heads of ['group', 'one'] as const) {
       K.tuning.attentionHeads = heads;
       try {
-        await attend(`${name} heads=${heads}`, heads === 'group' && NH / NKV > 1 && NH / NKV <= 8);
+        await attend(`${name} heads=${heads}`, heads === 'group' ? K.attentionHeadGroup(NH, NKV) : 1);
       } finally {
         K.tuning.attentionHeads = 'auto';
       }
     }
 
-    async function attend(name: string, grouped: boolean) {
+    async function attend(name: string, HG: number) {
       const B = S;
       const q = ref.randn(B * NH * HD, rand);
       const slot = Uint32Array.from(lens.keys());
@@ -143,7 +143,7 @@ describe('kvWrite + attention through a page table', () => {
       K.attention(gpu, out, f32Buf(q), kCache, vCache, tableBuf, u32Buf(slot), u32Buf(pos), B, NH, NKV, HD, kv);
       const label = K.kernelVariant(gpu, 'attention')?.label ?? '';
       expect(label, name).toContain('attention.attention_');
-      if (grouped) expect(label, name).toContain(`HG=${NH / NKV}`);
+      if (HG > 1) expect(label, name).toContain(`HG=${HG}`);
       else expect(label, name).not.toContain('HG=');
       const got = await gpu.readF32(out, B * NH * HD);
       const want = new Float32Array(B * NH * HD);
@@ -180,6 +180,24 @@ describe('kvWrite + attention through a page table', () => {
       }
     }
   }
+
+  it('attentionHeadGroup: the GQA group, or its largest divisor up to 4 heads; one head when forced', () => {
+    const cases: [number, number, number][] = [
+      [32, 8, 4], // Qwen3-4B, 8B
+      [16, 8, 2], // Qwen3-0.6B, 1.7B
+      [64, 8, 4], // Qwen3-32B: 8 heads a group, two workgroups of 4
+      [40, 8, 1], // Qwen3-14B: 5 heads a group
+      [12, 2, 3],
+      [4, 4, 1],
+    ];
+    for (const [NH, NKV, want] of cases) expect(K.attentionHeadGroup(NH, NKV), `${NH}/${NKV}`).toBe(want);
+    K.tuning.attentionHeads = 'one';
+    try {
+      expect(K.attentionHeadGroup(32, 8)).toBe(1);
+    } finally {
+      K.tuning.attentionHeads = 'auto';
+    }
+  });
 
   it('f16: rounds to nearest even (ties, subnormals, carries), saturates at 65504, keeps NaN', async () => {
     // Edge cases, then values log-uniform over 2^-30..2^17 with random signs.
@@ -255,10 +273,12 @@ describe('kvWrite + attention through a page table', () => {
       run(dtype, 2, 2, 128, 16, [130, 70], { dst: 0, src: 1, pages: 4 }));
     it(`${dtype}: GQA NH=8 NKV=2 HD=128 (Qwen3-4B's 4 heads a group), P=16, 150 keys, 3 slots`, () =>
       run(dtype, 8, 2, 128, 16, [150, 66, 7], { dst: 1, src: 0, pages: 2 }));
-    it(`${dtype}: MQA NH=8 NKV=1 HD=64 (8 heads a group), P=8, 70 keys`, () =>
+    it(`${dtype}: MQA NH=8 NKV=1 HD=64 (8 heads a group: two workgroups of 4), P=8, 70 keys`, () =>
       run(dtype, 8, 1, 64, 8, [70, 9], { dst: 1, src: 0, pages: 1 }));
-    it(`${dtype}: NH=16 NKV=1 (16 heads: more than a workgroup takes, one head each), P=4`, () =>
-      run(dtype, 16, 1, 16, 4, [20, 6], { dst: 1, src: 0, pages: 1 }));
+    it(`${dtype}: NH=12 NKV=2 HD=32 (6 heads a group: two workgroups of 3, a padded lane), P=4`, () =>
+      run(dtype, 12, 2, 32, 4, [20, 6], { dst: 1, src: 0, pages: 1 }));
+    it(`${dtype}: NH=10 NKV=2 HD=16 (5 heads a group: one head a workgroup), P=4`, () =>
+      run(dtype, 10, 2, 16, 4, [9, 13], { dst: 0, src: 1, pages: 1 }));
   }
 });
 
