@@ -745,6 +745,13 @@ function whatToChange(p: MemoryPlan, fits: (q: MemoryPlan) => boolean): string {
  * report it).
  */
 export function checkPlanFits(p: MemoryPlan, limits: AdapterLimits, budgetBytes?: number): void {
+  // A missing limit (e.g. a spread copy of a GPUSupportedLimits, whose fields are getters) would
+  // make every comparison false and let any plan through: refuse it by name instead.
+  for (const name of ['maxStorageBufferBindingSize', 'maxBufferSize'] as const) {
+    const v: unknown = limits[name];
+    if (typeof v !== 'number' || !(v > 0))
+      throw new TypeError(`GPU limit ${name} is ${String(v)}: the memory check needs the adapter's limits as numbers`);
+  }
   const limit = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
   if (p.largestBuffer.bytes > limit) {
     const hint = whatToChange(p, (q) => q.largestBuffer.bytes <= limit);

@@ -147,6 +147,13 @@ describe('the plan', () => {
     const p = planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f16' }));
     expect(p.total, breakdown(p)).toBeLessThanOrEqual(6 * GiB);
     expect(() => checkPlanFits(p, NO_LIMITS, 6 * GiB)).not.toThrow();
+    // A limit that is missing (a spread GPUSupportedLimits copies none of its getters) or not a
+    // positive number fails by name instead of letting every plan through.
+    const missing = { maxBufferSize: 2 ** 40 } as unknown as Parameters<typeof checkPlanFits>[1];
+    expect(() => checkPlanFits(p, missing)).toThrow(/GPU limit maxStorageBufferBindingSize is undefined/);
+    expect(() => checkPlanFits(p, { maxStorageBufferBindingSize: 2 ** 40, maxBufferSize: NaN })).toThrow(
+      /GPU limit maxBufferSize is NaN/,
+    );
   });
 
   it('refuses with what to change: the binding limit, then the budget', () => {
