@@ -171,7 +171,9 @@ export class Qwen3Model {
     const act = gpu.createBuffer(T * I * 4, 'act'); // (T, I)
 
     const lora = this.lora?.enabled ? this.lora : null;
-    const u = lora ? gpu.createBuffer(T * lora.settings.r * 4, 'loraU') : null; // (T, r) x A^T scratch
+    // (T, r) x A^T scratch: one per projection of a group (q/k/v) whose A products run as one dispatch
+    const us = lora ? [0, 1, 2].map((i) => gpu.createBuffer(T * lora.settings.r * 4, `loraU${i}`)) : [];
+    const u = us[0] ?? null;
     let l = 0;
     // y (+)= x W^T, plus the LoRA branch s (x A^T) B^T when the adapter targets this projection.
     const proj = (
@@ -189,12 +191,29 @@ export class Qwen3Model {
     };
     // Projections of h sharing one read of it (q/k/v, gate/up): one fused GEMV dispatch in decode
     // (K.matmulGroup), then each target's LoRA branch on its own output.
+    // When the adapter targets every projection of the group, their LoRA A products (which share h
+    // too) run as one dispatch (K.matmulGroupF32), then each B product on its own output.
     const projGroup = (ys: GPUBuffer[], wts: K.Weight[], targets: LoraTarget[], Ns: number[]) => {
       K.matmulGroup(gpu, ys, h, wts, T, Ns, C);
-      targets.forEach((target, i) => {
-        const p = lora?.get(l, target);
-        if (p) loraForward(gpu, ys[i], u!, h, p, T, lora!.settings.r, lora!.scale);
-      });
+      const ps = targets.map((target) => lora?.get(l, target) ?? null);
+      if (lora && ps.every((p) => p !== null)) {
+        const r = lora.settings.r;
+        const pairs = ps as NonNullable<(typeof ps)[number]>[];
+        K.matmulGroupF32(
+          gpu,
+          us.slice(0, pairs.length),
+          h,
+          pairs.map((p) => p.A),
+          T,
+          pairs.map(() => r),
+          C,
+        );
+        pairs.forEach((p, i) => K.matmulF32(gpu, ys[i], us[i], p.B, T, p.N, r, true, lora.scale));
+      } else {
+        ps.forEach((p, i) => {
+          if (p) loraForward(gpu, ys[i], u!, h, p, T, lora!.settings.r, lora!.scale);
+        });
+      }
     };
 
     if (onGpu) K.embedPicked(gpu, x, onGpu.buffer, ids, w.embed, T, C, V, onGpu.buffer.size / 4);
@@ -239,7 +258,7 @@ export class Qwen3Model {
       K.siluMul(gpu, act, gate, up, T * I);
       proj(x, act, lw.downProj, 'down_proj', C, I, true);
     }
-    if (u) gpu.releaseBuffer(u);
+    for (const b of us) gpu.releaseBuffer(b);
     if (rows.length > 0) {
       const R = rows.length;
       K.rmsNorm(gpu, h, x, w.norm, T, C, eps);

@@ -600,26 +600,78 @@ export function matmulGroup(
   Ns: readonly number[],
   K: number,
 ): void {
-  const G = ws.length;
-  check(
-    (G === 2 || G === 3) && outs.length === G && Ns.length === G,
-    `matmulGroup: needs 2 or 3 weights, one output and one N each (got ${G} weights, ${outs.length} outputs, ${Ns.length} Ns)`,
+  const wbs = groupChecks('matmulGroup', outs, x, ws.length, T, Ns, K).map((_, i) =>
+    checkWeight(ws[i], Ns[i], K, `matmulGroup w ${i}`),
   );
-  checkSize(x, T * K * 4, 'matmulGroup x');
-  const wbs = ws.map((w, i) => {
-    checkSize(outs[i], T * Ns[i] * 4, `matmulGroup out ${i}`);
-    check(
-      T * Math.max(Ns[i], K) < 2 ** 32 && Ns[i] * K < 2 ** 32,
-      `matmulGroup: weight ${i} sizes overflow u32 indexing`,
-    );
-    return checkWeight(w, Ns[i], K, `matmulGroup w ${i}`);
-  });
-  distinct('matmulGroup', x, ...outs);
   if (T === 0) return;
   const WEIGHTS = weightFormat(ws[0]);
-  const variant = groupVariant(gpu, x, ws, wbs, WEIGHTS, T, Ns, K);
+  const single = (i: number) => matmul(gpu, outs[i], x, ws[i], T, Ns[i], K);
+  if (ws.some((w) => weightFormat(w) !== WEIGHTS)) ws.forEach((_, i) => single(i));
+  else groupGemv(gpu, 'matmulGroup', outs, x, wbs, WEIGHTS, T, Ns, K, single);
+}
+
+/**
+ * matmulGroup over f32 weights: outs[i] (T, Ns[i]) = x (T, K) . ws[i] (Ns[i], K)^T, each output
+ * bitwise what matmulF32 would write (the LoRA A products of the q/k/v and gate/up projections,
+ * which share their input: one dispatch instead of 2 or 3).
+ */
+export function matmulGroupF32(
+  gpu: Gpu,
+  outs: readonly GPUBuffer[],
+  x: GPUBuffer,
+  ws: readonly GPUBuffer[],
+  T: number,
+  Ns: readonly number[],
+  K: number,
+): void {
+  groupChecks('matmulGroupF32', outs, x, ws.length, T, Ns, K).forEach((_, i) =>
+    checkSize(ws[i], Ns[i] * K * 4, `matmulGroupF32 w ${i}`),
+  );
+  if (T === 0) return;
+  const single = (i: number) => matmulF32(gpu, outs[i], x, ws[i], T, Ns[i], K);
+  groupGemv(gpu, 'matmulGroupF32', outs, x, ws, 'f32', T, Ns, K, single);
+}
+
+/** The checks both group products share; returns one entry per weight. */
+function groupChecks(
+  op: string,
+  outs: readonly GPUBuffer[],
+  x: GPUBuffer,
+  G: number,
+  T: number,
+  Ns: readonly number[],
+  K: number,
+): number[] {
+  check(
+    (G === 2 || G === 3) && outs.length === G && Ns.length === G,
+    `${op}: needs 2 or 3 weights, one output and one N each (got ${G} weights, ${outs.length} outputs, ${Ns.length} Ns)`,
+  );
+  checkSize(x, T * K * 4, `${op} x`);
+  for (let i = 0; i < G; i++) {
+    checkSize(outs[i], T * Ns[i] * 4, `${op} out ${i}`);
+    check(T * Math.max(Ns[i], K) < 2 ** 32 && Ns[i] * K < 2 ** 32, `${op}: weight ${i} sizes overflow u32 indexing`);
+  }
+  distinct(op, x, ...outs);
+  return Array.from({ length: G }, (_, i) => i);
+}
+
+/** One GEMV dispatch over 2 or 3 weights of one format sharing x, or `single(i)` per weight where none applies. */
+function groupGemv(
+  gpu: Gpu,
+  op: string,
+  outs: readonly GPUBuffer[],
+  x: GPUBuffer,
+  wbs: readonly GPUBuffer[],
+  WEIGHTS: WeightFormat,
+  T: number,
+  Ns: readonly number[],
+  K: number,
+  single: (i: number) => void,
+): void {
+  const G = wbs.length;
+  const variant = groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K);
   if (variant === null) {
-    for (let i = 0; i < G; i++) matmul(gpu, outs[i], x, ws[i], T, Ns[i], K);
+    for (let i = 0; i < G; i++) single(i);
     return;
   }
   // Weight 0 is bound where matmul binds its one weight; the others follow (out1, w1, out2, w2).
@@ -631,7 +683,7 @@ export function matmulGroup(
     const groups = Ns.reduce((n, N) => n + Math.ceil(N / defines.COLS), 0);
     const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
     gpu.dispatch(
-      opKernel(gpu, 'matmulGroup', 'gemv', 'gemv_lanes_group', defines),
+      opKernel(gpu, op, 'gemv', 'gemv_lanes_group', defines),
       buffers,
       [x0, y0],
       [T, Ns[0], K, 0, f32(1), 0, 0, 0, N1, N2],
@@ -641,7 +693,7 @@ export function matmulGroup(
     const groups = Ns.reduce((n, N) => n + Math.ceil(N / (64 * GROUP_COLS)), 0);
     const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
     gpu.dispatch(
-      opKernel(gpu, 'matmulGroup', 'gemv', 'gemv_rows_group', { WEIGHTS, TMAX, COLS: GROUP_COLS, GROUP: G }),
+      opKernel(gpu, op, 'gemv', 'gemv_rows_group', { WEIGHTS, TMAX, COLS: GROUP_COLS, GROUP: G }),
       buffers,
       [x0, y0, Math.ceil(T / TMAX)],
       [T, Ns[0], K, 0, f32(1), 0, 0, 0, N1, N2],
@@ -649,7 +701,7 @@ export function matmulGroup(
   } else {
     const cols = 256 / gemvLanes(K);
     gpu.dispatch(
-      opKernel(gpu, 'matmulGroup', 'matmul', 'matmul_gemv_group', { ...gemvDefines(gpu, WEIGHTS, T, K), GROUP: G }),
+      opKernel(gpu, op, 'matmul', 'matmul_gemv_group', { ...gemvDefines(gpu, WEIGHTS, T, K), GROUP: G }),
       buffers,
       Ns.reduce((n, N) => n + Math.ceil(N / cols), 0),
       [T, Ns[0], K, 0, K, 1, K, 1, f32(1), N1, N2],
@@ -658,22 +710,21 @@ export function matmulGroup(
 }
 
 /**
- * The fused kernel matmulGroup takes, or null for one matmul per weight: matmul's own choice
- * (matmulVariant) when it is a GEMV that takes every weight, the formats agree and the bindings
- * fit ('lanes' falls back to matmul_gemv_group where a row is not whole 16-byte blocks).
+ * The fused kernel a group product takes, or null for one product per weight: matmul's own
+ * choice (matmulVariant) when it is a GEMV that takes every weight and the bindings fit
+ * ('lanes' falls back to matmul_gemv_group where a row is not whole 16-byte blocks).
  */
 function groupVariant(
   gpu: Gpu,
   x: GPUBuffer,
-  ws: readonly Weight[],
   wbs: readonly GPUBuffer[],
   WEIGHTS: WeightFormat,
   T: number,
   Ns: readonly number[],
   K: number,
 ): 'blocks' | 'lanes' | 'gemv' | null {
-  if (!fusions.enabled || ws.some((w) => weightFormat(w) !== WEIGHTS)) return null;
-  if (2 * ws.length + 1 > gpu.limits.maxStorageBuffersPerShaderStage) return null;
+  if (!fusions.enabled) return null;
+  if (2 * wbs.length + 1 > gpu.limits.maxStorageBuffersPerShaderStage) return null;
   const variant = matmulVariant(gpu, T);
   const fits = wbs.every((wb, i) => blockGemvFits(x, wb, WEIGHTS, T, Ns[i], K));
   if (variant === 'blocks' && fits) return 'blocks';

@@ -242,7 +242,7 @@ function forwardBuffers(
       buf(`${tag} k, kNormed, v`, `3 x (${T}, NKV*HD) f32`, 3 * f32(T * NKV * HD), 3),
       buf(`${tag} gate, up, act`, `3 x (${T}, I) f32`, 3 * f32(T * I), 3),
     ];
-    if (r > 0) out.push(buf(`${tag} loraU`, `(${T}, r) f32`, f32(T * r)));
+    if (r > 0) out.push(buf(`${tag} loraU`, `3 x (${T}, r) f32`, 3 * f32(T * r), 3));
     if (rows > 0)
       out.push(buf(`${tag} logitRows`, '(R) u32', f32(rows)), buf(`${tag} hLast`, '(R, C) f32', f32(rows * C)));
     if (later && rows > 1) out.push(buf(`${tag} logitsChunk`, "(R', V) f32", f32((rows - 1) * V)));

@@ -2,7 +2,8 @@
 // q/k norms + RoPE + the KV write): logits bitwise equal to the unfused kernels
 // (K.fusions.enabled = false) over a prefill of two prompts and batched decode steps, with LoRA
 // on every projection, bf16 and q4 weights, f32 and f16 KV, the CPU-adapter GEMV ('auto' here) and
-// the GPU ones (tuning.matmul 'lanes', 'gemv'); and 4 dispatches fewer per layer per step.
+// the GPU ones (tuning.matmul 'lanes', 'gemv'); and 7 dispatches fewer per layer per step (the
+// LoRA A products of q/k/v and of gate/up fused too, K.matmulGroupF32).
 // Run: npx vitest run test/model/fusedDecode.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -90,7 +91,7 @@ describe.each([
   ['bf16', 'f32', 'lanes'],
   ['q4', 'f16', 'lanes'],
 ] as const)('weights %s, KV %s, tuning.matmul %s', (weights, kv, matmul) => {
-  it('fused logits are bitwise the unfused ones, with LoRA on every projection; 4 dispatches fewer per layer', async () => {
+  it('fused logits are bitwise the unfused ones, with LoRA on every projection; 7 dispatches fewer per layer', async () => {
     const { model } = await loadQwen3(gpu, nodeFolderSource(tmp), { weights, kv });
     const { lora, weights: loraWeights } = movedLora(model, 4, 3);
     const adapter = attachAdapter(model, lora, loraWeights);
@@ -106,9 +107,13 @@ describe.each([
       expect(fused.logits[s].every(Number.isFinite)).toBe(true);
       expect(fused.logits[s], `step ${s}`).toEqual(unfused.logits[s]);
     }
-    // Per layer: q/k/v 3 -> 1, gate/up 2 -> 1, kv_write folded into qk_norm_rope.
+    // Per layer: q/k/v 3 -> 1 and their LoRA A products 3 -> 1, gate/up 2 -> 1 and their LoRA A
+    // products 2 -> 1, kv_write folded into qk_norm_rope.
     for (let s = 0; s < fused.dispatches.length; s++)
-      expect(unfused.dispatches[s] - fused.dispatches[s]).toBe(4 * LAYERS);
+      expect(unfused.dispatches[s] - fused.dispatches[s]).toBe(7 * LAYERS);
+    expect(K.kernelVariant(gpu, 'matmulGroupF32')?.label).toContain(
+      { auto: 'gemv.gemv_rows_group', gemv: 'matmul.matmul_gemv_group', lanes: 'gemv.gemv_lanes_group' }[matmul],
+    );
     adapter.destroy();
   });
 });

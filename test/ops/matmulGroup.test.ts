@@ -128,6 +128,49 @@ describe.each([
   });
 });
 
+// The LoRA A products of a group (f32 (r, K) weights over one x): bitwise one matmulF32 each.
+describe.each(['blocks', 'lanes', 'gemv'] as const)("matmulGroupF32, tuning.matmul '%s'", (variant) => {
+  const entry = { blocks: 'gemv.gemv_rows_group', lanes: 'gemv.gemv_lanes_group', gemv: 'matmul.matmul_gemv_group' }[
+    variant
+  ];
+  it.each([
+    [1, [16, 16, 16], 64],
+    [4, [8, 8], 96],
+    [8, [16, 16, 16], 100], // K % 4 != 0: not whole 16-byte rows ('lanes' takes matmul_gemv_group, 'blocks' one product each)
+  ] as const)('T=%i Ns=%j K=%i', async (T, Ns, Kd) => {
+    K.tuning.matmul = variant;
+    const rand = ref.rng(T + Kd);
+    const x = ref.randn(T * Kd, rand);
+    const xb = f32Buf(x);
+    const ws = Ns.map((N) => ref.randn(N * Kd, rand, 0.1));
+    const fused = Ns.map((N) => outBuf(T * N, 'fused'));
+    K.matmulGroupF32(
+      gpu,
+      fused,
+      xb,
+      ws.map((w) => f32Buf(w)),
+      T,
+      [...Ns],
+      Kd,
+    );
+    const label = K.kernelVariant(gpu, 'matmulGroupF32')?.label ?? '';
+    const aligned = Kd % 4 === 0;
+    if (aligned) expect(label).toContain(entry);
+    else if (variant !== 'blocks') expect(label).toContain('matmul.matmul_gemv_group');
+    for (let i = 0; i < Ns.length; i++) {
+      const single = outBuf(T * Ns[i], 'single');
+      K.matmulF32(gpu, single, xb, f32Buf(ws[i]), T, Ns[i], Kd);
+      const got = await gpu.readF32(fused[i], T * Ns[i]);
+      expect(Array.from(got), `weight ${i}: fused != matmulF32`).toEqual(
+        Array.from(await gpu.readF32(single, T * Ns[i])),
+      );
+      const want = new Float64Array(T * Ns[i]);
+      ref.matmulF32(want, x, ws[i], T, Ns[i], Kd);
+      expectClose(`matmulGroupF32 ${variant} T=${T} w${i}`, got, want, 1e-5, 1e-6);
+    }
+  });
+});
+
 describe('one dispatch', () => {
   it('three weights take one dispatch where three matmuls take three', () => {
     K.tuning.matmul = 'blocks';
