@@ -37,7 +37,18 @@ const PURE = [
 ];
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'public/**', 'test-results/**', 'playwright-report/**', '.venv*/**'] },
+  {
+    ignores: [
+      'dist/**',
+      'node_modules/**',
+      'public/**',
+      'test-results/**',
+      'playwright-report/**',
+      '.venv*/**',
+      '.device/**',
+      'device-out/**',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
