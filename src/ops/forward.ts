@@ -112,10 +112,25 @@ function blockGemvFits(x: GPUBuffer, w: GPUBuffer, WEIGHTS: WeightFormat, M: num
   return wholeVec4Bytes(w) >= Math.ceil(wBytes / 16) * 16 && wholeVec4Bytes(x) >= M * K * 4;
 }
 
-/** out (M, N) (+)= scale * x (M, K) . w (N, K)^T through gemv_rows: COLS columns per thread, TMAX rows of x per z. */
-function gemvRows(
+/** gemv_lanes' threads per output column: ~8+ 16-byte blocks per lane, 4 to 16 lanes. */
+const stagedLanes = (K: number, WEIGHTS: WeightFormat) =>
+  Math.min(16, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, K / BLOCK_ELEMS[WEIGHTS] / 8)))));
+
+function lanesDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, K: number) {
+  const LANES = stagedLanes(K, WEIGHTS);
+  return { WEIGHTS, TMAX: tmaxFor(M), LANES, COLS: 256 / LANES, ...subgroupDefines(useSubgroups(gpu)) };
+}
+
+/**
+ * out (M, N) (+)= scale * x (M, K) . w (N, K)^T over 16-byte weight blocks (shaders/gemv.wgsl):
+ * 'rows' gemv_rows (CPU adapters): COLS = 4 columns per thread, TMAX rows of x per z;
+ * 'lanes' gemv_lanes (GPUs, M <= GEMV_MAX_T): LANES threads per column, 256 / LANES columns per
+ * workgroup sharing x staged in workgroup memory.
+ */
+function blockGemv(
   gpu: Gpu,
   op: string,
+  entry: 'rows' | 'lanes',
   out: GPUBuffer,
   x: GPUBuffer,
   w: GPUBuffer,
@@ -127,51 +142,15 @@ function gemvRows(
   scale: number,
 ): void {
   const TMAX = tmaxFor(M);
-  // Columns per thread: each read of x then serves COLS columns. On SwiftShader, bf16 9728 x 2560:
-  // 4 took half the time of 1 at M = 1 and 4, and 0.8x the time of 2 at M = 8 (bf16 and q4).
-  const COLS = 4;
-  const [x0, y0] = splitGrid(Math.ceil(N / (64 * COLS)), gpu.limits.maxComputeWorkgroupsPerDimension);
+  // gemv_rows' columns per thread: each read of x then serves COLS columns. On SwiftShader, bf16
+  // 9728 x 2560: 4 took half the time of 1 at M = 1 and 4, and 0.8x the time of 2 at M = 8 (bf16 and q4).
+  const defines = entry === 'rows' ? { WEIGHTS, TMAX, COLS: 4 } : lanesDefines(gpu, WEIGHTS, M, K);
+  const columnsPerGroup = entry === 'rows' ? 64 * defines.COLS : defines.COLS;
+  const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), gpu.limits.maxComputeWorkgroupsPerDimension);
   gpu.dispatch(
-    opKernel(gpu, op, 'gemv', 'gemv_rows', { WEIGHTS, TMAX, COLS }),
+    opKernel(gpu, op, 'gemv', `gemv_${entry}`, defines),
     [out, x, w],
-    [x0, y0, Math.ceil(M / TMAX)],
-    [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0],
-  );
-}
-
-/** gemv_lanes' threads per output column: ~8+ 16-byte blocks per lane, 4 to 16 lanes. */
-const stagedLanes = (K: number, WEIGHTS: WeightFormat) =>
-  Math.min(16, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, K / BLOCK_ELEMS[WEIGHTS] / 8)))));
-
-function lanesDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, K: number) {
-  const LANES = stagedLanes(K, WEIGHTS);
-  return { WEIGHTS, TMAX: tmaxFor(M), LANES, COLS: 256 / LANES, ...subgroupDefines(useSubgroups(gpu)) };
-}
-
-/**
- * out (M, N) (+)= scale * x (M, K) . w (N, K)^T through gemv_lanes (GPUs, M <= GEMV_MAX_T): LANES
- * threads per column over 16-byte weight blocks, 256 / LANES columns per workgroup sharing x
- * staged in workgroup memory.
- */
-function gemvLanesStaged(
-  gpu: Gpu,
-  op: string,
-  out: GPUBuffer,
-  x: GPUBuffer,
-  w: GPUBuffer,
-  WEIGHTS: WeightFormat,
-  M: number,
-  N: number,
-  K: number,
-  accumulate: boolean,
-  scale: number,
-): void {
-  const defines = lanesDefines(gpu, WEIGHTS, M, K);
-  const [x0, y0] = splitGrid(Math.ceil(N / defines.COLS), gpu.limits.maxComputeWorkgroupsPerDimension);
-  gpu.dispatch(
-    opKernel(gpu, op, 'gemv', 'gemv_lanes', defines),
-    [out, x, w],
-    [x0, y0],
+    [x0, y0, entry === 'rows' ? Math.ceil(M / TMAX) : 1],
     [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0],
   );
 }
@@ -254,9 +233,9 @@ export function matmul(
   const WEIGHTS = weightFormat(w);
   const variant = matmulVariant(gpu, T);
   if (variant === 'blocks' && blockGemvFits(x, wb, WEIGHTS, T, N, K)) {
-    gemvRows(gpu, 'matmul', out, x, wb, WEIGHTS, T, N, K, accumulate, 1);
+    blockGemv(gpu, 'matmul', 'rows', out, x, wb, WEIGHTS, T, N, K, accumulate, 1);
   } else if (variant === 'lanes' && blockGemvFits(x, wb, WEIGHTS, T, N, K)) {
-    gemvLanesStaged(gpu, 'matmul', out, x, wb, WEIGHTS, T, N, K, accumulate, 1);
+    blockGemv(gpu, 'matmul', 'lanes', out, x, wb, WEIGHTS, T, N, K, accumulate, 1);
   } else if (variant === 'rows' || variant === 'blocks') {
     const TMAX = tmaxFor(T);
     const [x0, y0] = splitGrid(Math.ceil(N / 64), gpu.limits.maxComputeWorkgroupsPerDimension);
@@ -318,11 +297,11 @@ export function gemm(
   // B read along its rows (the input gradient dx = dy . W): A row-major, B(n, r) = b[r * N + n].
   const wRows = strides[0] === R && strides[1] === 1 && strides[2] === 1 && strides[3] === N;
   if (variant === 'blocks' && rowMajor && blockGemvFits(a, b, WEIGHTS, M, N, R)) {
-    gemvRows(gpu, op, out, a, b, WEIGHTS, M, N, R, accumulate, scale);
+    blockGemv(gpu, op, 'rows', out, a, b, WEIGHTS, M, N, R, accumulate, scale);
   } else if (variant === 'blocks' && wRows && colsGemvFits(a, b, WEIGHTS, M, N, R)) {
     gemvCols(gpu, op, out, a, b, WEIGHTS, M, N, R, accumulate, scale);
   } else if (variant === 'lanes' && blockGemvFits(a, b, WEIGHTS, M, N, R)) {
-    gemvLanesStaged(gpu, op, out, a, b, WEIGHTS, M, N, R, accumulate, scale);
+    blockGemv(gpu, op, 'lanes', out, a, b, WEIGHTS, M, N, R, accumulate, scale);
   } else if (variant === 'gemv' || variant === 'lanes') {
     gpu.dispatch(
       opKernel(gpu, op, 'matmul', 'matmul_gemv', gemvDefines(gpu, WEIGHTS, M, R)),
@@ -580,7 +559,7 @@ export const fusions = { enabled: true };
 /** Storage buffers qkNormRopeKv's fused kernel binds (shaders/rope.wgsl qk_norm_rope with KV). */
 export const QK_NORM_ROPE_KV_BINDINGS = 12;
 
-/** gemv_rows' output columns per thread (gemvRows); any value gives each column the same sum. */
+/** gemv_rows' output columns per thread (blockGemv 'rows'); any value gives each column the same sum. */
 const GROUP_COLS = 4;
 
 /**
