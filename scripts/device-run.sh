@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 12 in one run, on a machine prepared by scripts/device-pack.sh (the
 # device tool: run with carry [".device"], command `bash scripts/device-run.sh`, timeout 600).
-# Writes to $OUT (or ./device-out): bench.json and bench.log (`npm run bench` at Qwen3-4B shapes:
-# roofline, every op, e2e 4b with LAYERS of 36 layers, q4 and bf16), gemv-ab.log,
-# decode-attention-ab.log, attention-ab.log, round.json (one default SpyRL round at 4B shapes with
-# LAYERS layers, by stage), and peft.json (scripts/bench_peft_step.py: PyTorch +
-# PEFT's LoRA step at the same shapes and training length). Each step has its own time limit so
-# a slow one cannot eat the rest; the whole run stays under ~9 minutes.
+# Writes to $OUT (or ./device-out): summary.log, bench.json and bench.log (`npm run bench` at
+# Qwen3-4B shapes: roofline, every op, e2e 4b with LAYERS of 36 layers, q4 and bf16), peft.log
+# (scripts/bench_peft_step.py's JSON: PyTorch + PEFT's LoRA step at the same shapes and training
+# length), gemv-ab.log, decode-attention-ab.log, attention-ab.log and round.log (one default SpyRL
+# round at 4B shapes with LAYERS layers, by stage). Each step has its own time limit so a slow one
+# cannot eat the rest; the whole run stays under 9 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
@@ -43,14 +43,14 @@ run() { # name seconds command...
   timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
   log "$name: exit $? ($(tail -c 300 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200))"
 }
-run bench 300 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
+# The device tool returns at most 8 files and stops a command at 600 s: 7 logs plus bench.json,
+# about 520 s of limits in all. PyTorch + PEFT first after the bench: its ratio is the issue's target.
+run bench 240 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
-run gemv-ab 60 "$NODE" "$D/bench/gemv-ab.mjs" --full --variants lanes,gemv --rounds 3
-run decode-attention-ab 45 "$NODE" "$D/bench/decode-attention-ab.mjs" --full --rounds 3 --kv f16
-run attention-ab 60 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2
-run round 150 "$NODE" "$D/bench/run.mjs" --full --parts round --model 4b --layers "$LAYERS" --weights q4 --kv f16 \
-  --json "$OUT/round.json"
-PYTHONUNBUFFERED=1 run peft 90 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
+PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 3
-grep -E '^\{' -A40 "$OUT/peft.log" >"$OUT/peft.json" 2>/dev/null || true
+run gemv-ab 40 "$NODE" "$D/bench/gemv-ab.mjs" --full --variants lanes,gemv --rounds 3
+run decode-attention-ab 30 "$NODE" "$D/bench/decode-attention-ab.mjs" --full --rounds 3 --kv f16
+run attention-ab 45 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2
+run round 90 "$NODE" "$D/bench/run.mjs" --full --parts round --model 4b --layers "$LAYERS" --weights q4 --kv f16
 log "done"
