@@ -47,6 +47,7 @@ export default tseslint.config(
       '.venv*/**',
       '.device/**',
       'device-out/**',
+      '.cache/**',
     ],
   },
   js.configs.recommended,

@@ -219,6 +219,12 @@ export interface OpBenchOptions {
    * `decode attention ... [heads]`, alternated `rounds` times. Absent: the 'auto' choice.
    */
   decodeHeads?: { variants: ('group' | 'one')[]; rounds: number };
+  /**
+   * Prefill GEMM side by side: the forward gemm records once per tile precision of gemm_tiled
+   * (tuning.matmul 'tiled'; 'f32', or 'f16': tuning.gemmF16 'on', shader-f16 only), named
+   * `gemm bf16 M=.. [f16]`, alternated `rounds` times. Absent: the 'auto' choice.
+   */
+  gemmVariants?: { variants: ('f32' | 'f16')[]; rounds: number };
 }
 
 export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord[]> {
@@ -280,13 +286,25 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
       const x = bufs.f32(maxM * Kd, 'gemm.x'),
         out = bufs.f32(maxM * N, 'gemm.out');
       for (const M of s.gemmM) {
-        await run(
-          `gemm bf16 M=${M}`,
-          `N=${N} K=${Kd}`,
-          matmulCost(M, N, Kd, 'bf16'),
-          () => K.matmul(gpu, out, x, w, M, N, Kd),
-          M,
-        );
+        const variants = o.gemmVariants?.variants ?? [undefined];
+        const before = { matmul: K.tuning.matmul, gemmF16: K.tuning.gemmF16 };
+        try {
+          for (let round = 0; round < (o.gemmVariants?.rounds ?? 1); round++) {
+            for (const variant of variants) {
+              if (variant) Object.assign(K.tuning, { matmul: 'tiled', gemmF16: variant === 'f16' ? 'on' : 'off' });
+              await run(
+                `gemm bf16 M=${M}${variant ? ` [${variant}]` : ''}`,
+                `N=${N} K=${Kd}`,
+                matmulCost(M, N, Kd, 'bf16'),
+                () => K.matmul(gpu, out, x, w, M, N, Kd),
+                M,
+                () => kernelNote(gpu, 'matmul'),
+              );
+            }
+          }
+        } finally {
+          Object.assign(K.tuning, before);
+        }
         // Training's input gradient dx (M, K) += dy (M, N) . W: the same product through the weight's other side.
         await run(
           `gemm dx bf16 M=${M}`,

@@ -149,6 +149,9 @@ export async function runSuite(
     const gemvVariants = isCpuAdapter(gpu) ? undefined : { variants: ['lanes', 'gemv'] as const, rounds: 1 };
     // And decode attention with a GQA group's heads per workgroup (the 'auto' choice) against one head each.
     const decodeHeads = isCpuAdapter(gpu) ? undefined : { variants: ['group', 'one'] as const, rounds: 1 };
+    // And, where the GPU has shader-f16, the prefill GEMM's f16 tiles (the 'auto' choice there) against f32 ones.
+    const gemmVariants =
+      isCpuAdapter(gpu) || !gpu.features.f16 ? undefined : { variants: ['f16', 'f32'] as const, rounds: 1 };
     for (const kv of o.kv) {
       const ops = kv === o.kv[0] ? o.ops : o.ops.filter((n) => n === 'decode-attention');
       await benchOps(gpu, {
@@ -160,6 +163,7 @@ export async function runSuite(
         log: add,
         gemvVariants: gemvVariants && { ...gemvVariants, variants: [...gemvVariants.variants] },
         decodeHeads: decodeHeads && { ...decodeHeads, variants: [...decodeHeads.variants] },
+        gemmVariants: gemmVariants && { ...gemmVariants, variants: [...gemmVariants.variants] },
       });
     }
   }

@@ -4,7 +4,7 @@
 # Writes to $OUT (or ./device-out): summary.log, bench.json and bench.log (`npm run bench` at
 # Qwen3-4B shapes: roofline, every op, e2e 4b with LAYERS of 36 layers, q4 and bf16), peft.log
 # (scripts/bench_peft_step.py's JSON: PyTorch + PEFT's LoRA step at the same shapes and training
-# length), gemv-ab.log, decode-attention-ab.log, attention-ab.log and round.log (one default SpyRL
+# length), gemv-ab.log (and the f16 GEMM A/B), decode-attention-ab.log, attention-ab.log and round.log (one default SpyRL
 # round at 4B shapes with LAYERS layers, by stage). Each step has its own time limit so a slow one
 # cannot eat the rest; the whole run stays under 9 minutes.
 set -uo pipefail
@@ -44,12 +44,13 @@ run() { # name seconds command...
   log "$name: exit $? ($(tail -c 300 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200))"
 }
 # The device tool returns at most 8 files and stops a command at 600 s: 7 logs plus bench.json,
-# about 520 s of limits in all. PyTorch + PEFT first after the bench: its ratio is the issue's target.
+# about 535 s of limits in all. PyTorch + PEFT first after the bench: its ratio is the issue's target.
 run bench 240 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 3
-run gemv-ab 40 "$NODE" "$D/bench/gemv-ab.mjs" --full --variants lanes,gemv --rounds 3
+# gemv-ab.log also holds the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts).
+run gemv-ab 55 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3"
 run decode-attention-ab 30 "$NODE" "$D/bench/decode-attention-ab.mjs" --full --rounds 3 --kv f16
 run attention-ab 45 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2
 run round 90 "$NODE" "$D/bench/run.mjs" --full --parts round --model 4b --layers "$LAYERS" --weights q4 --kv f16

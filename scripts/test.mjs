@@ -1,10 +1,11 @@
 #!/usr/bin/env node
 // `npm test`: lint (style and layer rules), type-check, unit + kernel tests (Node + Dawn over
-// SwiftShader), then the end-to-end tests in a real headless Chromium. Finds a Chromium first; on Debian as root it
+// SwiftShader), the kernel tests again over Mesa's lavapipe (shader-f16), then the end-to-end tests in a real headless Chromium. Finds a Chromium first; on Debian as root it
 // installs Debian's `chromium` (which also ships the SwiftShader Vulkan driver the Node
 // kernel tests use) when none is found; elsewhere it stops and says what to install.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 
 const candidates = [
   process.env.CHROME_PATH,
@@ -61,10 +62,41 @@ function run(label, cmd, args) {
 }
 
 const bin = (name) => `node_modules/.bin/${name}`;
+
+// The kernel tests again on Mesa's lavapipe (scripts/lavapipe.sh): a second software GPU, and one
+// with shader-f16, so the f16 variants run (SPYRL_REQUIRE_F16 turns their skip into a failure).
+// Where lavapipe cannot be fetched this stage is skipped with a note, unless
+// SPYRL_REQUIRE_LAVAPIPE is set (CI), where that fails.
+const LAVAPIPE_TESTS = ['test/ops', 'test/model/golden.test.ts'];
+function lavapipeStage() {
+  const label = 'kernel tests on Mesa lavapipe (shader-f16)';
+  const r = spawnSync('bash', ['scripts/lavapipe.sh'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+  const icd = r.stdout?.trim();
+  if (r.status !== 0 || !icd) {
+    if (process.env.SPYRL_REQUIRE_LAVAPIPE) {
+      console.error(`npm test: ${label}: scripts/lavapipe.sh failed (exit ${r.status ?? r.signal})`);
+      process.exit(1);
+    }
+    console.log(`\n== ${label}: skipped (scripts/lavapipe.sh could not provide the driver; see above)`);
+    return;
+  }
+  const lib = JSON.parse(readFileSync(icd, 'utf8')).ICD.library_path;
+  const saved = { ...env };
+  // The driver's own libdrm (backports) ahead of the system's.
+  env.LD_LIBRARY_PATH = [dirname(lib), env.LD_LIBRARY_PATH].filter(Boolean).join(':');
+  env.VK_ICD_FILENAMES = icd;
+  env.SPYRL_REQUIRE_F16 = '1';
+  run(label, bin('vitest'), ['run', ...LAVAPIPE_TESTS]);
+  for (const k of ['LD_LIBRARY_PATH', 'VK_ICD_FILENAMES', 'SPYRL_REQUIRE_F16']) {
+    if (saved[k] === undefined) delete env[k];
+    else env[k] = saved[k];
+  }
+}
 run('lint (ESLint with the layer rules, Prettier)', 'npm', ['run', '--silent', 'lint']);
 run('type-check', bin('tsc'), ['--noEmit', '-p', '.']);
 run('outside oracles (golden fixtures vs Hugging Face transformers and PEFT)', 'node', ['scripts/oracles.mjs']);
 run('unit and kernel tests', bin('vitest'), ['run']);
+lavapipeStage();
 run('demo model', 'node', ['scripts/demo-model.mjs']);
 // End to end: every spec on the dev server, then the app spec (a round, the axe checks) and the
 // sub-path spec on the production bundle, built fresh and served by `vite preview` under /spyrl/.

@@ -1,6 +1,9 @@
 #ifdef SUBGROUPS
 enable subgroups;
 #endif
+#ifdef F16
+enable f16;
+#endif
 // Matrix products, one params struct and one set of bindings for every entry:
 //   out (M, N) (+)= scale * sum_r A(m, r) B(n, r)
 //   A(m, r) = a[m * aM + r * aR] f32 ; B(n, r) = element n * bN + r * bR of the weight w, whose
@@ -22,7 +25,9 @@ enable subgroups;
 //   when the rows are 16-byte aligned.)
 //   gemm_tiled  (prefill, backward; any strides): 64x128 output tile per 16x16 workgroup, 4x8 per
 //               thread in registers, R in steps of 16 through padded shared memory, the next
-//               step's loads in flight during the FMAs.
+//               step's loads in flight during the FMAs. Define F16 (shader-f16; the forward
+//               matmul only): the tiles hold f16, each R step's 16 products per output are
+//               summed as packed vec4<f16> FMAs and that partial is added to the f32 accumulator.
 
 struct GemmParams {
   M: u32,
@@ -201,8 +206,16 @@ const BP = BN + 1u; // the same for B
 const A_LOADS = BM * BK / 256u; // elements of each tile a thread moves per step: 4
 const B_LOADS = BN * BK / 256u; // 8
 
-var<workgroup> as_: array<f32, BK * AP>; // (BK, BM): A tile, transposed so reads are broadcasts
-var<workgroup> bs: array<f32, BK * BP>;  // (BK, BN): B tile, n contiguous so reads are conflict-free
+#ifdef F16
+// f16 operands: half the shared memory and its traffic, and packed f16 math in the inner loop.
+// Only the forward matmul takes it: activations and weights are O(1) there, while the backward's
+// gradients would underflow f16 (no loss scaling here).
+alias TE = f16;
+#else
+alias TE = f32;
+#endif
+var<workgroup> as_: array<TE, BK * AP>; // (BK, BM): A tile, transposed so reads are broadcasts
+var<workgroup> bs: array<TE, BK * BP>;  // (BK, BN): B tile, n contiguous so reads are conflict-free
 
 // Element e (0..BM*BK) of a tile step as (row, r): walking r when r is contiguous in memory
 // (stride 1), else walking the row, so global reads stay coalesced for every layout above.
@@ -217,17 +230,17 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
   let tx = lid3.x;
   let ty = lid3.y;
   var acc: array<f32, TM * TN>;
-  var ra: array<f32, A_LOADS>; // this thread's share of the next step, in flight
-  var rb: array<f32, B_LOADS>;
+  var ra: array<TE, A_LOADS>; // this thread's share of the next step, in flight
+  var rb: array<TE, B_LOADS>;
   for (var i = 0u; i < A_LOADS; i++) {
     let mk = tileA(lid + i * 256u);
     ra[i] = 0.0;
-    if (m0 + mk.x < p.M && mk.y < p.R) { ra[i] = a[(m0 + mk.x) * p.aM + mk.y * p.aR]; }
+    if (m0 + mk.x < p.M && mk.y < p.R) { ra[i] = TE(a[(m0 + mk.x) * p.aM + mk.y * p.aR]); }
   }
   for (var i = 0u; i < B_LOADS; i++) {
     let nk = tileB(lid + i * 256u);
     rb[i] = 0.0;
-    if (n0 + nk.x < p.N && nk.y < p.R) { rb[i] = weightAt((n0 + nk.x) * p.bN + nk.y * p.bR); }
+    if (n0 + nk.x < p.N && nk.y < p.R) { rb[i] = TE(weightAt((n0 + nk.x) * p.bN + nk.y * p.bR)); }
   }
   for (var r0 = 0u; r0 < p.R; r0 += BK) {
     for (var i = 0u; i < A_LOADS; i++) { let mk = tileA(lid + i * 256u); as_[mk.y * AP + mk.x] = ra[i]; }
@@ -238,14 +251,31 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
       for (var i = 0u; i < A_LOADS; i++) {
         let mk = tileA(lid + i * 256u);
         ra[i] = 0.0;
-        if (m0 + mk.x < p.M && r1 + mk.y < p.R) { ra[i] = a[(m0 + mk.x) * p.aM + (r1 + mk.y) * p.aR]; }
+        if (m0 + mk.x < p.M && r1 + mk.y < p.R) { ra[i] = TE(a[(m0 + mk.x) * p.aM + (r1 + mk.y) * p.aR]); }
       }
       for (var i = 0u; i < B_LOADS; i++) {
         let nk = tileB(lid + i * 256u);
         rb[i] = 0.0;
-        if (n0 + nk.x < p.N && r1 + nk.y < p.R) { rb[i] = weightAt((n0 + nk.x) * p.bN + (r1 + nk.y) * p.bR); }
+        if (n0 + nk.x < p.N && r1 + nk.y < p.R) { rb[i] = TE(weightAt((n0 + nk.x) * p.bN + (r1 + nk.y) * p.bR)); }
       }
     }
+#ifdef F16
+    // Column j's 4 rows, this step's 16 products each. Zeroed explicitly: a var declared in a loop
+    // without an initializer kept the previous iteration's value on lavapipe (Mesa 25.0, Dawn).
+    var part: array<vec4<f16>, TN>;
+    for (var j = 0u; j < TN; j++) { part[j] = vec4<f16>(); }
+    for (var k = 0u; k < BK; k++) {
+      let av = vec4<f16>(as_[k * AP + 4u * ty], as_[k * AP + 4u * ty + 1u], as_[k * AP + 4u * ty + 2u], as_[k * AP + 4u * ty + 3u]);
+      for (var j = 0u; j < TN; j++) { part[j] = fma(av, vec4<f16>(bs[k * BP + tx + 16u * j]), part[j]); }
+    }
+    for (var j = 0u; j < TN; j++) {
+      let s = vec4f(part[j]);
+      acc[j] += s.x;
+      acc[TN + j] += s.y;
+      acc[2u * TN + j] += s.z;
+      acc[3u * TN + j] += s.w;
+    }
+#else
     for (var k = 0u; k < BK; k++) {
       let av = vec4f(as_[k * AP + 4u * ty], as_[k * AP + 4u * ty + 1u], as_[k * AP + 4u * ty + 2u], as_[k * AP + 4u * ty + 3u]);
       for (var j = 0u; j < TN; j++) {
@@ -256,6 +286,7 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
         acc[3u * TN + j] += av.w * b;
       }
     }
+#endif
     workgroupBarrier();
   }
   for (var i = 0u; i < TM; i++) {

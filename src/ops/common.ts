@@ -22,10 +22,17 @@ export const tuning: {
   attention: 'auto' | 'single' | 'split' | 'tiled';
   /** Paged attention_forward / attention_split: a GQA group's heads per workgroup ('auto', 'group') or one head ('one'). */
   attentionHeads: 'auto' | 'group' | 'one';
+  /**
+   * The forward matmul's tiled GEMM with f16 tiles and packed f16 products (shaders/matmul.wgsl
+   * F16): 'auto' takes it on GPUs with shader-f16 (not on CPU adapters, which emulate f16),
+   * 'on' wherever the device has shader-f16 (an error where it has not), 'off' never.
+   */
+  gemmF16: 'auto' | 'on' | 'off';
 } = {
   matmul: 'auto',
   attention: 'auto',
   attentionHeads: 'auto',
+  gemmF16: 'auto',
 };
 
 export function isCpuAdapter(gpu: Gpu): boolean {

@@ -212,6 +212,20 @@ function matmulVariant(gpu: Gpu, T: number): (typeof tuning)['matmul'] {
   return isCpuAdapter(gpu) ? 'blocks' : T <= GEMV_MAX_T ? 'lanes' : 'tiled';
 }
 
+/**
+ * Whether matmul's tiled GEMM runs with f16 tiles (tuning.gemmF16). f16 keeps 11 mantissa bits
+ * (bf16 weights convert exactly) and the range to 65504, which the forward's activations and
+ * weights stay well inside; the backward products keep f32, as their gradients would underflow.
+ */
+export function useGemmF16(gpu: Gpu): boolean {
+  if (tuning.gemmF16 === 'off') return false;
+  if (tuning.gemmF16 === 'on') {
+    check(gpu.features.f16, "tuning.gemmF16 'on': this device has no shader-f16");
+    return true;
+  }
+  return gpu.features.f16 && !isCpuAdapter(gpu);
+}
+
 /** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) ^T ; w bf16 or q4 (dequantized on the fly) */
 export function matmul(
   gpu: Gpu,
@@ -255,7 +269,7 @@ export function matmul(
     );
   } else {
     gpu.dispatch(
-      opKernel(gpu, 'matmul', 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1 }),
+      opKernel(gpu, 'matmul', 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1, ...(useGemmF16(gpu) ? { F16: 1 } : {}) }),
       [out, x, wb],
       [Math.ceil(N / TILE_N), Math.ceil(T / TILE_M)],
       params,
