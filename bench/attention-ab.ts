@@ -1,15 +1,17 @@
-// `npx tsx bench/attention-ab.ts [--T 64,256] [--rounds 2] [--kv f32|f16] [--json FILE]`
+// `npx tsx bench/attention-ab.ts [--T 64,256] [--rounds 2] [--kv f32|f16] [--variants single,tiled] [--json FILE]`
 // The attention kernels side by side on this machine's adapter: the per-(token, head) kernels
 // ('single') against the query-tiled FlashAttention-2 ones ('tiled'), each forced through
 // tuning.attention, alternated A B A B so that drift in the machine's load hits both; training
 // forward (with lse), backward, and prefill over the paged cache, at Qwen3-4B heads (32 / 8,
-// HD 128). Prints each record, then per op the ratios of the medians and of the minima
-// (single / tiled: > 1 = the tiled kernels are faster) and the raw seconds. A benchmark, not a test: nothing here asserts a time.
+// HD 128). 'tiled:row' and 'tiled:split' also force the tiled backward's rows (one thread a row,
+// or 4 with subgroup sums: tuning.attentionBackward). Prints each record, then per op the ratios
+// of the medians and of the minima of each variant against the last one (e.g. single / tiled:
+// > 1 = the tiled kernels are faster) and the raw seconds. A benchmark, not a test: nothing here asserts a time.
 import '../bin/gpu-env.mjs';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { createGpu } from '../src/gpu/index.ts';
-import { benchOps, OP_SHAPES } from './ops.ts';
+import { benchOps, OP_SHAPES, type AttentionBenchVariant } from './ops.ts';
 import { formatTable, type BenchRecord } from './measure.ts';
 import { adapterName } from './suite.ts';
 
@@ -18,10 +20,13 @@ const { values } = parseArgs({
     T: { type: 'string', default: '64,256' },
     rounds: { type: 'string', default: '2' },
     kv: { type: 'string', default: 'f32' },
+    variants: { type: 'string', default: 'single,tiled' },
     json: { type: 'string' },
   },
 });
 const kv = values.kv === 'f16' ? 'f16' : 'f32';
+const variants = values.variants.split(',') as AttentionBenchVariant[];
+const last = variants[variants.length - 1]!;
 const gpu = await createGpu();
 const records: BenchRecord[] = [];
 try {
@@ -32,7 +37,7 @@ try {
       ops: ['attention'],
       kv,
       minSeconds: 0, // one timed call per record (after a warm-up call): the rounds repeat it
-      attentionVariants: { variants: ['single', 'tiled'], rounds: Number(values.rounds) },
+      attentionVariants: { variants, rounds: Number(values.rounds) },
       log: (r) => console.log(`${r.name.padEnd(34)} ${r.shape}  ${r.seconds.toFixed(3)} s  ${r.note ?? ''}`),
     });
     records.push(...recs);
@@ -42,12 +47,14 @@ try {
     };
     const secs = (name: string) => recs.filter((r) => r.name === name).map((r) => r.seconds);
     for (const op of ['attention fwd (train)', 'attention bwd (train)', `attention prefill ${kv}`]) {
-      const [a, b] = [secs(`${op} [single]`), secs(`${op} [tiled]`)];
-      const ratio = (f: (xs: number[]) => number) => (f(a) / f(b)).toFixed(2);
-      console.log(
-        `T=${T} ${op}: single / tiled = ${ratio(median)} (medians), ${ratio((xs) => Math.min(...xs))} (minima); ` +
-          `single ${a.map((x) => x.toFixed(3)).join(', ')} s, tiled ${b.map((x) => x.toFixed(3)).join(', ')} s`,
-      );
+      for (const v of variants.slice(0, -1)) {
+        const [a, b] = [secs(`${op} [${v}]`), secs(`${op} [${last}]`)];
+        const ratio = (f: (xs: number[]) => number) => (f(a) / f(b)).toFixed(2);
+        console.log(
+          `T=${T} ${op}: ${v} / ${last} = ${ratio(median)} (medians), ${ratio((xs) => Math.min(...xs))} (minima); ` +
+            `${v} ${a.map((x) => x.toFixed(3)).join(', ')} s, ${last} ${b.map((x) => x.toFixed(3)).join(', ')} s`,
+        );
+      }
     }
   }
   console.log(formatTable(records));

@@ -195,6 +195,12 @@ function kernelNote(gpu: Gpu, op: string): string {
   return `kernel: ${K.kernelVariant(gpu, op)?.label ?? '?'}`;
 }
 
+/**
+ * An attention variant side by side: tuning.attention ('single' or 'tiled'), and for 'tiled' after
+ * a colon the backward's rows (tuning.attentionBackward: 'row' one thread a row, 'split' 4).
+ */
+export type AttentionBenchVariant = 'single' | 'tiled' | 'tiled:row' | 'tiled:split';
+
 export interface OpBenchOptions {
   shapes: OpShapes;
   ops: readonly OpName[];
@@ -207,7 +213,7 @@ export interface OpBenchOptions {
    * named `... [variant]`, the variants alternated `rounds` times (A B A B: drift hits both), plus
    * a paged prefill record per variant. Absent: one record per op with the 'auto' choice.
    */
-  attentionVariants?: { variants: ('single' | 'tiled')[]; rounds: number };
+  attentionVariants?: { variants: AttentionBenchVariant[]; rounds: number };
   /**
    * Decode GEMV side by side: each gemv record once per matmul variant (tuning.matmul forced),
    * named `gemv ... [variant]`, alternated `rounds` times. Absent: the 'auto' choice.
@@ -345,11 +351,14 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
       if (prefill && o.kv === 'f16') fillHalf(gpu, [prefill.kCache, prefill.vCache]);
       const shape = `T=${T} NH=${NH} NKV=${NKV} HD=${HD}`;
       const variants = o.attentionVariants?.variants ?? [undefined];
-      const before = K.tuning.attention;
+      const before = { attention: K.tuning.attention, attentionBackward: K.tuning.attentionBackward };
       try {
         for (let round = 0; round < (o.attentionVariants?.rounds ?? 1); round++) {
           for (const variant of variants) {
-            if (variant) K.tuning.attention = variant;
+            if (variant) {
+              const [attention, rows] = variant.split(':') as ['single' | 'tiled', ('row' | 'split')?];
+              Object.assign(K.tuning, { attention, attentionBackward: rows ?? before.attentionBackward });
+            }
             const tag = variant ? ` [${variant}]` : '';
             await run(
               `attention fwd (train)${tag}`,
@@ -381,7 +390,7 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
           }
         }
       } finally {
-        K.tuning.attention = before;
+        Object.assign(K.tuning, before);
       }
     }
     if (o.ops.includes('decode-attention')) {

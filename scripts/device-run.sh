@@ -52,6 +52,7 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # gemv-ab.log also holds the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts).
 run gemv-ab 55 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3"
 run decode-attention-ab 30 "$NODE" "$D/bench/decode-attention-ab.mjs" --full --rounds 3 --kv f16
-run attention-ab 45 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2
+# The tiled backward's rows: one thread each (HD 128: 512 floats a thread) or split over 4 ('auto' on GPUs).
+run attention-ab 60 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split
 run round 90 "$NODE" "$D/bench/run.mjs" --full --parts round --model 4b --layers "$LAYERS" --weights q4 --kv f16
 log "done"

@@ -1,3 +1,6 @@
+#ifdef SPLIT
+enable subgroups;
+#endif
 // KV cache write and causal attention over the cache (GQA), then the training-path attention;
 // with TILED defined, the FlashAttention-2 style query-tiled variant of both (below).
 // Two modules from this file: with KV defined (f32 | f16) the cache entries kv_write and
@@ -29,7 +32,8 @@
 //
 // Defines: HDT (head_dim, a multiple of 4: rows are vec4s), BK (keys or pairs per tile), KV
 // (f32 | f16: the paged-cache module, entry attention_tiled; absent: the training module, entries
-// attention_tiled_lse, attention_tiled_dq, attention_tiled_dkv). Override ROWS: threads per workgroup.
+// attention_tiled_lse, attention_tiled_dq, attention_tiled_dkv), SPLIT (training module, needs
+// subgroups: the backward's rows split over SPLIT threads, below). Override ROWS: threads per workgroup.
 
 #include "common/grid.wgsl"
 
@@ -287,10 +291,25 @@ fn attention_tiled_lse(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
 // The backward keeps its rows in function-scope arrays: its accumulators take a product per
 // key (dQ) or per pair (dK/dV), which in place in global memory measured ~10-15% slower on
 // SwiftShader (alternated A/B, T = 64 and 128), and registers/local memory suit GPUs better.
-var<private> qr: array<vec4<f32>, HV>;   // dQ: the row's scaled query; dK/dV: the key, scaled
-var<private> dr: array<vec4<f32>, HV>;   // dQ: the row's dout; dK/dV: the key's v
-var<private> acc: array<vec4<f32>, HV>;  // dQ: the dq accumulator; dK/dV: dk
-var<private> acc2: array<vec4<f32>, HV>; // dK/dV: the dv accumulator
+#ifdef SPLIT
+// With SPLIT, SPLIT consecutive threads share a row (one query row in dQ, one key in dK/dV), each
+// holding HV / SPLIT of its vec4s: at head_dim 128 that is 4 x 8 vec4s a thread instead of 4 x 32
+// (512 floats, past a GPU thread's registers: they would spill to local memory). The row's dot
+// products are summed across its threads with subgroupShuffleXor, which needs the SPLIT threads of
+// a row in one subgroup: consecutive invocation indices are consecutive subgroup lanes (every
+// desktop GPU, SwiftShader and lavapipe; the tests check the results) and the subgroup size is at
+// least SPLIT (src/ops/attentionTiled.ts checks subgroupMinSize). The loops over a tile's keys or
+// pairs are uniform (masked, not cut short per row), as subgroup operations require.
+const SPLITN = {{SPLIT}}u;
+#else
+const SPLITN = 1u;
+#endif
+const HVP = HV / SPLITN; // vec4s of a row a thread holds
+
+var<private> qr: array<vec4<f32>, HVP>;   // dQ: the row's scaled query; dK/dV: the key, scaled
+var<private> dr: array<vec4<f32>, HVP>;   // dQ: the row's dout; dK/dV: the key's v
+var<private> acc: array<vec4<f32>, HVP>;  // dQ: the dq accumulator; dK/dV: dk
+var<private> acc2: array<vec4<f32>, HVP>; // dK/dV: the dv accumulator
 
 // qr . row u of ks.
 fn scorePriv(u: u32) -> f32 {
@@ -299,6 +318,7 @@ fn scorePriv(u: u32) -> f32 {
   return s.x + s.y + s.z + s.w;
 }
 
+#ifndef SPLIT
 @compute @workgroup_size(ROWS)
 fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                       @builtin(local_invocation_index) lid: u32) {
@@ -342,9 +362,70 @@ fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
   }
 }
 
+#else
+@compute @workgroup_size(ROWS)
+fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                      @builtin(local_invocation_index) lid: u32) {
+  let wg = linearGroup(wid, nwg);
+  if (wg >= queryGroups()) { return; }
+  let r = queryRow(wg, lid / SPLITN); // ROWS / SPLITN rows, SPLITN threads each
+  let hs = p.hv / SPLITN;
+  let c0 = (lid % SPLITN) * hs; // this thread's first vec4 of the row
+  let t0 = tileStart(wg);
+  let nk = min(p.T, t0 + p.BQ);
+  let row = r.tok * p.NH + r.head;
+  var dpart = 0.0;
+  var lseI = 0.0;
+  if (r.valid) {
+    var s = vec4<f32>(0.0);
+    for (var c = 0u; c < hs; c++) {
+      qr[c] = q[row * HV + c0 + c] * p.scale;
+      dr[c] = dout[row * HV + c0 + c];
+      acc[c] = vec4<f32>(0.0);
+      s += dr[c] * outSaved[row * HV + c0 + c];
+    }
+    dpart = s.x + s.y + s.z + s.w;
+    lseI = lseIn[row];
+  }
+  let di = rowSum(dpart);
+  if (r.valid && c0 == 0u) { rowDot[row] = di; }
+  for (var j0 = 0u; j0 < nk; j0 += BK) {
+    loadKvTile(j0, nk, r.kvh, lid);
+    workgroupBarrier();
+    let nb = min(BK, nk - j0);
+    for (var u = 0u; u < nb; u++) {
+      var sp = vec4<f32>(0.0);
+      var dp = vec4<f32>(0.0);
+      for (var c = 0u; c < hs; c++) {
+        sp += qr[c] * ks[u * HV + c0 + c];
+        dp += dr[c] * vs[u * HV + c0 + c];
+      }
+      let score = rowSum(sp.x + sp.y + sp.z + sp.w);
+      let dpi = rowSum(dp.x + dp.y + dp.z + dp.w);
+      let pij = select(0.0, exp(score - lseI), r.valid && j0 + u <= r.tok);
+      let ds = pij * (dpi - di);
+      for (var c = 0u; c < hs; c++) { acc[c] += ds * ks[u * HV + c0 + c]; }
+    }
+    workgroupBarrier();
+  }
+  if (r.valid) {
+    for (var c = 0u; c < hs; c++) { dq[row * HV + c0 + c] = dq[row * HV + c0 + c] + p.scale * acc[c]; }
+  }
+}
+
+// The sum of x over the SPLITN threads of this thread's row (aligned groups of SPLITN lanes).
+fn rowSum(x: f32) -> f32 {
+  var s = x;
+  for (var o = 1u; o < SPLITN; o <<= 1u) { s += subgroupShuffleXor(s, o); }
+  return s;
+}
+
+#endif
+
 var<workgroup> pairLse: array<f32, BK>;
 var<workgroup> pairDot: array<f32, BK>;
 
+#ifndef SPLIT
 // One thread per key j of the workgroup's ROWS keys and KV head; pairs e = (i - j0) * G + g over
 // queries i >= j0 (the first key) and the G query heads of the KV head, in tiles of BK.
 @compute @workgroup_size(ROWS)
@@ -409,6 +490,78 @@ fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
     }
   }
 }
+#else
+// One key j per SPLITN threads: the workgroup's ROWS / SPLITN keys of a KV head, and the pairs
+// e = (i - j0) * G + g over queries i >= j0 and the G query heads of the KV head, in tiles of BK.
+@compute @workgroup_size(ROWS)
+fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                       @builtin(local_invocation_index) lid: u32) {
+  let wg = linearGroup(wid, nwg);
+  let keys = ROWS / SPLITN;
+  let nTiles = (p.T + keys - 1u) / keys;
+  if (wg >= nTiles * p.NKV) { return; }
+  let tile = wg / p.NKV;
+  let kvh = wg - tile * p.NKV;
+  let G = p.NH / p.NKV;
+  let hs = p.hv / SPLITN;
+  let c0 = (lid % SPLITN) * hs;
+  let jFirst = tile * keys;
+  let j = jFirst + lid / SPLITN;
+  let valid = j < p.T;
+  let kr = (j * p.NKV + kvh) * HV + c0;
+  for (var c = 0u; c < hs; c++) {
+    if (valid) {
+      qr[c] = k[kr + c] * p.scale; // scaled k_j
+      dr[c] = v[kr + c];
+    }
+    acc[c] = vec4<f32>(0.0);
+    acc2[c] = vec4<f32>(0.0);
+  }
+  let nPairs = (p.T - jFirst) * G;
+  let firstPair = (min(j, p.T) - jFirst) * G; // this key's first query: pairs before it are masked
+  for (var e0 = 0u; e0 < nPairs; e0 += BK) {
+    for (var e = lid; e < BK * HV; e += ROWS) {
+      let u = e / HV;
+      let pe = e0 + u;
+      if (pe < nPairs) {
+        let i = jFirst + pe / G;
+        let th = i * p.NH + kvh * G + pe % G;
+        ks[e] = q[th * HV + (e - u * HV)];
+        vs[e] = dout[th * HV + (e - u * HV)];
+        if (e - u * HV == 0u) {
+          pairLse[u] = lseIn[th];
+          pairDot[u] = rowDotIn[th];
+        }
+      }
+    }
+    workgroupBarrier();
+    let end = min(BK, nPairs - e0);
+    for (var u = 0u; u < end; u++) {
+      var sp = vec4<f32>(0.0);
+      var dp = vec4<f32>(0.0);
+      for (var c = 0u; c < hs; c++) {
+        sp += qr[c] * ks[u * HV + c0 + c];
+        dp += dr[c] * vs[u * HV + c0 + c];
+      }
+      let score = rowSum(sp.x + sp.y + sp.z + sp.w);
+      let dpi = rowSum(dp.x + dp.y + dp.z + dp.w);
+      let pij = select(0.0, exp(score - pairLse[u]), valid && e0 + u >= firstPair);
+      let ds = pij * (dpi - pairDot[u]);
+      for (var c = 0u; c < hs; c++) {
+        acc[c] += ds * ks[u * HV + c0 + c];
+        acc2[c] += pij * vs[u * HV + c0 + c];
+      }
+    }
+    workgroupBarrier();
+  }
+  if (valid) {
+    for (var c = 0u; c < hs; c++) {
+      dk[kr + c] = dk[kr + c] + p.scale * acc[c];
+      dv[kr + c] = dv[kr + c] + acc2[c];
+    }
+  }
+}
+#endif
 #endif
 #else
 #include "common/grid.wgsl"

@@ -26,6 +26,8 @@ export interface GpuInfo {
   vendor: string;
   architecture: string;
   description: string;
+  /** The adapter's smallest subgroup size (with the subgroups feature); 0 where it does not say. */
+  subgroupMinSize: number;
 }
 
 /** GPU memory the Gpu holds: every buffer it created and has not destroyed. */
@@ -109,6 +111,7 @@ export async function createGpu(opts: CreateGpuOptions = {}): Promise<Gpu> {
       vendor: info?.vendor ?? '',
       architecture: info?.architecture ?? '',
       description: info?.description ?? '',
+      subgroupMinSize: info?.subgroupMinSize ?? 0,
     },
     opts.shaderSource ?? shaderSource,
   );

@@ -33,7 +33,7 @@ export interface AttentionTiling {
   BQ: number;
   /** Query heads per tile: all NH/NKV heads of a GQA group when they fit, else a divisor. */
   HG: number;
-  /** Threads per workgroup: BQ * HG rows (forward, dQ); keys per workgroup (dK/dV). */
+  /** Threads per workgroup: BQ * HG rows (forward, dQ) or keys (dK/dV), times the backward's split. */
   ROWS: number;
   /** Keys (forward, dQ) or (query, head) pairs (dK/dV) per tile in workgroup memory. */
   BK: number;
@@ -51,15 +51,32 @@ export function tiledHeadDim(HD: number): boolean {
  * tiles (2 * BK * HD f32) plus the per-pair scalars fit maxComputeWorkgroupStorageSize (16 KiB,
  * the WebGPU default: BK = 8 at HD 128).
  */
-export function attentionTiling(gpu: Gpu, NH: number, NKV: number, HD: number): AttentionTiling {
+export function attentionTiling(gpu: Gpu, NH: number, NKV: number, HD: number, split = 1): AttentionTiling {
   const G = NH / NKV;
+  // With the backward's rows split over `split` threads (ROWS counts threads): fewer rows a workgroup.
+  const maxRows = Math.min(MAX_ROWS, Math.floor(gpu.limits.maxComputeInvocationsPerWorkgroup / split));
   let HG = 1;
-  for (let d = 1; d <= G; d++) if (G % d === 0 && d * MIN_TILE_QUERIES <= MAX_ROWS) HG = d;
-  const BQ = Math.min(MAX_TILE_QUERIES, Math.floor(MAX_ROWS / HG));
+  for (let d = 1; d <= G; d++) if (G % d === 0 && d * MIN_TILE_QUERIES <= maxRows) HG = d;
+  const BQ = Math.min(MAX_TILE_QUERIES, Math.floor(maxRows / HG));
   const budget = gpu.limits.maxComputeWorkgroupStorageSize - 64; // runEnd/runKeys/runSlot
   let BK = MAX_BK;
   while (BK > 1 && 2 * BK * HD * 4 + 2 * BK * 4 > budget) BK /= 2;
-  return { BQ, HG, ROWS: BQ * HG, BK };
+  return { BQ, HG, ROWS: BQ * HG * split, BK };
+}
+
+/** Threads a row of the tiled backward takes (shaders/attention.wgsl SPLIT): 1 or BACKWARD_SPLIT. */
+export const BACKWARD_SPLIT = 4;
+
+/**
+ * The tiled backward's threads per row (tuning.attentionBackward): BACKWARD_SPLIT where the
+ * subgroup sums can run (the subgroups feature, subgroups known to be at least that wide, whole
+ * vec4s a thread) and 'auto' is on a GPU or 'split' is forced; else 1 (one thread per row).
+ */
+export function backwardSplit(gpu: Gpu, HD: number): number {
+  const S = BACKWARD_SPLIT;
+  const can = gpu.features.subgroups && gpu.info.subgroupMinSize >= S && (HD / 4) % S === 0;
+  if (tuning.attentionBackward === 'row' || !can) return 1;
+  return tuning.attentionBackward === 'split' || !isCpuAdapter(gpu) ? S : 1;
 }
 
 /**
@@ -166,35 +183,35 @@ export function attentionTiledBackward(
   NKV: number,
   HD: number,
 ): void {
-  const t = attentionTiling(gpu, NH, NKV, HD);
+  const S = backwardSplit(gpu, HD);
+  const t = attentionTiling(gpu, NH, NKV, HD, S);
   const params = trainingParams(T, NH, NKV, HD, t);
+  const split: Defines = S > 1 ? { SPLIT: S } : {};
   gpu.dispatch(
     opKernel(
       gpu,
       'attentionBackward',
       'attention',
       'attention_tiled_dq',
-      { ...defines(t, HD), TILED: 1 },
+      { ...defines(t, HD), TILED: 1, ...split },
       { ROWS: t.ROWS },
     ),
     bindings(ATTENTION_BINDINGS.attention_tiled_dq, { dq, q, k, v, dout, lse, D: rowDot, out }),
     queryGroups(T, NH, NKV, t),
     params,
   );
-  // The dK/dV workgroups own t.ROWS keys each (a multiple of 8 up to 128, as the query tiles).
+  // The dK/dV workgroups own t.ROWS / S keys each (a multiple of 8 up to 128, as the query tiles).
   gpu.dispatch(
     opKernel(
       gpu,
       'attentionBackward.dkv',
       'attention',
       'attention_tiled_dkv',
-      { ...defines(t, HD), TILED: 1 },
-      {
-        ROWS: t.ROWS,
-      },
+      { ...defines(t, HD), TILED: 1, ...split },
+      { ROWS: t.ROWS },
     ),
     bindings(ATTENTION_BINDINGS.attention_tiled_dkv, { dk, q, k, v, dout, lse, D: rowDot, dv }),
-    Math.ceil(T / t.ROWS) * NKV,
+    Math.ceil(T / (t.ROWS / S)) * NKV,
     params,
   );
 }

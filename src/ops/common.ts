@@ -28,11 +28,18 @@ export const tuning: {
    * 'on' wherever the device has shader-f16 (an error where it has not), 'off' never.
    */
   gemmF16: 'auto' | 'on' | 'off';
+  /**
+   * The tiled attention backward's rows: split over 4 threads each with subgroup sums
+   * (shaders/attention.wgsl SPLIT; 'auto' on GPUs whose subgroups are at least 4 wide, never on
+   * CPU adapters), or one thread per row ('row'). 'split' forces it where it can run.
+   */
+  attentionBackward: 'auto' | 'split' | 'row';
 } = {
   matmul: 'auto',
   attention: 'auto',
   attentionHeads: 'auto',
   gemmF16: 'auto',
+  attentionBackward: 'auto',
 };
 
 export function isCpuAdapter(gpu: Gpu): boolean {

@@ -12,7 +12,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
 import { f16BitsToF32, f32ToF16Bits } from '../../src/model/q4.ts';
 import * as K from '../../src/ops/index.ts';
-import { ATTENTION_TILED_MIN_T_CPU, ATTENTION_TILED_MIN_T_GPU, attentionTiling } from '../../src/ops/attentionTiled.ts';
+import {
+  ATTENTION_TILED_MIN_T_CPU,
+  ATTENTION_TILED_MIN_T_GPU,
+  BACKWARD_SPLIT,
+  attentionTiling,
+} from '../../src/ops/attentionTiled.ts';
 import { gpuHarness } from '../helpers/gpuHarness.ts';
 import * as ref from '../helpers/reference.ts';
 
@@ -38,7 +43,10 @@ const ATT_REL = 2e-5; // as test/ops/backward.test.ts: dk, dv sum over every lat
 const label = (op: string) => K.kernelVariant(gpu, op)!.label;
 
 describe('tile geometry', () => {
-  const fake = (bytes: number) => ({ limits: { maxComputeWorkgroupStorageSize: bytes } }) as unknown as Gpu;
+  const fake = (bytes: number, threads = 256) =>
+    ({
+      limits: { maxComputeWorkgroupStorageSize: bytes, maxComputeInvocationsPerWorkgroup: threads },
+    }) as unknown as Gpu;
   it('takes the whole GQA group where it fits, K/V tiles within the workgroup memory', () => {
     // Qwen3-4B: 32 heads over 8 KV heads, HD 128, the WebGPU default 16 KiB.
     expect(attentionTiling(fake(16384), 32, 8, 128)).toEqual({ BQ: 32, HG: 4, ROWS: 128, BK: 8 });
@@ -46,6 +54,9 @@ describe('tile geometry', () => {
     expect(attentionTiling(fake(16384), 8, 8, 64)).toEqual({ BQ: 64, HG: 1, ROWS: 64, BK: 16 });
     // 32 query heads per KV head: 16 of them per tile (8 tokens), two tiles of heads.
     expect(attentionTiling(fake(16384), 32, 1, 16)).toEqual({ BQ: 8, HG: 16, ROWS: 128, BK: 64 });
+    // The backward with rows split over 4 threads: 256 threads hold 64 rows, 16 tokens x 4 heads.
+    expect(attentionTiling(fake(16384), 32, 8, 128, 4)).toEqual({ BQ: 16, HG: 4, ROWS: 256, BK: 8 });
+    expect(attentionTiling(fake(16384, 1024), 32, 8, 128, 4)).toEqual({ BQ: 32, HG: 4, ROWS: 512, BK: 8 });
     for (const [NH, NKV, HD] of [
       [32, 8, 128],
       [16, 2, 256],
@@ -217,7 +228,23 @@ describe("'auto'", () => {
 
 const f64 = (x: Float32Array) => Float64Array.from(x);
 
-describe('attentionForwardLse + attentionBackward (tiled)', () => {
+// The backward both ways: one thread per row, and rows split over BACKWARD_SPLIT threads summed
+// with subgroup shuffles (shaders/attention.wgsl SPLIT; SwiftShader's subgroups are 4 wide,
+// lavapipe's 8). Each run checks the variant that ran.
+describe.each(['row', 'split'] as const)('attentionForwardLse + attentionBackward (tiled), rows: %s', (mode) => {
+  beforeAll(() => {
+    K.tuning.attentionBackward = mode;
+  });
+  afterAll(() => {
+    K.tuning.attentionBackward = 'auto';
+  });
+  const checkSplit = (HD: number) => {
+    const want = mode === 'split' && (HD / 4) % BACKWARD_SPLIT === 0 ? BACKWARD_SPLIT : undefined;
+    if (want) expect(gpu.features.subgroups && gpu.info.subgroupMinSize >= want, 'subgroups wide enough').toBe(true);
+    expect(K.kernelVariant(gpu, 'attentionBackward')!.defines.SPLIT).toBe(want);
+    expect(K.kernelVariant(gpu, 'attentionBackward.dkv')!.defines.SPLIT).toBe(want);
+  };
+
   // (T, NH, NKV, HD): one token, T past one query tile (33 with 32-query tiles, 130 with 64),
   // past one key tile and one dK/dV tile, GQA 1, 2, 4, 16 and 32 (two head groups), HD 4..128.
   it.each([
@@ -251,6 +278,7 @@ describe('attentionForwardLse + attentionBackward (tiled)', () => {
     K.attentionBackward(gpu, grads.dq, grads.dk, grads.dv, doutb, out, lse, qb, kb, vb, T, NH, NKV, HD);
     expect(label('attentionBackward')).toContain('attention_tiled_dq');
     expect(label('attentionBackward.dkv')).toContain('attention_tiled_dkv');
+    checkSplit(HD);
     const want = { dq: f64(init.dq), dk: f64(init.dk), dv: f64(init.dv) };
     ref.attentionBackward(want.dq, want.dk, want.dv, dout, wantOut, wantLse, q, k, v, T, NH, NKV, HD);
     for (const key of ['dq', 'dk', 'dv'] as const) {
@@ -300,6 +328,7 @@ describe('attentionForwardLse + attentionBackward (tiled)', () => {
       HD,
     );
     expect(label('attentionBackward.dkv')).toContain('attention_tiled_dkv');
+    checkSplit(HD);
     const eps = 1e-2;
     for (const key of ['q', 'k', 'v'] as const) {
       const grad = await gpu.readF32(grads[key], x[key].length);
