@@ -311,11 +311,85 @@ var<private> dr: array<vec4<f32>, HVP>;   // dQ: the row's dout; dK/dV: the key'
 var<private> acc: array<vec4<f32>, HVP>;  // dQ: the dq accumulator; dK/dV: dk
 var<private> acc2: array<vec4<f32>, HVP>; // dK/dV: the dv accumulator
 
-// qr . row u of ks.
-fn scorePriv(u: u32) -> f32 {
+// The helpers below work on a thread's part of a row: vec4s c0 .. c0 + hs - 1 (the whole row,
+// c0 = 0 and hs = p.hv, without SPLIT).
+
+// Query row `row` into qr (scaled) and dr (its dout), acc zeroed; returns the part's dout . out.
+fn loadQueryPart(row: u32, c0: u32, hs: u32) -> f32 {
   var s = vec4<f32>(0.0);
-  for (var c = 0u; c < p.hv; c++) { s += qr[c] * ks[u * HV + c]; }
+  for (var c = 0u; c < hs; c++) {
+    qr[c] = q[row * HV + c0 + c] * p.scale;
+    dr[c] = dout[row * HV + c0 + c];
+    acc[c] = vec4<f32>(0.0);
+    s += dr[c] * outSaved[row * HV + c0 + c];
+  }
   return s.x + s.y + s.z + s.w;
+}
+
+// Key row kr (its first vec4) into qr (scaled k) and dr (v) when valid; acc and acc2 zeroed.
+fn loadKeyPart(kr: u32, hs: u32, valid: bool) {
+  for (var c = 0u; c < hs; c++) {
+    if (valid) {
+      qr[c] = k[kr + c] * p.scale;
+      dr[c] = v[kr + c];
+    }
+    acc[c] = vec4<f32>(0.0);
+    acc2[c] = vec4<f32>(0.0);
+  }
+}
+
+// (qr . ks row u, dr . vs row u) over the part.
+fn partDots(u: u32, c0: u32, hs: u32) -> vec2<f32> {
+  var sp = vec4<f32>(0.0);
+  var dp = vec4<f32>(0.0);
+  for (var c = 0u; c < hs; c++) {
+    sp += qr[c] * ks[u * HV + c0 + c];
+    dp += dr[c] * vs[u * HV + c0 + c];
+  }
+  return vec2<f32>(sp.x + sp.y + sp.z + sp.w, dp.x + dp.y + dp.z + dp.w);
+}
+
+// dQ: acc += ds k_u. dK/dV: acc += ds q_u, acc2 += pij dO_u (the tile holds q and dO there).
+fn addDq(ds: f32, u: u32, c0: u32, hs: u32) {
+  for (var c = 0u; c < hs; c++) { acc[c] += ds * ks[u * HV + c0 + c]; }
+}
+fn addDkv(ds: f32, pij: f32, u: u32, c0: u32, hs: u32) {
+  for (var c = 0u; c < hs; c++) {
+    acc[c] += ds * ks[u * HV + c0 + c];
+    acc2[c] += pij * vs[u * HV + c0 + c];
+  }
+}
+
+fn storeDq(row: u32, c0: u32, hs: u32) {
+  for (var c = 0u; c < hs; c++) { dq[row * HV + c0 + c] = dq[row * HV + c0 + c] + p.scale * acc[c]; }
+}
+fn storeDkv(kr: u32, hs: u32) {
+  for (var c = 0u; c < hs; c++) {
+    dk[kr + c] = dk[kr + c] + p.scale * acc[c];
+    dv[kr + c] = dv[kr + c] + acc2[c];
+  }
+}
+
+var<workgroup> pairLse: array<f32, BK>;
+var<workgroup> pairDot: array<f32, BK>;
+
+// The dK/dV pass's tile: pairs e0 .. e0 + BK - 1 of the nPairs (query, head) pairs e = (i - jFirst)
+// * G + g of KV head kvh: their q rows into ks, dO rows into vs, lse and D into pairLse / pairDot.
+fn loadPairTile(e0: u32, nPairs: u32, jFirst: u32, kvh: u32, G: u32, lid: u32) {
+  for (var e = lid; e < BK * HV; e += ROWS) {
+    let u = e / HV;
+    let pe = e0 + u;
+    if (pe < nPairs) {
+      let i = jFirst + pe / G;
+      let th = i * p.NH + kvh * G + pe % G;
+      ks[e] = q[th * HV + (e - u * HV)];
+      vs[e] = dout[th * HV + (e - u * HV)];
+      if (e - u * HV == 0u) {
+        pairLse[u] = lseIn[th];
+        pairDot[u] = rowDotIn[th];
+      }
+    }
+  }
 }
 
 #ifndef SPLIT
@@ -331,14 +405,7 @@ fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
   var di = 0.0;
   var lseI = 0.0;
   if (r.valid) {
-    for (var c = 0u; c < p.hv; c++) {
-      qr[c] = q[row * HV + c] * p.scale;
-      dr[c] = dout[row * HV + c];
-      acc[c] = vec4<f32>(0.0);
-    }
-    var s = vec4<f32>(0.0);
-    for (var c = 0u; c < p.hv; c++) { s += dr[c] * outSaved[row * HV + c]; }
-    di = s.x + s.y + s.z + s.w;
+    di = loadQueryPart(row, 0u, p.hv);
     rowDot[row] = di;
     lseI = lseIn[row];
   }
@@ -348,84 +415,16 @@ fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
     if (r.valid && j0 <= r.tok) {
       let nb = min(BK, r.tok + 1u - j0);
       for (var u = 0u; u < nb; u++) {
-        let pij = exp(scorePriv(u) - lseI);
-        var dp = vec4<f32>(0.0);
-        for (var c = 0u; c < p.hv; c++) { dp += dr[c] * vs[u * HV + c]; }
-        let ds = pij * (dp.x + dp.y + dp.z + dp.w - di);
-        for (var c = 0u; c < p.hv; c++) { acc[c] += ds * ks[u * HV + c]; }
+        let d = partDots(u, 0u, p.hv);
+        let pij = exp(d.x - lseI);
+        addDq(pij * (d.y - di), u, 0u, p.hv);
       }
     }
     workgroupBarrier();
   }
-  if (r.valid) {
-    for (var c = 0u; c < p.hv; c++) { dq[row * HV + c] = dq[row * HV + c] + p.scale * acc[c]; }
-  }
+  if (r.valid) { storeDq(row, 0u, p.hv); }
 }
 
-#else
-@compute @workgroup_size(ROWS)
-fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                      @builtin(local_invocation_index) lid: u32) {
-  let wg = linearGroup(wid, nwg);
-  if (wg >= queryGroups()) { return; }
-  let r = queryRow(wg, lid / SPLITN); // ROWS / SPLITN rows, SPLITN threads each
-  let hs = p.hv / SPLITN;
-  let c0 = (lid % SPLITN) * hs; // this thread's first vec4 of the row
-  let t0 = tileStart(wg);
-  let nk = min(p.T, t0 + p.BQ);
-  let row = r.tok * p.NH + r.head;
-  var dpart = 0.0;
-  var lseI = 0.0;
-  if (r.valid) {
-    var s = vec4<f32>(0.0);
-    for (var c = 0u; c < hs; c++) {
-      qr[c] = q[row * HV + c0 + c] * p.scale;
-      dr[c] = dout[row * HV + c0 + c];
-      acc[c] = vec4<f32>(0.0);
-      s += dr[c] * outSaved[row * HV + c0 + c];
-    }
-    dpart = s.x + s.y + s.z + s.w;
-    lseI = lseIn[row];
-  }
-  let di = rowSum(dpart);
-  if (r.valid && c0 == 0u) { rowDot[row] = di; }
-  for (var j0 = 0u; j0 < nk; j0 += BK) {
-    loadKvTile(j0, nk, r.kvh, lid);
-    workgroupBarrier();
-    let nb = min(BK, nk - j0);
-    for (var u = 0u; u < nb; u++) {
-      var sp = vec4<f32>(0.0);
-      var dp = vec4<f32>(0.0);
-      for (var c = 0u; c < hs; c++) {
-        sp += qr[c] * ks[u * HV + c0 + c];
-        dp += dr[c] * vs[u * HV + c0 + c];
-      }
-      let score = rowSum(sp.x + sp.y + sp.z + sp.w);
-      let dpi = rowSum(dp.x + dp.y + dp.z + dp.w);
-      let pij = select(0.0, exp(score - lseI), r.valid && j0 + u <= r.tok);
-      let ds = pij * (dpi - di);
-      for (var c = 0u; c < hs; c++) { acc[c] += ds * ks[u * HV + c0 + c]; }
-    }
-    workgroupBarrier();
-  }
-  if (r.valid) {
-    for (var c = 0u; c < hs; c++) { dq[row * HV + c0 + c] = dq[row * HV + c0 + c] + p.scale * acc[c]; }
-  }
-}
-
-// The sum of x over the SPLITN threads of this thread's row (aligned groups of SPLITN lanes).
-fn rowSum(x: f32) -> f32 {
-  var s = x;
-  for (var o = 1u; o < SPLITN; o <<= 1u) { s += subgroupShuffleXor(s, o); }
-  return s;
-}
-
-#endif
-
-var<workgroup> pairLse: array<f32, BK>;
-var<workgroup> pairDot: array<f32, BK>;
-
-#ifndef SPLIT
 // One thread per key j of the workgroup's ROWS keys and KV head; pairs e = (i - j0) * G + g over
 // queries i >= j0 (the first key) and the G query heads of the KV head, in tiles of BK.
 @compute @workgroup_size(ROWS)
@@ -441,56 +440,68 @@ fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
   let j = jFirst + lid;
   let valid = j < p.T;
   let kr = (j * p.NKV + kvh) * HV;
-  for (var c = 0u; c < p.hv; c++) {
-    if (valid) {
-      qr[c] = k[kr + c] * p.scale; // scaled k_j
-      dr[c] = v[kr + c];
-    }
-    acc[c] = vec4<f32>(0.0);
-    acc2[c] = vec4<f32>(0.0);
-  }
+  loadKeyPart(kr, p.hv, valid);
   let nPairs = (p.T - jFirst) * G;
   // The pairs before this key's first query (i < j) are skipped: e < (j - jFirst) * G.
   let firstPair = (min(j, p.T) - jFirst) * G;
   for (var e0 = 0u; e0 < nPairs; e0 += BK) {
-    for (var e = lid; e < BK * HV; e += ROWS) {
-      let u = e / HV;
-      let pe = e0 + u;
-      if (pe < nPairs) {
-        let i = jFirst + pe / G;
-        let th = i * p.NH + kvh * G + pe % G;
-        ks[e] = q[th * HV + (e - u * HV)];
-        vs[e] = dout[th * HV + (e - u * HV)];
-        if (e - u * HV == 0u) {
-          pairLse[u] = lseIn[th];
-          pairDot[u] = rowDotIn[th];
-        }
-      }
-    }
+    loadPairTile(e0, nPairs, jFirst, kvh, G, lid);
     workgroupBarrier();
     let end = min(BK, nPairs - e0);
     if (valid && e0 + end > firstPair) {
       for (var u = select(0u, firstPair - e0, firstPair > e0); u < end; u++) {
-        let pij = exp(scorePriv(u) - pairLse[u]);
-        var dp = vec4<f32>(0.0);
-        for (var c = 0u; c < p.hv; c++) { dp += dr[c] * vs[u * HV + c]; }
-        let ds = pij * (dp.x + dp.y + dp.z + dp.w - pairDot[u]);
-        for (var c = 0u; c < p.hv; c++) {
-          acc[c] += ds * ks[u * HV + c];
-          acc2[c] += pij * vs[u * HV + c];
-        }
+        let d = partDots(u, 0u, p.hv);
+        let pij = exp(d.x - pairLse[u]);
+        addDkv(pij * (d.y - pairDot[u]), pij, u, 0u, p.hv);
       }
     }
     workgroupBarrier();
   }
-  if (valid) {
-    for (var c = 0u; c < p.hv; c++) {
-      dk[kr + c] = dk[kr + c] + p.scale * acc[c];
-      dv[kr + c] = dv[kr + c] + acc2[c];
-    }
-  }
+  if (valid) { storeDkv(kr, p.hv); }
 }
 #else
+// The sum of x over the SPLITN threads of this thread's row (aligned groups of SPLITN lanes).
+fn rowSum(x: f32) -> f32 {
+  var s = x;
+  for (var o = 1u; o < SPLITN; o <<= 1u) { s += subgroupShuffleXor(s, o); }
+  return s;
+}
+
+@compute @workgroup_size(ROWS)
+fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                      @builtin(local_invocation_index) lid: u32) {
+  let wg = linearGroup(wid, nwg);
+  if (wg >= queryGroups()) { return; }
+  let r = queryRow(wg, lid / SPLITN); // ROWS / SPLITN rows, SPLITN threads each
+  let hs = p.hv / SPLITN;
+  let c0 = (lid % SPLITN) * hs; // this thread's first vec4 of the row
+  let t0 = tileStart(wg);
+  let nk = min(p.T, t0 + p.BQ);
+  let row = r.tok * p.NH + r.head;
+  var dpart = 0.0;
+  var lseI = 0.0;
+  if (r.valid) {
+    dpart = loadQueryPart(row, c0, hs);
+    lseI = lseIn[row];
+  }
+  let di = rowSum(dpart);
+  if (r.valid && c0 == 0u) { rowDot[row] = di; }
+  for (var j0 = 0u; j0 < nk; j0 += BK) {
+    loadKvTile(j0, nk, r.kvh, lid);
+    workgroupBarrier();
+    let nb = min(BK, nk - j0);
+    for (var u = 0u; u < nb; u++) {
+      let d = partDots(u, c0, hs);
+      let score = rowSum(d.x);
+      let dpi = rowSum(d.y);
+      let pij = select(0.0, exp(score - lseI), r.valid && j0 + u <= r.tok);
+      addDq(pij * (dpi - di), u, c0, hs);
+    }
+    workgroupBarrier();
+  }
+  if (r.valid) { storeDq(row, c0, hs); }
+}
+
 // One key j per SPLITN threads: the workgroup's ROWS / SPLITN keys of a KV head, and the pairs
 // e = (i - j0) * G + g over queries i >= j0 and the G query heads of the KV head, in tiles of BK.
 @compute @workgroup_size(ROWS)
@@ -509,57 +520,23 @@ fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
   let j = jFirst + lid / SPLITN;
   let valid = j < p.T;
   let kr = (j * p.NKV + kvh) * HV + c0;
-  for (var c = 0u; c < hs; c++) {
-    if (valid) {
-      qr[c] = k[kr + c] * p.scale; // scaled k_j
-      dr[c] = v[kr + c];
-    }
-    acc[c] = vec4<f32>(0.0);
-    acc2[c] = vec4<f32>(0.0);
-  }
+  loadKeyPart(kr, hs, valid);
   let nPairs = (p.T - jFirst) * G;
   let firstPair = (min(j, p.T) - jFirst) * G; // this key's first query: pairs before it are masked
   for (var e0 = 0u; e0 < nPairs; e0 += BK) {
-    for (var e = lid; e < BK * HV; e += ROWS) {
-      let u = e / HV;
-      let pe = e0 + u;
-      if (pe < nPairs) {
-        let i = jFirst + pe / G;
-        let th = i * p.NH + kvh * G + pe % G;
-        ks[e] = q[th * HV + (e - u * HV)];
-        vs[e] = dout[th * HV + (e - u * HV)];
-        if (e - u * HV == 0u) {
-          pairLse[u] = lseIn[th];
-          pairDot[u] = rowDotIn[th];
-        }
-      }
-    }
+    loadPairTile(e0, nPairs, jFirst, kvh, G, lid);
     workgroupBarrier();
     let end = min(BK, nPairs - e0);
     for (var u = 0u; u < end; u++) {
-      var sp = vec4<f32>(0.0);
-      var dp = vec4<f32>(0.0);
-      for (var c = 0u; c < hs; c++) {
-        sp += qr[c] * ks[u * HV + c0 + c];
-        dp += dr[c] * vs[u * HV + c0 + c];
-      }
-      let score = rowSum(sp.x + sp.y + sp.z + sp.w);
-      let dpi = rowSum(dp.x + dp.y + dp.z + dp.w);
+      let d = partDots(u, c0, hs);
+      let score = rowSum(d.x);
+      let dpi = rowSum(d.y);
       let pij = select(0.0, exp(score - pairLse[u]), valid && e0 + u >= firstPair);
-      let ds = pij * (dpi - pairDot[u]);
-      for (var c = 0u; c < hs; c++) {
-        acc[c] += ds * ks[u * HV + c0 + c];
-        acc2[c] += pij * vs[u * HV + c0 + c];
-      }
+      addDkv(pij * (dpi - pairDot[u]), pij, u, c0, hs);
     }
     workgroupBarrier();
   }
-  if (valid) {
-    for (var c = 0u; c < hs; c++) {
-      dk[kr + c] = dk[kr + c] + p.scale * acc[c];
-      dv[kr + c] = dv[kr + c] + acc2[c];
-    }
-  }
+  if (valid) { storeDkv(kr, hs); }
 }
 #endif
 #endif

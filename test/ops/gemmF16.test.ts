@@ -13,7 +13,6 @@
 // Run: VK_ICD_FILENAMES=$(bash scripts/lavapipe.sh) SPYRL_REQUIRE_F16=1 npx vitest run test/ops/gemmF16.test.ts
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
-import { dequantizeQ4, quantizeQ4 } from '../../src/model/q4.ts';
 import * as K from '../../src/ops/index.ts';
 import { gpuHarness } from '../helpers/gpuHarness.ts';
 import * as ref from '../helpers/reference.ts';
@@ -37,19 +36,6 @@ afterAll(() => {
   gpu?.destroy();
   noF16?.destroy();
 });
-
-type Format = 'bf16' | 'q4';
-
-function weight(format: Format, N: number, Kd: number, seed: number): { w: K.Weight; vals: Float32Array } {
-  const vals = ref.roundBf16(ref.randn(N * Kd, ref.rng(seed), 0.1));
-  if (format === 'bf16') return { w: h.bf16Buf(vals, 'wbf16'), vals };
-  const bits = new Uint16Array(N * Kd);
-  for (let i = 0; i < bits.length; i++) bits[i] = ref.f32ToBf16(vals[i]!);
-  const packed = quantizeQ4(bits, N, Kd, 'w');
-  const buf = gpu.createBuffer(Math.ceil(packed.byteLength / 16) * 16, 'wq4');
-  gpu.write(buf, packed);
-  return { w: { format: 'q4', buf, N, K: Kd }, vals: dequantizeQ4(packed, N, Kd) };
-}
 
 /** Runs matmul with the given gemmF16 setting; returns the output and the launched kernel's defines. */
 async function run(
@@ -86,7 +72,7 @@ describe('gemm_tiled F16', () => {
     if (!gpu.features.f16) return ctx.skip();
     const rand = ref.rng(T * 7 + N + Kd);
     const x = ref.randn(T * Kd, rand, xs);
-    const { w, vals } = weight(format, N, Kd, T + N);
+    const { w, vals } = h.weight(format, N, Kd, T + N);
     const init = accumulate ? ref.randn(T * N, rand) : null;
 
     const want = new Float64Array(T * N);

@@ -9,7 +9,6 @@
 // Run: npx vitest run test/ops/gemvLanes.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
-import { dequantizeQ4, quantizeQ4 } from '../../src/model/q4.ts';
 import * as K from '../../src/ops/index.ts';
 import { gpuHarness } from '../helpers/gpuHarness.ts';
 import * as ref from '../helpers/reference.ts';
@@ -35,26 +34,12 @@ afterAll(() => {
 
 type Format = 'bf16' | 'q4' | 'f32';
 
-/** A random (N, K) weight in `format` on the current GPU, and the values the kernel multiplies by. */
-function weight(format: Format, N: number, Kd: number, seed: number): { w: K.Weight; vals: Float32Array } {
-  const raw = ref.randn(N * Kd, ref.rng(seed), 0.1);
-  if (format === 'f32') return { w: f32Buf(raw, 'wf32'), vals: raw };
-  const vals = ref.roundBf16(raw);
-  if (format === 'bf16') return { w: h.bf16Buf(vals, 'wbf16'), vals };
-  const bits = new Uint16Array(N * Kd);
-  for (let i = 0; i < bits.length; i++) bits[i] = ref.f32ToBf16(vals[i]!);
-  const packed = quantizeQ4(bits, N, Kd, 'w');
-  const buf = current.createBuffer(Math.ceil(packed.byteLength / 16) * 16, 'wq4');
-  current.write(buf, packed);
-  return { w: { format: 'q4', buf, N, K: Kd }, vals: dequantizeQ4(packed, N, Kd) };
-}
-
 /** matmul (bf16, q4) or matmulF32 (f32) through gemv_lanes; checks the entry and the values. */
 async function check(format: Format, T: number, N: number, Kd: number, accumulate: boolean): Promise<void> {
   const name = `${format} T=${T} N=${N} K=${Kd}${accumulate ? ' +=' : ''} ${current === gpu ? 'subgroups' : 'shared'}`;
   const rand = ref.rng(T * 31 + N + Kd);
   const x = ref.randn(T * Kd, rand);
-  const { w, vals } = weight(format, N, Kd, T + N);
+  const { w, vals } = h.weight(format, N, Kd, T + N);
   const init = ref.randn(T * N, rand);
   const out = accumulate ? f32Buf(init, 'out') : outBuf(T * N);
   const want = new Float64Array(T * N);

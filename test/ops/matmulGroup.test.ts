@@ -8,14 +8,13 @@
 // Run: npx vitest run test/ops/matmulGroup.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
-import { dequantizeQ4, quantizeQ4 } from '../../src/model/q4.ts';
 import * as K from '../../src/ops/index.ts';
 import { gpuHarness } from '../helpers/gpuHarness.ts';
 import * as ref from '../helpers/reference.ts';
 
 let gpu: Gpu;
 const h = gpuHarness(() => gpu);
-const { f32Buf, bf16Buf, outBuf, expectClose } = h;
+const { f32Buf, outBuf, expectClose } = h;
 
 beforeAll(async () => {
   gpu = await createGpu();
@@ -32,19 +31,6 @@ afterAll(() => {
 
 type Format = 'bf16' | 'q4';
 
-/** A random (N, K) weight on the GPU and the values the kernels multiply by. */
-function weight(format: Format, N: number, Kd: number, seed: number): { w: K.Weight; vals: Float32Array } {
-  const vals = ref.roundBf16(ref.randn(N * Kd, ref.rng(seed), 0.1));
-  if (format === 'bf16') return { w: bf16Buf(vals, `w${seed}`), vals };
-  const bits = new Uint16Array(N * Kd);
-  for (let i = 0; i < bits.length; i++) bits[i] = ref.f32ToBf16(vals[i]!);
-  const packed = quantizeQ4(bits, N, Kd, 'w');
-  // Whole vec4s, as gemv_rows binds it (a tensor whose scales end mid-vec4 takes matmul_rows).
-  const buf = gpu.createBuffer(Math.ceil(packed.byteLength / 16) * 16, `q4w${seed}`);
-  gpu.write(buf, packed);
-  return { w: { format: 'q4', buf, N, K: Kd }, vals: dequantizeQ4(packed, N, Kd) };
-}
-
 /**
  * Runs matmulGroup and one matmul per weight on the same inputs; checks the fused outputs are
  * bitwise the unfused ones and close to the CPU reference. Returns the pipeline matmulGroup ran.
@@ -53,7 +39,7 @@ async function fusedVsUnfused(format: Format, T: number, Ns: number[], Kd: numbe
   const rand = ref.rng(T * 7 + Kd);
   const x = ref.randn(T * Kd, rand);
   const xb = f32Buf(x);
-  const ws = Ns.map((N, i) => weight(format, N, Kd, 10 * T + i));
+  const ws = Ns.map((N, i) => h.weight(format, N, Kd, 10 * T + i));
   const fused = Ns.map((N) => outBuf(T * N, 'fused'));
   K.matmulGroup(
     gpu,
@@ -175,7 +161,7 @@ describe('one dispatch', () => {
   it('three weights take one dispatch where three matmuls take three', () => {
     K.tuning.matmul = 'blocks';
     const [T, Kd] = [2, 64];
-    const ws = [0, 1, 2].map((i) => weight('bf16', 40, Kd, 90 + i).w);
+    const ws = [0, 1, 2].map((i) => h.weight('bf16', 40, Kd, 90 + i).w);
     const x = f32Buf(ref.randn(T * Kd, ref.rng(3)));
     const outs = [0, 1, 2].map(() => outBuf(T * 40));
     const before = gpu.dispatchCount;
@@ -192,7 +178,7 @@ describe('falls back to one matmul per weight, bitwise the same', () => {
     const before = gpu.dispatchCount;
     const rand = ref.rng(Kd + T);
     const x = ref.randn(T * Kd, rand);
-    const ws = [weight('bf16', 33, Kd, 1), weight('bf16', 20, Kd, 2)];
+    const ws = [h.weight('bf16', 33, Kd, 1), h.weight('bf16', 20, Kd, 2)];
     const outs = [outBuf(T * 33), outBuf(T * 20)];
     const xb = f32Buf(x);
     K.matmulGroup(
@@ -229,8 +215,8 @@ describe('falls back to one matmul per weight, bitwise the same', () => {
   it('mixed bf16 and q4 weights', async () => {
     K.tuning.matmul = 'blocks';
     const [T, Kd] = [2, 64];
-    const a = weight('bf16', 30, Kd, 5);
-    const b = weight('q4', 40, Kd, 6);
+    const a = h.weight('bf16', 30, Kd, 5);
+    const b = h.weight('q4', 40, Kd, 6);
     const x = f32Buf(ref.randn(T * Kd, ref.rng(8)));
     const before = gpu.dispatchCount;
     K.matmulGroup(gpu, [outBuf(T * 30), outBuf(T * 40)], x, [a.w, b.w], T, [30, 40], Kd);
@@ -240,7 +226,7 @@ describe('falls back to one matmul per weight, bitwise the same', () => {
   it('a device with fewer storage bindings than the group needs', async () => {
     K.tuning.matmul = 'blocks';
     const [T, Kd] = [1, 64];
-    const ws = [0, 1, 2].map((i) => weight('bf16', 24, Kd, 20 + i));
+    const ws = [0, 1, 2].map((i) => h.weight('bf16', 24, Kd, 20 + i));
     const x = ref.randn(T * Kd, ref.rng(9));
     const xb = f32Buf(x);
     const outs = [0, 1, 2].map(() => outBuf(T * 24));
@@ -274,13 +260,13 @@ describe('falls back to one matmul per weight, bitwise the same', () => {
 describe('bad input', () => {
   it('names the output whose buffer is too small', () => {
     const Kd = 32;
-    const ws = [weight('bf16', 8, Kd, 1).w, weight('bf16', 8, Kd, 2).w];
+    const ws = [h.weight('bf16', 8, Kd, 1).w, h.weight('bf16', 8, Kd, 2).w];
     expect(() => K.matmulGroup(gpu, [outBuf(8), outBuf(4)], f32Buf(new Float32Array(Kd)), ws, 1, [8, 8], Kd)).toThrow(
       /matmulGroup out 1/,
     );
   });
   it('refuses one weight', () => {
-    const ws = [weight('bf16', 8, 32, 1).w];
+    const ws = [h.weight('bf16', 8, 32, 1).w];
     expect(() => K.matmulGroup(gpu, [outBuf(8)], f32Buf(new Float32Array(32)), ws, 1, [8], 32)).toThrow(
       /needs 2 or 3 weights/,
     );
