@@ -4,9 +4,10 @@
 # Writes to $OUT (or ./device-out): summary.log, bench.json and bench.log (`npm run bench` at
 # Qwen3-4B shapes: roofline, every op, e2e 4b with LAYERS of 36 layers, q4 and bf16), peft.log
 # (scripts/bench_peft_step.py's JSON: PyTorch + PEFT's LoRA step at the same shapes and training
-# length), gemv-ab.log (and the f16 GEMM A/B), decode-attention-ab.log, attention-ab.log and round.log (one default SpyRL
-# round at 4B shapes with LAYERS layers, by stage). Each step has its own time limit so a slow one
-# cannot eat the rest; the whole run stays under 9 minutes.
+# length), gemv-ab.log (with the f16 GEMM A/B), decode-attention-ab.log, attention-ab.log and
+# round.log (one default SpyRL round at 4B shapes with LAYERS layers, by stage, then
+# bench/profile.ts: GPU time per kernel of a decode step, a prefill and a LoRA step). Each step
+# has its own time limit so a slow one cannot eat the rest; the whole run stays under 9 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
@@ -44,8 +45,8 @@ run() { # name seconds command...
   log "$name: exit $? ($(tail -c 300 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200))"
 }
 # The device tool returns at most 8 files and stops a command at 600 s: 7 logs plus bench.json,
-# about 535 s of limits in all. PyTorch + PEFT first after the bench: its ratio is the issue's target.
-run bench 240 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
+# about 545 s of limits in all. PyTorch + PEFT first after the bench: its ratio is the issue's target.
+run bench 230 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 3
@@ -54,5 +55,6 @@ run gemv-ab 55 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,g
 run decode-attention-ab 30 "$NODE" "$D/bench/decode-attention-ab.mjs" --full --rounds 3 --kv f16
 # The tiled backward's rows: one thread each (HD 128: 512 floats a thread) or split over 4 ('auto' on GPUs).
 run attention-ab 60 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split
-run round 90 "$NODE" "$D/bench/run.mjs" --full --parts round --model 4b --layers "$LAYERS" --weights q4 --kv f16
+# round.log also holds the per-kernel GPU time of a decode step, a prefill and a LoRA step (bench/profile.ts).
+run round 110 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30"
 log "done"

@@ -50,6 +50,26 @@ export interface GpuMemory {
   resetPeak(): void;
 }
 
+/** One kernel's GPU time over a profile (Gpu.startProfile / stopProfile). */
+export interface KernelTime {
+  /** The pipeline's label: shader.entry[defines;constants]. */
+  label: string;
+  calls: number;
+  /** Sum of the dispatches' GPU times (end - beginning of each one's pass), seconds. */
+  seconds: number;
+}
+
+/** Timestamp queries per profiled submit: 2 a dispatch (Dawn's largest query set holds 4096). */
+const PROFILE_QUERIES = 4096;
+
+interface Profiler {
+  set: GPUQuerySet;
+  /** Labels of the dispatches encoded since the last submit, in order. */
+  labels: string[];
+  reads: Promise<void>[];
+  totals: Map<string, { calls: number; ns: number }>;
+}
+
 export interface CreateGpuOptions {
   powerPreference?: GPUPowerPreference;
   /** Leave these optional features off even when offered (to test fallback paths). */
@@ -134,7 +154,9 @@ async function getNavigatorGpu(): Promise<GPU> {
   }
   Object.assign(globalThis, lib.globals);
   // Dawn's instance must outlive every device made from it: a collected instance stalls or crashes mapAsync.
-  nodeGpuInstance ??= lib.create([]);
+  // Full-resolution timestamps (Gpu.startProfile): Dawn rounds them to 64 us by default, a browser's
+  // fingerprinting guard that a Node process has no use for.
+  nodeGpuInstance ??= lib.create(['disable-dawn-features=timestamp_quantization']);
   return nodeGpuInstance;
 }
 
@@ -159,6 +181,7 @@ export class Gpu {
   /** Bind groups created since creation; a repeated dispatch (same kernel, buffers and params slot) reuses its own. */
   bindGroupCount = 0;
   private bindGroups = new Map<string, GPUBindGroup>();
+  private profiler: Profiler | null = null;
   private objectIds = new WeakMap<object, number>();
   private nextObjectId = 1;
   /**
@@ -353,12 +376,100 @@ export class Gpu {
       this.paramDispatches++;
       slot = this.params.slot(params, kernel.label);
     }
-    const pass = this.getPass();
     const bindGroup = this.bindGroup(kernel, buffers, slot);
+    const prof = this.profiler;
+    if (prof) {
+      // Each dispatch in its own pass between two timestamps.
+      this.endPass();
+      const i = prof.labels.length;
+      const pass = this.getEncoder().beginComputePass({
+        timestampWrites: { querySet: prof.set, beginningOfPassWriteIndex: 2 * i, endOfPassWriteIndex: 2 * i + 1 },
+      });
+      pass.setPipeline(kernel.pipeline);
+      pass.setBindGroup(0, bindGroup);
+      pass.dispatchWorkgroups(x, y, z);
+      pass.end();
+      prof.labels.push(kernel.label);
+      this.dispatchCount++;
+      if (prof.labels.length * 2 >= PROFILE_QUERIES) this.submit();
+      return;
+    }
+    const pass = this.getPass();
     pass.setPipeline(kernel.pipeline);
     pass.setBindGroup(0, bindGroup);
     pass.dispatchWorkgroups(x, y, z);
     this.dispatchCount++;
+  }
+
+  /**
+   * Starts timing every dispatch on the GPU (the timestamp-query feature): from here each
+   * dispatch runs in a compute pass of its own with a timestamp at each end, which adds
+   * overhead between dispatches but leaves each one's own time. stopProfile() sums them per
+   * kernel. Browsers round timestamps (Chrome: to 100 us unless its WebGPU developer features
+   * are on), so there only kernels that run long enough read true; Node gets full resolution.
+   */
+  startProfile(): void {
+    this.throwIfLost();
+    if (!this.features.timestampQuery) {
+      throw new GpuError('profiling needs the timestamp-query feature, which this GPU does not offer');
+    }
+    if (this.profiler) throw new GpuError('startProfile: a profile is already running');
+    this.flush();
+    const set = this.device.createQuerySet({ type: 'timestamp', count: PROFILE_QUERIES, label: 'spyrl-profile' });
+    this.profiler = { set, labels: [], reads: [], totals: new Map() };
+  }
+
+  /** Ends the profile started by startProfile(): GPU time per kernel label, most first. */
+  async stopProfile(): Promise<KernelTime[]> {
+    const prof = this.profiler;
+    if (!prof) throw new GpuError('stopProfile: no profile is running');
+    try {
+      await this.sync();
+      await Promise.all(prof.reads);
+    } finally {
+      this.profiler = null;
+      prof.set.destroy();
+    }
+    return [...prof.totals]
+      .map(([label, t]) => ({ label, calls: t.calls, seconds: t.ns / 1e9 }))
+      .sort((a, b) => b.seconds - a.seconds);
+  }
+
+  /** Before a profiled batch is finished: resolve its timestamps into a buffer read after the submit. */
+  private resolveProfile(encoder: GPUCommandEncoder): (() => void) | null {
+    const prof = this.profiler;
+    if (!prof || prof.labels.length === 0) return null;
+    const labels = prof.labels;
+    prof.labels = [];
+    const bytes = labels.length * 2 * 8;
+    const resolved = this.device.createBuffer({
+      size: bytes,
+      usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC,
+      label: 'spyrl-profile-resolve',
+    });
+    const staging = this.device.createBuffer({
+      size: bytes,
+      usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+      label: 'spyrl-profile-read',
+    });
+    encoder.resolveQuerySet(prof.set, 0, labels.length * 2, resolved, 0);
+    encoder.copyBufferToBuffer(resolved, 0, staging, 0, bytes);
+    return () => {
+      const read = staging.mapAsync(GPUMapMode.READ).then(() => {
+        const t = new BigInt64Array(staging.getMappedRange());
+        labels.forEach((label, i) => {
+          const ns = Math.max(0, Number(t[2 * i + 1]! - t[2 * i]!));
+          const acc = prof.totals.get(label) ?? { calls: 0, ns: 0 };
+          acc.calls++;
+          acc.ns += ns;
+          prof.totals.set(label, acc);
+        });
+        staging.unmap();
+        staging.destroy();
+        resolved.destroy();
+      });
+      prof.reads.push(read);
+    };
   }
 
   /** Submits the pending command encoder; throws errors recorded so far (typed). */
@@ -470,6 +581,7 @@ export class Gpu {
   private submit(): void {
     if (!this.encoder) return;
     this.endPass();
+    const readProfile = this.resolveProfile(this.encoder);
     const cmd = this.encoder.finish();
     this.encoder = null;
     this.params.upload(this.device.queue);
@@ -477,6 +589,7 @@ export class Gpu {
     this.paramDispatches = 0;
     this.submitCount++;
     this.device.queue.submit([cmd]);
+    readProfile?.();
     this.track(this.device.popErrorScope(), 'command batch');
     this.pool.trimTo(this.poolFreeBytes); // safe now: no unsubmitted command refers to a free buffer
   }

@@ -1,4 +1,4 @@
-export { createGpu, Gpu, type CreateGpuOptions, type GpuFeatures, type GpuInfo } from './device.ts';
+export { createGpu, Gpu, type CreateGpuOptions, type GpuFeatures, type GpuInfo, type KernelTime } from './device.ts';
 export {
   GpuError,
   GpuUnavailableError,
