@@ -67,7 +67,7 @@ const bin = (name) => `node_modules/.bin/${name}`;
 // with shader-f16, so the f16 variants run (SPYRL_REQUIRE_F16 turns their skip into a failure).
 // Where lavapipe cannot be fetched this stage is skipped with a note, unless
 // SPYRL_REQUIRE_LAVAPIPE is set (CI), where that fails.
-const LAVAPIPE_TESTS = ['test/ops', 'test/model/golden.test.ts'];
+const LAVAPIPE_TESTS = ['test/ops', 'test/gpu', 'test/model/golden.test.ts', 'test/train/policy.test.ts'];
 function lavapipeStage() {
   const label = 'kernel tests on Mesa lavapipe (shader-f16)';
   const r = spawnSync('bash', ['scripts/lavapipe.sh'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });

@@ -193,6 +193,19 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
       const bf16 = await maxRatioError(temperature, 'bf16');
       measured[`ratio-1 max |logp - old| T=${temperature} bf16 checkpoints`] = bf16.err.toExponential(2);
       expect(bf16.err).toBeLessThan(0.1);
+      // The f16 GEMM (tuning.gemmF16, 'auto' on GPUs with shader-f16) in the training forward,
+      // against log-probs sampled through the f32 decode GEMV: the same budget as bf16 checkpoints.
+      if (process.env.SPYRL_REQUIRE_F16) expect(gpu.features.f16).toBe(true);
+      if (!gpu.features.f16) return;
+      Object.assign(K.tuning, { matmul: 'tiled', gemmF16: 'on' });
+      try {
+        const f16 = await maxRatioError(temperature, 'f32');
+        expect(K.kernelVariant(gpu, 'matmul')!.defines.F16).toBe(1);
+        measured[`ratio-1 max |logp - old| T=${temperature} f16 GEMM`] = f16.err.toExponential(2);
+        expect(f16.err).toBeLessThan(0.1);
+      } finally {
+        Object.assign(K.tuning, { matmul: 'auto', gemmF16: 'auto' });
+      }
     },
     180_000,
   );
