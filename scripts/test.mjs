@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // `npm test`: lint (style and layer rules), type-check, unit + kernel tests (Node + Dawn over
-// SwiftShader), the kernel tests again over Mesa's lavapipe (shader-f16), then the end-to-end tests in a real headless Chromium. Finds a Chromium first; on Debian as root it
-// installs Debian's `chromium` (which also ships the SwiftShader Vulkan driver the Node
-// kernel tests use) when none is found; elsewhere it stops and says what to install.
+// SwiftShader), the kernel tests again over Mesa's lavapipe (shader-f16), then the end-to-end
+// tests in a real headless Chromium. Finds a Chromium first; on Debian as root it installs
+// Debian's `chromium` (which also ships the SwiftShader Vulkan driver the Node kernel tests use)
+// when none is found; elsewhere it stops and says what to install.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -67,7 +68,13 @@ const bin = (name) => `node_modules/.bin/${name}`;
 // with shader-f16, so the f16 variants run (SPYRL_REQUIRE_F16 turns their skip into a failure).
 // Where lavapipe cannot be fetched this stage is skipped with a note, unless
 // SPYRL_REQUIRE_LAVAPIPE is set (CI), where that fails.
-const LAVAPIPE_TESTS = ['test/ops', 'test/gpu', 'test/model/golden.test.ts', 'test/train/policy.test.ts'];
+const LAVAPIPE_TESTS = [
+  'test/ops',
+  'test/gpu',
+  'test/model/golden.test.ts',
+  'test/train/policy.test.ts',
+  'test/cli/kernels.test.ts',
+];
 function lavapipeStage() {
   const label = 'kernel tests on Mesa lavapipe (shader-f16)';
   const r = spawnSync('bash', ['scripts/lavapipe.sh'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });

@@ -1,5 +1,6 @@
 // Flag parsing for the spyrl command: one UsageError per bad flag.
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { parseTuning, type tuning } from '../ops/common.ts';
 
 export class UsageError extends Error {
   override name = 'UsageError';
@@ -105,15 +106,27 @@ export interface EngineOptions {
   weights: 'bf16' | 'q4';
   /** KV-cache element type. */
   kv: 'f32' | 'f16';
+  /** Kernel variant switches over their 'auto' choices (src/ops/common.ts tuning), from --kernels. */
+  kernels?: Partial<typeof tuning>;
 }
 
-export const ENGINE_FLAGS = { weights: { type: 'string' }, kv: { type: 'string' } } as const;
+export const ENGINE_FLAGS = {
+  weights: { type: 'string' },
+  kv: { type: 'string' },
+  kernels: { type: 'string' },
+} as const;
 
-/** --weights bf16|q4 and --kv f32|f16; the CLI defaults stay bf16 and f32. */
+/** --weights bf16|q4, --kv f32|f16 and --kernels NAME=VALUE,...; the CLI defaults stay bf16, f32 and auto. */
 export function engineOptions(flags: Flags): EngineOptions {
   const weights = str(flags, 'weights') ?? 'bf16';
   if (weights !== 'bf16' && weights !== 'q4') throw new UsageError(`--weights must be bf16 or q4 (got "${weights}")`);
   const kv = str(flags, 'kv') ?? 'f32';
   if (kv !== 'f32' && kv !== 'f16') throw new UsageError(`--kv must be f32 or f16 (got "${kv}")`);
-  return { weights, kv };
+  const spec = str(flags, 'kernels');
+  if (spec === undefined) return { weights, kv };
+  try {
+    return { weights, kv, kernels: parseTuning(spec) };
+  } catch (e) {
+    throw new UsageError(`--kernels: ${(e as Error).message}`);
+  }
 }

@@ -50,6 +50,10 @@ would change them is refused, naming it.
 Sampling defaults come from the model's generation_config.json (temperature 0 = greedy).
 --model (and --compare-model) take a folder or a Hugging Face Hub repo OWNER/NAME[@REVISION] (default main),
 downloaded into the Hugging Face cache as huggingface_hub lays it out, and reused from it.
+Every command that loads a model takes --weights bf16|q4 and --kv f32|f16 (defaults bf16, f32) and
+--kernels NAME=VALUE,... to override a kernel variant's automatic choice (docs/ENGINE.md, "Kernel variants"):
+  matmul auto|rows|blocks|lanes|gemv|tiled, attention auto|single|split|tiled, attentionHeads auto|group|one,
+  gemmF16 auto|on|off, attentionBackward auto|split|row; e.g. --kernels gemmF16=off.
 Environment: VK_ICD_FILENAMES picks the Vulkan driver (SwiftShader is used when no GPU is found).
   HF_HUB_CACHE (else HF_HOME/hub, else ~/.cache/huggingface/hub) the cache; HF_HUB_OFFLINE=1 no network;
   HF_TOKEN (else HF_HOME/token) for gated or private repos, sent to the Hub only; HF_ENDPOINT another Hub.`;

@@ -407,6 +407,7 @@ export class Gpu {
    * overhead between dispatches but leaves each one's own time. stopProfile() sums them per
    * kernel. Browsers round timestamps (Chrome: to 100 us unless its WebGPU developer features
    * are on), so there only kernels that run long enough read true; Node gets full resolution.
+   * The query set (32 KiB) and the per-submit readback buffers are not counted in `memory`.
    */
   startProfile(): void {
     this.throwIfLost();

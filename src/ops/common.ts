@@ -42,6 +42,37 @@ export const tuning: {
   attentionBackward: 'auto',
 };
 
+/** The values each tuning switch takes ('auto' first: the default). */
+export const TUNING_CHOICES: { readonly [K in keyof typeof tuning]: readonly (typeof tuning)[K][] } = {
+  matmul: ['auto', 'rows', 'blocks', 'lanes', 'gemv', 'tiled'],
+  attention: ['auto', 'single', 'split', 'tiled'],
+  attentionHeads: ['auto', 'group', 'one'],
+  gemmF16: ['auto', 'on', 'off'],
+  attentionBackward: ['auto', 'split', 'row'],
+};
+
+/**
+ * Tuning settings from `name=value,...` (the CLI's --kernels, e.g. `gemmF16=off,attentionBackward=row`):
+ * one Error naming the part, switch or value that is wrong.
+ */
+export function parseTuning(spec: string): Partial<typeof tuning> {
+  const out: Record<string, string> = {};
+  for (const part of spec.split(',').map((x) => x.trim())) {
+    if (!part) continue;
+    const m = /^([A-Za-z0-9]+)=([A-Za-z0-9]+)$/.exec(part);
+    if (!m) throw new Error(`"${part}" is not name=value (e.g. gemmF16=off)`);
+    const [, name, value] = m as unknown as [string, string, string];
+    if (!Object.hasOwn(TUNING_CHOICES, name)) {
+      throw new Error(`no kernel switch "${name}": one of ${Object.keys(TUNING_CHOICES).join(', ')}`);
+    }
+    const choices = TUNING_CHOICES[name as keyof typeof tuning] as readonly string[];
+    if (!choices.includes(value)) throw new Error(`${name} must be one of ${choices.join(', ')} (got "${value}")`);
+    if (Object.hasOwn(out, name)) throw new Error(`${name} is given twice`);
+    out[name] = value;
+  }
+  return out as Partial<typeof tuning>;
+}
+
 export function isCpuAdapter(gpu: Gpu): boolean {
   const id = `${gpu.info.architecture} ${gpu.info.description}`.toLowerCase();
   return /swiftshader|llvmpipe|lavapipe|warp/.test(id);
