@@ -66,6 +66,10 @@ const bin = (name) => `node_modules/.bin/${name}`;
 
 // The kernel tests again on Mesa's lavapipe (scripts/lavapipe.sh): a second software GPU, and one
 // with shader-f16, so the f16 variants run (SPYRL_REQUIRE_F16 turns their skip into a failure).
+// They run twice: with lavapipe's own subgroups (8 lanes on AVX2) and with 16-lane subgroups
+// (LP_NATIVE_VECTOR_WIDTH=512), the width of many GPUs' subgroups and the one the subgroup GEMM
+// needs. (1024 makes lavapipe report 32 while its subgroup operations still span 16 lanes, so 16
+// is the widest it runs honestly; test/gpu/gpu.test.ts probes that.)
 // Where lavapipe cannot be fetched this stage is skipped with a note, unless
 // SPYRL_REQUIRE_LAVAPIPE is set (CI), where that fails.
 const LAVAPIPE_TESTS = [
@@ -93,8 +97,17 @@ function lavapipeStage() {
   env.LD_LIBRARY_PATH = [dirname(lib), env.LD_LIBRARY_PATH].filter(Boolean).join(':');
   env.VK_ICD_FILENAMES = icd;
   env.SPYRL_REQUIRE_F16 = '1';
-  run(label, bin('vitest'), ['run', ...LAVAPIPE_TESTS]);
-  for (const k of ['LD_LIBRARY_PATH', 'VK_ICD_FILENAMES', 'SPYRL_REQUIRE_F16']) {
+  run(`${label}, its own subgroup width`, bin('vitest'), ['run', ...LAVAPIPE_TESTS]);
+  env.LP_NATIVE_VECTOR_WIDTH = '512';
+  env.SPYRL_EXPECT_SUBGROUP_SIZE = '16'; // test/gpu/gpu.test.ts: the probe must see 16-lane subgroups
+  run(`${label}, subgroups of 16`, bin('vitest'), ['run', ...LAVAPIPE_TESTS]);
+  for (const k of [
+    'LD_LIBRARY_PATH',
+    'VK_ICD_FILENAMES',
+    'SPYRL_REQUIRE_F16',
+    'LP_NATIVE_VECTOR_WIDTH',
+    'SPYRL_EXPECT_SUBGROUP_SIZE',
+  ]) {
     if (saved[k] === undefined) delete env[k];
     else env[k] = saved[k];
   }

@@ -36,12 +36,30 @@ fn write_ids(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
 }
 `;
 
+// Per invocation of one 256-wide workgroup: [subgroup_invocation_id, subgroup_size,
+// subgroupAdd(1), subgroupMin(local_invocation_index)], what the subgroup kernels assume.
+const SUBGROUP_PROBE_WGSL = `
+enable subgroups;
+@group(0) @binding(1) var<storage, read_write> o: array<u32>; // (256, 4); binding 0 is the params slot, unused
+@compute @workgroup_size(256)
+fn probe(@builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) lane: u32,
+         @builtin(subgroup_size) size: u32) {
+  let count = subgroupAdd(1u);
+  let first = subgroupMin(lid);
+  o[lid * 4u] = lane;
+  o[lid * 4u + 1u] = size;
+  o[lid * 4u + 2u] = count;
+  o[lid * 4u + 3u] = first;
+}
+`;
+
 let gpu: Gpu;
 
 beforeAll(async () => {
   const testShaders: Record<string, string> = {
     test: TEST_WGSL,
     broken: '@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }',
+    subgroupProbe: SUBGROUP_PROBE_WGSL,
   };
   gpu = await createGpu({ shaderSource: (name) => testShaders[name] ?? shaderSource(name) });
 });
@@ -55,6 +73,35 @@ describe('device', () => {
     expect(typeof gpu.features.f16).toBe('boolean');
     expect(gpu.limits.maxStorageBufferBindingSize).toBeGreaterThanOrEqual(128 * 2 ** 20);
     expect(gpu.limits.maxComputeWorkgroupsPerDimension).toBeGreaterThanOrEqual(65535);
+  });
+});
+
+describe('subgroups', () => {
+  // The subgroup kernels (common/reduce.wgsl, the split attention backward) take subgroup id =
+  // local_invocation_index / subgroup_size, and the width from the subgroup_size builtin. A driver
+  // that breaks either would give wrong sums silently: lavapipe with LP_NATIVE_VECTOR_WIDTH=1024
+  // reports 32 while its subgroup operations span 16 lanes. npm test runs this on SwiftShader (4)
+  // and lavapipe (8 and 16).
+  it('span subgroup_size lanes, packed in local_invocation_index order, within the adapter limits', async (ctx) => {
+    if (!gpu.features.subgroups) ctx.skip();
+    const out = gpu.createBuffer(256 * 16, 'subgroup probe');
+    gpu.dispatch(gpu.kernel('subgroupProbe', 'probe'), [out], 1);
+    const r = new Uint32Array(await gpu.read(out));
+    const size = r[1]!;
+    expect(size, 'subgroup_size').toBeGreaterThanOrEqual(Math.max(1, gpu.info.subgroupMinSize));
+    for (let lid = 0; lid < 256; lid++) {
+      const [lane, sz, count, first] = [r[lid * 4]!, r[lid * 4 + 1]!, r[lid * 4 + 2]!, r[lid * 4 + 3]!];
+      expect({ lid, sz, count, lane, first }).toEqual({
+        lid,
+        sz: size,
+        count: size,
+        lane: lid % size,
+        first: lid - (lid % size),
+      });
+    }
+    const want = process.env.SPYRL_EXPECT_SUBGROUP_SIZE;
+    if (want) expect(size, 'SPYRL_EXPECT_SUBGROUP_SIZE').toBe(Number(want));
+    gpu.releaseBuffer(out);
   });
 });
 

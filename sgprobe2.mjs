@@ -1,0 +1,25 @@
+import { create, globals } from 'webgpu';
+Object.assign(globalThis, globals);
+const gpu = create([]);
+const a = await gpu.requestAdapter();
+const d = await a.requestDevice({ requiredFeatures: ['subgroups'] });
+const WG = +process.env.WG || 256;
+const code = `enable subgroups;
+@group(0) @binding(0) var<storage, read_write> o: array<u32>;
+@compute @workgroup_size(${WG}) fn main(@builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sl: u32, @builtin(subgroup_size) ss: u32) {
+  let s = subgroupAdd(1u);
+  let f = subgroupBroadcastFirst(lid);
+  let m = subgroupMax(lid);
+  let x = subgroupShuffleXor(lid, 1u);
+  o[lid*6u] = sl; o[lid*6u+1u] = ss; o[lid*6u+2u] = s; o[lid*6u+3u] = f; o[lid*6u+4u]=m; o[lid*6u+5u]=x;
+}`;
+const m = d.createShaderModule({ code });
+const p = d.createComputePipeline({ layout: 'auto', compute: { module: m, entryPoint: 'main' } });
+const buf = d.createBuffer({ size: WG * 24, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
+const rb = d.createBuffer({ size: WG * 24, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+const bg = d.createBindGroup({ layout: p.getBindGroupLayout(0), entries: [{ binding: 0, resource: { buffer: buf } }] });
+const e = d.createCommandEncoder(); const c = e.beginComputePass(); c.setPipeline(p); c.setBindGroup(0, bg); c.dispatchWorkgroups(1); c.end();
+e.copyBufferToBuffer(buf, 0, rb, 0, WG * 24); d.queue.submit([e.finish()]);
+await rb.mapAsync(GPUMapMode.READ); const r = new Uint32Array(rb.getMappedRange());
+for (const lid of [0,1,2,15,16,17,31,32,33,63,64,100,255].filter(x=>x<WG)) console.log(lid, Array.from(r.slice(lid*6, lid*6+6)).join(' '));
+process.exit(0);
