@@ -24,8 +24,9 @@ enable f16;
 //   (CPU adapters take shaders/gemv.wgsl gemv_rows instead of matmul_rows / row-major gemm_rows
 //   when the rows are 16-byte aligned.)
 //   gemm_tiled  (prefill, backward; any strides): 64x128 output tile per 16x16 workgroup, 4x8 per
-//               thread in registers, R in steps of 16 through padded shared memory, the next
-//               step's loads in flight during the FMAs. Define F16 (shader-f16; the forward
+//               thread in registers, R in steps of 16 through padded shared memory holding vec4s
+//               (3 vec4 shared reads per 32 FMAs), the next step's loads in flight during the
+//               FMAs. Define F16 (shader-f16; the forward
 //               matmul only): the tiles hold f16, each R step's 16 products per output are
 //               summed as packed vec4<f16> FMAs and that partial is added to the f32 accumulator.
 
@@ -192,19 +193,20 @@ fn gemm_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
 
 #ifdef TILED
 // ---- tiled (large M) --------------------------------------------------------------------------
-// A 64 x 128 output tile per 16x16 workgroup, 4 x 8 outputs per thread in registers, R in steps
-// of 16 through shared memory. The K loop is double-buffered through registers: each thread
-// reads its part of the next R step from global memory before it multiplies the current one
-// out of shared memory, so the loads are in flight during the FMAs.
+// A 64 x 128 output tile per 16x16 workgroup, 4 x 8 outputs per thread in registers (rows
+// 4 ty + i, columns 4 tx + q and 64 + 4 tx + q), R in steps of 16 through shared memory. Both tiles
+// hold vec4s along their output dimension, so each step of r costs a thread 3 vec4 shared reads
+// (its 4 rows of A, its 2 x 4 columns of B) for 32 FMAs, and every shared store is one whole
+// vec4 of one thread (no two threads write parts of one vector). The K loop is double-buffered
+// through registers: each thread reads its part of the next R step from global memory before it
+// multiplies the current one out of shared memory, so the loads are in flight during the FMAs.
 const BM = 64u;  // rows per tile
 const BN = 128u; // columns per tile
 const BK = 16u;  // R step
-const TM = 4u;   // rows per thread (4 ty + i)
-const TN = 8u;   // columns per thread (tx + 16 j)
-const AP = BM + 1u; // padded row pitch of the A tile: stores walking r (row-major A) hit 16 banks, not one
-const BP = BN + 1u; // the same for B
-const A_LOADS = BM * BK / 256u; // elements of each tile a thread moves per step: 4
-const B_LOADS = BN * BK / 256u; // 8
+const TN = 8u;   // columns per thread: two vec4s, 64 apart
+const AP = BM / 4u + 1u; // padded pitch (vec4s) of the A tile: one vec4 of padding keeps the
+const BP = BN / 4u + 1u; // stores walking r conflict-free; the same for B
+const B_LOADS = BN * BK / 4u / 256u; // vec4s of the B tile a thread moves per step: 2 (A: 1)
 
 #ifdef F16
 // f16 operands: half the shared memory and its traffic, and packed f16 math in the inner loop.
@@ -214,13 +216,35 @@ alias TE = f16;
 #else
 alias TE = f32;
 #endif
-var<workgroup> as_: array<TE, BK * AP>; // (BK, BM): A tile, transposed so reads are broadcasts
-var<workgroup> bs: array<TE, BK * BP>;  // (BK, BN): B tile, n contiguous so reads are conflict-free
+var<workgroup> as_: array<vec4<TE>, BK * AP>; // (BK, BM / 4): A tile, r-major, 4 rows per vec4
+var<workgroup> bs: array<vec4<TE>, BK * BP>;  // (BK, BN / 4): B tile, r-major, 4 columns per vec4
 
-// Element e (0..BM*BK) of a tile step as (row, r): walking r when r is contiguous in memory
-// (stride 1), else walking the row, so global reads stay coalesced for every layout above.
-fn tileA(e: u32) -> vec2u { if (p.aR == 1u) { return vec2u(e / BK, e % BK); } return vec2u(e % BM, e / BM); }
-fn tileB(e: u32) -> vec2u { if (p.bR == 1u) { return vec2u(e / BK, e % BK); } return vec2u(e % BN, e / BN); }
+// vec4 e (0..BM*BK/4) of a tile step as (4-row group, r): walking r when r is contiguous in memory
+// (stride 1), else walking the rows, so global reads stay coalesced for every layout above.
+fn tileA(e: u32) -> vec2u { if (p.aR == 1u) { return vec2u(e / BK, e % BK); } return vec2u(e % (BM / 4u), e / (BM / 4u)); }
+fn tileB(e: u32) -> vec2u { if (p.bR == 1u) { return vec2u(e / BK, e % BK); } return vec2u(e % (BN / 4u), e / (BN / 4u)); }
+// Rows 4 g .. 4 g + 3 of A (from m0) at r, zero past the edges.
+fn loadA(m0: u32, g: u32, r: u32) -> vec4<TE> {
+  var v = vec4<TE>();
+  if (r < p.R) {
+    for (var q = 0u; q < 4u; q++) {
+      let m = m0 + 4u * g + q;
+      if (m < p.M) { v[q] = TE(a[m * p.aM + r * p.aR]); }
+    }
+  }
+  return v;
+}
+// Columns 4 g .. 4 g + 3 of B (from n0) at r, zero past the edges.
+fn loadB(n0: u32, g: u32, r: u32) -> vec4<TE> {
+  var v = vec4<TE>();
+  if (r < p.R) {
+    for (var q = 0u; q < 4u; q++) {
+      let n = n0 + 4u * g + q;
+      if (n < p.N) { v[q] = TE(weightAt(n * p.bN + r * p.bR)); }
+    }
+  }
+  return v;
+}
 
 @compute @workgroup_size(16, 16)
 fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid3: vec3u,
@@ -229,71 +253,57 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
   let m0 = wid.y * BM;
   let tx = lid3.x;
   let ty = lid3.y;
-  var acc: array<f32, TM * TN>;
-  var ra: array<TE, A_LOADS>; // this thread's share of the next step, in flight
-  var rb: array<TE, B_LOADS>;
-  for (var i = 0u; i < A_LOADS; i++) {
-    let mk = tileA(lid + i * 256u);
-    ra[i] = 0.0;
-    if (m0 + mk.x < p.M && mk.y < p.R) { ra[i] = TE(a[(m0 + mk.x) * p.aM + mk.y * p.aR]); }
-  }
-  for (var i = 0u; i < B_LOADS; i++) {
-    let nk = tileB(lid + i * 256u);
-    rb[i] = 0.0;
-    if (n0 + nk.x < p.N && nk.y < p.R) { rb[i] = TE(weightAt((n0 + nk.x) * p.bN + nk.y * p.bR)); }
-  }
+  var acc: array<vec4f, 2u * 4u>; // row i, columns 4 tx + 64 h + (0..3): acc[2 i + h]
+  let ea = tileA(lid); // this thread's share of each step: one vec4 of A, B_LOADS of B
+  var eb: array<vec2u, B_LOADS>;
+  for (var i = 0u; i < B_LOADS; i++) { eb[i] = tileB(lid + i * 256u); }
+  var ra = loadA(m0, ea.x, ea.y); // the next step, in flight
+  var rb: array<vec4<TE>, B_LOADS>;
+  for (var i = 0u; i < B_LOADS; i++) { rb[i] = loadB(n0, eb[i].x, eb[i].y); }
   for (var r0 = 0u; r0 < p.R; r0 += BK) {
-    for (var i = 0u; i < A_LOADS; i++) { let mk = tileA(lid + i * 256u); as_[mk.y * AP + mk.x] = ra[i]; }
-    for (var i = 0u; i < B_LOADS; i++) { let nk = tileB(lid + i * 256u); bs[nk.y * BP + nk.x] = rb[i]; }
+    as_[ea.y * AP + ea.x] = ra;
+    for (var i = 0u; i < B_LOADS; i++) { bs[eb[i].y * BP + eb[i].x] = rb[i]; }
     workgroupBarrier();
     let r1 = r0 + BK;
     if (r1 < p.R) {
-      for (var i = 0u; i < A_LOADS; i++) {
-        let mk = tileA(lid + i * 256u);
-        ra[i] = 0.0;
-        if (m0 + mk.x < p.M && r1 + mk.y < p.R) { ra[i] = TE(a[(m0 + mk.x) * p.aM + (r1 + mk.y) * p.aR]); }
-      }
-      for (var i = 0u; i < B_LOADS; i++) {
-        let nk = tileB(lid + i * 256u);
-        rb[i] = 0.0;
-        if (n0 + nk.x < p.N && r1 + nk.y < p.R) { rb[i] = TE(weightAt((n0 + nk.x) * p.bN + (r1 + nk.y) * p.bR)); }
-      }
+      ra = loadA(m0, ea.x, r1 + ea.y);
+      for (var i = 0u; i < B_LOADS; i++) { rb[i] = loadB(n0, eb[i].x, r1 + eb[i].y); }
     }
 #ifdef F16
-    // Column j's 4 rows, this step's 16 products each. Zeroed explicitly: a var declared in a loop
-    // without an initializer kept the previous iteration's value on lavapipe (Mesa 25.0, Dawn).
-    var part: array<vec4<f16>, TN>;
-    for (var j = 0u; j < TN; j++) { part[j] = vec4<f16>(); }
+    // Each output's 16 products of this step, summed in f16. Zeroed explicitly: a var declared in
+    // a loop without an initializer kept the previous iteration's value on lavapipe (Mesa 25.0, Dawn).
+    var part: array<vec4<f16>, 2u * 4u>;
+    for (var j = 0u; j < 8u; j++) { part[j] = vec4<f16>(); }
     for (var k = 0u; k < BK; k++) {
-      let av = vec4<f16>(as_[k * AP + 4u * ty], as_[k * AP + 4u * ty + 1u], as_[k * AP + 4u * ty + 2u], as_[k * AP + 4u * ty + 3u]);
-      for (var j = 0u; j < TN; j++) { part[j] = fma(av, vec4<f16>(bs[k * BP + tx + 16u * j]), part[j]); }
+      let av = as_[k * AP + ty];
+      let b0 = bs[k * BP + tx];
+      let b1 = bs[k * BP + 16u + tx];
+      for (var i = 0u; i < 4u; i++) {
+        part[2u * i] = fma(vec4<f16>(av[i]), b0, part[2u * i]);
+        part[2u * i + 1u] = fma(vec4<f16>(av[i]), b1, part[2u * i + 1u]);
+      }
     }
-    for (var j = 0u; j < TN; j++) {
-      let s = vec4f(part[j]);
-      acc[j] += s.x;
-      acc[TN + j] += s.y;
-      acc[2u * TN + j] += s.z;
-      acc[3u * TN + j] += s.w;
-    }
+    for (var j = 0u; j < 8u; j++) { acc[j] += vec4f(part[j]); }
 #else
     for (var k = 0u; k < BK; k++) {
-      let av = vec4f(as_[k * AP + 4u * ty], as_[k * AP + 4u * ty + 1u], as_[k * AP + 4u * ty + 2u], as_[k * AP + 4u * ty + 3u]);
-      for (var j = 0u; j < TN; j++) {
-        let b = bs[k * BP + tx + 16u * j];
-        acc[j] += av.x * b;
-        acc[TN + j] += av.y * b;
-        acc[2u * TN + j] += av.z * b;
-        acc[3u * TN + j] += av.w * b;
+      let av = as_[k * AP + ty];
+      let b0 = bs[k * BP + tx];
+      let b1 = bs[k * BP + 16u + tx];
+      for (var i = 0u; i < 4u; i++) {
+        acc[2u * i] = fma(vec4f(av[i]), b0, acc[2u * i]);
+        acc[2u * i + 1u] = fma(vec4f(av[i]), b1, acc[2u * i + 1u]);
       }
     }
 #endif
     workgroupBarrier();
   }
-  for (var i = 0u; i < TM; i++) {
-    let m = m0 + TM * ty + i;
-    for (var j = 0u; j < TN; j++) {
-      let n = n0 + tx + 16u * j;
-      if (m < p.M && n < p.N) { store(m * p.N + n, acc[i * TN + j]); }
+  for (var i = 0u; i < 4u; i++) {
+    let m = m0 + 4u * ty + i;
+    for (var h = 0u; h < 2u; h++) {
+      for (var q = 0u; q < 4u; q++) {
+        let n = n0 + 64u * h + 4u * tx + q;
+        if (m < p.M && n < p.N) { store(m * p.N + n, acc[2u * i + h][q]); }
+      }
     }
   }
 }

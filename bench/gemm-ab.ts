@@ -1,0 +1,75 @@
+// `npx tsx bench/gemm-ab.ts [--M 256] [--N 1024] [--K 2560] [--reps 5] [--f16] [--json FILE]`
+// The tiled GEMM (shaders/matmul.wgsl gemm_tiled, forced: tuning.matmul 'tiled') in the three
+// layouts the model runs it in, timed in this tree: the forward `matmul` (x . W^T, bf16 W), the
+// input gradient `matmulBackwardInput` (dy . W, W read along its columns) and the LoRA weight
+// gradient `matmulBackwardWeightF32` (dy^T . x, both read along M). For a change to the kernel,
+// run it in two checkouts (the base one a `git clone` with node_modules linked) alternately, A B A
+// B, and compare: this file imports only the ops layer, so it runs unchanged in older trees.
+// --f16 times the forward with f16 tiles (tuning.gemmF16 'on'; needs shader-f16). Each figure is
+// the best of 3 batches of --reps calls, with GFLOP/s; on a CPU adapter these are CPU timings of
+// GPU kernels. A benchmark, not a test: nothing here asserts a time.
+import '../bin/gpu-env.mjs';
+import { writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { createGpu } from '../src/gpu/index.ts';
+import * as K from '../src/ops/index.ts';
+
+const { values } = parseArgs({
+  options: {
+    M: { type: 'string', default: '256' },
+    N: { type: 'string', default: '1024' },
+    K: { type: 'string', default: '2560' },
+    reps: { type: 'string', default: '5' },
+    f16: { type: 'boolean', default: false },
+    json: { type: 'string' },
+  },
+});
+const [M, N, Kd, reps] = [values.M, values.N, values.K, values.reps].map(Number) as [number, number, number, number];
+const gpu = await createGpu();
+try {
+  const adapter = `${gpu.info.vendor} ${gpu.info.architecture} ${gpu.info.description}`.trim();
+  K.tuning.matmul = 'tiled';
+  K.tuning.gemmF16 = values.f16 ? 'on' : 'off';
+  const filled = (n: number, label: string) => {
+    const b = gpu.createBuffer(n * 4, label);
+    gpu.write(
+      b,
+      Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.37) * 0.5),
+    );
+    return b;
+  };
+  // The bf16 weight's words are sin values read as bf16 pairs: finite, O(1).
+  const x = filled(M * Kd, 'x');
+  const w = filled((N * Kd) / 2, 'w bf16');
+  const out = filled(M * N, 'out');
+  const dy = filled(M * N, 'dy');
+  const dx = filled(M * Kd, 'dx');
+  const dw = filled(N * Kd, 'dw');
+  const layouts: [string, () => void][] = [
+    ['matmul (x . W^T)', () => K.matmul(gpu, out, x, w, M, N, Kd)],
+    ['matmulBackwardInput (dy . W)', () => K.matmulBackwardInput(gpu, dx, dy, w, M, N, Kd, false)],
+    ['matmulBackwardWeightF32 (dy^T . x)', () => K.matmulBackwardWeightF32(gpu, dw, dy, x, M, N, Kd)],
+  ];
+  const flop = 2 * M * N * Kd;
+  const records = [];
+  console.log(`${adapter}; M ${M} N ${N} K ${Kd}; ${values.f16 ? 'f16' : 'f32'} tiles in the forward`);
+  for (const [name, call] of layouts) {
+    call();
+    await gpu.sync();
+    let best = Infinity;
+    for (let j = 0; j < 3; j++) {
+      const t0 = performance.now();
+      for (let r = 0; r < reps; r++) call();
+      await gpu.sync();
+      best = Math.min(best, (performance.now() - t0) / 1000 / reps);
+    }
+    const gflops = flop / best / 1e9;
+    records.push({ name, M, N, K: Kd, seconds: best, gflops });
+    console.log(
+      `${name.padEnd(36)} ${(best * 1000).toFixed(2).padStart(9)} ms  ${gflops.toFixed(2).padStart(8)} GFLOP/s`,
+    );
+  }
+  if (values.json) writeFileSync(values.json, JSON.stringify({ adapter, f16: values.f16, records }, null, 2));
+} finally {
+  gpu.destroy();
+}
