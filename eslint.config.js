@@ -31,6 +31,7 @@ const PURE = [
   'model/config.ts',
   'model/format.ts',
   'model/loraTargets.ts',
+  'ops/tuning.ts',
   'train/memory.ts',
   'train/runPlan.ts',
   'train/evaluate.ts',

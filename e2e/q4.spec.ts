@@ -1,5 +1,5 @@
-// q4 weights in the app: the tiny model chosen as q4 in the model panel plays a round to the
-// reveal; a Hub repo loaded as q4 stores its q4 weights, and the next load reads only those.
+// q4 weights in the app: the tiny model chosen as q4 in the model panel (with a kernel variant
+// override) plays a round to the reveal; a Hub repo loaded as q4 stores its q4 weights, and the next load reads only those.
 import { expect, test, type Page } from '@playwright/test';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -24,9 +24,20 @@ test('the tiny model as q4: the panel shows the choice and its memory line, a ro
   await expect(page.getByLabel('KV cache type')).toHaveValue('f16');
   await weights.selectOption('q4');
   await expect(page.getByTestId('weights-line')).toContainText(/q4: [\d.]+ (MiB|KiB) of weights instead of [\d.]+ MiB/);
+  // A kernel variant override (the one SwiftShader picks anyway, so the round's speed is unchanged):
+  // a malformed one is named as typed, and the load records the good one.
+  await page.getByText('Kernel variants', { exact: true }).click();
+  const kernels = page.getByLabel('Kernel variants');
+  await kernels.fill('gemmF16=maybe');
+  await expect(page.getByTestId('kernel-variants-problem')).toHaveText(
+    'Kernel variants: gemmF16 must be one of auto, on, off (got "maybe")',
+  );
+  await kernels.fill('attentionBackward=row');
+  await expect(page.getByTestId('kernel-variants-problem')).toHaveCount(0);
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   await expect(page.getByTestId('model-format')).toContainText(/Weights q4 \([\d.]+ (MiB|KiB)\), KV cache f16/);
+  await expect(page.getByTestId('model-kernels')).toHaveText('attentionBackward=row');
   await page.screenshot({ path: info.outputPath('q4-loaded.png'), fullPage: true });
 
   await page.getByRole('button', { name: 'Quick demo' }).click();

@@ -78,6 +78,7 @@ const LAVAPIPE_TESTS = [
   'test/model/golden.test.ts',
   'test/train/policy.test.ts',
   'test/cli/kernels.test.ts',
+  'test/worker/engine.test.ts',
 ];
 function lavapipeStage() {
   const label = 'kernel tests on Mesa lavapipe (shader-f16)';

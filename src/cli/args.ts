@@ -1,6 +1,6 @@
 // Flag parsing for the spyrl command: one UsageError per bad flag.
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { parseTuning, type tuning } from '../ops/common.ts';
+import { parseTuning, type Tuning } from '../ops/tuning.ts';
 
 export class UsageError extends Error {
   override name = 'UsageError';
@@ -107,7 +107,7 @@ export interface EngineOptions {
   /** KV-cache element type. */
   kv: 'f32' | 'f16';
   /** Kernel variant switches over their 'auto' choices (src/ops/common.ts tuning), from --kernels. */
-  kernels?: Partial<typeof tuning>;
+  kernels?: Partial<Tuning>;
 }
 
 export const ENGINE_FLAGS = {

@@ -145,12 +145,12 @@ async function openModelSource(source: ModelSource, adapterDir?: string, engine?
     import('../model/sources.node.ts'),
     import('../model/load.ts'),
   ]);
-  if (engine?.kernels) Object.assign((await import('../ops/common.ts')).tuning, engine.kernels);
+  const { resetTuning, tuningProblem } = await import('../ops/common.ts');
+  resetTuning(engine?.kernels);
   const gpu = await createGpu();
   try {
-    if (engine?.kernels?.gemmF16 === 'on' && !gpu.features.f16) {
-      throw new UsageError(`--kernels gemmF16=on: this GPU (${gpu.info.description}) has no shader-f16`);
-    }
+    const problem = engine?.kernels ? tuningProblem(gpu, engine.kernels) : null;
+    if (problem) throw new UsageError(`--kernels: ${problem}`);
     const loaded = await loadQwen3WithTokenizer(gpu, source, { weights: engine?.weights, kv: engine?.kv });
     if (adapterDir) {
       const [{ readAdapter }, { LoraAdapter }] = await Promise.all([

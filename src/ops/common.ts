@@ -2,6 +2,9 @@
 // record of which pipeline variant each op last launched (kernelVariant, for tests).
 import type { Gpu } from '../gpu/device.ts';
 import type { Constants, Defines, Kernel } from '../gpu/launch.ts';
+import { TUNING_DEFAULTS, type Tuning } from './tuning.ts';
+
+export { formatTuning, parseTuning, TUNING_CHOICES, TUNING_DEFAULTS, type Tuning } from './tuning.ts';
 
 export const ELEMS_PER_WG = 256; // elementwise kernels: one thread per element, 256 per workgroup
 
@@ -9,68 +12,26 @@ export const ELEMS_PER_WG = 256; // elementwise kernels: one thread per element,
 export const GEMV_MAX_T = 8;
 
 /**
- * Kernel variant choice. 'auto': on CPU adapters (SwiftShader) the barrier-free 'blocks' matmul
- * (shaders/gemv.wgsl gemv_rows: 16-byte weight loads, 2-5x less CPU time than 'rows' there at
- * 4B shapes) where the rows are 16-byte aligned, else the word-by-word 'rows' (~10x the others
- * there); on GPUs for T <= GEMV_MAX_T 'lanes' (shaders/gemv.wgsl gemv_lanes: 16-byte weight
- * loads, x staged in workgroup memory) where the rows are 16-byte aligned, else 'gemv'
- * (shaders/matmul.wgsl matmul_gemv, word by word); 'tiled' for more rows. Tests force each
- * ('blocks' falls back to 'rows' and 'lanes' to 'gemv' when unaligned).
+ * The kernel variant switches (src/ops/tuning.ts: each one's choices and what 'auto' picks), read
+ * by the ops at encode time. Tests, the CLI's --kernels and the app's "Kernel variants" field set
+ * them; resetTuning() puts back the defaults.
  */
-export const tuning: {
-  matmul: 'auto' | 'rows' | 'blocks' | 'lanes' | 'gemv' | 'tiled';
-  attention: 'auto' | 'single' | 'split' | 'tiled';
-  /** Paged attention_forward / attention_split: a GQA group's heads per workgroup ('auto', 'group') or one head ('one'). */
-  attentionHeads: 'auto' | 'group' | 'one';
-  /**
-   * The forward matmul's tiled GEMM with f16 tiles and packed f16 products (shaders/matmul.wgsl
-   * F16): 'auto' takes it on GPUs with shader-f16 (not on CPU adapters, which emulate f16),
-   * 'on' wherever the device has shader-f16 (an error where it has not), 'off' never.
-   */
-  gemmF16: 'auto' | 'on' | 'off';
-  /**
-   * The tiled attention backward's rows: split over 4 threads each with subgroup sums
-   * (shaders/attention.wgsl SPLIT; 'auto' on GPUs whose subgroups are at least 4 wide, never on
-   * CPU adapters), or one thread per row ('row'). 'split' forces it where it can run.
-   */
-  attentionBackward: 'auto' | 'split' | 'row';
-} = {
-  matmul: 'auto',
-  attention: 'auto',
-  attentionHeads: 'auto',
-  gemmF16: 'auto',
-  attentionBackward: 'auto',
-};
+export const tuning: Tuning = { ...TUNING_DEFAULTS };
 
-/** The values each tuning switch takes ('auto' first: the default). */
-export const TUNING_CHOICES: { readonly [K in keyof typeof tuning]: readonly (typeof tuning)[K][] } = {
-  matmul: ['auto', 'rows', 'blocks', 'lanes', 'gemv', 'tiled'],
-  attention: ['auto', 'single', 'split', 'tiled'],
-  attentionHeads: ['auto', 'group', 'one'],
-  gemmF16: ['auto', 'on', 'off'],
-  attentionBackward: ['auto', 'split', 'row'],
-};
+/** Every switch back to its default, then `overrides` on top. */
+export function resetTuning(overrides: Partial<Tuning> = {}): void {
+  Object.assign(tuning, TUNING_DEFAULTS, overrides);
+}
 
 /**
- * Tuning settings from `name=value,...` (the CLI's --kernels, e.g. `gemmF16=off,attentionBackward=row`):
- * one Error naming the part, switch or value that is wrong.
+ * Why `settings` cannot run on gpu (a forced variant needing a feature the device lacks), naming
+ * the switch; null when they can. Checked before a model loads (CLI --kernels, the app).
  */
-export function parseTuning(spec: string): Partial<typeof tuning> {
-  const out: Record<string, string> = {};
-  for (const part of spec.split(',').map((x) => x.trim())) {
-    if (!part) continue;
-    const m = /^([A-Za-z0-9]+)=([A-Za-z0-9]+)$/.exec(part);
-    if (!m) throw new Error(`"${part}" is not name=value (e.g. gemmF16=off)`);
-    const [, name, value] = m as unknown as [string, string, string];
-    if (!Object.hasOwn(TUNING_CHOICES, name)) {
-      throw new Error(`no kernel switch "${name}": one of ${Object.keys(TUNING_CHOICES).join(', ')}`);
-    }
-    const choices = TUNING_CHOICES[name as keyof typeof tuning] as readonly string[];
-    if (!choices.includes(value)) throw new Error(`${name} must be one of ${choices.join(', ')} (got "${value}")`);
-    if (Object.hasOwn(out, name)) throw new Error(`${name} is given twice`);
-    out[name] = value;
+export function tuningProblem(gpu: Gpu, settings: Partial<Tuning>): string | null {
+  if (settings.gemmF16 === 'on' && !gpu.features.f16) {
+    return `gemmF16=on needs shader-f16, which this GPU (${gpu.info.description || 'unnamed adapter'}) lacks`;
   }
-  return out as Partial<typeof tuning>;
+  return null;
 }
 
 export function isCpuAdapter(gpu: Gpu): boolean {

@@ -18,6 +18,7 @@ import {
   opKernel,
   subgroupDefines,
   tuning,
+  type Tuning,
   useSubgroups,
   kvPoolBytes,
   q4Words,
@@ -206,7 +207,7 @@ function gemvCols(
 }
 
 /** matmul's and matmulGroup's variant: tuning.matmul, or for 'auto' 'blocks' on CPU adapters, 'lanes' for T <= GEMV_MAX_T on GPUs, else 'tiled'. */
-function matmulVariant(gpu: Gpu, T: number): (typeof tuning)['matmul'] {
+function matmulVariant(gpu: Gpu, T: number): Tuning['matmul'] {
   if (tuning.matmul === 'lanes' && T > GEMV_MAX_T) return 'tiled';
   if (tuning.matmul !== 'auto') return tuning.matmul;
   return isCpuAdapter(gpu) ? 'blocks' : T <= GEMV_MAX_T ? 'lanes' : 'tiled';

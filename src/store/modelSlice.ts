@@ -15,6 +15,7 @@ import {
 import type { CacheFormat } from '../model/sources.ts';
 import type { DownloadProgress, GpuProbe, LoadedModelInfo, LoadProgress, ModelChoice } from '../worker/protocol.ts';
 import { errorMessage } from '../worker/protocol.ts';
+import { parseTuning, type Tuning } from '../ops/tuning.ts';
 import { onEngineStopped } from '../worker/client.ts';
 import type { AppState, StoreDeps } from './store.ts';
 
@@ -33,6 +34,8 @@ export interface ModelSlice {
   /** The weights format the user picked; null = the model's default (defaultWeights). */
   weightsChoice: WeightsFormat | null;
   kvType: KvType;
+  /** Kernel variant overrides for the next load, `name=value,...` (src/ops/tuning.ts); '' = all 'auto'. */
+  kernelSpec: string;
   /** config.json of the selected option, once known (presets: immediately). */
   optionCfg: { option: string; cfg: Qwen3Config } | null;
   loadStatus: 'idle' | 'loading' | 'ready' | 'error';
@@ -51,6 +54,7 @@ export interface ModelSlice {
   setGpuBudget(gib: string): void;
   setWeights(w: WeightsFormat): void;
   setKv(kv: KvType): void;
+  setKernelSpec(spec: string): void;
   inspectOption(): Promise<void>;
   loadModel(choice?: ModelChoice): Promise<boolean>;
   refreshCache(): Promise<void>;
@@ -75,6 +79,16 @@ function optionConfig(s: AppState): Qwen3Config | null {
     : s.optionCfg?.option === key
       ? s.optionCfg.cfg
       : null;
+}
+
+/** Why the kernel variants text cannot be used (the parser's message), or null when it can. */
+export function kernelSpecProblem(spec: string): string | null {
+  try {
+    parseTuning(spec);
+    return null;
+  } catch (e) {
+    return errorMessage(e);
+  }
 }
 
 /** The format a load would use: the user's pick, else the model's default. */
@@ -139,6 +153,7 @@ export const createModelSlice =
       gpuBudgetGiB: '',
       weightsChoice: null,
       kvType: DEFAULT_KV,
+      kernelSpec: '',
       optionCfg: null,
       loadStatus: 'idle',
       loadProgress: null,
@@ -176,6 +191,7 @@ export const createModelSlice =
       setGpuBudget: (gib) => set({ gpuBudgetGiB: gib }),
       setWeights: (w) => set({ weightsChoice: w }),
       setKv: (kv) => set({ kvType: kv }),
+      setKernelSpec: (spec) => set({ kernelSpec: spec }),
 
       async inspectOption() {
         const { modelOption, customRepo } = get();
@@ -197,6 +213,13 @@ export const createModelSlice =
           return false;
         }
         const c = choice ?? choiceForOption(s.modelOption, s.customRepo);
+        let kernels: Partial<Tuning>;
+        try {
+          kernels = parseTuning(s.kernelSpec);
+        } catch (e) {
+          set({ modelError: `Kernel variants: ${errorMessage(e)}` });
+          return false;
+        }
         set({
           loadStatus: 'loading',
           loadProgress: { stage: 'gpu', fraction: 0, text: 'Reading config.json' },
@@ -226,6 +249,7 @@ export const createModelSlice =
               })),
             ),
             format,
+            kernels,
           );
           // A new model ends the run that was on the old one (the worker already dropped it).
           get().clearRunView();

@@ -5,7 +5,14 @@ import { QWEN3_PRESETS, paramCount, type Qwen3PresetName } from '../model/config
 import { formatBytes, type RoundPhase } from '../train/memory.ts';
 import { useMemo } from 'react';
 import { useApp, useAppShallow } from '../store/hooks.ts';
-import { memoryPlanOf, selectFormatInputs, selectMemoryInputs, type ModelOption } from '../store/modelSlice.ts';
+import {
+  kernelSpecProblem,
+  memoryPlanOf,
+  selectFormatInputs,
+  selectMemoryInputs,
+  type ModelOption,
+} from '../store/modelSlice.ts';
+import { formatTuning, TUNING_CHOICES } from '../ops/tuning.ts';
 import { type KvType, type WeightsFormat } from '../model/format.ts';
 import { weightBytes } from '../train/memory.ts';
 import type { CacheFormat } from '../model/sources.ts';
@@ -116,7 +123,48 @@ function FormatChoice() {
         {kv === 'f16' ? ': half the memory of f32' : ''}.
       </p>
       {q4Problem && <p className="small muted">q4 is unavailable: {q4Problem}.</p>}
+      <KernelVariants />
     </div>
+  );
+}
+
+/**
+ * Overrides of the kernels' automatic choices for the next load (`name=value,...`, the CLI's
+ * --kernels): the way out where a GPU default misbehaves, e.g. gemmF16=off.
+ */
+function KernelVariants() {
+  const spec = useApp((s) => s.kernelSpec);
+  const setSpec = useApp((s) => s.setKernelSpec);
+  const problem = kernelSpecProblem(spec);
+  return (
+    <details className="kernel-variants" open={spec.trim() !== '' || undefined}>
+      <summary>Kernel variants</summary>
+      <label className="inline">
+        Overrides{' '}
+        <input
+          aria-label="Kernel variants"
+          placeholder="none: every kernel picks for this GPU"
+          value={spec}
+          spellCheck={false}
+          onChange={(e) => setSpec(e.target.value)}
+          aria-invalid={problem !== null}
+        />
+      </label>
+      {problem ? (
+        <p className="small error" data-testid="kernel-variants-problem">
+          Kernel variants: {problem}
+        </p>
+      ) : (
+        <p className="small muted">
+          name=value, comma-separated, applied at the next load; e.g. <code>gemmF16=off</code> turns off the f16 prefill
+          GEMM. Switches:{' '}
+          {(Object.keys(TUNING_CHOICES) as (keyof typeof TUNING_CHOICES)[])
+            .map((k) => `${k} (${TUNING_CHOICES[k].join(', ')})`)
+            .join('; ')}
+          .
+        </p>
+      )}
+    </details>
   );
 }
 
@@ -348,6 +396,11 @@ export function ModelPanel() {
           )}
           {model.quantizedCache?.status === 'not-stored' && (
             <>; the q4 weights could not be cached: {model.quantizedCache.error}</>
+          )}
+          {formatTuning(model.kernels) && (
+            <>
+              ; kernel variants <strong data-testid="model-kernels">{formatTuning(model.kernels)}</strong>
+            </>
           )}
           .
         </p>

@@ -9,6 +9,7 @@
 // 3. autosave and resume
 // 4. exports: adapter zip, run log
 import { createGpu, type Gpu } from '../gpu/index.ts';
+import { resetTuning, tuningProblem, type Tuning } from '../ops/common.ts';
 import { loadQwen3WithTokenizer } from '../model/load.ts';
 import {
   deleteCachedModel,
@@ -184,11 +185,16 @@ export class PlaygroundEngine {
     return { name, cfg: await readModelConfig(entry ?? source) };
   }
 
-  /** Loads a model; `format` defaults per model (defaultFormat: q4 from 1.5B parameters, f16 KV). */
+  /**
+   * Loads a model; `format` defaults per model (defaultFormat: q4 from 1.5B parameters, f16 KV).
+   * `kernels` overrides kernel variants' automatic choices (src/ops/tuning.ts) for this model and
+   * everything it runs; every switch not named goes back to 'auto'.
+   */
   async loadModel(
     choice: ModelChoice,
     onProgress?: (p: LoadProgress) => void,
     format: Partial<ModelFormat> = {},
+    kernels: Partial<Tuning> = {},
   ): Promise<LoadedModelInfo> {
     return this.exclusive(async () => {
       this.dropRun();
@@ -208,6 +214,9 @@ export class PlaygroundEngine {
       report({ stage: 'gpu', fraction: 0, text: 'Requesting the GPU' });
       const gpu = await this.deps.createGpu();
       try {
+        const problem = tuningProblem(gpu, kernels);
+        if (problem) throw new Error(`Kernel variants: ${problem}`);
+        resetTuning(kernels);
         const verb = fmt.weights === 'q4' && !prequantized ? 'Quantizing' : 'Uploading';
         const { model, cfg, tokenizer } = await loadQwen3WithTokenizer(gpu, prequantized ?? resolved.source, {
           weights: fmt.weights,
@@ -255,6 +264,7 @@ export class PlaygroundEngine {
             subgroups: gpu.features.subgroups,
           },
           format: fmt,
+          kernels: { ...kernels },
           quantizedCache,
         };
         this.loaded = { gpu, model, tokenizer, info };

@@ -7,8 +7,9 @@ import type { SpyDocument } from '../game/documents.ts';
 import type { RoundRecord } from '../game/round.ts';
 import type { EvalReport } from '../train/evaluate.ts';
 import type { KvType, ModelFormat, WeightsFormat } from '../model/format.ts';
+import type { Tuning } from '../ops/tuning.ts';
 
-export type { DownloadProgress, KvType, ModelFormat, WeightsFormat };
+export type { DownloadProgress, KvType, ModelFormat, Tuning, WeightsFormat };
 
 /** Where a model comes from. Files are File objects from a folder pick (they clone into the worker). */
 export type ModelChoice =
@@ -43,6 +44,8 @@ export interface LoadedModelInfo {
   cfg: Qwen3Config;
   gpu: { description: string; f16: boolean; subgroups: boolean };
   format: ModelFormat;
+  /** Kernel variants forced for this model (the app's "Kernel variants" field); {} when all are 'auto'. */
+  kernels: Partial<Tuning>;
   /** Hub q4 loads: read from the quantized cache ('hit'), or quantized and then stored
    *  ('stored'), or quantized but not stored (`error` says why); null for other loads. */
   quantizedCache: { status: 'hit' | 'stored' | 'not-stored'; bytes: number; error?: string } | null;

@@ -105,7 +105,7 @@ describe('spyrl --kernels', () => {
       expect(err).toBeLessThanOrEqual(5e-3 * exp.max_abs_logit);
     } else {
       expect(r.code).toBe(2);
-      expect(r.stderr).toMatch(/--kernels gemmF16=on: this GPU \(.*\) has no shader-f16/);
+      expect(r.stderr).toMatch(/--kernels: gemmF16=on needs shader-f16, which this GPU \(.*\) lacks/);
     }
   });
 });

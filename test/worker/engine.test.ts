@@ -12,8 +12,10 @@ import { memoryRunStorage } from '../../src/worker/runStorage.ts';
 import { memoryHubCache } from '../../src/model/sources.ts';
 import { zipFiles } from '../../src/worker/adapterZip.ts';
 import { createAppStore } from '../../src/store/store.ts';
+import { kernelSpecProblem } from '../../src/store/modelSlice.ts';
 import type { EngineApi } from '../../src/worker/client.ts';
 import type { LoadProgress } from '../../src/worker/protocol.ts';
+import { resetTuning, tuning, TUNING_DEFAULTS } from '../../src/ops/common.ts';
 
 const config = validateConfig({
   groupSize: 3,
@@ -169,6 +171,37 @@ describe('PlaygroundEngine', () => {
     engine.dispose();
   });
 
+  it("applies the load's kernel variants, resets the rest to 'auto', and refuses one the GPU cannot run", async () => {
+    const { engine } = await makeEngine();
+    try {
+      const info = await engine.loadModel(
+        { kind: 'demo' },
+        undefined,
+        {},
+        { matmul: 'tiled', attentionBackward: 'row' },
+      );
+      expect(info.kernels).toEqual({ matmul: 'tiled', attentionBackward: 'row' });
+      expect(tuning).toEqual({ ...TUNING_DEFAULTS, matmul: 'tiled', attentionBackward: 'row' });
+      const again = await engine.loadModel({ kind: 'demo' }, undefined, {}, { gemmF16: 'off' });
+      expect(again.kernels).toEqual({ gemmF16: 'off' });
+      expect(tuning).toEqual({ ...TUNING_DEFAULTS, gemmF16: 'off' });
+      expect((await engine.loadModel({ kind: 'demo' })).kernels).toEqual({});
+      expect(tuning).toEqual(TUNING_DEFAULTS);
+      // SwiftShader has no shader-f16; lavapipe has, and loads.
+      const f16 = engine.loadModel({ kind: 'demo' }, undefined, {}, { gemmF16: 'on' });
+      if (again.gpu.f16) {
+        expect((await f16).kernels).toEqual({ gemmF16: 'on' });
+      } else {
+        await expect(f16).rejects.toThrow(
+          /^Kernel variants: gemmF16=on needs shader-f16, which this GPU \(.+\) lacks$/,
+        );
+      }
+    } finally {
+      resetTuning();
+      engine.dispose();
+    }
+  });
+
   it('names the file when a model cannot load, and a model is required to start', async () => {
     const { engine } = await makeEngine();
     await expect(engine.startRun({ config, ...docs }, () => undefined)).rejects.toThrow('no model loaded');
@@ -226,5 +259,39 @@ describe('app store', () => {
     expect(s().series.rounds).toEqual([]);
     expect(await storage.meta()).toBeNull();
     engine.dispose();
+  });
+
+  it('passes the kernel variants to the load; a malformed text is refused before anything is unloaded', async () => {
+    const { engine } = await makeEngine();
+    const store = createAppStore({
+      engine: engine as unknown as EngineApi,
+      callback: (f) => f,
+      hasWebGpu: true,
+      loadBundledDocuments: async () => ({ train: docs.train, eval: [] }),
+      saveFile: () => undefined,
+    });
+    const s = () => store.getState();
+    try {
+      s().setKernelSpec(' attentionBackward=row , matmul=tiled');
+      expect(kernelSpecProblem(s().kernelSpec)).toBeNull();
+      expect(await s().loadModel({ kind: 'demo' })).toBe(true);
+      expect(s().model?.kernels).toEqual({ attentionBackward: 'row', matmul: 'tiled' });
+      expect(tuning.attentionBackward).toBe('row');
+
+      s().setKernelSpec('gemmF16=maybe');
+      expect(kernelSpecProblem(s().kernelSpec)).toBe('gemmF16 must be one of auto, on, off (got "maybe")');
+      expect(await s().loadModel({ kind: 'demo' })).toBe(false);
+      expect(s().modelError).toBe('Kernel variants: gemmF16 must be one of auto, on, off (got "maybe")');
+      expect(s().model?.kernels).toEqual({ attentionBackward: 'row', matmul: 'tiled' }); // still loaded
+      expect(await engine.modelInfo()).not.toBeNull();
+
+      s().setKernelSpec('');
+      expect(await s().loadModel({ kind: 'demo' })).toBe(true);
+      expect(s().model?.kernels).toEqual({});
+      expect(tuning).toEqual(TUNING_DEFAULTS);
+    } finally {
+      resetTuning();
+      engine.dispose();
+    }
   });
 });

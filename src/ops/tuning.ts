@@ -1,0 +1,81 @@
+// The kernel variant switches: their names, choices and defaults, and the `name=value,...` text
+// form that the CLI's --kernels and the app's "Kernel variants" field take. Pure (no GPU): the
+// store and UI import it; the live settings are `tuning` in ./common.ts.
+
+/** The kernel variant switches ('auto' everywhere by default: each op picks for the adapter). */
+export interface Tuning {
+  /**
+   * 'auto': on CPU adapters (SwiftShader) the barrier-free 'blocks' matmul (shaders/gemv.wgsl
+   * gemv_rows: 16-byte weight loads, 2-5x less CPU time than 'rows' there at 4B shapes) where the
+   * rows are 16-byte aligned, else the word-by-word 'rows' (~10x the others there); on GPUs for
+   * T <= GEMV_MAX_T 'lanes' (shaders/gemv.wgsl gemv_lanes: 16-byte weight loads, x staged in
+   * workgroup memory) where the rows are 16-byte aligned, else 'gemv' (shaders/matmul.wgsl
+   * matmul_gemv, word by word); 'tiled' for more rows. Tests force each ('blocks' falls back to
+   * 'rows' and 'lanes' to 'gemv' when unaligned).
+   */
+  matmul: 'auto' | 'rows' | 'blocks' | 'lanes' | 'gemv' | 'tiled';
+  /** Attention: one workgroup per (token, head) ('single'), split over the key length ('split'), or query tiles ('tiled'). */
+  attention: 'auto' | 'single' | 'split' | 'tiled';
+  /** Paged attention_forward / attention_split: a GQA group's heads per workgroup ('auto', 'group') or one head ('one'). */
+  attentionHeads: 'auto' | 'group' | 'one';
+  /**
+   * The forward matmul's tiled GEMM with f16 tiles and packed f16 products (shaders/matmul.wgsl
+   * F16): 'auto' takes it on GPUs with shader-f16 (not on CPU adapters, which emulate f16),
+   * 'on' wherever the device has shader-f16 (an error where it has not), 'off' never.
+   */
+  gemmF16: 'auto' | 'on' | 'off';
+  /**
+   * The tiled attention backward's rows: split over 4 threads each with subgroup sums
+   * (shaders/attention.wgsl SPLIT; 'auto' on GPUs whose subgroups are at least 4 wide, never on
+   * CPU adapters), or one thread per row ('row'). 'split' forces it where it can run.
+   */
+  attentionBackward: 'auto' | 'split' | 'row';
+}
+
+/** Every switch's default. */
+export const TUNING_DEFAULTS: Readonly<Tuning> = {
+  matmul: 'auto',
+  attention: 'auto',
+  attentionHeads: 'auto',
+  gemmF16: 'auto',
+  attentionBackward: 'auto',
+};
+
+/** The values each switch takes ('auto' first: the default). */
+export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][] } = {
+  matmul: ['auto', 'rows', 'blocks', 'lanes', 'gemv', 'tiled'],
+  attention: ['auto', 'single', 'split', 'tiled'],
+  attentionHeads: ['auto', 'group', 'one'],
+  gemmF16: ['auto', 'on', 'off'],
+  attentionBackward: ['auto', 'split', 'row'],
+};
+
+/**
+ * Settings from `name=value,...` (e.g. `gemmF16=off,attentionBackward=row`; blank: none): one
+ * Error naming the part, switch or value that is wrong.
+ */
+export function parseTuning(spec: string): Partial<Tuning> {
+  const out: Record<string, string> = {};
+  for (const part of spec.split(',').map((x) => x.trim())) {
+    if (!part) continue;
+    const m = /^([A-Za-z0-9]+)=([A-Za-z0-9]+)$/.exec(part);
+    if (!m) throw new Error(`"${part}" is not name=value (e.g. gemmF16=off)`);
+    const [, name, value] = m as unknown as [string, string, string];
+    if (!Object.hasOwn(TUNING_CHOICES, name)) {
+      throw new Error(`no kernel switch "${name}": one of ${Object.keys(TUNING_CHOICES).join(', ')}`);
+    }
+    const choices = TUNING_CHOICES[name as keyof Tuning] as readonly string[];
+    if (!choices.includes(value)) throw new Error(`${name} must be one of ${choices.join(', ')} (got "${value}")`);
+    if (Object.hasOwn(out, name)) throw new Error(`${name} is given twice`);
+    out[name] = value;
+  }
+  return out as Partial<Tuning>;
+}
+
+/** The `name=value,...` form of settings (switches in TUNING_CHOICES order; '' for none). */
+export function formatTuning(settings: Partial<Tuning>): string {
+  return (Object.keys(TUNING_CHOICES) as (keyof Tuning)[])
+    .filter((k) => settings[k] !== undefined)
+    .map((k) => `${k}=${settings[k]}`)
+    .join(',');
+}
