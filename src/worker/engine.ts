@@ -197,6 +197,9 @@ export class PlaygroundEngine {
     kernels: Partial<Tuning> = {},
   ): Promise<LoadedModelInfo> {
     return this.exclusive(async () => {
+      // Kernel variants the GPU cannot run are refused before the loaded model goes (same adapter).
+      const early = this.loaded ? tuningProblem(this.loaded.gpu, kernels) : null;
+      if (early) throw new Error(`Kernel variants: ${early}`);
       this.dropRun();
       this.unload();
       const report = (p: LoadProgress) => void onProgress?.(p);

@@ -195,6 +195,13 @@ describe('PlaygroundEngine', () => {
         await expect(f16).rejects.toThrow(
           /^Kernel variants: gemmF16=on needs shader-f16, which this GPU \(.+\) lacks$/,
         );
+        expect(engine.modelInfo()?.kernels).toEqual({}); // refused before the loaded model went
+        const fresh = (await makeEngine()).engine; // nothing loaded: refused once the GPU is up
+        await expect(fresh.loadModel({ kind: 'demo' }, undefined, {}, { gemmF16: 'on' })).rejects.toThrow(
+          /^Kernel variants: gemmF16=on needs shader-f16/,
+        );
+        expect(fresh.modelInfo()).toBeNull();
+        fresh.dispose();
       }
     } finally {
       resetTuning();
