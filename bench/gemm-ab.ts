@@ -1,11 +1,13 @@
-// `npx tsx bench/gemm-ab.ts [--M 256] [--N 1024] [--K 2560] [--reps 5] [--f16] [--json FILE]`
+// `npx tsx bench/gemm-ab.ts [--M 256] [--N 1024] [--K 2560] [--reps 5] [--f16] [--subgroups] [--json FILE]`
 // The tiled GEMM (shaders/matmul.wgsl gemm_tiled, forced: tuning.matmul 'tiled') in the three
 // layouts the model runs it in, timed in this tree: the forward `matmul` (x . W^T, bf16 W), the
 // input gradient `matmulBackwardInput` (dy . W, W read along its columns) and the LoRA weight
 // gradient `matmulBackwardWeightF32` (dy^T . x, both read along M). For a change to the kernel,
 // run it in two checkouts (the base one a `git clone` with node_modules linked) alternately, A B A
 // B, and compare: this file imports only the ops layer, so it runs unchanged in older trees.
-// --f16 times the forward with f16 tiles (tuning.gemmF16 'on'; needs shader-f16). Each figure is
+// --f16 times the forward with f16 tiles (tuning.gemmF16 'on'; needs shader-f16); --subgroups
+// shares A by subgroup shuffles (tuning.gemmSubgroups 'on': the forward and the input gradient;
+// 'off' without the flag). Each figure is
 // the best of 3 batches of --reps calls, with GFLOP/s; on a CPU adapter these are CPU timings of
 // GPU kernels. A benchmark, not a test: nothing here asserts a time.
 import '../bin/gpu-env.mjs';
@@ -21,6 +23,7 @@ const { values } = parseArgs({
     K: { type: 'string', default: '2560' },
     reps: { type: 'string', default: '5' },
     f16: { type: 'boolean', default: false },
+    subgroups: { type: 'boolean', default: false },
     json: { type: 'string' },
   },
 });
@@ -30,6 +33,7 @@ try {
   const adapter = `${gpu.info.vendor} ${gpu.info.architecture} ${gpu.info.description}`.trim();
   K.tuning.matmul = 'tiled';
   K.tuning.gemmF16 = values.f16 ? 'on' : 'off';
+  Object.assign(K.tuning, { gemmSubgroups: values.subgroups ? 'on' : 'off' }); // older trees lack the switch
   const filled = (n: number, label: string) => {
     const b = gpu.createBuffer(n * 4, label);
     gpu.write(
@@ -52,7 +56,10 @@ try {
   ];
   const flop = 2 * M * N * Kd;
   const records = [];
-  console.log(`${adapter}; M ${M} N ${N} K ${Kd}; ${values.f16 ? 'f16' : 'f32'} tiles in the forward`);
+  console.log(
+    `${adapter}; M ${M} N ${N} K ${Kd}; ${values.f16 ? 'f16' : 'f32'} tiles in the forward; ` +
+      `A ${values.subgroups ? 'by subgroup shuffles' : 'in shared memory'}`,
+  );
   for (const [name, call] of layouts) {
     call();
     await gpu.sync();
@@ -69,7 +76,11 @@ try {
       `${name.padEnd(36)} ${(best * 1000).toFixed(2).padStart(9)} ms  ${gflops.toFixed(2).padStart(8)} GFLOP/s`,
     );
   }
-  if (values.json) writeFileSync(values.json, JSON.stringify({ adapter, f16: values.f16, records }, null, 2));
+  if (values.json)
+    writeFileSync(
+      values.json,
+      JSON.stringify({ adapter, f16: values.f16, subgroups: values.subgroups, records }, null, 2),
+    );
 } finally {
   gpu.destroy();
 }

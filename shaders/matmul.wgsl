@@ -1,4 +1,4 @@
-#ifdef SUBGROUPS
+#if defined(SUBGROUPS) || defined(SGA)
 enable subgroups;
 #endif
 #ifdef F16
@@ -216,7 +216,9 @@ alias TE = f16;
 #else
 alias TE = f32;
 #endif
+#ifndef SGA
 var<workgroup> as_: array<vec4<TE>, BK * AP>; // (BK, BM / 4): A tile, r-major, 4 rows per vec4
+#endif
 var<workgroup> bs: array<vec4<TE>, BK * BP>;  // (BK, BN / 4): B tile, r-major, 4 columns per vec4
 
 // vec4 e (0..BM*BK/4) of a tile step as (4-row group, r): walking r when r is contiguous in memory
@@ -246,27 +248,63 @@ fn loadB(n0: u32, g: u32, r: u32) -> vec4<TE> {
   return v;
 }
 
+#ifdef SGA
+// Define SGA (subgroups; tuning.gemmSubgroups): no A tile in shared memory. The 16 threads of a
+// row (ty) share their 4 rows of A: each holds the vec4 of those rows at C = 16 / W values of r
+// (W = min(subgroup size, 16): r = r0 + c W + tx % W) and the row reads each r's vec4 from the
+// lane holding it with subgroupShuffle. Subgroups must be packed in local_invocation_index order
+// (as common/reduce.wgsl assumes; test/gpu checks it), so a row's 16 threads share a subgroup (or
+// with W < 16, each W of them do); smaller subgroups load A C times over (cache hits). The loop
+// over c has a constant bound, so aNow[c] indexes a register, and its guard is uniform.
+fn loadRowsA(m0: u32, ty: u32, tx: u32, r0: u32, W: u32) -> array<vec4<TE>, 4> {
+  var v: array<vec4<TE>, 4>;
+  for (var c = 0u; c < 4u; c++) {
+    v[c] = vec4<TE>();
+    if (c * W < BK) { v[c] = loadA(m0, ty, r0 + c * W + tx % W); }
+  }
+  return v;
+}
+#endif
+
 @compute @workgroup_size(16, 16)
 fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid3: vec3u,
+#ifdef SGA
+              @builtin(subgroup_size) sgSize: u32, @builtin(subgroup_invocation_id) sgLane: u32,
+#endif
               @builtin(local_invocation_index) lid: u32) {
   let n0 = wid.x * BN;
   let m0 = wid.y * BM;
   let tx = lid3.x;
   let ty = lid3.y;
   var acc: array<vec4f, 2u * 4u>; // row i, columns 4 tx + 64 h + (0..3): acc[2 i + h]
-  let ea = tileA(lid); // this thread's share of each step: one vec4 of A, B_LOADS of B
-  var eb: array<vec2u, B_LOADS>;
+  var eb: array<vec2u, B_LOADS>; // this thread's share of each step: B_LOADS vec4s of B
   for (var i = 0u; i < B_LOADS; i++) { eb[i] = tileB(lid + i * 256u); }
-  var ra = loadA(m0, ea.x, ea.y); // the next step, in flight
-  var rb: array<vec4<TE>, B_LOADS>;
+  var rb: array<vec4<TE>, B_LOADS>; // the next step, in flight
   for (var i = 0u; i < B_LOADS; i++) { rb[i] = loadB(n0, eb[i].x, eb[i].y); }
+#ifdef SGA
+  let W = min(sgSize, BK);
+  let base = sgLane - tx % W; // the lane holding r = r0 + c W (+ kk at lane base + kk)
+  var aNext = loadRowsA(m0, ty, tx, 0u, W);
+#else
+  let W = BK; // the loops over (c, kk) below: one pass of c, kk = k
+  let ea = tileA(lid); // and one vec4 of A
+  var ra = loadA(m0, ea.x, ea.y);
+#endif
   for (var r0 = 0u; r0 < p.R; r0 += BK) {
+#ifdef SGA
+    let aNow = aNext;
+#else
     as_[ea.y * AP + ea.x] = ra;
+#endif
     for (var i = 0u; i < B_LOADS; i++) { bs[eb[i].y * BP + eb[i].x] = rb[i]; }
     workgroupBarrier();
     let r1 = r0 + BK;
     if (r1 < p.R) {
+#ifdef SGA
+      aNext = loadRowsA(m0, ty, tx, r1, W);
+#else
       ra = loadA(m0, ea.x, r1 + ea.y);
+#endif
       for (var i = 0u; i < B_LOADS; i++) { rb[i] = loadB(n0, eb[i].x, r1 + eb[i].y); }
     }
 #ifdef F16
@@ -274,24 +312,40 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
     // a loop without an initializer kept the previous iteration's value on lavapipe (Mesa 25.0, Dawn).
     var part: array<vec4<f16>, 2u * 4u>;
     for (var j = 0u; j < 8u; j++) { part[j] = vec4<f16>(); }
-    for (var k = 0u; k < BK; k++) {
-      let av = as_[k * AP + ty];
-      let b0 = bs[k * BP + tx];
-      let b1 = bs[k * BP + 16u + tx];
-      for (var i = 0u; i < 4u; i++) {
-        part[2u * i] = fma(vec4<f16>(av[i]), b0, part[2u * i]);
-        part[2u * i + 1u] = fma(vec4<f16>(av[i]), b1, part[2u * i + 1u]);
+    for (var c = 0u; c < 4u; c++) {
+      if (c * W >= BK) { break; }
+      for (var kk = 0u; kk < W; kk++) {
+        let k = c * W + kk;
+#ifdef SGA
+        let av = subgroupShuffle(aNow[c], base + kk); // rows 4 ty .. 4 ty + 3 at r0 + k
+#else
+        let av = as_[k * AP + ty];
+#endif
+        let b0 = bs[k * BP + tx];
+        let b1 = bs[k * BP + 16u + tx];
+        for (var i = 0u; i < 4u; i++) {
+          part[2u * i] = fma(vec4<f16>(av[i]), b0, part[2u * i]);
+          part[2u * i + 1u] = fma(vec4<f16>(av[i]), b1, part[2u * i + 1u]);
+        }
       }
     }
     for (var j = 0u; j < 8u; j++) { acc[j] += vec4f(part[j]); }
 #else
-    for (var k = 0u; k < BK; k++) {
-      let av = as_[k * AP + ty];
-      let b0 = bs[k * BP + tx];
-      let b1 = bs[k * BP + 16u + tx];
-      for (var i = 0u; i < 4u; i++) {
-        acc[2u * i] = fma(vec4f(av[i]), b0, acc[2u * i]);
-        acc[2u * i + 1u] = fma(vec4f(av[i]), b1, acc[2u * i + 1u]);
+    for (var c = 0u; c < 4u; c++) {
+      if (c * W >= BK) { break; }
+      for (var kk = 0u; kk < W; kk++) {
+        let k = c * W + kk;
+#ifdef SGA
+        let av = subgroupShuffle(aNow[c], base + kk); // rows 4 ty .. 4 ty + 3 at r0 + k
+#else
+        let av = as_[k * AP + ty];
+#endif
+        let b0 = bs[k * BP + tx];
+        let b1 = bs[k * BP + 16u + tx];
+        for (var i = 0u; i < 4u; i++) {
+          acc[2u * i] = fma(vec4f(av[i]), b0, acc[2u * i]);
+          acc[2u * i + 1u] = fma(vec4f(av[i]), b1, acc[2u * i + 1u]);
+        }
       }
     }
 #endif

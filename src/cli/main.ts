@@ -6,6 +6,7 @@
 import { createWriteStream } from 'node:fs';
 import { rename, rm } from 'node:fs/promises';
 import { ModelLoadError } from '../model/errors.ts';
+import { TUNING_CHOICES } from '../ops/tuning.ts';
 import {
   bool,
   checkIds,
@@ -20,6 +21,11 @@ import {
   UsageError,
 } from './args.ts';
 import { inputIds, modelSource, openModel } from './open.ts';
+
+/** --kernels' switches and their values (src/ops/tuning.ts), for the help text. */
+export const KERNEL_SWITCHES = Object.entries(TUNING_CHOICES)
+  .map(([name, values]) => `${name} ${values.join('|')}`)
+  .join(', ');
 
 const HELP = `spyrl: Qwen3 on your GPU in our own WebGPU kernels
 
@@ -52,8 +58,7 @@ Sampling defaults come from the model's generation_config.json (temperature 0 = 
 downloaded into the Hugging Face cache as huggingface_hub lays it out, and reused from it.
 Every command that loads a model takes --weights bf16|q4 and --kv f32|f16 (defaults bf16, f32) and
 --kernels NAME=VALUE,... to override a kernel variant's automatic choice (docs/ENGINE.md, "Kernel variants"):
-  matmul auto|rows|blocks|lanes|gemv|tiled, attention auto|single|split|tiled, attentionHeads auto|group|one,
-  gemmF16 auto|on|off, attentionBackward auto|split|row; e.g. --kernels gemmF16=off.
+  ${KERNEL_SWITCHES}; e.g. --kernels gemmF16=off.
 Environment: VK_ICD_FILENAMES picks the Vulkan driver (SwiftShader is used when no GPU is found).
   HF_HUB_CACHE (else HF_HOME/hub, else ~/.cache/huggingface/hub) the cache; HF_HUB_OFFLINE=1 no network;
   HF_TOKEN (else HF_HOME/token) for gated or private repos, sent to the Hub only; HF_ENDPOINT another Hub.`;

@@ -31,6 +31,9 @@ export function tuningProblem(gpu: Gpu, settings: Partial<Tuning>): string | nul
   if (settings.gemmF16 === 'on' && !gpu.features.f16) {
     return `gemmF16=on needs shader-f16, which this GPU (${gpu.info.description || 'unnamed adapter'}) lacks`;
   }
+  if (settings.gemmSubgroups === 'on' && !gpu.features.subgroups) {
+    return `gemmSubgroups=on needs subgroups, which this GPU (${gpu.info.description || 'unnamed adapter'}) lacks`;
+  }
   return null;
 }
 

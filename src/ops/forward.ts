@@ -227,6 +227,24 @@ export function useGemmF16(gpu: Gpu): boolean {
   return gpu.features.f16 && !isCpuAdapter(gpu);
 }
 
+/**
+ * Whether the tiled GEMM shares A through subgroup shuffles (tuning.gemmSubgroups) for a product
+ * whose A is read along r (aR = 1; the row loads are then coalesced across a row's threads).
+ */
+export function useGemmSubgroups(gpu: Gpu, aR: number): boolean {
+  if (tuning.gemmSubgroups === 'off' || aR !== 1) return false;
+  if (tuning.gemmSubgroups === 'on') {
+    check(gpu.features.subgroups, "tuning.gemmSubgroups 'on': this device has no subgroups");
+    return true;
+  }
+  return gpu.features.subgroups && !isCpuAdapter(gpu) && gpu.info.vendor.toLowerCase() === 'intel';
+}
+
+/** gemm_tiled's defines: the weight format, and the f16 and subgroup variants where they run. */
+function tiledDefines(gpu: Gpu, WEIGHTS: WeightFormat, f16: boolean, aR: number): Defines {
+  return { WEIGHTS, TILED: 1, ...(f16 ? { F16: 1 } : {}), ...(useGemmSubgroups(gpu, aR) ? { SGA: 1 } : {}) };
+}
+
 /** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) ^T ; w bf16 or q4 (dequantized on the fly) */
 export function matmul(
   gpu: Gpu,
@@ -270,7 +288,7 @@ export function matmul(
     );
   } else {
     gpu.dispatch(
-      opKernel(gpu, 'matmul', 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1, ...(useGemmF16(gpu) ? { F16: 1 } : {}) }),
+      opKernel(gpu, 'matmul', 'matmul', 'gemm_tiled', tiledDefines(gpu, WEIGHTS, useGemmF16(gpu), 1)),
       [out, x, wb],
       [Math.ceil(N / TILE_N), Math.ceil(T / TILE_M)],
       params,
@@ -326,7 +344,7 @@ export function gemm(
     );
   } else if (variant === 'tiled') {
     gpu.dispatch(
-      opKernel(gpu, op, 'matmul', 'gemm_tiled', { WEIGHTS, TILED: 1 }),
+      opKernel(gpu, op, 'matmul', 'gemm_tiled', tiledDefines(gpu, WEIGHTS, false, strides[1])),
       [out, a, b],
       [Math.ceil(N / TILE_N), Math.ceil(M / TILE_M)],
       params,

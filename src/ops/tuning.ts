@@ -25,6 +25,14 @@ export interface Tuning {
    */
   gemmF16: 'auto' | 'on' | 'off';
   /**
+   * The tiled GEMM with A shared through subgroup shuffles instead of a shared-memory tile
+   * (shaders/matmul.wgsl SGA; products whose A is read along r, i.e. every one but the LoRA weight
+   * gradient): 'auto' takes it on Intel GPUs with subgroups (where onnxruntime-web's WebGPU
+   * backend also enables its subgroup matmul: a register broadcast there is cheaper than shared
+   * memory), 'on' wherever the device has subgroups (an error where it has not), 'off' never.
+   */
+  gemmSubgroups: 'auto' | 'on' | 'off';
+  /**
    * The tiled attention backward's rows: split over 4 threads each with subgroup sums
    * (shaders/attention.wgsl SPLIT; 'auto' on GPUs whose subgroups are at least 4 wide, never on
    * CPU adapters), or one thread per row ('row'). 'split' forces it where it can run.
@@ -38,6 +46,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   attention: 'auto',
   attentionHeads: 'auto',
   gemmF16: 'auto',
+  gemmSubgroups: 'auto',
   attentionBackward: 'auto',
 };
 
@@ -47,6 +56,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   attention: ['auto', 'single', 'split', 'tiled'],
   attentionHeads: ['auto', 'group', 'one'],
   gemmF16: ['auto', 'on', 'off'],
+  gemmSubgroups: ['auto', 'on', 'off'],
   attentionBackward: ['auto', 'split', 'row'],
 };
 

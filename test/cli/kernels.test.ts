@@ -26,11 +26,14 @@ describe('parseTuning', () => {
     expect(() => parseTuning('toString=x')).toThrow(/no kernel switch "toString"/);
   });
 
-  it('every switch is listed, with its current default first', () => {
+  it('every switch is listed, with its current default first, and in the help text', async () => {
     expect(Object.keys(TUNING_CHOICES).sort()).toEqual(Object.keys(tuning).sort());
     for (const [name, choices] of Object.entries(TUNING_CHOICES)) {
       expect(choices[0], name).toBe(tuning[name as keyof typeof tuning]);
     }
+    const help = (await spyrl('--help')).stdout.replace(/\s+/g, ' ');
+    for (const [name, choices] of Object.entries(TUNING_CHOICES))
+      expect(help).toContain(`${name} ${choices.join('|')}`);
   });
 
   it('--kernels errors are usage errors naming the flag', () => {

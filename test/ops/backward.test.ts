@@ -15,7 +15,7 @@
 //   Attention uses rel 2e-5: dk and dv sum P-weighted rows over every later query and head of the
 //   group, measured 1e-6 (T=1000) and 3e-6 (T=2048, 4096 terms) relative for dv.
 
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
 import * as K from '../../src/ops/index.ts';
 import * as ref from '../helpers/reference.ts';
@@ -229,12 +229,18 @@ describe('reference backward vs finite differences (f64)', () => {
 
 // ---- 2. GPU kernels vs the CPU backward references ----------------------------------------------
 
-describe.each(['rows', 'gemv', 'lanes', 'tiled'] as const)('matmul training ops, %s', (variant) => {
+// 'tiled-sg': the tiled GEMM with A shared by subgroup shuffles (SGA): SwiftShader's subgroups
+// of 4 and lavapipe's 8 and 16 each take a different split of the 16 values of r per step.
+describe.each(['rows', 'gemv', 'lanes', 'tiled', 'tiled-sg'] as const)('matmul training ops, %s', (variant) => {
+  beforeEach((ctx) => {
+    if (variant === 'tiled-sg' && !gpu.features.subgroups) ctx.skip();
+  });
   beforeAll(() => {
-    K.tuning.matmul = variant;
+    K.tuning.matmul = variant === 'tiled-sg' ? 'tiled' : variant;
+    K.tuning.gemmSubgroups = variant === 'tiled-sg' ? 'on' : 'off';
   });
   afterAll(() => {
-    K.tuning.matmul = 'auto';
+    K.resetTuning();
   });
   // (T, N, K): a single token, odd K, K not a multiple of 16, LoRA-rank sizes, several 64x64
   // tiles in both output dimensions, a long T reduction.
@@ -279,6 +285,7 @@ describe.each(['rows', 'gemv', 'lanes', 'tiled'] as const)('matmul training ops,
       // matmulBackwardInput (bf16 w): overwrite and accumulate.
       const dx = f32Buf(initDx, 'dx');
       K.matmulBackwardInput(gpu, dx, dyb, wBb, T, N, Kd, false);
+      if (variant === 'tiled-sg') expect(K.kernelVariant(gpu, 'matmulBackwardInput')?.defines.SGA).toBe(1);
       want = new Float64Array(T * Kd);
       ref.matmulBackwardInput(want, dy, wB, T, N, Kd, false);
       expectClose(`matmulBackwardInput ${name}`, await gpu.readF32(dx, T * Kd), want, REL, ABS);

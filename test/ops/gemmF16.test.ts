@@ -54,9 +54,14 @@ async function run(
   return { got, defines: K.kernelVariant(gpu, 'matmul')!.defines as Record<string, unknown> };
 }
 
-describe('gemm_tiled F16', () => {
+// gemmSubgroups 'on': A shared by subgroup shuffles of vec4<f16> (SGA) instead of the shared tile.
+describe.each(['off', 'on'] as const)('gemm_tiled F16, gemmSubgroups %s', (sga) => {
   beforeAll(() => {
     K.tuning.matmul = 'tiled';
+    K.tuning.gemmSubgroups = sga;
+  });
+  afterAll(() => {
+    K.tuning.gemmSubgroups = 'auto';
   });
 
   // (format, T, N, K, accumulate, x scale): activations up to a few hundred in magnitude (the
@@ -69,7 +74,7 @@ describe('gemm_tiled F16', () => {
     ['q4', 40, 96, 256, false, 1],
     ['q4', 9, 200, 96, true, 3],
   ] as const)('%s T=%i N=%i K=%i accumulate=%s x*%i', async ([format, T, N, Kd, accumulate, xs], ctx) => {
-    if (!gpu.features.f16) return ctx.skip();
+    if (!gpu.features.f16 || (sga === 'on' && !gpu.features.subgroups)) return ctx.skip();
     const rand = ref.rng(T * 7 + N + Kd);
     const x = ref.randn(T * Kd, rand, xs);
     const { w, vals } = h.weight(format, N, Kd, T + N);
@@ -92,6 +97,7 @@ describe('gemm_tiled F16', () => {
     }
     const f16 = await run('on', x, w, init, T, N, Kd);
     expect(f16.defines.F16, 'the F16 tiles ran').toBe(1);
+    expect(f16.defines.SGA, 'the subgroup A variant ran as set').toBe(sga === 'on' ? 1 : undefined);
     const f32 = await run('off', x, w, init, T, N, Kd);
     expect(f32.defines.F16, 'tuning.gemmF16 off: the f32 tiles ran').toBeUndefined();
 
@@ -106,7 +112,7 @@ describe('gemm_tiled F16', () => {
       err16 = Math.max(err16, e / (mag[i]! || 1));
       err32 = Math.max(err32, Math.abs(f32.got[i]! - want[i]!) / (mag[i]! || 1));
     }
-    h.measured[`${format} T=${T} N=${N} K=${Kd}${accumulate ? ' +=' : ''} x*${xs}`] =
+    h.measured[`${format} T=${T} N=${N} K=${Kd}${accumulate ? ' +=' : ''} x*${xs}${sga === 'on' ? ' SGA' : ''}`] =
       `max err/sum|xw| f16 ${err16.toExponential(2)}, f32 ${err32.toExponential(2)}; worst err/bound ${worst.toFixed(3)}`;
     expect(
       worst,

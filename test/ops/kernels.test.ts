@@ -7,7 +7,7 @@
 // We allow rel = 1e-5 (10x margin) for reductions, exact equality for copies (embed, gather,
 // kvWrite), and rope's documented 2e-6 absolute sin/cos error on unit-scale inputs.
 
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
 import * as K from '../../src/ops/index.ts';
 import * as ref from '../helpers/reference.ts';
@@ -108,12 +108,18 @@ describe('rmsNorm', () => {
   });
 });
 
-describe.each(['rows', 'gemv', 'lanes', 'tiled'] as const)('matmul %s', (variant) => {
+// 'tiled-sg': the tiled GEMM with A shared by subgroup shuffles (SGA): SwiftShader's subgroups
+// of 4 and lavapipe's 8 and 16 each take a different split of the 16 values of r per step.
+describe.each(['rows', 'gemv', 'lanes', 'tiled', 'tiled-sg'] as const)('matmul %s', (variant) => {
+  beforeEach((ctx) => {
+    if (variant === 'tiled-sg' && !gpu.features.subgroups) ctx.skip();
+  });
   beforeAll(() => {
-    K.tuning.matmul = variant;
+    K.tuning.matmul = variant === 'tiled-sg' ? 'tiled' : variant;
+    K.tuning.gemmSubgroups = variant === 'tiled-sg' ? 'on' : 'off';
   });
   afterAll(() => {
-    K.tuning.matmul = 'auto';
+    K.resetTuning();
   });
   // (T, N, K): decode sizes (T <= 8) and prefill sizes, odd K, N not a multiple of any tile.
   const shapes: [number, number, number][] = [
@@ -133,6 +139,11 @@ describe.each(['rows', 'gemv', 'lanes', 'tiled'] as const)('matmul %s', (variant
       const w = ref.roundBf16(ref.randn(N * Kd, rand, 0.1));
       const out = outBuf(T * N);
       K.matmul(gpu, out, f32Buf(x), bf16Buf(w), T, N, Kd);
+      if (variant.startsWith('tiled')) {
+        expect(K.kernelVariant(gpu, 'matmul')?.defines.SGA, 'the subgroup A variant ran').toBe(
+          variant === 'tiled-sg' ? 1 : undefined,
+        );
+      }
       const want = new Float32Array(T * N);
       ref.matmul(want, x, w, T, N, Kd);
       expectClose(`matmul ${variant} T=${T} N=${N} K=${Kd}`, await gpu.readF32(out, T * N), want, REL, ABS);
@@ -158,7 +169,7 @@ describe.each(['rows', 'gemv', 'lanes', 'tiled'] as const)('matmul %s', (variant
 
   // The real Qwen3 vocabulary on one token: N/64 = 2374 workgroups (rows, tiled) or N/32 = 4748
   // (gemv) stay under 65535, so the x/y grid split is exercised separately in gpu.test.ts.
-  it.skipIf(variant === 'tiled')('LM head shape: T=1, N=151936, K=64', async () => {
+  it.skipIf(variant === 'tiled' || variant === 'tiled-sg')('LM head shape: T=1, N=151936, K=64', async () => {
     const [T, N, Kd] = [1, 151936, 64];
     const rand = ref.rng(6);
     const x = ref.randn(T * Kd, rand);
