@@ -148,6 +148,28 @@ describe('tuning.gemmF16', () => {
     K.tuning.gemmF16 = 'auto';
   });
 
+  it("gemmSubgroups: 'auto' only on Intel GPUs, 'on' without subgroups one clear error, never for A read across r", async () => {
+    const noSg = await createGpu({ disableFeatures: ['subgroups'] });
+    try {
+      K.tuning.gemmSubgroups = 'auto';
+      const intel = gpu.features.subgroups && !K.isCpuAdapter(gpu) && gpu.info.vendor.toLowerCase() === 'intel';
+      expect(K.useGemmSubgroups(gpu, 1)).toBe(intel);
+      K.tuning.gemmSubgroups = 'on';
+      expect(K.useGemmSubgroups(gpu, 1)).toBe(gpu.features.subgroups);
+      expect(K.useGemmSubgroups(gpu, 40), 'A read across r (the LoRA weight gradient)').toBe(false);
+      expect(() => K.useGemmSubgroups(noSg, 1)).toThrow(/gemmSubgroups 'on'.*no subgroups/);
+      expect(K.tuningProblem(noSg, { gemmSubgroups: 'on' })).toMatch(
+        /^gemmSubgroups=on needs subgroups, which this GPU/,
+      );
+      expect(K.tuningProblem(gpu, { gemmSubgroups: 'on' })).toBeNull();
+      K.tuning.gemmSubgroups = 'off';
+      expect(K.useGemmSubgroups(gpu, 1)).toBe(false);
+    } finally {
+      K.tuning.gemmSubgroups = 'auto';
+      noSg.destroy();
+    }
+  });
+
   it('the backward products keep f32 tiles', async (ctx) => {
     if (!gpu.features.f16) return ctx.skip();
     K.tuning.gemmF16 = 'on';
