@@ -45,13 +45,16 @@ run() { # name seconds command...
   log "$name: exit $? ($(tail -c 300 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200))"
 }
 # The device tool returns at most 8 files and stops a command at 600 s: 7 logs plus bench.json,
-# about 545 s of limits in all. PyTorch + PEFT first after the bench: its ratio is the issue's target.
+# about 560 s of limits in all. PyTorch + PEFT first after the bench: its ratio is the issue's target.
 run bench 230 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 3
-# gemv-ab.log also holds the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts).
-run gemv-ab 55 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3"
+# gemv-ab.log also holds the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts),
+# and the tiled GEMM's three layouts at the 4B MLP's shape with A in shared memory, A by subgroup
+# shuffles (the 'auto' choice on Intel only), and f16 tiles (bench/gemm-ab.ts).
+GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
+run gemv-ab 70 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --subgroups; $GEMM --f16"
 run decode-attention-ab 30 "$NODE" "$D/bench/decode-attention-ab.mjs" --full --rounds 3 --kv f16
 # The tiled backward's rows: one thread each (HD 128: 512 floats a thread) or split over 4 ('auto' on GPUs).
 run attention-ab 60 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split
