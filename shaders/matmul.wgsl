@@ -29,6 +29,7 @@ enable f16;
 //               FMAs. Define F16 (shader-f16; the forward
 //               matmul only): the tiles hold f16, each R step's 16 products per output are
 //               summed as packed vec4<f16> FMAs and that partial is added to the f32 accumulator.
+//               Define SGA (subgroups; A read along r): no A tile, A shared by subgroupShuffle.
 
 struct GemmParams {
   M: u32,
