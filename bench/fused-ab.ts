@@ -1,8 +1,12 @@
-// `npx tsx bench/fused-ab.ts [--reps 3] [--steps 4] [--shapes tiny,4b-layer] [--weights bf16|q4] [--ops]`
+// `npx tsx bench/fused-ab.ts [--reps 3] [--steps 4] [--shapes tiny,4b-layer] [--weights bf16|q4] [--ops]
+//   [--compare fusions|normFold] [--kernels name=value,...]`
 // The decode fusions side by side on this machine's adapter: Qwen3Model.forward with the fused
 // q/k/v and gate/up GEMVs (K.matmulGroup) and q/k norm + RoPE + KV write in one kernel
 // (K.qkNormRopeKv), against the kernels they replace (K.fusions.enabled = false), runs alternated
-// A B A B so that drift in the machine's load hits both. LoRA (r 16) on every projection, as a
+// A B A B so that drift in the machine's load hits both. `--compare normFold`: the fusions on both
+// sides, the RMSNorms folded into the group GEMVs (tuning.normFold 'auto') against 'off'; the fold
+// runs where those GEMVs are gemv_lanes (GPUs; on a CPU adapter add `--kernels matmul=lanes`).
+// `--kernels` sets kernel switches for both sides (the CLI's --kernels text). LoRA (r 16) on every projection, as a
 // SpyRL policy decodes. Per shape and batch B (1 and 4): dispatches per decode step and the
 // median seconds per step (forward + logits read), then the ratio unfused / fused (> 1: the fused
 // path is faster). Shapes: 'tiny' (hidden 64, 2 layers, the real 151,936-token vocabulary) and
@@ -27,8 +31,20 @@ const { values } = parseArgs({
     shapes: { type: 'string', default: 'tiny,4b-layer' },
     ops: { type: 'boolean', default: false },
     weights: { type: 'string', default: 'bf16' },
+    compare: { type: 'string', default: 'fusions' },
+    kernels: { type: 'string', default: '' },
   },
 });
+if (values.compare !== 'fusions' && values.compare !== 'normFold') {
+  throw new Error(`--compare must be fusions or normFold (got "${values.compare}")`);
+}
+const baseTuning = K.parseTuning(values.kernels);
+/** Side A (on: the fusions, or the folded norms) or side B of the comparison. */
+function setSide(on: boolean): void {
+  K.resetTuning(baseTuning);
+  if (values.compare === 'fusions') K.fusions.enabled = on;
+  else K.tuning.normFold = on ? 'auto' : 'off';
+}
 const SHAPES: Record<string, TinyCheckpointOptions> = {
   tiny: { layers: 2, hidden: 64, heads: 4, kvHeads: 2, headDim: 16, intermediate: 128 },
   '4b-layer': { layers: 1, hidden: 2560, heads: 32, kvHeads: 8, headDim: 128, intermediate: 9728, vocab: 1024 },
@@ -153,7 +169,14 @@ try {
     await benchOps(gpu);
     process.exit(0);
   }
-  console.log(`${adapterName(gpu)}, weights ${values.weights}, ${reps} reps x ${steps} decode steps, alternated`);
+  K.resetTuning(baseTuning);
+  console.log(
+    `${adapterName(gpu)}, weights ${values.weights}, ${reps} reps x ${steps} decode steps, alternated; ` +
+      (values.compare === 'fusions'
+        ? 'fused = K.fusions on, unfused = off'
+        : "fused = tuning.normFold 'auto' (norms folded), unfused = 'off'") +
+      (values.kernels ? `; --kernels ${values.kernels}` : ''),
+  );
   for (const shape of values.shapes.split(',')) {
     const { files } = makeTinyCheckpoint({ ...SHAPES[shape], seed: 1 });
     const { model } = await loadQwen3(gpu, memorySource(shape, files), {
@@ -169,12 +192,12 @@ try {
         unfused: { seconds: [], cpu: [], dispatches: 0 },
       };
       for (const on of [true, false]) {
-        K.fusions.enabled = on;
+        setSide(on);
         await decodeRun(gpu, model, B); // warm-up: pipelines, pool
       }
       for (let r = 0; r < reps; r++) {
         for (const on of [true, false]) {
-          K.fusions.enabled = on;
+          setSide(on);
           const res = await decodeRun(gpu, model, B);
           const rec = runs[on ? 'fused' : 'unfused'];
           rec.seconds.push(...res.seconds);
@@ -183,6 +206,7 @@ try {
         }
       }
       K.fusions.enabled = true;
+      K.resetTuning(baseTuning);
       const [f, u] = [median(runs.fused.seconds), median(runs.unfused.seconds)];
       const [fc, uc] = [median(runs.fused.cpu), median(runs.unfused.cpu)];
       console.log(

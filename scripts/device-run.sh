@@ -4,8 +4,8 @@
 # Writes to $OUT (or ./device-out): summary.log, bench.json and bench.log (`npm run bench` at
 # Qwen3-4B shapes: roofline, every op, e2e 4b with LAYERS of 36 layers, q4 and bf16), peft.log
 # (scripts/bench_peft_step.py's JSON: PyTorch + PEFT's LoRA step at the same shapes and training
-# length), gemv-ab.log (with the f16 GEMM A/B), decode-attention-ab.log, attention-ab.log and
-# round.log (one default SpyRL round at 4B shapes with LAYERS layers, by stage, then
+# length), gemv-ab.log (with the f16 GEMM A/B), decode-attention-ab.log (with the norm fold A/B),
+# attention-ab.log and round.log (one default SpyRL round at 4B shapes with LAYERS layers, by stage, then
 # bench/profile.ts: GPU time per kernel of a decode step, a prefill and a LoRA step). Each step
 # has its own time limit so a slow one cannot eat the rest; the whole run stays under 9 minutes.
 set -uo pipefail
@@ -55,9 +55,11 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # shuffles (the 'auto' choice on Intel only), and f16 tiles (bench/gemm-ab.ts).
 GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 run gemv-ab 70 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --subgroups; $GEMM --f16"
-run decode-attention-ab 30 "$NODE" "$D/bench/decode-attention-ab.mjs" --full --rounds 3 --kv f16
+# decode-attention-ab.log also holds the RMSNorms folded into the decode GEMVs against 'off', one
+# 4B layer, q4, LoRA on (bench/fused-ab.ts --compare normFold).
+run decode-attention-ab 45 bash -c "'$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4"
 # The tiled backward's rows: one thread each (HD 128: 512 floats a thread) or split over 4 ('auto' on GPUs).
-run attention-ab 60 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split
+run attention-ab 45 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split
 # round.log also holds the per-kernel GPU time of a decode step, a prefill and a LoRA step (bench/profile.ts).
 run round 110 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30"
 log "done"

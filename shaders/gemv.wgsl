@@ -18,7 +18,8 @@ enable subgroups;
 //   gemv_lanes (GPUs, define LANES): LANES threads per output column walk its row in 16-byte
 //   blocks, COLS = 256 / LANES columns per workgroup share x, staged chunk by chunk in workgroup
 //   memory; a subgroup (or shared-memory) reduction per column. gemv_lanes_group: the same over
-//   2 or 3 weights (GROUP), as gemv_rows_group.
+//   2 or 3 weights (GROUP), as gemv_rows_group. Define NORM: the RMSNorm before the product
+//   folded in (x the residual stream; see normScales).
 // Measured on SwiftShader (2 cores), bf16 9728 x 2560: x staged in workgroup memory did not pay
 // there (+20-45% CPU time: barriers, and its reads are per-lane gathers like storage reads);
 // COLS = 4 took half the CPU time of COLS = 1 (each x read serves 4 columns).
@@ -38,6 +39,9 @@ struct GemvParams {
   N1: u32,
   N2: u32,
 #endif
+#ifdef NORM
+  eps: f32, // gemv_lanes with the RMSNorm folded in
+#endif
 }
 
 @group(0) @binding(0) var<uniform> p: GemvParams;
@@ -51,6 +55,18 @@ struct GemvParams {
 #if GROUP > 2
 @group(0) @binding(6) var<storage, read_write> out2: array<f32>; // (M, N2)
 @group(0) @binding(7) var<storage, read> w2: array<vec4u>;        // (N2, K)
+#endif
+#endif
+
+#ifdef NORM
+// gemv_lanes with the RMSNorm folded in (define NORM, below): x is the residual stream, normed
+// inside the GEMV. normW follows the weights' bindings.
+#if defined(GROUP) && GROUP > 2
+@group(0) @binding(8) var<storage, read> normW: array<u32>; // (K) bf16, two per u32
+#elif defined(GROUP)
+@group(0) @binding(6) var<storage, read> normW: array<u32>;
+#else
+@group(0) @binding(4) var<storage, read> normW: array<u32>;
 #endif
 #endif
 
@@ -177,6 +193,44 @@ const XS = 512u; // vec4s of staged x (8 KB): KCV per row, TMAX rows
 const KCV = XS / TMAX; // whole 16-byte blocks of every format (BE <= 32 elements = 8 vec4s)
 var<workgroup> xs: array<vec4f, XS>;
 var<workgroup> red: array<f32, TMAX * COLS * LANES>; // (TMAX, COLS, LANES), common/gemvlanes.wgsl
+#ifdef NORM
+// The folded RMSNorm (define NORM): out = rstd * sum_k w_k (normW_k x_k), rstd = rsqrt(mean(x^2) +
+// eps) of the row, so x crosses from memory once, as without the norm: it is staged as normW * x,
+// and the sums of squares come from the same loads. Thread lid stages vec4s lid + 256 h (h < SH)
+// of every chunk, and a vec4's row is its index / KCV, the same in every chunk: each thread keeps
+// SH sums, and after the K loop a tree within each row's KCV sums gives each row's total (in xs,
+// free by then: workgroup memory stays at 8 KB + TMAX KB). Not bitwise rmsnorm_forward then the
+// product (the norm's scale multiplies the dot product, not each x): within f32 rounding of it
+// (test/ops/normFold.test.ts).
+const SH = XS / 256u; // staged vec4s per thread per chunk
+#include "common/bf16.wgsl"
+
+// normW at vec4 v of a row (elements 4 v .. 4 v + 3).
+fn normWeights(v: u32) -> vec4f {
+  let w0 = normW[2u * v];
+  let w1 = normW[2u * v + 1u];
+  return vec4f(bf16Low(w0), bf16High(w0), bf16Low(w1), bf16High(w1));
+}
+
+// rstd of each row from every thread's sums of squares ss[h] (of staged vec4 lid + 256 h).
+// Holds barriers: call it in uniform control flow.
+fn normScales(ss: array<f32, SH>, lid: u32) -> array<f32, TMAX> {
+  workgroupBarrier(); // the last chunk's reads of xs are done
+  // Whole-vector stores only, one thread per vec4 (as in shaders/matmul.wgsl gemm_tiled).
+  for (var h = 0u; h < SH; h++) { xs[lid + 256u * h] = vec4f(ss[h], 0.0, 0.0, 0.0); }
+  for (var s = KCV / 2u; s > 0u; s >>= 1u) {
+    workgroupBarrier();
+    for (var h = 0u; h < SH; h++) {
+      let i = lid + 256u * h;
+      if (i % KCV < s) { xs[i] = xs[i] + xs[i + s]; }
+    }
+  }
+  workgroupBarrier();
+  var rs: array<f32, TMAX>;
+  for (var t = 0u; t < TMAX; t++) { rs[t] = inverseSqrt(xs[t * KCV].x / f32(p.K) + p.eps); }
+  return rs;
+}
+#endif
 
 @compute @workgroup_size(256)
 fn gemv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,

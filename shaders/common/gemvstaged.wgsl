@@ -5,18 +5,29 @@
 // x is staged KCV vec4s per row at a time (rows past M as zeros); within a chunk lane l takes
 // blocks l, l + LANES, ... of its column's row, so a column's LANES lanes read LANES neighbouring
 // 16-byte blocks per step. Columns past {{WN}} read the last row (never stored): every thread
-// reaches every barrier.
+// reaches every barrier. With define NORM, x is staged times the norm's weights and each sum
+// scaled by its row's rstd at the end (gemv.wgsl normScales).
   let blocks = p.K / BE;
   let wbase = min(n, {{WN}} - 1u) * blocks;
   let xr = p.K / 4u; // vec4 per row of x
   var acc: array<f32, TMAX>;
+#ifdef NORM
+  var ss: array<f32, SH>; // sums of squares of the x this thread stages (gemv.wgsl normScales)
+#endif
   for (var c0 = 0u; c0 < xr; c0 += KCV) {
     workgroupBarrier(); // the previous chunk's reads are done
-    for (var i = lid; i < TMAX * KCV; i += 256u) {
+    for (var h = 0u; h < XS / 256u; h++) {
+      let i = lid + 256u * h;
       let t = i / KCV;
       let v = c0 + i % KCV;
       var xv = vec4f(0.0);
-      if (t < p.M && v < xr) { xv = a[t * xr + v]; }
+      if (t < p.M && v < xr) {
+        xv = a[t * xr + v];
+#ifdef NORM
+        ss[h] += dot(xv, xv);
+        xv *= normWeights(v);
+#endif
+      }
       xs[i] = xv;
     }
     workgroupBarrier();
@@ -34,3 +45,7 @@
       }
     }
   }
+#ifdef NORM
+  let rs = normScales(ss, lid);
+  for (var t = 0u; t < TMAX; t++) { acc[t] *= rs[t]; }
+#endif

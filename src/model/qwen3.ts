@@ -189,24 +189,32 @@ export class Qwen3Model {
       const p = lora?.get(l, target);
       if (p) loraForward(gpu, y, u!, xIn, p, T, lora!.settings.r, lora!.scale);
     };
-    // Projections of h sharing one read of it (q/k/v, gate/up): one fused GEMV dispatch in decode
-    // (K.matmulGroup), then each target's LoRA branch on its own output.
+    // Projections of h = rmsNorm(x, normW) sharing one read of it (q/k/v, gate/up): one fused GEMV
+    // dispatch in decode (K.matmulGroup), then each target's LoRA branch on its own output.
     // When the adapter targets every projection of the group, their LoRA A products (which share h
     // too) run as one dispatch (K.matmulGroupF32), then each B product on its own output.
-    const projGroup = (ys: GPUBuffer[], wts: K.Weight[], targets: LoraTarget[], Ns: number[]) => {
-      K.matmulGroup(gpu, ys, h, wts, T, Ns, C);
+    // Where the group products can take it (K.foldsNorm: decode on GPUs), the norm runs inside them
+    // and h is never written; a LoRA A product of one projection alone needs h, so not then.
+    const projGroup = (normW: GPUBuffer, ys: GPUBuffer[], wts: K.Weight[], targets: LoraTarget[], Ns: number[]) => {
       const ps = targets.map((target) => lora?.get(l, target) ?? null);
-      if (lora && ps.every((p) => p !== null)) {
+      const groupA = lora !== null && ps.every((p) => p !== null);
+      const fold = K.foldsNorm(gpu, T, wts.length) && (groupA || ps.every((p) => p === null));
+      const norm = fold ? { w: normW, eps } : undefined;
+      if (!fold) K.rmsNorm(gpu, h, x, normW, T, C, eps);
+      const xIn = fold ? x : h;
+      K.matmulGroup(gpu, ys, xIn, wts, T, Ns, C, norm);
+      if (groupA) {
         const r = lora.settings.r;
         const pairs = ps as NonNullable<(typeof ps)[number]>[];
         K.matmulGroupF32(
           gpu,
           us.slice(0, pairs.length),
-          h,
+          xIn,
           pairs.map((p) => p.A),
           T,
           pairs.map(() => r),
           C,
+          norm,
         );
         pairs.forEach((p, i) => K.matmulF32(gpu, ys[i], us[i], p.B, T, p.N, r, true, lora.scale));
       } else {
@@ -221,8 +229,8 @@ export class Qwen3Model {
     for (l = 0; l < cfg.numLayers; l++) {
       const lw = w.layers[l];
       // x = x + o_proj(attn(rope(q_norm(q)), rope(k_norm(k)), v))
-      K.rmsNorm(gpu, h, x, lw.inputNorm, T, C, eps);
       projGroup(
+        lw.inputNorm,
         [q, k, v],
         [lw.qProj, lw.kProj, lw.vProj],
         ['q_proj', 'k_proj', 'v_proj'],
@@ -253,8 +261,7 @@ export class Qwen3Model {
       K.attention(gpu, att, qn, cache.k[l], cache.v[l], cache.pageTable, slot, pos, T, NH, NKV, HD, kv);
       proj(x, att, lw.oProj, 'o_proj', C, NH * HD, true);
       // x = x + down(silu(gate(h)) * up(h))
-      K.rmsNorm(gpu, h, x, lw.postNorm, T, C, eps);
-      projGroup([gate, up], [lw.gateProj, lw.upProj], ['gate_proj', 'up_proj'], [I, I]);
+      projGroup(lw.postNorm, [gate, up], [lw.gateProj, lw.upProj], ['gate_proj', 'up_proj'], [I, I]);
       K.siluMul(gpu, act, gate, up, T * I);
       proj(x, act, lw.downProj, 'down_proj', C, I, true);
     }

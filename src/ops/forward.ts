@@ -601,7 +601,7 @@ const GROUP_COLS = 4;
  * matmul would write. It takes the GEMV variants (gemv_rows_group on CPU adapters where matmul
  * takes gemv_rows, gemv_lanes_group or matmul_gemv_group on GPUs for T <= GEMV_MAX_T), when the weights share a
  * format and 2 * count + 1 storage buffers fit the device; otherwise one matmul per weight
- * (prefill keeps the tiled GEMM).
+ * (prefill keeps the tiled GEMM). With `norm`, the product is of rmsNorm(x) (FoldedNorm).
  */
 export function matmulGroup(
   gpu: Gpu,
@@ -611,21 +611,27 @@ export function matmulGroup(
   T: number,
   Ns: readonly number[],
   K: number,
+  norm?: FoldedNorm,
 ): void {
-  const wbs = groupChecks('matmulGroup', outs, x, ws.length, T, Ns, K).map((_, i) =>
+  const wbs = groupChecks('matmulGroup', outs, x, ws.length, T, Ns, K, norm).map((_, i) =>
     checkWeight(ws[i], Ns[i], K, `matmulGroup w ${i}`),
   );
   if (T === 0) return;
   const WEIGHTS = weightFormat(ws[0]);
+  const mixed = ws.some((w) => weightFormat(w) !== WEIGHTS);
+  if (norm && (mixed || groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, true) !== 'lanes')) {
+    withNormed(gpu, x, norm, T, K, (h) => matmulGroup(gpu, outs, h, ws, T, Ns, K));
+    return;
+  }
   const single = (i: number) => matmul(gpu, outs[i], x, ws[i], T, Ns[i], K);
-  if (ws.some((w) => weightFormat(w) !== WEIGHTS)) ws.forEach((_, i) => single(i));
-  else groupGemv(gpu, 'matmulGroup', outs, x, wbs, WEIGHTS, T, Ns, K, single);
+  if (mixed) ws.forEach((_, i) => single(i));
+  else groupGemv(gpu, 'matmulGroup', outs, x, wbs, WEIGHTS, T, Ns, K, single, norm);
 }
 
 /**
  * matmulGroup over f32 weights: outs[i] (T, Ns[i]) = x (T, K) . ws[i] (Ns[i], K)^T, each output
  * bitwise what matmulF32 would write (the LoRA A products of the q/k/v and gate/up projections,
- * which share their input: one dispatch instead of 2 or 3).
+ * which share their input: one dispatch instead of 2 or 3). With `norm`, of rmsNorm(x).
  */
 export function matmulGroupF32(
   gpu: Gpu,
@@ -635,13 +641,56 @@ export function matmulGroupF32(
   T: number,
   Ns: readonly number[],
   K: number,
+  norm?: FoldedNorm,
 ): void {
-  groupChecks('matmulGroupF32', outs, x, ws.length, T, Ns, K).forEach((_, i) =>
+  groupChecks('matmulGroupF32', outs, x, ws.length, T, Ns, K, norm).forEach((_, i) =>
     checkSize(ws[i], Ns[i] * K * 4, `matmulGroupF32 w ${i}`),
   );
   if (T === 0) return;
+  if (norm && groupVariant(gpu, x, ws, 'f32', T, Ns, K, true) !== 'lanes') {
+    withNormed(gpu, x, norm, T, K, (h) => matmulGroupF32(gpu, outs, h, ws, T, Ns, K));
+    return;
+  }
   const single = (i: number) => matmulF32(gpu, outs[i], x, ws[i], T, Ns[i], K);
-  groupGemv(gpu, 'matmulGroupF32', outs, x, ws, 'f32', T, Ns, K, single);
+  groupGemv(gpu, 'matmulGroupF32', outs, x, ws, 'f32', T, Ns, K, single, norm);
+}
+
+/**
+ * An RMSNorm folded into a group product (matmulGroup, matmulGroupF32): x is then the norm's
+ * input, and the product is of rmsNorm(x, w, eps). Where the product runs gemv_lanes_group the
+ * norm runs inside it (shaders/gemv.wgsl NORM: x staged times w, each sum times its row's rstd;
+ * within f32 rounding of rmsNorm then the product); elsewhere rmsNorm runs first, into a pooled
+ * buffer.
+ */
+export interface FoldedNorm {
+  /** (K) bf16 */
+  w: GPUBuffer;
+  eps: number;
+}
+
+/**
+ * Whether group products of T rows over G weights fold an RMSNorm into their GEMV
+ * (tuning.normFold): where they run gemv_lanes_group (decode on GPUs) and its bindings with the
+ * norm's weights fit. A caller whose other readers of the normed rows cannot take the norm (a
+ * LoRA A product of one projection alone) runs rmsNorm itself instead.
+ */
+export function foldsNorm(gpu: Gpu, T: number, G = 3): boolean {
+  return (
+    tuning.normFold !== 'off' &&
+    fusions.enabled &&
+    T > 0 &&
+    T <= GEMV_MAX_T &&
+    matmulVariant(gpu, T) === 'lanes' &&
+    2 * G + 2 <= gpu.limits.maxStorageBuffersPerShaderStage
+  );
+}
+
+/** run(h) with h = rmsNorm(x) in a pooled buffer (a folded norm's fallback). */
+function withNormed(gpu: Gpu, x: GPUBuffer, norm: FoldedNorm, T: number, K: number, run: (h: GPUBuffer) => void): void {
+  const h = gpu.createBuffer(T * K * 4, 'normed');
+  rmsNorm(gpu, h, x, norm.w, T, K, norm.eps);
+  run(h);
+  gpu.releaseBuffer(h); // safe: later users of the recycled buffer are encoded after these reads
 }
 
 /** The checks both group products share; returns one entry per weight. */
@@ -653,7 +702,12 @@ function groupChecks(
   T: number,
   Ns: readonly number[],
   K: number,
+  norm?: FoldedNorm,
 ): number[] {
+  if (norm) {
+    checkSize(norm.w, bf16Bytes(K), `${op} norm w`);
+    distinct(op, x, norm.w, ...outs);
+  }
   check(
     (G === 2 || G === 3) && outs.length === G && Ns.length === G,
     `${op}: needs 2 or 3 weights, one output and one N each (got ${G} weights, ${outs.length} outputs, ${Ns.length} Ns)`,
@@ -679,26 +733,33 @@ function groupGemv(
   Ns: readonly number[],
   K: number,
   single: (i: number) => void,
+  norm?: FoldedNorm,
 ): void {
   const G = wbs.length;
-  const variant = groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K);
+  const variant = groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, norm !== undefined);
+  check(!norm || variant === 'lanes', `${op}: a folded norm needs gemv_lanes_group`); // the callers check first
   if (variant === null) {
     for (let i = 0; i < G; i++) single(i);
     return;
   }
-  // Weight 0 is bound where matmul binds its one weight; the others follow (out1, w1, out2, w2).
+  // Weight 0 is bound where matmul binds its one weight; the others follow (out1, w1, out2, w2),
+  // then a folded norm's weights.
   const buffers = [outs[0], x, wbs[0]];
   for (let i = 1; i < G; i++) buffers.push(outs[i], wbs[i]);
   const [N1, N2 = 0] = Ns.slice(1);
   if (variant === 'lanes') {
-    const defines = { ...lanesDefines(gpu, WEIGHTS, T, K), GROUP: G };
+    const defines = {
+      ...lanesDefines(gpu, WEIGHTS, T, K),
+      GROUP: G,
+      ...(norm ? { NORM: 1 } : {}),
+    };
     const groups = Ns.reduce((n, N) => n + Math.ceil(N / defines.COLS), 0);
     const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
     gpu.dispatch(
       opKernel(gpu, op, 'gemv', 'gemv_lanes_group', defines),
-      buffers,
+      norm ? [...buffers, norm.w] : buffers,
       [x0, y0],
-      [T, Ns[0], K, 0, f32(1), 0, 0, 0, N1, N2],
+      [T, Ns[0], K, 0, f32(1), 0, 0, 0, N1, N2, ...(norm ? [f32(norm.eps)] : [])],
     );
   } else if (variant === 'blocks') {
     const TMAX = tmaxFor(T);
@@ -724,7 +785,8 @@ function groupGemv(
 /**
  * The fused kernel a group product takes, or null for one product per weight: matmul's own
  * choice (matmulVariant) when it is a GEMV that takes every weight and the bindings fit
- * ('lanes' falls back to matmul_gemv_group where a row is not whole 16-byte blocks).
+ * ('lanes' falls back to matmul_gemv_group where a row is not whole 16-byte blocks). With `norm`
+ * (a folded RMSNorm's weights bound too) only where foldsNorm allows it.
  */
 function groupVariant(
   gpu: Gpu,
@@ -734,11 +796,13 @@ function groupVariant(
   T: number,
   Ns: readonly number[],
   K: number,
+  norm = false,
 ): 'blocks' | 'lanes' | 'gemv' | null {
   if (!fusions.enabled) return null;
-  if (2 * wbs.length + 1 > gpu.limits.maxStorageBuffersPerShaderStage) return null;
+  if (2 * wbs.length + 1 + (norm ? 1 : 0) > gpu.limits.maxStorageBuffersPerShaderStage) return null;
   const variant = matmulVariant(gpu, T);
   const fits = wbs.every((wb, i) => blockGemvFits(x, wb, WEIGHTS, T, Ns[i], K));
+  if (norm && !foldsNorm(gpu, T, wbs.length)) return null;
   if (variant === 'blocks' && fits) return 'blocks';
   if (variant === 'lanes' && fits && T <= GEMV_MAX_T) return 'lanes';
   if ((variant === 'gemv' || variant === 'lanes') && T <= GEMV_MAX_T) return 'gemv';

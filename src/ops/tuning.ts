@@ -38,6 +38,13 @@ export interface Tuning {
    * CPU adapters), or one thread per row ('row'). 'split' forces it where it can run.
    */
   attentionBackward: 'auto' | 'split' | 'row';
+  /**
+   * The decoder layers' two RMSNorms folded into the fused q/k/v and gate/up GEMVs and their LoRA
+   * A products (shaders/gemv.wgsl NORM: each GEMV workgroup sums the squares of the x it stages
+   * and scales its sums by the row's rstd; within f32 rounding of the separate norm): 'auto'
+   * wherever those run gemv_lanes (decode on GPUs), 'off' never.
+   */
+  normFold: 'auto' | 'off';
 }
 
 /** Every switch's default. */
@@ -48,6 +55,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemmF16: 'auto',
   gemmSubgroups: 'auto',
   attentionBackward: 'auto',
+  normFold: 'auto',
 };
 
 /** The values each switch takes ('auto' first: the default). */
@@ -58,6 +66,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemmF16: ['auto', 'on', 'off'],
   gemmSubgroups: ['auto', 'on', 'off'],
   attentionBackward: ['auto', 'split', 'row'],
+  normFold: ['auto', 'off'],
 };
 
 /**

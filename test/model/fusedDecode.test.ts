@@ -3,7 +3,9 @@
 // (K.fusions.enabled = false) over a prefill of two prompts and batched decode steps, with LoRA
 // on every projection, bf16 and q4 weights, f32 and f16 KV, the CPU-adapter GEMV ('auto' here) and
 // the GPU ones (tuning.matmul 'lanes', 'gemv'); and 7 dispatches fewer per layer per step (the
-// LoRA A products of q/k/v and of gate/up fused too, K.matmulGroupF32).
+// LoRA A products of q/k/v and of gate/up fused too, K.matmulGroupF32). With 'lanes' the two
+// RMSNorms also fold into those GEMVs (tuning.normFold): 2 dispatches fewer, logits within f32
+// rounding of 'off'; an adapter on part of a group keeps that group's norm.
 // Run: npx vitest run test/model/fusedDecode.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -12,6 +14,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
 import { loadQwen3 } from '../../src/model/load.ts';
 import type { Qwen3Model } from '../../src/model/qwen3.ts';
+import { initLora, loraConfig } from '../../src/model/peft.ts';
 import { nodeFolderSource } from '../../src/model/sources.node.ts';
 import { writeTinyCheckpoint } from '../../src/model/tinyModel.node.ts';
 import * as K from '../../src/ops/index.ts';
@@ -36,12 +39,24 @@ beforeAll(async () => {
 });
 afterEach(() => {
   K.fusions.enabled = true;
-  K.tuning.matmul = 'auto';
+  K.resetTuning();
 });
 afterAll(async () => {
   gpu?.destroy();
   await rm(tmp, { recursive: true, force: true });
 });
+
+/**
+ * got within rounding of want (the folded RMSNorm): max |got - want| <= rel x max |want|, rel 1e-5
+ * (f32 rounding) by default; an f16 KV cache rounds a slightly different k or v to the next f16
+ * (5e-4 apart) now and then, so 2e-4 there.
+ */
+function expectClose(got: number[], want: number[], what: string, rel = 1e-5): void {
+  expect(got.every(Number.isFinite), what).toBe(true);
+  const scale = Math.max(...want.map(Math.abs));
+  const err = Math.max(...got.map((g, i) => Math.abs(g - want[i])));
+  expect(err, `${what}: max |err| ${err} against max |logit| ${scale}`).toBeLessThanOrEqual(rel * scale);
+}
 
 /** Prefill of 2 prompts (3 tokens each) then 3 batched decode steps; logits of every step and dispatches per decode step. */
 async function decode(model: Qwen3Model): Promise<{ logits: number[][]; dispatches: number[] }> {
@@ -96,6 +111,8 @@ describe.each([
     const { lora, weights: loraWeights } = movedLora(model, 4, 3);
     const adapter = attachAdapter(model, lora, loraWeights);
     K.tuning.matmul = matmul;
+    // The RMSNorm fold (on with 'lanes') is not bitwise: it has its own comparison below.
+    K.tuning.normFold = 'off';
     const fused = await decode(model);
     expect(K.kernelVariant(gpu, 'matmulGroup')?.label).toContain(
       { auto: 'gemv.gemv_rows_group', gemv: 'matmul.matmul_gemv_group', lanes: 'gemv.gemv_lanes_group' }[matmul],
@@ -114,6 +131,41 @@ describe.each([
     expect(K.kernelVariant(gpu, 'matmulGroupF32')?.label).toContain(
       { auto: 'gemv.gemv_rows_group', gemv: 'matmul.matmul_gemv_group', lanes: 'gemv.gemv_lanes_group' }[matmul],
     );
+    // The fold ('auto'): with 'lanes' the input and post-attention RMSNorms run inside the q/k/v
+    // and gate/up GEMVs and their LoRA A products, 2 dispatches fewer per layer, the logits within
+    // f32 rounding; elsewhere nothing changes.
+    K.fusions.enabled = true;
+    K.tuning.normFold = 'auto';
+    const folded = await decode(model);
+    const label = K.kernelVariant(gpu, 'matmulGroup')?.label ?? '';
+    if (matmul === 'lanes') {
+      expect(label).toContain('NORM=1');
+      expect(K.kernelVariant(gpu, 'matmulGroupF32')?.label).toContain('NORM=1');
+      for (let s = 0; s < fused.logits.length; s++)
+        expectClose(folded.logits[s], fused.logits[s], `step ${s}`, kv === 'f16' ? 2e-4 : 1e-5);
+    } else {
+      expect(label).not.toContain('NORM');
+      for (let s = 0; s < fused.logits.length; s++) expect(folded.logits[s], `step ${s}`).toEqual(fused.logits[s]);
+    }
+    for (let s = 0; s < fused.dispatches.length; s++)
+      expect(fused.dispatches[s] - folded.dispatches[s]).toBe(matmul === 'lanes' ? 2 * LAYERS : 0);
     adapter.destroy();
   });
+});
+
+it("an adapter on some projections of a group: that group's norm runs alone, the other's folds ('lanes')", async () => {
+  const { model } = await loadQwen3(gpu, nodeFolderSource(tmp), { weights: 'bf16', kv: 'f32' });
+  // q_proj and v_proj (each LoRA A product alone needs the normed rows), down_proj (not a group's).
+  const lora = loraConfig({ r: 4, alpha: 8, targetModules: ['q_proj', 'v_proj', 'down_proj'] });
+  const weights = initLora(model.cfg, lora, 5);
+  for (const [k, v] of weights) if (k.includes('lora_B')) v.forEach((_, i) => (v[i] = 0.1 * Math.cos(i + k.length)));
+  const adapter = attachAdapter(model, lora, weights);
+  K.tuning.matmul = 'lanes';
+  const folded = await decode(model);
+  K.tuning.normFold = 'off';
+  const normed = await decode(model);
+  for (let s = 0; s < folded.logits.length; s++) expectClose(folded.logits[s], normed.logits[s], `step ${s}`);
+  // Only the post-attention norm (gate/up: no adapter) folds.
+  for (let s = 0; s < folded.dispatches.length; s++) expect(normed.dispatches[s] - folded.dispatches[s]).toBe(LAYERS);
+  adapter.destroy();
 });
