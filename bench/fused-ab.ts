@@ -6,12 +6,13 @@
 // A B A B so that drift in the machine's load hits both. `--compare normFold`: the fusions on both
 // sides, the RMSNorms folded into the group GEMVs (tuning.normFold 'auto') against 'off'; the fold
 // runs where those GEMVs are gemv_lanes (GPUs; on a CPU adapter add `--kernels matmul=lanes`).
-// `--kernels` sets kernel switches for both sides (the CLI's --kernels text). LoRA (r 16) on every projection, as a
-// SpyRL policy decodes. Per shape and batch B (1 and 4): dispatches per decode step and the
-// median seconds per step (forward + logits read), then the ratio unfused / fused (> 1: the fused
-// path is faster). Shapes: 'tiny' (hidden 64, 2 layers, the real 151,936-token vocabulary) and
-// '4b-layer' (one Qwen3-4B layer: hidden 2560, 32/8 heads of 128, MLP 9728, random weights,
-// vocabulary 1024 so the layer dominates). A benchmark, not a test: nothing here asserts a time.
+// `--kernels` sets kernel switches for both sides (the CLI's --kernels text). LoRA (r 16) on
+// every projection, as a SpyRL policy decodes. Per shape and batch B (1 and 4): dispatches per
+// decode step and the median seconds per step (forward + logits read), then the ratio unfused /
+// fused (> 1: the fused path is faster). Shapes: 'tiny' (hidden 64, 2 layers, the real
+// 151,936-token vocabulary) and '4b-layer' (one Qwen3-4B layer: hidden 2560, 32/8 heads of 128,
+// MLP 9728, random weights, vocabulary 1024 so the layer dominates). A benchmark, not a test:
+// nothing here asserts a time.
 import '../bin/gpu-env.mjs';
 import { parseArgs } from 'node:util';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
