@@ -1,4 +1,4 @@
-// `npx tsx bench/gemm-ab.ts [--M 256] [--N 1024] [--K 2560] [--reps 5] [--f16] [--subgroups] [--json FILE]`
+// `npx tsx bench/gemm-ab.ts [--M 256] [--N 1024] [--K 2560] [--reps 5] [--f16] [--subgroups] [--vec4 auto|off] [--json FILE]`
 // The tiled GEMM (shaders/matmul.wgsl gemm_tiled, forced: tuning.matmul 'tiled') in the three
 // layouts the model runs it in, timed in this tree: the forward `matmul` (x . W^T, bf16 W), the
 // input gradient `matmulBackwardInput` (dy . W, W read along its columns) and the LoRA weight
@@ -7,7 +7,8 @@
 // B, and compare: this file imports only the ops layer, so it runs unchanged in older trees.
 // --f16 times the forward with f16 tiles (tuning.gemmF16 'on'; needs shader-f16); --subgroups
 // shares A by subgroup shuffles (tuning.gemmSubgroups 'on': the forward and the input gradient;
-// 'off' without the flag). Each figure is
+// 'off' without the flag); --vec4 off keeps the forward on the r-major tiles with element loads
+// (tuning.gemmVec4; 'auto', the default, takes the 16-byte loads where they fit). Each figure is
 // the best of 3 batches of --reps calls, with GFLOP/s; on a CPU adapter these are CPU timings of
 // GPU kernels. A benchmark, not a test: nothing here asserts a time.
 import '../bin/gpu-env.mjs';
@@ -24,6 +25,7 @@ const { values } = parseArgs({
     reps: { type: 'string', default: '5' },
     f16: { type: 'boolean', default: false },
     subgroups: { type: 'boolean', default: false },
+    vec4: { type: 'string', default: 'auto' },
     json: { type: 'string' },
   },
 });
@@ -34,6 +36,7 @@ try {
   K.tuning.matmul = 'tiled';
   K.tuning.gemmF16 = values.f16 ? 'on' : 'off';
   Object.assign(K.tuning, { gemmSubgroups: values.subgroups ? 'on' : 'off' }); // older trees lack the switch
+  Object.assign(K.tuning, { gemmVec4: values.vec4 }); // so do trees before the 16-byte loads
   const filled = (n: number, label: string) => {
     const b = gpu.createBuffer(n * 4, label);
     gpu.write(
@@ -58,7 +61,7 @@ try {
   const records = [];
   console.log(
     `${adapter}; M ${M} N ${N} K ${Kd}; ${values.f16 ? 'f16' : 'f32'} tiles in the forward; ` +
-      `A ${values.subgroups ? 'by subgroup shuffles' : 'in shared memory'}`,
+      `A ${values.subgroups ? 'by subgroup shuffles' : 'in shared memory'}; gemmVec4 ${values.vec4}`,
   );
   for (const [name, call] of layouts) {
     call();
@@ -71,15 +74,17 @@ try {
       best = Math.min(best, (performance.now() - t0) / 1000 / reps);
     }
     const gflops = flop / best / 1e9;
-    records.push({ name, M, N, K: Kd, seconds: best, gflops });
+    const defines = K.kernelVariant?.(gpu, name.split(' ')[0]!)?.defines ?? {};
+    records.push({ name, M, N, K: Kd, seconds: best, gflops, defines });
     console.log(
-      `${name.padEnd(36)} ${(best * 1000).toFixed(2).padStart(9)} ms  ${gflops.toFixed(2).padStart(8)} GFLOP/s`,
+      `${name.padEnd(36)} ${(best * 1000).toFixed(2).padStart(9)} ms  ${gflops.toFixed(2).padStart(8)} GFLOP/s  ` +
+        Object.keys(defines).join(' '),
     );
   }
   if (values.json)
     writeFileSync(
       values.json,
-      JSON.stringify({ adapter, f16: values.f16, subgroups: values.subgroups, records }, null, 2),
+      JSON.stringify({ adapter, f16: values.f16, subgroups: values.subgroups, vec4: values.vec4, records }, null, 2),
     );
 } finally {
   gpu.destroy();

@@ -50,8 +50,13 @@ struct GemmParams {
 
 @group(0) @binding(0) var<uniform> p: GemmParams;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>; // (M, N) f32
+#ifdef VEC
+@group(0) @binding(2) var<storage, read> a: array<vec4f>;       // A, f32, 16 bytes per read
+@group(0) @binding(3) var<storage, read> w: array<vec4u>;       // B, WEIGHTS format, 16 bytes
+#else
 @group(0) @binding(2) var<storage, read> a: array<f32>;         // A, f32
 @group(0) @binding(3) var<storage, read> w: array<u32>;         // B, WEIGHTS format
+#endif
 #ifdef GROUP
 // matmul_gemv_group: GROUP (2 or 3) row-major weights over the same A; weight 0 is out and w above.
 @group(0) @binding(4) var<storage, read_write> out1: array<f32>; // (M, N1)
@@ -64,9 +69,14 @@ struct GemmParams {
 
 #include "common/grid.wgsl"
 fn q4ScaleBase() -> u32 { return (p.N * p.R) >> 3u; } // B holds N*R elements whatever its strides
+#ifdef VEC
+#include "common/bf16.wgsl"
+#include "common/q4.wgsl"
+#else
 fn wordInput(i: u32) -> f32 { return a[i]; }
 #include "common/weights.wgsl"
 #include "common/words.wgsl"
+#endif
 
 #include "common/storeout.wgsl" (WI=)
 #ifdef GROUP
@@ -217,6 +227,105 @@ alias TE = f16;
 #else
 alias TE = f32;
 #endif
+
+#ifdef VEC
+// Define VEC (tuning.gemmVec4; A and B both read along r, 16-byte aligned: the forward matmul
+// x . W^T and the LoRA forward): 16-byte global loads. Both tiles hold vec4s along r (4 values of
+// r of one row of A or one column of B per vec4), the layout the loads come in, so each thread
+// stores whole vec4s it loaded itself and no transpose is needed: per step a thread loads one
+// vec4 of A (row lid / 4, r 4 (lid % 4)..+3) and one 8-element run of B (column lid / 2, r
+// 8 (lid % 2)..+7: one vec4u of bf16, one word of q4, two vec4s of f32). Outputs: rows
+// ty + 16 i, columns tx + 16 j (i < 4, j < 8), so the stores of 16 neighbouring threads are
+// contiguous. Each 4 values of r cost a thread 4 + 8 vec4 shared reads for 4 x 32 FMAs (the same
+// 3 reads per 32 FMAs as the r-major tiles), as 8 vector x 4x4-matrix products.
+const KP = BK / 4u + 1u; // padded pitch (vec4s) of a row of either tile: the 16 threads reading
+                         // 16 columns at one r hit distinct banks
+var<workgroup> as_: array<vec4<TE>, BM * KP>; // (BM, BK / 4): A tile, 4 values of r per vec4
+var<workgroup> bs: array<vec4<TE>, BN * KP>;  // (BN, BK / 4): B tile, the same
+
+// Element e of B, e % 8 == 0, and the 7 after it, as two vec4s (zero past R: R % 8 == 0).
+fn loadB8(e: u32) -> array<vec4<TE>, 2> {
+#if WEIGHTS == bf16
+  let q = w[e >> 3u];
+  return array(vec4<TE>(vec4f(bf16Low(q.x), bf16High(q.x), bf16Low(q.y), bf16High(q.y))),
+               vec4<TE>(vec4f(bf16Low(q.z), bf16High(q.z), bf16Low(q.w), bf16High(q.w))));
+#elif WEIGHTS == q4
+  let wi = e >> 3u;
+  let word = w[wi >> 2u][wi & 3u];
+  let si = q4ScaleBase() + (e >> 6u); // the 8 share one group of 32
+  let s = f16ToF32((w[si >> 2u][si & 3u] >> (16u * ((e >> 5u) & 1u))) & 0xffffu);
+  let lo = vec4f(vec4i(vec4u(word, word >> 4u, word >> 8u, word >> 12u) & vec4u(0xfu)) - vec4i(8)) * s;
+  let hi = vec4f(vec4i(vec4u(word >> 16u, word >> 20u, word >> 24u, word >> 28u) & vec4u(0xfu)) - vec4i(8)) * s;
+  return array(vec4<TE>(lo), vec4<TE>(hi));
+#elif WEIGHTS == f32
+  return array(vec4<TE>(bitcast<vec4f>(w[e >> 2u])), vec4<TE>(bitcast<vec4f>(w[(e >> 2u) + 1u])));
+#endif
+}
+
+// This thread's share of the R step from r0: its vec4 of A and its 8 values of B, zero past the
+// edges (M, N; R: the TS side checks R % 8 == 0, aM % 4 == 0 and bN % 8 == 0).
+struct Step { a: vec4<TE>, b: array<vec4<TE>, 2> }
+fn loadStep(m0: u32, n0: u32, r0: u32, lid: u32) -> Step {
+  var st = Step(vec4<TE>(), array(vec4<TE>(), vec4<TE>()));
+  let m = m0 + (lid >> 2u);
+  let ra = r0 + 4u * (lid & 3u);
+  if (m < p.M && ra < p.R) { st.a = vec4<TE>(a[(m * p.aM + ra) >> 2u]); }
+  let n = n0 + (lid >> 1u);
+  let rb = r0 + 8u * (lid & 1u);
+  if (n < p.N && rb < p.R) { st.b = loadB8(n * p.bN + rb); }
+  return st;
+}
+
+@compute @workgroup_size(16, 16)
+fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid3: vec3u,
+              @builtin(local_invocation_index) lid: u32) {
+  let n0 = wid.x * BN;
+  let m0 = wid.y * BM;
+  let tx = lid3.x;
+  let ty = lid3.y;
+  var acc: array<vec4f, 8>; // rows ty + 16 i, columns tx + 64 h + 16 (0..3): acc[2 i + h]
+  var next = loadStep(m0, n0, 0u, lid);
+  for (var r0 = 0u; r0 < p.R; r0 += BK) {
+    as_[(lid >> 2u) * KP + (lid & 3u)] = next.a;
+    bs[(lid >> 1u) * KP + 2u * (lid & 1u)] = next.b[0];
+    bs[(lid >> 1u) * KP + 2u * (lid & 1u) + 1u] = next.b[1];
+    workgroupBarrier();
+    if (r0 + BK < p.R) { next = loadStep(m0, n0, r0 + BK, lid); } // in flight during the FMAs
+#ifdef F16
+    // Each output's 16 products of this step summed in f16, then added to the f32 accumulator.
+    // Zeroed explicitly (see the r-major variant: lavapipe kept a loop-local var's old value).
+    var part: array<vec4<f16>, 8>;
+    for (var j = 0u; j < 8u; j++) { part[j] = vec4<f16>(); }
+#endif
+    for (var k = 0u; k < BK / 4u; k++) {
+      let b0 = mat4x4<TE>(bs[tx * KP + k], bs[(tx + 16u) * KP + k], bs[(tx + 32u) * KP + k], bs[(tx + 48u) * KP + k]);
+      let b1 = mat4x4<TE>(bs[(tx + 64u) * KP + k], bs[(tx + 80u) * KP + k], bs[(tx + 96u) * KP + k],
+                          bs[(tx + 112u) * KP + k]);
+      for (var i = 0u; i < 4u; i++) {
+        let av = as_[(ty + 16u * i) * KP + k]; // row ty + 16 i at r0 + 4 k .. + 3
+#ifdef F16
+        part[2u * i] += av * b0; // (av . column q of b0) for q < 4
+        part[2u * i + 1u] += av * b1;
+#else
+        acc[2u * i] += av * b0;
+        acc[2u * i + 1u] += av * b1;
+#endif
+      }
+    }
+#ifdef F16
+    for (var j = 0u; j < 8u; j++) { acc[j] += vec4f(part[j]); }
+#endif
+    workgroupBarrier();
+  }
+  for (var i = 0u; i < 4u; i++) {
+    let m = m0 + ty + 16u * i;
+    for (var j = 0u; j < 8u; j++) {
+      let n = n0 + tx + 16u * j;
+      if (m < p.M && n < p.N) { store(m * p.N + n, acc[2u * i + (j >> 2u)][j & 3u]); }
+    }
+  }
+}
+#else
 #ifndef SGA
 var<workgroup> as_: array<vec4<TE>, BK * AP>; // (BK, BM / 4): A tile, r-major, 4 rows per vec4
 #endif
@@ -362,4 +471,5 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
     }
   }
 }
+#endif
 #endif

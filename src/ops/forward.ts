@@ -240,9 +240,34 @@ export function useGemmSubgroups(gpu: Gpu, aR: number): boolean {
   return gpu.features.subgroups && !isCpuAdapter(gpu) && gpu.info.vendor.toLowerCase() === 'intel';
 }
 
-/** gemm_tiled's defines: the weight format, and the f16 and subgroup variants where they run. */
-function tiledDefines(gpu: Gpu, WEIGHTS: WeightFormat, f16: boolean, aR: number): Defines {
-  return { WEIGHTS, TILED: 1, ...(f16 ? { F16: 1 } : {}), ...(useGemmSubgroups(gpu, aR) ? { SGA: 1 } : {}) };
+/**
+ * Whether gemm_tiled takes its 16-byte loads (shaders/matmul.wgsl VEC, tuning.gemmVec4) for
+ * A(m, r) = a[m * aM + r] and B(n, r) = element n * R + r of b: rows of A on 16 bytes (aM % 4),
+ * 8-element runs of B on 16 bytes (R % 8), and both buffers bound as whole vec4 arrays that
+ * reach their last element (a q4 tensor's last scale word may end mid-vec4).
+ */
+function vecTileFits(
+  a: GPUBuffer,
+  b: GPUBuffer,
+  WEIGHTS: WeightFormat,
+  M: number,
+  N: number,
+  R: number,
+  strides: readonly number[],
+): boolean {
+  const [aM, aR, bN, bR] = strides;
+  if (tuning.gemmVec4 === 'off' || aR !== 1 || bR !== 1 || bN !== R || aM % 4 !== 0 || R % 8 !== 0) return false;
+  const bBytes = WEIGHTS === 'q4' ? q4Words(N, R) * 4 : WEIGHTS === 'bf16' ? N * R * 2 : N * R * 4;
+  return wholeVec4Bytes(b) >= Math.ceil(bBytes / 16) * 16 && wholeVec4Bytes(a) >= ((M - 1) * aM + R) * 4;
+}
+
+/**
+ * gemm_tiled's defines: the weight format, and the f16, subgroup and 16-byte-load variants where
+ * they run (SGA shares A by shuffles of its own loads, so it excludes VEC).
+ */
+function tiledDefines(gpu: Gpu, WEIGHTS: WeightFormat, f16: boolean, aR: number, vec: boolean): Defines {
+  const sga = useGemmSubgroups(gpu, aR);
+  return { WEIGHTS, TILED: 1, ...(f16 ? { F16: 1 } : {}), ...(sga ? { SGA: 1 } : vec ? { VEC: 1 } : {}) };
 }
 
 /** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) ^T ; w bf16 or q4 (dequantized on the fly) */
@@ -288,7 +313,13 @@ export function matmul(
     );
   } else {
     gpu.dispatch(
-      opKernel(gpu, 'matmul', 'matmul', 'gemm_tiled', tiledDefines(gpu, WEIGHTS, useGemmF16(gpu), 1)),
+      opKernel(
+        gpu,
+        'matmul',
+        'matmul',
+        'gemm_tiled',
+        tiledDefines(gpu, WEIGHTS, useGemmF16(gpu), 1, vecTileFits(x, wb, WEIGHTS, T, N, K, [K, 1, K, 1])),
+      ),
       [out, x, wb],
       [Math.ceil(N / TILE_N), Math.ceil(T / TILE_M)],
       params,
@@ -344,7 +375,13 @@ export function gemm(
     );
   } else if (variant === 'tiled') {
     gpu.dispatch(
-      opKernel(gpu, op, 'matmul', 'gemm_tiled', tiledDefines(gpu, WEIGHTS, false, strides[1])),
+      opKernel(
+        gpu,
+        op,
+        'matmul',
+        'gemm_tiled',
+        tiledDefines(gpu, WEIGHTS, false, strides[1], vecTileFits(a, b, WEIGHTS, M, N, R, strides)),
+      ),
       [out, a, b],
       [Math.ceil(N / TILE_N), Math.ceil(M / TILE_M)],
       params,

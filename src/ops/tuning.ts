@@ -33,6 +33,13 @@ export interface Tuning {
    */
   gemmSubgroups: 'auto' | 'on' | 'off';
   /**
+   * The tiled GEMM with 16-byte global loads into tiles laid out along r (shaders/matmul.wgsl
+   * VEC), for products whose A and B are both read along r (the forward matmul x . W^T and the
+   * LoRA forward products) with 16-byte aligned rows (R % 8 == 0): 'auto' wherever it fits (the
+   * SGA variant, where it runs, keeps its own loads), 'off' never (the r-major tiles, element loads).
+   */
+  gemmVec4: 'auto' | 'off';
+  /**
    * The tiled attention backward's rows: split over 4 threads each with subgroup sums
    * (shaders/attention.wgsl SPLIT; 'auto' on GPUs whose subgroups are at least 4 wide, never on
    * CPU adapters), or one thread per row ('row'). 'split' forces it where it can run.
@@ -54,6 +61,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   attentionHeads: 'auto',
   gemmF16: 'auto',
   gemmSubgroups: 'auto',
+  gemmVec4: 'auto',
   attentionBackward: 'auto',
   normFold: 'auto',
 };
@@ -65,6 +73,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   attentionHeads: ['auto', 'group', 'one'],
   gemmF16: ['auto', 'on', 'off'],
   gemmSubgroups: ['auto', 'on', 'off'],
+  gemmVec4: ['auto', 'off'],
   attentionBackward: ['auto', 'split', 'row'],
   normFold: ['auto', 'off'],
 };

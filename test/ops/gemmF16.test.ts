@@ -54,14 +54,21 @@ async function run(
   return { got, defines: K.kernelVariant(gpu, 'matmul')!.defines as Record<string, unknown> };
 }
 
-// gemmSubgroups 'on': A shared by subgroup shuffles of vec4<f16> (SGA) instead of the shared tile.
-describe.each(['off', 'on'] as const)('gemm_tiled F16, gemmSubgroups %s', (sga) => {
+// gemmSubgroups 'on': A shared by subgroup shuffles of vec4<f16> (SGA) instead of the shared tile;
+// gemmVec4 'auto': the tiles laid out along r, filled by 16-byte loads (VEC), where K % 8 == 0.
+describe.each([
+  ['off', 'auto'],
+  ['off', 'off'],
+  ['on', 'auto'],
+] as const)('gemm_tiled F16, gemmSubgroups %s, gemmVec4 %s', (sga, vec4) => {
   beforeAll(() => {
     K.tuning.matmul = 'tiled';
     K.tuning.gemmSubgroups = sga;
+    K.tuning.gemmVec4 = vec4;
   });
   afterAll(() => {
     K.tuning.gemmSubgroups = 'auto';
+    K.tuning.gemmVec4 = 'auto';
   });
 
   // (format, T, N, K, accumulate, x scale): activations up to a few hundred in magnitude (the
@@ -98,6 +105,8 @@ describe.each(['off', 'on'] as const)('gemm_tiled F16, gemmSubgroups %s', (sga) 
     const f16 = await run('on', x, w, init, T, N, Kd);
     expect(f16.defines.F16, 'the F16 tiles ran').toBe(1);
     expect(f16.defines.SGA, 'the subgroup A variant ran as set').toBe(sga === 'on' ? 1 : undefined);
+    const vec = sga === 'off' && vec4 === 'auto' && Kd % 8 === 0;
+    expect(f16.defines.VEC, 'the 16-byte loads ran where they fit').toBe(vec ? 1 : undefined);
     const f32 = await run('off', x, w, init, T, N, Kd);
     expect(f32.defines.F16, 'tuning.gemmF16 off: the f32 tiles ran').toBeUndefined();
 
@@ -112,7 +121,9 @@ describe.each(['off', 'on'] as const)('gemm_tiled F16, gemmSubgroups %s', (sga) 
       err16 = Math.max(err16, e / (mag[i]! || 1));
       err32 = Math.max(err32, Math.abs(f32.got[i]! - want[i]!) / (mag[i]! || 1));
     }
-    h.measured[`${format} T=${T} N=${N} K=${Kd}${accumulate ? ' +=' : ''} x*${xs}${sga === 'on' ? ' SGA' : ''}`] =
+    h.measured[
+      `${format} T=${T} N=${N} K=${Kd}${accumulate ? ' +=' : ''} x*${xs}${sga === 'on' ? ' SGA' : vec ? ' VEC' : ''}`
+    ] =
       `max err/sum|xw| f16 ${err16.toExponential(2)}, f32 ${err32.toExponential(2)}; worst err/bound ${worst.toFixed(3)}`;
     expect(
       worst,
