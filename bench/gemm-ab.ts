@@ -1,4 +1,5 @@
-// `npx tsx bench/gemm-ab.ts [--M 256] [--N 1024] [--K 2560] [--reps 5] [--f16] [--subgroups] [--vec4 auto|off] [--json FILE]`
+// `npx tsx bench/gemm-ab.ts [--M 256] [--N 1024] [--K 2560] [--reps 5] [--f16] [--subgroups]
+//  [--vec4 auto|off] [--json FILE]`
 // The tiled GEMM (shaders/matmul.wgsl gemm_tiled, forced: tuning.matmul 'tiled') in the three
 // layouts the model runs it in, timed in this tree: the forward `matmul` (x . W^T, bf16 W), the
 // input gradient `matmulBackwardInput` (dy . W, W read along its columns) and the LoRA weight
@@ -7,10 +8,10 @@
 // B, and compare: this file imports only the ops layer, so it runs unchanged in older trees.
 // --f16 times the forward with f16 tiles (tuning.gemmF16 'on'; needs shader-f16); --subgroups
 // shares A by subgroup shuffles (tuning.gemmSubgroups 'on': the forward and the input gradient;
-// 'off' without the flag); --vec4 off keeps the forward on the r-major tiles with element loads
-// (tuning.gemmVec4; 'auto', the default, takes the 16-byte loads where they fit). Each figure is
-// the best of 3 batches of --reps calls, with GFLOP/s; on a CPU adapter these are CPU timings of
-// GPU kernels. A benchmark, not a test: nothing here asserts a time.
+// 'off' without the flag); --vec4 off keeps the forward and the input gradient on the r-major
+// tiles with element loads (tuning.gemmVec4; the default, auto, takes the 16-byte loads where
+// they fit). Each figure is the best of 3 batches of --reps calls, with GFLOP/s; on a CPU adapter
+// these are CPU timings of GPU kernels. A benchmark, not a test: nothing here asserts a time.
 import '../bin/gpu-env.mjs';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';

@@ -53,8 +53,8 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
   --tokens "$TRAIN_LEN" --device cuda --reps 3
 # gemv-ab.log also holds the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts),
 # and the tiled GEMM's three layouts at the 4B MLP's shape with A in shared memory, A by subgroup
-# shuffles (the 'auto' choice on Intel only), and f16 tiles (bench/gemm-ab.ts); the forward with
-# and without its 16-byte loads (--vec4 off), in f32 and f16 tiles.
+# shuffles (the 'auto' choice on Intel only), and f16 tiles (bench/gemm-ab.ts); with and without
+# the 16-byte loads (--vec4 off: the forward and the input gradient), in f32 and f16 tiles.
 GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 run gemv-ab 70 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off"
 # decode-attention-ab.log also holds the RMSNorms folded into the decode GEMVs against 'off', one

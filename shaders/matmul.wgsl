@@ -229,21 +229,29 @@ alias TE = f32;
 #endif
 
 #ifdef VEC
-// Define VEC (tuning.gemmVec4; A and B both read along r, 16-byte aligned: the forward matmul
-// x . W^T and the LoRA forward): 16-byte global loads. Both tiles hold vec4s along r (4 values of
-// r of one row of A or one column of B per vec4), the layout the loads come in, so each thread
-// stores whole vec4s it loaded itself and no transpose is needed: per step a thread loads one
-// vec4 of A (row lid / 4, r 4 (lid % 4)..+3) and one 8-element run of B (column lid / 2, r
-// 8 (lid % 2)..+7: one vec4u of bf16, one word of q4, two vec4s of f32). Outputs: rows
-// ty + 16 i, columns tx + 16 j (i < 4, j < 8), so the stores of 16 neighbouring threads are
-// contiguous. Each 4 values of r cost a thread 4 + 8 vec4 shared reads for 4 x 32 FMAs (the same
-// 3 reads per 32 FMAs as the r-major tiles), as 8 vector x 4x4-matrix products.
-const KP = BK / 4u + 1u; // padded pitch (vec4s) of a row of either tile: the 16 threads reading
-                         // 16 columns at one r hit distinct banks
+// Define VEC (tuning.gemmVec4; A read along r with 16-byte aligned rows): 16-byte global loads.
+// The A tile holds vec4s along r (4 values of r of one row per vec4), the layout its loads come
+// in: per step a thread loads one vec4 of A (row lid / 4, r 4 (lid % 4)..+3). B comes in runs of
+// 8 elements (one vec4u of bf16, one word of q4 with its scale, two vec4s of f32), one per thread:
+//  - read along r (the forward matmul x . W^T and the LoRA forward): the B tile holds vec4s along
+//    r too; a thread loads column lid / 2, r 8 (lid % 2)..+7. Outputs: rows ty + 16 i, columns
+//    tx + 16 j (i < 4, j < 8), so the stores of 16 neighbouring threads are contiguous.
+//  - define BT, read along n (B(n, r) = b[r * N + n]: the input gradient dy . W and its LoRA
+//    part): the B tile holds vec4s along n, as in the r-major tiles below; a thread loads r
+//    lid / 16, columns 8 (lid % 16)..+7. Outputs: rows ty + 16 i, columns 4 tx + 64 h + q.
+// Each thread stores whole vectors it loaded itself, so no transpose is needed. Each 4 values of
+// r cost a thread 4 + 8 vec4 shared reads for 4 x 32 FMAs (the same 3 reads per 32 FMAs as the
+// r-major tiles), as 8 vector x 4x4-matrix products.
+const KP = BK / 4u + 1u; // padded pitch (vec4s) of a row of a tile along r: the 16 threads
+                         // reading 16 columns at one r hit distinct banks
 var<workgroup> as_: array<vec4<TE>, BM * KP>; // (BM, BK / 4): A tile, 4 values of r per vec4
-var<workgroup> bs: array<vec4<TE>, BN * KP>;  // (BN, BK / 4): B tile, the same
+#ifdef BT
+var<workgroup> bs: array<vec4<TE>, BK * BP>;  // (BK, BN / 4): B tile, 4 columns per vec4
+#else
+var<workgroup> bs: array<vec4<TE>, BN * KP>;  // (BN, BK / 4): B tile, 4 values of r per vec4
+#endif
 
-// Element e of B, e % 8 == 0, and the 7 after it, as two vec4s (zero past R: R % 8 == 0).
+// Element e of B, e % 8 == 0, and the 7 after it, as two vec4s.
 fn loadB8(e: u32) -> array<vec4<TE>, 2> {
 #if WEIGHTS == bf16
   let q = w[e >> 3u];
@@ -263,18 +271,52 @@ fn loadB8(e: u32) -> array<vec4<TE>, 2> {
 }
 
 // This thread's share of the R step from r0: its vec4 of A and its 8 values of B, zero past the
-// edges (M, N; R: the TS side checks R % 8 == 0, aM % 4 == 0 and bN % 8 == 0).
+// edges. The TS side checks that a run never crosses one: R % 4 == 0 and aM % 4 == 0 for A; for
+// B, R % 8 == 0 and bN == R (along r) or N % 8 == 0 and bR == N (BT).
 struct Step { a: vec4<TE>, b: array<vec4<TE>, 2> }
 fn loadStep(m0: u32, n0: u32, r0: u32, lid: u32) -> Step {
   var st = Step(vec4<TE>(), array(vec4<TE>(), vec4<TE>()));
   let m = m0 + (lid >> 2u);
   let ra = r0 + 4u * (lid & 3u);
   if (m < p.M && ra < p.R) { st.a = vec4<TE>(a[(m * p.aM + ra) >> 2u]); }
+#ifdef BT
+  let n = n0 + 8u * (lid & 15u);
+  let rb = r0 + (lid >> 4u);
+  if (n < p.N && rb < p.R) { st.b = loadB8(n + rb * p.bR); }
+#else
   let n = n0 + (lid >> 1u);
   let rb = r0 + 8u * (lid & 1u);
   if (n < p.N && rb < p.R) { st.b = loadB8(n * p.bN + rb); }
+#endif
   return st;
 }
+
+// Where this thread's run of B goes in the tile (the second vec4 follows the first).
+fn bSlot(lid: u32) -> u32 {
+#ifdef BT
+  return (lid >> 4u) * BP + 2u * (lid & 15u);
+#else
+  return (lid >> 1u) * KP + 2u * (lid & 1u);
+#endif
+}
+
+// This thread's 4 columns h (< 2) of B at r0 + 4 k .. + 3 as a matrix, and the product of a row's
+// vec4 av (the same 4 values of r) with it: the 4 columns' partial dot products.
+#ifdef BT
+fn bCols(k: u32, tx: u32, h: u32) -> mat4x4<TE> { // column c: the 4 columns at r0 + 4 k + c
+  let c = tx + 16u * h;
+  return mat4x4<TE>(bs[4u * k * BP + c], bs[(4u * k + 1u) * BP + c], bs[(4u * k + 2u) * BP + c], bs[(4u * k + 3u) * BP + c]);
+}
+fn rowTimes(av: vec4<TE>, b: mat4x4<TE>) -> vec4<TE> { return b * av; }
+fn outColumn(tx: u32, j: u32) -> u32 { return 4u * tx + 64u * (j >> 2u) + (j & 3u); }
+#else
+fn bCols(k: u32, tx: u32, h: u32) -> mat4x4<TE> { // column q: output column tx + 64 h + 16 q along r
+  let c = tx + 64u * h;
+  return mat4x4<TE>(bs[c * KP + k], bs[(c + 16u) * KP + k], bs[(c + 32u) * KP + k], bs[(c + 48u) * KP + k]);
+}
+fn rowTimes(av: vec4<TE>, b: mat4x4<TE>) -> vec4<TE> { return av * b; }
+fn outColumn(tx: u32, j: u32) -> u32 { return tx + 16u * j; }
+#endif
 
 @compute @workgroup_size(16, 16)
 fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid3: vec3u,
@@ -283,12 +325,12 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
   let m0 = wid.y * BM;
   let tx = lid3.x;
   let ty = lid3.y;
-  var acc: array<vec4f, 8>; // rows ty + 16 i, columns tx + 64 h + 16 (0..3): acc[2 i + h]
+  var acc: array<vec4f, 8>; // row ty + 16 i, output columns outColumn(tx, 4 h + (0..3)): acc[2 i + h]
   var next = loadStep(m0, n0, 0u, lid);
   for (var r0 = 0u; r0 < p.R; r0 += BK) {
     as_[(lid >> 2u) * KP + (lid & 3u)] = next.a;
-    bs[(lid >> 1u) * KP + 2u * (lid & 1u)] = next.b[0];
-    bs[(lid >> 1u) * KP + 2u * (lid & 1u) + 1u] = next.b[1];
+    bs[bSlot(lid)] = next.b[0];
+    bs[bSlot(lid) + 1u] = next.b[1];
     workgroupBarrier();
     if (r0 + BK < p.R) { next = loadStep(m0, n0, r0 + BK, lid); } // in flight during the FMAs
 #ifdef F16
@@ -298,17 +340,16 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
     for (var j = 0u; j < 8u; j++) { part[j] = vec4<f16>(); }
 #endif
     for (var k = 0u; k < BK / 4u; k++) {
-      let b0 = mat4x4<TE>(bs[tx * KP + k], bs[(tx + 16u) * KP + k], bs[(tx + 32u) * KP + k], bs[(tx + 48u) * KP + k]);
-      let b1 = mat4x4<TE>(bs[(tx + 64u) * KP + k], bs[(tx + 80u) * KP + k], bs[(tx + 96u) * KP + k],
-                          bs[(tx + 112u) * KP + k]);
+      let b0 = bCols(k, tx, 0u);
+      let b1 = bCols(k, tx, 1u);
       for (var i = 0u; i < 4u; i++) {
         let av = as_[(ty + 16u * i) * KP + k]; // row ty + 16 i at r0 + 4 k .. + 3
 #ifdef F16
-        part[2u * i] += av * b0; // (av . column q of b0) for q < 4
-        part[2u * i + 1u] += av * b1;
+        part[2u * i] += rowTimes(av, b0);
+        part[2u * i + 1u] += rowTimes(av, b1);
 #else
-        acc[2u * i] += av * b0;
-        acc[2u * i + 1u] += av * b1;
+        acc[2u * i] += rowTimes(av, b0);
+        acc[2u * i + 1u] += rowTimes(av, b1);
 #endif
       }
     }
@@ -320,7 +361,7 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
   for (var i = 0u; i < 4u; i++) {
     let m = m0 + ty + 16u * i;
     for (var j = 0u; j < 8u; j++) {
-      let n = n0 + tx + 16u * j;
+      let n = n0 + outColumn(tx, j);
       if (m < p.M && n < p.N) { store(m * p.N + n, acc[2u * i + (j >> 2u)][j & 3u]); }
     }
   }

@@ -241,12 +241,13 @@ export function useGemmSubgroups(gpu: Gpu, aR: number): boolean {
 }
 
 /**
- * Whether gemm_tiled takes its 16-byte loads (shaders/matmul.wgsl VEC, tuning.gemmVec4) for
- * A(m, r) = a[m * aM + r] and B(n, r) = element n * R + r of b: rows of A on 16 bytes (aM % 4),
- * 8-element runs of B on 16 bytes (R % 8), and both buffers bound as whole vec4 arrays that
- * reach their last element (a q4 tensor's last scale word may end mid-vec4).
+ * gemm_tiled's 16-byte loads (shaders/matmul.wgsl VEC, tuning.gemmVec4) for A(m, r) =
+ * a[m * aM + r] with rows on 16 bytes (aM % 4, R % 4) and B(n, r) either element n * R + r of b
+ * ('r': read along r, runs of 8 on 16 bytes: R % 8) or element r * N + n ('n', define BT: read
+ * along n, N % 8), both buffers bound as whole vec4 arrays that reach their last element (a q4
+ * tensor's last scale word may end mid-vec4); null where they do not fit.
  */
-function vecTileFits(
+function vecTile(
   a: GPUBuffer,
   b: GPUBuffer,
   WEIGHTS: WeightFormat,
@@ -254,20 +255,26 @@ function vecTileFits(
   N: number,
   R: number,
   strides: readonly number[],
-): boolean {
-  const [aM, aR, bN, bR] = strides;
-  if (tuning.gemmVec4 === 'off' || aR !== 1 || bR !== 1 || bN !== R || aM % 4 !== 0 || R % 8 !== 0) return false;
-  const bBytes = WEIGHTS === 'q4' ? q4Words(N, R) * 4 : WEIGHTS === 'bf16' ? N * R * 2 : N * R * 4;
-  return wholeVec4Bytes(b) >= Math.ceil(bBytes / 16) * 16 && wholeVec4Bytes(a) >= ((M - 1) * aM + R) * 4;
+): 'r' | 'n' | null {
+  const [aM, aR, bN, bR] = strides as [number, number, number, number];
+  if (tuning.gemmVec4 === 'off' || aR !== 1 || aM % 4 !== 0 || R % 4 !== 0) return null;
+  const along = bR === 1 && bN === R && R % 8 === 0 ? 'r' : bN === 1 && bR === N && N % 8 === 0 ? 'n' : null;
+  if (!along) return null;
+  // b holds N * R elements either way: an (N, R) tensor read along r, an (R, N) one along n.
+  const [rows, cols] = along === 'r' ? [N, R] : [R, N];
+  const bBytes = WEIGHTS === 'q4' ? q4Words(rows, cols) * 4 : WEIGHTS === 'bf16' ? N * R * 2 : N * R * 4;
+  const fits = wholeVec4Bytes(b) >= Math.ceil(bBytes / 16) * 16 && wholeVec4Bytes(a) >= ((M - 1) * aM + R) * 4;
+  return fits ? along : null;
 }
 
 /**
  * gemm_tiled's defines: the weight format, and the f16, subgroup and 16-byte-load variants where
  * they run (SGA shares A by shuffles of its own loads, so it excludes VEC).
  */
-function tiledDefines(gpu: Gpu, WEIGHTS: WeightFormat, f16: boolean, aR: number, vec: boolean): Defines {
+function tiledDefines(gpu: Gpu, WEIGHTS: WeightFormat, f16: boolean, aR: number, vec: 'r' | 'n' | null): Defines {
   const sga = useGemmSubgroups(gpu, aR);
-  return { WEIGHTS, TILED: 1, ...(f16 ? { F16: 1 } : {}), ...(sga ? { SGA: 1 } : vec ? { VEC: 1 } : {}) };
+  const vecDefines: Defines = sga || !vec ? {} : vec === 'r' ? { VEC: 1 } : { VEC: 1, BT: 1 };
+  return { WEIGHTS, TILED: 1, ...(f16 ? { F16: 1 } : {}), ...(sga ? { SGA: 1 } : vecDefines) };
 }
 
 /** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) ^T ; w bf16 or q4 (dequantized on the fly) */
@@ -318,7 +325,7 @@ export function matmul(
         'matmul',
         'matmul',
         'gemm_tiled',
-        tiledDefines(gpu, WEIGHTS, useGemmF16(gpu), 1, vecTileFits(x, wb, WEIGHTS, T, N, K, [K, 1, K, 1])),
+        tiledDefines(gpu, WEIGHTS, useGemmF16(gpu), 1, vecTile(x, wb, WEIGHTS, T, N, K, [K, 1, K, 1])),
       ),
       [out, x, wb],
       [Math.ceil(N / TILE_N), Math.ceil(T / TILE_M)],
@@ -380,7 +387,7 @@ export function gemm(
         op,
         'matmul',
         'gemm_tiled',
-        tiledDefines(gpu, WEIGHTS, false, strides[1], vecTileFits(a, b, WEIGHTS, M, N, R, strides)),
+        tiledDefines(gpu, WEIGHTS, false, strides[1], vecTile(a, b, WEIGHTS, M, N, R, strides)),
       ),
       [out, a, b],
       [Math.ceil(N / TILE_N), Math.ceil(M / TILE_M)],

@@ -1,11 +1,12 @@
-// The tiled GEMM's 16-byte loads (shaders/matmul.wgsl define VEC, tuning.gemmVec4): A and B both
-// read along r, tiles laid out along r, one vec4 of A and one 8-element run of B per thread and
-// step, 4x8 outputs per thread as vector x 4x4-matrix products. Against an f64 CPU reference with
-// the f32 tolerance of the other matmul tests, in every weight format (bf16, q4, and f32 through
-// the LoRA forward matmulF32), across the tile edges in M (64), N (128) and R (16; R % 16 == 8
-// leaves a half step), with accumulate and scale; and the launched kernel checked to be VEC where
-// it fits and the r-major tiles where it does not (R % 8, rows of A off 16 bytes, gemmVec4 'off').
-// The f16 tiles over VEC are tested in gemmF16.test.ts (lavapipe).
+// The tiled GEMM's 16-byte loads (shaders/matmul.wgsl define VEC, tuning.gemmVec4): A read along
+// r into a tile along r, one vec4 of A and one 8-element run of B per thread and step, 4x8 outputs
+// per thread as vector x 4x4-matrix products; B read along r (the forward matmul, the LoRA forward
+// matmulF32) or along n (define BT: the input gradients matmulBackwardInput and its F32 LoRA part).
+// Against an f64 CPU reference with the f32 tolerance of the other matmul tests, in every weight
+// format (bf16, q4, f32), across the tile edges in M (64), N (128) and R (16; R % 16 == 8 or 4
+// leaves a part step), with accumulate and scale; and the launched kernel checked to be VEC (BT)
+// where it fits and the r-major tiles where it does not (R % 8 or N % 8, rows of A off 16 bytes,
+// gemmVec4 'off'). The f16 tiles over VEC are tested in gemmF16.test.ts (lavapipe).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
 import * as K from '../../src/ops/index.ts';
@@ -81,11 +82,66 @@ describe('gemm_tiled with 16-byte loads', () => {
     };
     const want = reference(x, vals, init, T, N, Kd, scale);
     const vec = await runWith('auto');
-    expect(vec.defines.VEC, 'the 16-byte loads ran').toBe(1);
+    expect([vec.defines.VEC, vec.defines.BT], 'the 16-byte loads along r ran').toEqual([1, undefined]);
     h.expectClose(`${op} ${format} VEC T=${T} N=${N} K=${Kd}`, vec.got, want, REL, ABS);
     const rMajor = await runWith('off');
     expect(rMajor.defines.VEC, "gemmVec4 'off': the r-major tiles ran").toBeUndefined();
     h.expectClose(`${op} ${format} r-major T=${T} N=${N} K=${Kd}`, rMajor.got, want, REL, ABS);
+  });
+
+  // The input gradient dx (T, K) (+)= scale * dy (T, N) . w (N, K): B(k, n) = w[n * K + k], read
+  // along the outputs k. (format, T, N, K, accumulate)
+  it.for([
+    ['bf16', 70, 132, 200, false],
+    ['bf16', 65, 36, 136, true],
+    ['q4', 40, 96, 256, true],
+    ['q4', 9, 20, 96, false],
+    ['f32', 70, 16, 40, true],
+    ['f32', 66, 8, 264, false],
+  ] as const)('input gradient, %s T=%i N=%i K=%i accumulate=%s', async ([format, T, N, Kd, accumulate]) => {
+    const rand = ref.rng(T * 3 + N + Kd);
+    const dy = ref.randn(T * N, rand);
+    const init = accumulate ? ref.randn(T * Kd, rand) : null;
+    const { w, vals } = h.weight(format, N, Kd, T + Kd);
+    const scale = format === 'f32' ? 0.5 : 1;
+    const op = format === 'f32' ? 'matmulBackwardInputF32' : 'matmulBackwardInput';
+    // vals^T (K, N): the reference's "weight" for dx = dy . vals
+    const valsT = new Float32Array(Kd * N);
+    for (let n = 0; n < N; n++) for (let k = 0; k < Kd; k++) valsT[k * N + n] = vals[n * Kd + k]!;
+    const want = reference(dy, valsT, init, T, Kd, N, scale);
+    const runWith = async (vec4: 'auto' | 'off') => {
+      K.tuning.gemmVec4 = vec4;
+      const dx = init ? f32Buf(init, 'dx') : outBuf(T * Kd);
+      if (format === 'f32') K.matmulBackwardInputF32(gpu, dx, f32Buf(dy), w as GPUBuffer, T, N, Kd, accumulate, scale);
+      else K.matmulBackwardInput(gpu, dx, f32Buf(dy), w, T, N, Kd, accumulate);
+      return { got: await gpu.readF32(dx, T * Kd), defines: defines(op) };
+    };
+    const vec = await runWith('auto');
+    expect([vec.defines.VEC, vec.defines.BT], 'the 16-byte loads along n ran').toEqual([1, 1]);
+    h.expectClose(`${op} ${format} VEC BT T=${T} N=${N} K=${Kd}`, vec.got, want, REL, ABS);
+    const rMajor = await runWith('off');
+    expect(rMajor.defines.VEC, "gemmVec4 'off': the r-major tiles ran").toBeUndefined();
+    h.expectClose(`${op} ${format} r-major T=${T} N=${N} K=${Kd}`, rMajor.got, want, REL, ABS);
+  });
+
+  it('an input gradient with K not a multiple of 8 takes the r-major tiles', async () => {
+    K.tuning.gemmVec4 = 'auto';
+    const [T, N, Kd] = [20, 16, 36];
+    const rand = ref.rng(15);
+    const dy = ref.randn(T * N, rand);
+    const { w, vals } = h.weight('bf16', N, Kd, 16);
+    const valsT = new Float32Array(Kd * N);
+    for (let n = 0; n < N; n++) for (let k = 0; k < Kd; k++) valsT[k * N + n] = vals[n * Kd + k]!;
+    const dx = outBuf(T * Kd);
+    K.matmulBackwardInput(gpu, dx, f32Buf(dy), w, T, N, Kd, false);
+    expect(defines('matmulBackwardInput').VEC).toBeUndefined();
+    h.expectClose(
+      'matmulBackwardInput K=36',
+      await gpu.readF32(dx, T * Kd),
+      reference(dy, valsT, null, T, Kd, N),
+      REL,
+      ABS,
+    );
   });
 
   it('K not a multiple of 8 takes the r-major tiles', async () => {
