@@ -55,6 +55,28 @@ function reference(
 
 const defines = (op: string) => K.kernelVariant(gpu, op)!.defines as Record<string, unknown>;
 
+/**
+ * Runs `call` (writing `n` floats to the buffer it returns) with gemmVec4 'auto' and 'off': the
+ * first must launch VEC (with BT as `bt` says), the second the r-major tiles; both within the f32
+ * tolerance of `want`.
+ */
+async function bothWays(label: string, op: string, bt: boolean, n: number, want: Float32Array, call: () => GPUBuffer) {
+  for (const vec4 of ['auto', 'off'] as const) {
+    K.tuning.gemmVec4 = vec4;
+    const out = call();
+    const d = defines(op);
+    if (vec4 === 'auto') expect([d.VEC, d.BT], `${label}: the 16-byte loads ran`).toEqual([1, bt ? 1 : undefined]);
+    else expect(d.VEC, `${label}: gemmVec4 'off': the r-major tiles ran`).toBeUndefined();
+    h.expectClose(
+      `${label} ${vec4 === 'auto' ? (bt ? 'VEC BT' : 'VEC') : 'r-major'}`,
+      await gpu.readF32(out, n),
+      want,
+      REL,
+      ABS,
+    );
+  }
+}
+
 describe('gemm_tiled with 16-byte loads', () => {
   // (format, T, N, K, accumulate)
   it.for([
@@ -73,20 +95,13 @@ describe('gemm_tiled with 16-byte loads', () => {
     const { w, vals } = h.weight(format, N, Kd, T + N);
     const scale = format === 'f32' ? 0.5 : 1; // the LoRA forward's alpha / r
     const op = format === 'f32' ? 'matmulF32' : 'matmul';
-    const runWith = async (vec4: 'auto' | 'off') => {
-      K.tuning.gemmVec4 = vec4;
+    const want = reference(x, vals, init, T, N, Kd, scale);
+    await bothWays(`${op} ${format} T=${T} N=${N} K=${Kd}`, op, false, T * N, want, () => {
       const out = init ? f32Buf(init, 'out') : outBuf(T * N);
       if (format === 'f32') K.matmulF32(gpu, out, f32Buf(x), w as GPUBuffer, T, N, Kd, accumulate, scale);
       else K.matmul(gpu, out, f32Buf(x), w, T, N, Kd, accumulate);
-      return { got: await gpu.readF32(out, T * N), defines: defines(op) };
-    };
-    const want = reference(x, vals, init, T, N, Kd, scale);
-    const vec = await runWith('auto');
-    expect([vec.defines.VEC, vec.defines.BT], 'the 16-byte loads along r ran').toEqual([1, undefined]);
-    h.expectClose(`${op} ${format} VEC T=${T} N=${N} K=${Kd}`, vec.got, want, REL, ABS);
-    const rMajor = await runWith('off');
-    expect(rMajor.defines.VEC, "gemmVec4 'off': the r-major tiles ran").toBeUndefined();
-    h.expectClose(`${op} ${format} r-major T=${T} N=${N} K=${Kd}`, rMajor.got, want, REL, ABS);
+      return out;
+    });
   });
 
   // The input gradient dx (T, K) (+)= scale * dy (T, N) . w (N, K): B(k, n) = w[n * K + k], read
@@ -109,19 +124,12 @@ describe('gemm_tiled with 16-byte loads', () => {
     const valsT = new Float32Array(Kd * N);
     for (let n = 0; n < N; n++) for (let k = 0; k < Kd; k++) valsT[k * N + n] = vals[n * Kd + k]!;
     const want = reference(dy, valsT, init, T, Kd, N, scale);
-    const runWith = async (vec4: 'auto' | 'off') => {
-      K.tuning.gemmVec4 = vec4;
+    await bothWays(`${op} ${format} T=${T} N=${N} K=${Kd}`, op, true, T * Kd, want, () => {
       const dx = init ? f32Buf(init, 'dx') : outBuf(T * Kd);
       if (format === 'f32') K.matmulBackwardInputF32(gpu, dx, f32Buf(dy), w as GPUBuffer, T, N, Kd, accumulate, scale);
       else K.matmulBackwardInput(gpu, dx, f32Buf(dy), w, T, N, Kd, accumulate);
-      return { got: await gpu.readF32(dx, T * Kd), defines: defines(op) };
-    };
-    const vec = await runWith('auto');
-    expect([vec.defines.VEC, vec.defines.BT], 'the 16-byte loads along n ran').toEqual([1, 1]);
-    h.expectClose(`${op} ${format} VEC BT T=${T} N=${N} K=${Kd}`, vec.got, want, REL, ABS);
-    const rMajor = await runWith('off');
-    expect(rMajor.defines.VEC, "gemmVec4 'off': the r-major tiles ran").toBeUndefined();
-    h.expectClose(`${op} ${format} r-major T=${T} N=${N} K=${Kd}`, rMajor.got, want, REL, ABS);
+      return dx;
+    });
   });
 
   it('an input gradient with K not a multiple of 8 takes the r-major tiles', async () => {
