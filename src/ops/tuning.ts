@@ -33,10 +33,11 @@ export interface Tuning {
    */
   gemmSubgroups: 'auto' | 'on' | 'off';
   /**
-   * The tiled GEMM with 16-byte global loads into tiles laid out along r (shaders/matmul.wgsl
-   * VEC), for products whose A and B are both read along r (the forward matmul x . W^T and the
-   * LoRA forward products) with 16-byte aligned rows (R % 8 == 0): 'auto' wherever it fits (the
-   * SGA variant, where it runs, keeps its own loads), 'off' never (the r-major tiles, element loads).
+   * The tiled GEMM with 16-byte global loads (shaders/matmul.wgsl VEC) for products whose A is
+   * read along r with 16-byte aligned rows: B read along r (the forward matmul x . W^T and the LoRA
+   * forward; R % 8 == 0) or along n (define BT: the input gradients dy . W; N % 8 == 0). 'auto'
+   * wherever it fits (the SGA variant, where it runs, keeps its own loads), 'off' never (the
+   * r-major tiles, element loads; the LoRA weight gradients always take those).
    */
   gemmVec4: 'auto' | 'off';
   /**
