@@ -51,9 +51,14 @@ test('loads a Hub repo with per-file progress, caches it, loads again without do
   await page.getByLabel('Hub repo id').fill(REPO);
   await page.getByLabel('Hub repo id').blur();
   await page.getByRole('button', { name: 'Load model' }).click();
-  await expect(page.getByRole('table', { name: 'Downloads' })).toContainText('model.safetensors');
   await expect(page.getByTestId('model-status')).toContainText(REPO);
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
+  // The per-file table stays after the load: every file fetched, each done, with its size.
+  const table = page.getByRole('table', { name: 'Downloads' });
+  const weightsRow = table.getByRole('row').filter({ hasText: 'model.safetensors' });
+  await expect(weightsRow).toContainText('done');
+  await expect(weightsRow).toContainText(/\d+(\.\d+)? (B|KiB|MiB) \/ \d+(\.\d+)? (B|KiB|MiB)/);
+  await expect(table).toContainText('config.json');
   const downloads = fetched.filter((p) => p.includes('/resolve/'));
   expect(downloads.length).toBeGreaterThanOrEqual(3);
   expect(downloads.every((p) => p.startsWith(`/${REPO}/resolve/${SHA_A}/`))).toBe(true);

@@ -251,21 +251,26 @@ function MemoryCheck() {
 function LoadProgressView() {
   const progress = useApp((s) => s.loadProgress);
   const downloads = useApp((s) => s.downloads);
-  if (!progress) return null;
+  // The per-file table outlives the load (until the next one starts): what was fetched, how
+  // big and how fast stays readable after a download too quick to watch.
+  const files = Object.values(downloads);
+  if (!progress && files.length === 0) return null;
   return (
     <div className="progress-block">
-      <div className="progress">
-        <progress
-          max={1}
-          value={progress.stage === 'upload' || progress.stage === 'cache' ? progress.fraction : undefined}
-          aria-label="Loading progress"
-        />
-        <span>{progress.text}</span>
-      </div>
-      {Object.values(downloads).length > 0 && (
+      {progress && (
+        <div className="progress">
+          <progress
+            max={1}
+            value={progress.stage === 'upload' || progress.stage === 'cache' ? progress.fraction : undefined}
+            aria-label="Loading progress"
+          />
+          <span>{progress.text}</span>
+        </div>
+      )}
+      {files.length > 0 && (
         <table className="downloads" aria-label="Downloads">
           <tbody>
-            {Object.values(downloads).map((d) => (
+            {files.map((d) => (
               <tr key={d.file}>
                 <td>{d.file}</td>
                 <td>
