@@ -51,8 +51,8 @@ Usage:
   spyrl memory --table   the plan of the default round for every Qwen3 preset (the README table)
 
 --out must be a new or empty folder unless --force (which replaces it once the new save is complete).
---resume continues a run with its saved settings (spyrl_config.json, documents, sft flags); a flag that
-would change them is refused, naming it.
+--resume continues a run with its saved settings (spyrl_config.json, documents, --weights and --kv for
+train, sft flags); a flag that would change them is refused, naming it.
 Sampling defaults come from the model's generation_config.json (temperature 0 = greedy).
 --model (and --compare-model) take a folder or a Hugging Face Hub repo OWNER/NAME[@REVISION] (default main),
 downloaded into the Hugging Face cache as huggingface_hub lays it out, and reused from it.

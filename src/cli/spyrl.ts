@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { ModelLoadError } from '../model/errors.ts';
+import { asModelFormat, describeFormat, formatDiff, type ModelFormat } from '../model/format.ts';
 import { ENGINE_FLAGS, engineOptions, FORCE_FLAG, gpuMemoryBudget, int, parse, str, UsageError } from './args.ts';
 import { openModel, requireDir } from './open.ts';
 import { checkOutDir, saveFolder } from './saveFolder.ts';
@@ -101,12 +102,15 @@ function memoryPeaks(gpu: import('../gpu/index.ts').Gpu) {
 
 /**
  * spyrl_run.json, beside each checkpoint of `spyrl train`: which documents the run plays (the
- * --docs spec and a SHA-256 of the parsed documents), so that --resume can adopt them and refuse
- * a --docs that would change the schedule.
+ * --docs spec and a SHA-256 of the parsed documents) and how the base model was held (--weights,
+ * --kv), so that --resume can adopt them and refuse a --docs that would change the schedule, or
+ * a --weights or --kv that would change the base its adapter was trained against. Files written
+ * before the format was recorded have no "format": their runs resume with the flags given.
  */
 const RUN_FILE = 'spyrl_run.json';
 interface RunDocsSpec {
   docs: { spec: string; sha256: string };
+  format?: ModelFormat;
 }
 
 function docsSha256(docs: { train: SpyDocument[]; evalDocs: SpyDocument[] }): string {
@@ -131,7 +135,15 @@ function parseRunFile(text: string | Uint8Array | undefined): RunDocsSpec | null
     throw new ModelLoadError(RUN_FILE, `field "docs.spec" must be a non-empty string, got ${JSON.stringify(d?.spec)}`);
   if (typeof d.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(d.sha256))
     throw new ModelLoadError(RUN_FILE, `field "docs.sha256" must be 64 hex digits, got ${JSON.stringify(d.sha256)}`);
-  return { docs: { spec: d.spec, sha256: d.sha256 } };
+  const saved = (json as { format?: unknown }).format;
+  if (saved === undefined) return { docs: { spec: d.spec, sha256: d.sha256 } };
+  const format = asModelFormat(saved);
+  if (!format)
+    throw new ModelLoadError(
+      RUN_FILE,
+      `field "format" must be {"weights": "bf16" or "q4", "kv": "f32" or "f16"}, got ${JSON.stringify(saved)}`,
+    );
+  return { docs: { spec: d.spec, sha256: d.sha256 }, format };
 }
 
 /**
@@ -212,16 +224,34 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
   const savedRun = continuing ? parseRunFile(resume[RUN_FILE]) : null;
   const docsSpec = str(f, 'docs') ?? savedRun?.docs.spec;
   const { train, evalDocs } = await loadDocs(docsSpec, config.evalHeldOut);
-  const runFile: RunDocsSpec = { docs: { spec: docsSpecOf(docsSpec), sha256: docsSha256({ train, evalDocs }) } };
+  // The base as the checkpoint held it, unless --weights or --kv say otherwise (refused below).
+  const flags = engineOptions(f);
+  const engine = {
+    ...flags,
+    ...savedRun?.format,
+    ...(str(f, 'weights') === undefined ? {} : { weights: flags.weights }),
+    ...(str(f, 'kv') === undefined ? {} : { kv: flags.kv }),
+  };
+  const format: ModelFormat = { weights: engine.weights, kv: engine.kv };
+  const runFile: RunDocsSpec = {
+    docs: { spec: docsSpecOf(docsSpec), sha256: docsSha256({ train, evalDocs }) },
+    format,
+  };
   if (savedRun && savedRun.docs.sha256 !== runFile.docs.sha256) {
     throw new UsageError(
       `--resume: --docs ${docsSpec} would change the run: its documents differ from the checkpoint's (${savedRun.docs.spec}, sha256 ${savedRun.docs.sha256.slice(0, 12)}...); leave --docs out to continue with them`,
     );
   }
+  const formatChange = savedRun?.format ? formatDiff(savedRun.format, format) : [];
+  if (formatChange.length) {
+    const named = formatChange.map((d) => `--${d.startsWith('weights') ? 'weights' : 'kv'}`).join(' and ');
+    throw new UsageError(
+      `--resume: ${named} would change the base model its adapter was trained against: ${formatChange.join(', ')}; leave ${named} out to continue with ${describeFormat(savedRun!.format!)}`,
+    );
+  }
   const runJson = JSON.stringify(runFile, null, 2) + '\n';
 
   const [{ Run }, { CONFIG_FILE }] = await Promise.all([import('../train/run.ts'), import('../train/spyrl.ts')]);
-  const engine = engineOptions(f);
   const { gpu, model, tokenizer } = await openModel(dir, undefined, engine);
   try {
     if (!tokenizer)
@@ -255,7 +285,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
     const started = performance.now();
     const first = run.round;
     out.write(
-      `spyrl train: ${train.length} training / ${evalDocs.length} held-out documents, group ${config.groupSize}, rounds ${first + 1}..${rounds}\n`,
+      `spyrl train: ${train.length} training / ${evalDocs.length} held-out documents, group ${config.groupSize}, rounds ${first + 1}..${rounds}, ${describeFormat(format)}\n`,
     );
     while (run.round < rounds) {
       const t0 = performance.now();

@@ -50,3 +50,29 @@ export function checkFormat(cfg: Qwen3Config, format: ModelFormat, name: string)
   const problem = format.weights === 'q4' ? q4Problem(cfg) : null;
   if (problem) throw new Error(`${name} cannot load as q4: ${problem}`);
 }
+
+export function sameFormat(a: ModelFormat, b: ModelFormat): boolean {
+  return a.weights === b.weights && a.kv === b.kv;
+}
+
+/** "bf16 weights, f32 KV cache": how a message names a format. */
+export function describeFormat(f: ModelFormat): string {
+  return `${f.weights} weights, ${f.kv} KV cache`;
+}
+
+/**
+ * The fields where `asked` differs from `saved` (a resumed run's format), "weights (saved bf16,
+ * asked q4)", or [] when they agree.
+ */
+export function formatDiff(saved: ModelFormat, asked: ModelFormat): string[] {
+  return (['weights', 'kv'] as const)
+    .filter((k) => saved[k] !== asked[k])
+    .map((k) => `${k} (saved ${saved[k]}, asked ${asked[k]})`);
+}
+
+/** `x` as a ModelFormat when it is one (a saved run's "format" field), else null. */
+export function asModelFormat(x: unknown): ModelFormat | null {
+  if (typeof x !== 'object' || x === null) return null;
+  const { weights, kv } = x as Record<string, unknown>;
+  return (weights === 'bf16' || weights === 'q4') && (kv === 'f32' || kv === 'f16') ? { weights, kv } : null;
+}

@@ -56,7 +56,11 @@ export interface ModelSlice {
   setKv(kv: KvType): void;
   setKernelSpec(spec: string): void;
   inspectOption(): Promise<void>;
-  loadModel(choice?: ModelChoice): Promise<boolean>;
+  /**
+   * Loads `choice` (default: the selected option). `format` (a resumed run's) replaces the panel's
+   * weights and KV choices, and the panel then shows it.
+   */
+  loadModel(choice?: ModelChoice, format?: ModelFormat): Promise<boolean>;
   refreshCache(): Promise<void>;
   deleteCached(repo: string, revision: string, format?: CacheFormat): Promise<void>;
 }
@@ -205,7 +209,7 @@ export const createModelSlice =
         }
       },
 
-      async loadModel(choice) {
+      async loadModel(choice, asked) {
         const s = get();
         if (s.loadStatus === 'loading') return false;
         if (!['none', 'paused', 'lost'].includes(s.runStatus)) {
@@ -230,7 +234,7 @@ export const createModelSlice =
         try {
           // The memory check before any weight moves: refuse what cannot fit the adapter's limits.
           const { cfg, name } = await deps.engine.inspectModel(c);
-          const format = formatFor(cfg, get());
+          const format = asked ?? formatFor(cfg, get());
           const q4Why = format.weights === 'q4' ? q4Problem(cfg) : null;
           if (q4Why) throw new Error(`${name} cannot load as q4: ${q4Why}`);
           const run = get().configResult.config ?? get().runConfig;
@@ -253,7 +257,13 @@ export const createModelSlice =
           );
           // A new model ends the run that was on the old one (the worker already dropped it).
           get().clearRunView();
-          set({ loadStatus: 'ready', model: info, loadProgress: null, lastChoice: c });
+          set({
+            loadStatus: 'ready',
+            model: info,
+            loadProgress: null,
+            lastChoice: c,
+            ...(asked ? { weightsChoice: info.format.weights, kvType: info.format.kv } : {}),
+          });
           void get().refreshCache();
           return true;
         } catch (e) {

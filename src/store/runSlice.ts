@@ -2,6 +2,7 @@
 // oneStep()); events fill the rounds and the chart series; autosave, resume and exports.
 import type { StateCreator } from 'zustand';
 import type { SpyRLConfig } from '../game/config.ts';
+import { asModelFormat, sameFormat } from '../model/format.ts';
 import type { TrainEvent } from '../train/events.ts';
 import { errorKind, errorMessage, type PendingAdapterInfo, type SavedRunMeta } from '../worker/protocol.ts';
 import { EMPTY_ROUNDS, EMPTY_SERIES, reduceRounds, reduceSeries, type RoundsState, type Series } from './rounds.ts';
@@ -305,8 +306,19 @@ export const createRunSlice =
         await get().checkSaved(); // read it again under the lock: another tab may have saved or discarded it
         const meta = get().saved;
         if (!meta) return set({ runError: 'The autosaved run is gone (discarded in another tab?).' });
-        const loaded = get().model?.ref;
-        const same = loaded && JSON.stringify(loaded) === JSON.stringify(meta.model);
+        // The engine checks every field of the save; this one decides the load, so it is checked first.
+        const format = meta.format === undefined ? undefined : asModelFormat(meta.format);
+        if (format === null)
+          return set({
+            runError: `Could not resume: the autosave's meta.json field "format" must be {weights: bf16|q4, kv: f32|f16}, got ${JSON.stringify(meta.format)}`,
+          });
+        // The run continues on the base it was trained on: the same model, held the same way
+        // (weights format and KV type; saves from before formats existed do not say).
+        const loaded = get().model;
+        const same =
+          loaded &&
+          JSON.stringify(loaded.ref) === JSON.stringify(meta.model) &&
+          (!format || sameFormat(loaded.format, format));
         if (!same || get().runStatus === 'lost') {
           if (meta.model.kind === 'files') {
             if (get().lastChoice?.kind !== 'files') {
@@ -315,12 +327,13 @@ export const createRunSlice =
               });
               return;
             }
-            if (!(await get().loadModel(get().lastChoice!))) return;
+            if (!(await get().loadModel(get().lastChoice!, format))) return;
           } else if (
             !(await get().loadModel(
               meta.model.kind === 'demo'
                 ? { kind: 'demo' }
                 : { kind: 'hub', repo: meta.model.repo, revision: meta.model.revision },
+              format,
             ))
           ) {
             return;

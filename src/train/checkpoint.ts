@@ -8,6 +8,7 @@ import { configLeaves, validateConfig, ConfigError, type SpyRLConfig } from '../
 import type { SpyDocument } from '../game/documents.ts';
 import type { PolicySample } from '../game/round.ts';
 import { ModelLoadError } from '../model/errors.ts';
+import type { ModelFormat } from '../model/format.ts';
 
 /** Written into every checkpoint and autosave; a reader refuses any other format or version. */
 export const RUN_FORMAT = 'spyrl-run';
@@ -315,7 +316,7 @@ export const AUTOSAVE_META = 'meta.json';
 export function parseAutosaveMeta(
   meta: unknown,
   file = AUTOSAVE_META,
-): { stamp: RunStamp; round: number; config: SpyRLConfig } {
+): { stamp: RunStamp; round: number; config: SpyRLConfig; format: ModelFormat | undefined } {
   if (!isRecord(meta)) throw new ModelLoadError(file, `is not a JSON object`);
   const f = new Fields(file);
   if (meta['version'] !== RUN_VERSION)
@@ -326,6 +327,15 @@ export function parseAutosaveMeta(
   f.string(meta, 'modelName');
   const model = f.record(meta, 'model');
   f.at('model').oneOf(model, 'kind', ['demo', 'hub', 'files'] as const);
+  // How the base was held (absent in saves from before formats existed).
+  let format: ModelFormat | undefined;
+  if (meta['format'] !== undefined) {
+    const fm = f.record(meta, 'format');
+    format = {
+      weights: f.at('format').oneOf(fm, 'weights', ['bf16', 'q4'] as const),
+      kv: f.at('format').oneOf(fm, 'kv', ['f32', 'f16'] as const),
+    };
+  }
   const files = meta['files'];
   if (!Array.isArray(files)) f.fail('files', `must be a list, got ${show(files)}`);
   (files as unknown[]).forEach((x, i) => {
@@ -342,7 +352,7 @@ export function parseAutosaveMeta(
       throw new CheckpointError(file, `config.${e.field}`, e.message.replace(/^config\.[^:]*: /, ''));
     throw e;
   }
-  return { stamp: runStamp(runId), round, config };
+  return { stamp: runStamp(runId), round, config, format };
 }
 
 /** documents.json of an autosave: { train: SpyDocument[] (non-empty), evalDocs?: SpyDocument[] }. */

@@ -49,7 +49,7 @@ import {
 } from './modelSources.ts';
 import { formatBytes, weightBytes } from '../train/memory.ts';
 import { errorMessage, errorName } from './protocol.ts';
-import { checkFormat, defaultFormat, type ModelFormat } from '../model/format.ts';
+import { checkFormat, defaultFormat, describeFormat, sameFormat, type ModelFormat } from '../model/format.ts';
 import { defaultRunStorage, type RunFiles, type RunStorage } from './runStorage.ts';
 import type {
   EvalProgressInfo,
@@ -451,10 +451,15 @@ export class PlaygroundEngine {
       const meta = await this.deps.storage.meta();
       if (!meta) throw new Error('there is no autosaved run to resume');
       // Every field is checked (src/train/checkpoint.ts) before the run is touched; the trainer checks its own files.
-      const { stamp, config } = parseAutosaveMeta(meta);
+      const { stamp, config, format } = parseAutosaveMeta(meta);
       if (!sameModel(meta.model, m.info.ref))
         throw new Error(
           `the autosaved run was trained on ${meta.modelName}; load that model to resume it (loaded: ${m.info.name})`,
+        );
+      // Its LoRA was trained against the base as held then: q4 and bf16 are different bases.
+      if (format && !sameFormat(format, m.info.format))
+        throw new Error(
+          `the autosaved run was trained on ${meta.modelName} with ${describeFormat(format)}; load it that way to resume (loaded: ${describeFormat(m.info.format)})`,
         );
       const files = await this.deps.storage.files();
       const docs = parseRunDocuments(

@@ -308,6 +308,7 @@ describe('spyrl train --resume', () => {
       }),
     );
     // 2 rounds, checkpointEvery 1: checkpoint-1 is saved during the run and kept by the final save.
+    // An f16 KV cache (not the CLI default): a resume that did not adopt it would sample otherwise.
     const r = await spyrl(
       'train',
       '--model',
@@ -320,8 +321,11 @@ describe('spyrl train --resume', () => {
       run1(),
       '--config',
       config,
+      '--kv',
+      'f16',
     );
     expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain('rounds 1..2, bf16 weights, f16 KV cache');
   }, 600_000);
 
   it('row 5: checkpoint-N and the final save are whole folders, nothing half-written beside them', async () => {
@@ -356,7 +360,7 @@ describe('spyrl train --resume', () => {
       out,
     );
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stdout).toMatch(/2 training .* group 3, rounds 2\.\.2/);
+    expect(r.stdout).toMatch(/2 training .* group 3, rounds 2\.\.2, bf16 weights, f16 KV cache/);
     expect(await json(join(out, 'spyrl_config.json'))).toEqual(await json(join(run1(), 'spyrl_config.json')));
     expect(await json(join(out, 'spyrl_run.json'))).toEqual(await json(join(run1(), 'spyrl_run.json')));
     // The same round 2 as the uninterrupted run: the seed, documents and group size were adopted.
@@ -423,6 +427,31 @@ describe('spyrl train --resume', () => {
     expect(r.stderr).toMatch(
       /--docs bundled would change the run: its documents differ from the checkpoint's \(.*docs\.jsonl/,
     );
+    expect(await readdir(tmp)).not.toContain('never');
+  });
+
+  it('row 3: train --resume refuses a --weights or --kv that would change the base, and a malformed format', async () => {
+    expect((await json(join(run1(), 'spyrl_run.json'))).format).toEqual({ weights: 'bf16', kv: 'f16' });
+    const resume = (dir: string, ...extra: string[]) =>
+      spyrl('train', '--model', model, '--rounds', '2', '--resume', dir, '--out', join(tmp, 'never'), ...extra);
+    let r = await resume(run1(), '--kv', 'f32');
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(
+      '--resume: --kv would change the base model its adapter was trained against: kv (saved f16, asked f32); leave --kv out to continue with bf16 weights, f16 KV cache',
+    );
+    r = await resume(run1(), '--weights', 'q4', '--kv', 'f32');
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('--weights and --kv would change the base model');
+    expect(r.stderr).toContain('weights (saved bf16, asked q4), kv (saved f16, asked f32)');
+
+    const bad = join(tmp, 'bad-format');
+    await rm(bad, { recursive: true, force: true });
+    await cp(run1(), bad, { recursive: true });
+    const run = await json(join(bad, 'spyrl_run.json'));
+    await writeFile(join(bad, 'spyrl_run.json'), JSON.stringify({ ...run, format: { weights: 'q8', kv: 'f16' } }));
+    r = await resume(bad);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/spyrl_run\.json: field "format" must be .*"q8"/);
     expect(await readdir(tmp)).not.toContain('never');
   });
 

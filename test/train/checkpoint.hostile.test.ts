@@ -331,10 +331,15 @@ describe('row 2: autosave validation', () => {
     ui: null,
   };
 
-  it('row 2: a valid autosave meta gives its run id, round and config', () => {
+  it('row 2: a valid autosave meta gives its run id, round and config, and the format when it has one', () => {
     expect(parseAutosaveMeta(structuredClone(meta))).toMatchObject({
       stamp: { runId: 'r-1', version: RUN_VERSION },
       round: 2,
+      format: undefined, // saves from before formats existed
+    });
+    expect(parseAutosaveMeta({ ...structuredClone(meta), format: { weights: 'q4', kv: 'f16' } }).format).toEqual({
+      weights: 'q4',
+      kv: 'f16',
     });
   });
 
@@ -346,6 +351,9 @@ describe('row 2: autosave validation', () => {
     ['missing config', { config: undefined }, 'config'],
     ['config failing validateConfig', { config: { groupSize: 1 } }, 'config.groupSize'],
     ['bad file list', { files: [{ name: 'a', size: -1 }] }, 'files[0].size'],
+    ['an unknown weights format', { format: { weights: 'q8', kv: 'f16' } }, 'format.weights'],
+    ['a format without its KV type', { format: { weights: 'bf16' } }, 'format.kv'],
+    ['a format that is not an object', { format: 'bf16' }, 'format'],
   ])('row 2: autosave meta with %s is refused naming %s', (_what, patch, field) => {
     const e = thrown(() => parseAutosaveMeta({ ...structuredClone(meta), ...patch }));
     expect(e.message).toMatch(new RegExp(`^meta\\.json: field "${field.replace(/[.[\]]/g, '\\$&')}"`));

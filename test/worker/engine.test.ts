@@ -148,6 +148,21 @@ describe('PlaygroundEngine', () => {
     engine.dispose();
   });
 
+  it('resumes only on the base as the run held it: another KV type or weights format is refused, naming both', async () => {
+    const { engine } = await makeEngine();
+    await engine.loadModel({ kind: 'demo' }, undefined, { kv: 'f32' });
+    await engine.startRun({ config, ...docs }, () => undefined);
+    await engine.step();
+    expect((await engine.autosave(null)).format).toEqual({ weights: 'bf16', kv: 'f32' });
+    await engine.loadModel({ kind: 'demo' }, undefined, { kv: 'f16' });
+    await expect(engine.resumeSavedRun(() => undefined)).rejects.toThrow(
+      'the autosaved run was trained on tiny-test with bf16 weights, f32 KV cache; load it that way to resume (loaded: bf16 weights, f16 KV cache)',
+    );
+    await engine.loadModel({ kind: 'demo' }, undefined, { kv: 'f32' });
+    expect((await engine.resumeSavedRun(() => undefined)).round).toBe(1);
+    engine.dispose();
+  });
+
   it('checks an uploaded PEFT zip against the loaded model and starts the next run from it', async () => {
     const { engine, created } = await makeEngine();
     const info = await engine.loadModel({ kind: 'demo' });
@@ -265,6 +280,51 @@ describe('app store', () => {
     expect(s().runStatus).toBe('none');
     expect(s().series.rounds).toEqual([]);
     expect(await storage.meta()).toBeNull();
+    engine.dispose();
+  });
+
+  it("resume after a reload loads the model as the run held it, whatever the panel's choices", async () => {
+    const { engine, storage } = await makeEngine();
+    const deps = {
+      engine: engine as unknown as EngineApi,
+      callback: <F>(f: F) => f,
+      hasWebGpu: true,
+      loadBundledDocuments: async () => ({ train: docs.train, eval: [] }),
+      saveFile: () => undefined,
+    };
+    const first = createAppStore(deps);
+    await first.getState().loadBundled();
+    first.getState().setKv('f32');
+    expect(await first.getState().loadModel({ kind: 'demo' })).toBe(true);
+    first.getState().setConfig(config);
+    await first.getState().step();
+    expect(first.getState().runError).toBeNull();
+    expect((await storage.meta())?.format).toEqual({ weights: 'bf16', kv: 'f32' });
+
+    // A reload: a new store with the panel at its defaults (f16 KV), the same model loaded that way.
+    const s = () => store.getState();
+    const store = createAppStore(deps);
+    await s().loadBundled();
+    expect(s().kvType).toBe('f16');
+    expect(await s().loadModel({ kind: 'demo' })).toBe(true);
+    expect(s().model?.format.kv).toBe('f16');
+    await s().checkSaved();
+    await s().resume();
+    expect(s().runError).toBeNull();
+    expect(s().model?.format).toEqual({ weights: 'bf16', kv: 'f32' });
+    expect(s().kvType).toBe('f32'); // the panel shows what is loaded
+    expect(s().round).toBe(1);
+    await s().step();
+    expect(s().round).toBe(2);
+
+    // A save whose format is malformed is refused before anything is unloaded.
+    await storage.save(await storage.files(), {
+      ...(await storage.meta())!,
+      format: { weights: 'q8', kv: 'f32' } as never,
+    });
+    await s().resume();
+    expect(s().runError).toMatch(/meta\.json field "format" must be .*"q8"/);
+    expect(s().model?.format).toEqual({ weights: 'bf16', kv: 'f32' }); // still loaded
     engine.dispose();
   });
 
