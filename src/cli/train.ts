@@ -158,6 +158,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
     warmup: given('warmup', () => int(f, 'warmup', 0, 0)),
     maxGradNorm: given('max-grad-norm', () => num(f, 'max-grad-norm', 1, { min: 0 })),
     weightDecay: given('weight-decay', () => num(f, 'weight-decay', 0, { min: 0 })),
+    weights: given('weights', () => engineOptions(f).weights),
   };
   const budget = gpuMemoryBudget(f);
   await checkOutDir(outDir, f.force === true);
@@ -174,7 +175,10 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
   let run: SftRunSettings;
   if (saved) {
     const { changedSettings, SFT_SETTING_FLAGS } = await import('../train/checkpoint.ts');
-    const changed = changedSettings(saved.settings, asked);
+    // A checkpoint from before --weights was recorded takes the flag as given.
+    const changed = changedSettings(saved.settings, asked).filter(
+      (k) => k !== 'weights' || saved.settings.weights !== undefined,
+    );
     if (changed.length) {
       const detail = changed.map((k) =>
         k === 'textSha256'
@@ -185,7 +189,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
         `--resume: these would change the run: ${detail.join(', ')}; leave them out to continue with the saved settings`,
       );
     }
-    run = saved.settings;
+    run = { ...saved.settings, weights: saved.settings.weights ?? engineOptions(f).weights };
     if (run.scheduleSteps !== null && steps > run.scheduleSteps) {
       throw new UsageError(
         `--resume: --steps ${steps} is past the end of the run's cosine schedule (${run.scheduleSteps} steps); the learning rate is 0 there`,
@@ -204,6 +208,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
       maxGradNorm: asked.maxGradNorm ?? DEFAULT_ADAMW.maxGradNorm,
       weightDecay: asked.weightDecay ?? DEFAULT_ADAMW.weightDecay,
       textSha256: asked.textSha256,
+      weights: engineOptions(f).weights,
     };
   }
   const { seed, seqLen, batch, lr, warmup } = run;
@@ -247,7 +252,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
     }
   }
 
-  const engine = engineOptions(f);
+  const engine = { ...engineOptions(f), weights: run.weights! };
   const { gpu, model, cfg, tokenizer } = await openModel(dir, undefined, engine);
   try {
     if (!tokenizer) throw new ModelLoadError('tokenizer.json', `not found in ${dir}: sft needs the tokenizer files`);

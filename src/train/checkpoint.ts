@@ -256,6 +256,9 @@ export interface SftRunSettings {
   weightDecay: number;
   /** SHA-256 (hex) of the training text, so a changed --text-file is caught. */
   textSha256: string;
+  /** How the base was held (--weights): the adapter was trained against it. Absent in
+   *  checkpoints from before it was recorded. */
+  weights?: 'bf16' | 'q4';
 }
 
 export const SFT_SETTING_FLAGS: Record<keyof SftRunSettings, string> = {
@@ -269,6 +272,7 @@ export const SFT_SETTING_FLAGS: Record<keyof SftRunSettings, string> = {
   maxGradNorm: '--max-grad-norm',
   weightDecay: '--weight-decay',
   textSha256: '--text-file (contents)',
+  weights: '--weights',
 };
 
 /** trainer_state.json's `extra` of an sft run: { run, sft: SftRunSettings & { textFile } }. */
@@ -299,6 +303,7 @@ export function parseSftExtra(
       maxGradNorm: g.finite(s, 'maxGradNorm', 0),
       weightDecay: g.finite(s, 'weightDecay', 0),
       textSha256: hash,
+      ...(s['weights'] === undefined ? {} : { weights: g.oneOf(s, 'weights', ['bf16', 'q4'] as const) }),
     },
   };
 }

@@ -190,7 +190,7 @@ describe('spyrl sft --resume', () => {
     expect(await leftovers(tmp)).toEqual([]);
   }, 300_000);
 
-  it('row 3: sft --resume refuses lr, schedule, warmup, seq-len, batch, seed, weight decay, clip and text that change the run', async () => {
+  it('row 3: sft --resume refuses lr, schedule, warmup, seq-len, batch, seed, weight decay, clip, weights and text that change the run', async () => {
     const r = await spyrl(
       'sft',
       '--model',
@@ -217,9 +217,12 @@ describe('spyrl sft --resume', () => {
       '0.1',
       '--max-grad-norm',
       '2',
+      '--weights',
+      'q4',
     );
     expect(r.code).toBe(2);
     for (const part of [
+      '--weights (saved bf16, asked q4)',
       '--lr (saved 0.01, asked 0.02)',
       '--schedule (saved constant, asked cosine)',
       '--warmup (saved 0, asked 1)',

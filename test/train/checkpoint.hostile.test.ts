@@ -307,6 +307,11 @@ describe('row 2: checkpoint validation', () => {
       textFile: '/t.txt',
     };
     expect(parseSftExtra({ run: stamp, sft }).settings).toMatchObject({ seqLen: 16, scheduleSteps: null });
+    expect(parseSftExtra({ run: stamp, sft }).settings.weights).toBeUndefined(); // before it was recorded
+    expect(parseSftExtra({ run: stamp, sft: { ...sft, weights: 'q4' } }).settings.weights).toBe('q4');
+    expect(() => parseSftExtra({ run: stamp, sft: { ...sft, weights: 'int8' } })).toThrow(
+      /field "extra\.sft\.weights" must be one of/,
+    );
     expect(() => parseSftExtra({ run: stamp, sft: { ...sft, lr: 'fast' } })).toThrow(/field "extra\.sft\.lr"/);
     expect(() => parseSftExtra({ run: stamp, sft: { ...sft, seqLen: undefined } })).toThrow(
       /field "extra\.sft\.seqLen" must be an integer >= 2, got missing/,
