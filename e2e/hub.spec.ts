@@ -32,10 +32,20 @@ async function fakeHub(context: BrowserContext, main: { sha: string }) {
   return fetched;
 }
 
-async function loadRepo(page: Page) {
+/**
+ * Picks the repo and waits until its config.json is read (leaving the field reads it): the memory
+ * plan that then appears moves the Load button down, and a click sent while the layout shifts can
+ * land beside the button (it did, twice, on a loaded machine).
+ */
+async function pickRepo(page: Page) {
   await page.getByRole('radio', { name: /Other Hub repo/ }).check();
   await page.getByLabel('Hub repo id').fill(REPO);
   await page.getByLabel('Hub repo id').blur();
+  await expect(page.getByTestId('memory-check')).toContainText('Training needs about');
+}
+
+async function loadRepo(page: Page) {
+  await pickRepo(page);
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText(REPO);
 }
@@ -47,11 +57,7 @@ test('loads a Hub repo with per-file progress, caches it, loads again without do
   const fetched = await fakeHub(context, { sha: SHA_A });
 
   await page.goto('./');
-  await page.getByRole('radio', { name: /Other Hub repo/ }).check();
-  await page.getByLabel('Hub repo id').fill(REPO);
-  await page.getByLabel('Hub repo id').blur();
-  await page.getByRole('button', { name: 'Load model' }).click();
-  await expect(page.getByTestId('model-status')).toContainText(REPO);
+  await loadRepo(page);
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   // The per-file table stays after the load: every file fetched, each done, with its size.
   const table = page.getByRole('table', { name: 'Downloads' });
