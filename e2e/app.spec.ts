@@ -4,6 +4,7 @@ import { expect, test, type Page, type TestInfo } from '@playwright/test';
 import { readFileSync } from 'node:fs';
 import { unzipSync } from 'fflate';
 import { expectNoAxeViolations } from './axe.ts';
+import { pickTinyModel } from './model.ts';
 
 const ROUND_TIMEOUT = 240_000;
 
@@ -23,7 +24,7 @@ function safetensorsHeader(bytes: Uint8Array): Record<string, { dtype: string; s
 }
 
 async function loadTinyModel(page: Page) {
-  await page.getByRole('radio', { name: /Tiny demo model/ }).check();
+  await pickTinyModel(page);
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   // Small rounds for a software GPU: 3 players, 96-token reports, 12-token summaries, LoRA r=4, an update every round.

@@ -1,4 +1,5 @@
 import { expect, test, type Page } from '@playwright/test';
+import { pickTinyModel } from './model.ts';
 
 const played = async (page: Page) =>
   Number((await page.locator('body').innerText()).match(/(\d+) rounds? played/)?.[1] ?? NaN);
@@ -8,7 +9,7 @@ test('Start runs rounds until Pause; keyboard shortcuts; a pasted document is ad
 }) => {
   test.setTimeout(420_000);
   await page.goto('./');
-  await page.getByRole('radio', { name: /Tiny demo model/ }).check();
+  await pickTinyModel(page);
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   await page.getByRole('button', { name: 'Quick demo' }).click();

@@ -1,11 +1,11 @@
 import { expect, test } from '@playwright/test';
+import { pickTinyModel } from './model.ts';
 
 test('loads the bundled tiny model into the worker on WebGPU', async ({ page }, info) => {
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
   await page.goto('./');
-  await page.getByRole('radio', { name: /Tiny demo model/ }).check();
-  await expect(page.getByTestId('memory-check')).toContainText('Training needs about');
+  await pickTinyModel(page);
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   await expect(page.getByTestId('model-status')).toContainText('vocab 151,936');

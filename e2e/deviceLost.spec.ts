@@ -1,11 +1,12 @@
 import { expect, test } from '@playwright/test';
+import { pickTinyModel } from './model.ts';
 
 // A lost GPU device, for real: inside the engine's worker, the next bind group destroys the
 // device first. The app must say so, and offer to reload the model and resume from the autosave.
 test('a lost GPU device is reported and the run resumes from its autosave', async ({ page }) => {
   test.setTimeout(420_000);
   await page.goto('./');
-  await page.getByRole('radio', { name: /Tiny demo model/ }).check();
+  await pickTinyModel(page);
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   await page.getByRole('button', { name: 'Quick demo' }).click();

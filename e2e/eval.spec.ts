@@ -4,6 +4,7 @@
 // reference, per-report scores, and the JSONL export.
 import { expect, test } from '@playwright/test';
 import { readFileSync } from 'node:fs';
+import { pickTinyModel } from './model.ts';
 
 const TIMEOUT = 240_000;
 
@@ -14,7 +15,7 @@ test('evaluates held-out reports: base, adapter and a third column side by side,
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
   await page.goto('./');
-  await page.getByRole('radio', { name: /Tiny demo model/ }).check();
+  await pickTinyModel(page);
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   await page.getByRole('button', { name: 'Quick demo' }).click();

@@ -1,6 +1,7 @@
 import { expect, test, type BrowserContext, type Page } from '@playwright/test';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { memoryPlanShown } from './model.ts';
 
 // The machine has no network: the Hub's real URLs (the model-info API that resolves a branch to
 // its commit, and https://huggingface.co/{repo}/resolve/{sha}/{file}) are answered by Playwright
@@ -32,16 +33,12 @@ async function fakeHub(context: BrowserContext, main: { sha: string }) {
   return fetched;
 }
 
-/**
- * Picks the repo and waits until its config.json is read (leaving the field reads it): the memory
- * plan that then appears moves the Load button down, and a click sent while the layout shifts can
- * land beside the button (it did, twice, on a loaded machine).
- */
+/** Picks the repo and waits for its memory plan (leaving the field reads its config.json; e2e/model.ts). */
 async function pickRepo(page: Page) {
   await page.getByRole('radio', { name: /Other Hub repo/ }).check();
   await page.getByLabel('Hub repo id').fill(REPO);
   await page.getByLabel('Hub repo id').blur();
-  await expect(page.getByTestId('memory-check')).toContainText('Training needs about');
+  await memoryPlanShown(page);
 }
 
 async function loadRepo(page: Page) {

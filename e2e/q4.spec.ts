@@ -3,6 +3,7 @@
 import { expect, test, type Page } from '@playwright/test';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { pickTinyModel } from './model.ts';
 
 const ROUND_TIMEOUT = 240_000;
 const DEMO = join(import.meta.dirname, '../public/tiny-demo');
@@ -17,7 +18,7 @@ test('the tiny model as q4: the panel shows the choice and its memory line, a ro
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
   await page.goto('./');
-  await page.getByRole('radio', { name: /Tiny demo model/ }).check();
+  await pickTinyModel(page);
   const weights = page.getByLabel('Weights format');
   // Small models default to bf16, every model to an f16 KV cache.
   await expect(weights).toHaveValue('bf16');

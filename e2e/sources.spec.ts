@@ -2,6 +2,7 @@ import { expect, test } from '@playwright/test';
 import { cpSync, mkdtempSync, statSync, truncateSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pickTinyModel } from './model.ts';
 
 const DEMO = join(import.meta.dirname, '../public/tiny-demo');
 
@@ -23,7 +24,7 @@ test('a truncated safetensors file gives one clear error and the page stays usab
   await expect(page.getByRole('alert')).toContainText('truncated');
   await page.screenshot({ path: info.outputPath('corrupt-model-error.png'), fullPage: true });
   // Still usable: the bundled model loads after the failure.
-  await page.getByRole('radio', { name: /Tiny demo model/ }).check();
+  await pickTinyModel(page);
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   await expect(page.getByRole('alert')).toHaveCount(0);

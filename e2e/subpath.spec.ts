@@ -4,6 +4,7 @@
 // own origin for fails. Runs against `E2E_TARGET=preview` (playwright.config.ts), which builds
 // with SPYRL_BASE=/spyrl/ and serves the build there with `vite preview`.
 import { expect, test } from '@playwright/test';
+import { pickTinyModel } from './model.ts';
 
 test('the built app works from a sub-path: page, worker, tiny demo model and GovReport sample under it', async ({
   page,
@@ -32,7 +33,7 @@ test('the built app works from a sub-path: page, worker, tiny demo model and Gov
 
   await page.goto('./');
   await expect(page.getByRole('region', { name: 'Documents' })).toContainText('reports to play');
-  await page.getByRole('radio', { name: /Tiny demo model/ }).check();
+  await pickTinyModel(page);
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
 

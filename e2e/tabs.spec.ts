@@ -2,11 +2,12 @@
 // that plays owns the run; the second says so, views the autosave read-only, and cannot step,
 // resume, discard or save. When the first tab closes, the second can take the run over.
 import { expect, test, type Page } from '@playwright/test';
+import { pickTinyModel } from './model.ts';
 
 const ROUND_TIMEOUT = 240_000;
 
 async function loadTinyModel(page: Page) {
-  await page.getByRole('radio', { name: /Tiny demo model/ }).check();
+  await pickTinyModel(page);
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   await page.getByRole('button', { name: 'Quick demo' }).click();
