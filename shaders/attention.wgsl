@@ -113,17 +113,29 @@ var<private> m: f32;
 var<private> l: f32;
 var<private> sc: array<f32, BK>;
 
+#ifdef TREE
+// Define TREE (training module): the sequence is a packed prefix tree (src/train/packing.ts), its
+// branches laid out depth-first after their shared prefix. Key j is visible to the queries t with
+// j <= t < keyEnd[j] (the end of the subtree j belongs to): its own branch and the branches below
+// it, never a sibling's. Without TREE every key is visible to every later query (keyEnd = T).
+var<workgroup> kEndTile: array<u32, BK>; // forward, dQ: keyEnd of the tile's keys
+var<private> gTok: u32;                   // forward: the thread's query token
+fn keyVisible(u: u32) -> bool { return gTok < kEndTile[u]; }
+#else
+fn keyVisible(u: u32) -> bool { return true; }
+#endif
+
 fn attendTile(nb: u32) {
   var mt = m;
   for (var u = 0u; u < nb; u++) {
     let s = scoreKs(u);
     sc[u] = s;
-    mt = max(mt, s);
+    if (keyVisible(u)) { mt = max(mt, s); }
   }
   let corr = exp(m - mt);
   var lt = 0.0;
   for (var u = 0u; u < nb; u++) {
-    let e = exp(sc[u] - mt);
+    let e = select(0.0, exp(sc[u] - mt), keyVisible(u)); // a hidden key weighs exactly 0
     sc[u] = e;
     lt += e;
   }
@@ -239,6 +251,10 @@ fn attention_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
 @group(0) @binding(3) var<storage, read> k: array<vec4<f32>>; // (T, NKV, HD) f32
 @group(0) @binding(4) var<storage, read> v: array<vec4<f32>>; // (T, NKV, HD) f32
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>; // (T, NH) f32
+#ifdef TREE
+@group(0) @binding(6) var<storage, read> keyEndLse: array<u32>; // (T) u32: the forward's keyEnd
+@group(0) @binding(9) var<storage, read> keyEnd: array<u32>;    // (T) u32: the backward's
+#endif
 
 // K and V rows j0 .. min(j0 + BK, nk) - 1 of KV head kvh into ks / vs.
 fn loadKvTile(j0: u32, nk: u32, kvh: u32, lid: u32) {
@@ -264,8 +280,14 @@ fn attention_tiled_lse(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
   let nk = min(p.T, t0 + p.BQ); // keys of the tile's last query
   let row = r.tok * p.NH + r.head;
   if (r.valid) { startRow(row); }
+#ifdef TREE
+  gTok = r.tok;
+#endif
   for (var j0 = 0u; j0 < nk; j0 += BK) {
     loadKvTile(j0, nk, r.kvh, lid);
+#ifdef TREE
+    for (var u = lid; u < BK; u += ROWS) { if (j0 + u < nk) { kEndTile[u] = keyEndLse[j0 + u]; } }
+#endif
     workgroupBarrier();
     if (r.valid && j0 <= r.tok) { attendTile(min(BK, r.tok + 1u - j0)); }
     workgroupBarrier();
@@ -392,6 +414,15 @@ fn loadPairTile(e0: u32, nPairs: u32, jFirst: u32, kvh: u32, G: u32, lid: u32) {
   }
 }
 
+// One past the last query that sees key j (< T): keyEnd[j] with TREE, else T.
+fn keyEndOf(j: u32) -> u32 {
+#ifdef TREE
+  return keyEnd[j];
+#else
+  return p.T;
+#endif
+}
+
 #ifndef SPLIT
 @compute @workgroup_size(ROWS)
 fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
@@ -409,12 +440,19 @@ fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
     rowDot[row] = di;
     lseI = lseIn[row];
   }
+#ifdef TREE
+  gTok = r.tok;
+#endif
   for (var j0 = 0u; j0 < nk; j0 += BK) {
     loadKvTile(j0, nk, r.kvh, lid);
+#ifdef TREE
+    for (var u = lid; u < BK; u += ROWS) { if (j0 + u < nk) { kEndTile[u] = keyEnd[j0 + u]; } }
+#endif
     workgroupBarrier();
     if (r.valid && j0 <= r.tok) {
       let nb = min(BK, r.tok + 1u - j0);
       for (var u = 0u; u < nb; u++) {
+        if (!keyVisible(u)) { continue; }
         let d = partDots(u, 0u, p.hv);
         let pij = exp(d.x - lseI);
         addDq(pij * (d.y - di), u, 0u, p.hv);
@@ -444,12 +482,13 @@ fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
   let nPairs = (p.T - jFirst) * G;
   // The pairs before this key's first query (i < j) are skipped: e < (j - jFirst) * G.
   let firstPair = (min(j, p.T) - jFirst) * G;
+  let endPair = select(0u, (keyEndOf(min(j, p.T - 1u)) - jFirst) * G, valid); // and those from its keyEnd on
   for (var e0 = 0u; e0 < nPairs; e0 += BK) {
     loadPairTile(e0, nPairs, jFirst, kvh, G, lid);
     workgroupBarrier();
     let end = min(BK, nPairs - e0);
-    if (valid && e0 + end > firstPair) {
-      for (var u = select(0u, firstPair - e0, firstPair > e0); u < end; u++) {
+    if (valid && e0 + end > firstPair && e0 < endPair) {
+      for (var u = select(0u, firstPair - e0, firstPair > e0); u < min(end, endPair - e0); u++) {
         let d = partDots(u, 0u, p.hv);
         let pij = exp(d.x - pairLse[u]);
         addDkv(pij * (d.y - pairDot[u]), pij, u, 0u, p.hv);
@@ -486,15 +525,21 @@ fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
   }
   let di = rowSum(dpart);
   if (r.valid && c0 == 0u) { rowDot[row] = di; }
+#ifdef TREE
+  gTok = r.tok;
+#endif
   for (var j0 = 0u; j0 < nk; j0 += BK) {
     loadKvTile(j0, nk, r.kvh, lid);
+#ifdef TREE
+    for (var u = lid; u < BK; u += ROWS) { if (j0 + u < nk) { kEndTile[u] = keyEnd[j0 + u]; } }
+#endif
     workgroupBarrier();
     let nb = min(BK, nk - j0);
     for (var u = 0u; u < nb; u++) {
       let d = partDots(u, c0, hs);
       let score = rowSum(d.x);
       let dpi = rowSum(d.y);
-      let pij = select(0.0, exp(score - lseI), r.valid && j0 + u <= r.tok);
+      let pij = select(0.0, exp(score - lseI), r.valid && j0 + u <= r.tok && keyVisible(u));
       addDq(pij * (dpi - di), u, c0, hs);
     }
     workgroupBarrier();
@@ -523,6 +568,7 @@ fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
   loadKeyPart(kr, hs, valid);
   let nPairs = (p.T - jFirst) * G;
   let firstPair = (min(j, p.T) - jFirst) * G; // this key's first query: pairs before it are masked
+  let endPair = select(0u, (keyEndOf(min(j, p.T - 1u)) - jFirst) * G, valid); // and those from its keyEnd on
   for (var e0 = 0u; e0 < nPairs; e0 += BK) {
     loadPairTile(e0, nPairs, jFirst, kvh, G, lid);
     workgroupBarrier();
@@ -531,7 +577,7 @@ fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
       let d = partDots(u, c0, hs);
       let score = rowSum(d.x);
       let dpi = rowSum(d.y);
-      let pij = select(0.0, exp(score - pairLse[u]), valid && e0 + u >= firstPair);
+      let pij = select(0.0, exp(score - pairLse[u]), valid && e0 + u >= firstPair && e0 + u < endPair);
       addDkv(pij * (dpi - pairDot[u]), pij, u, c0, hs);
     }
     workgroupBarrier();
@@ -835,6 +881,10 @@ fn attendKeys(row: u32, rowStride: u32, kvBase: u32, first: u32, end: u32, lid: 
 // and attendKeys with attention_forward.
 
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>; // (T, NH) f32
+#ifdef TREE
+@group(0) @binding(6) var<storage, read> keyEndLse: array<u32>; // (T) u32: the forward's keyEnd
+@group(0) @binding(9) var<storage, read> keyEnd: array<u32>;    // (T) u32: the backward's
+#endif
 
 // As attention_forward, also saving lse = log sum_j exp(scale q.k_j) for the backward.
 @compute @workgroup_size(BLK)

@@ -132,6 +132,18 @@ function trainingParams(T: number, NH: number, NKV: number, HD: number, t: Atten
   return [T, NH, NKV, t.BQ, t.HG, T, f32(1 / Math.sqrt(HD)), 0, 0, HD / 4];
 }
 
+/** Storage bindings the tree backward takes (attention_tiled_dq_tree). */
+export const TREE_ATTENTION_BINDINGS = ATTENTION_BINDINGS.attention_tiled_dq_tree.length;
+
+/**
+ * Whether this GPU runs the training attention over a packed prefix tree (define TREE, a keyEnd
+ * buffer): the tiled kernels take the head_dim, and the backward's 9 storage bindings fit
+ * maxStorageBuffersPerShaderStage (the WebGPU default is 8; most adapters offer more).
+ */
+export function treeAttentionSupported(gpu: Gpu, HD: number): boolean {
+  return tiledHeadDim(HD) && gpu.limits.maxStorageBuffersPerShaderStage >= TREE_ATTENTION_BINDINGS;
+}
+
 /** Training forward with lse (backward.ts attentionForwardLse's arguments, sizes checked). */
 export function attentionTiledLse(
   gpu: Gpu,
@@ -144,6 +156,7 @@ export function attentionTiledLse(
   NH: number,
   NKV: number,
   HD: number,
+  keyEnd: GPUBuffer | null = null,
 ): void {
   const t = attentionTiling(gpu, NH, NKV, HD);
   gpu.dispatch(
@@ -152,10 +165,12 @@ export function attentionTiledLse(
       'attentionForwardLse',
       'attention',
       'attention_tiled_lse',
-      { ...defines(t, HD), TILED: 1 },
+      { ...defines(t, HD), TILED: 1, ...(keyEnd ? { TREE: 1 } : {}) },
       { ROWS: t.ROWS },
     ),
-    bindings(ATTENTION_BINDINGS.attention_tiled_lse, { out, q, k, v, lse }),
+    keyEnd
+      ? bindings(ATTENTION_BINDINGS.attention_tiled_lse_tree, { out, q, k, v, lse, keyEnd })
+      : bindings(ATTENTION_BINDINGS.attention_tiled_lse, { out, q, k, v, lse }),
     queryGroups(T, NH, NKV, t),
     trainingParams(T, NH, NKV, HD, t),
   );
@@ -182,11 +197,12 @@ export function attentionTiledBackward(
   NH: number,
   NKV: number,
   HD: number,
+  keyEnd: GPUBuffer | null = null,
 ): void {
   const S = backwardSplit(gpu, HD);
   const t = attentionTiling(gpu, NH, NKV, HD, S);
   const params = trainingParams(T, NH, NKV, HD, t);
-  const split: Defines = S > 1 ? { SPLIT: S } : {};
+  const split: Defines = { ...(S > 1 ? { SPLIT: S } : {}), ...(keyEnd ? { TREE: 1 } : {}) };
   gpu.dispatch(
     opKernel(
       gpu,
@@ -196,7 +212,9 @@ export function attentionTiledBackward(
       { ...defines(t, HD), TILED: 1, ...split },
       { ROWS: t.ROWS },
     ),
-    bindings(ATTENTION_BINDINGS.attention_tiled_dq, { dq, q, k, v, dout, lse, D: rowDot, out }),
+    keyEnd
+      ? bindings(ATTENTION_BINDINGS.attention_tiled_dq_tree, { dq, q, k, v, dout, lse, D: rowDot, out, keyEnd })
+      : bindings(ATTENTION_BINDINGS.attention_tiled_dq, { dq, q, k, v, dout, lse, D: rowDot, out }),
     queryGroups(T, NH, NKV, t),
     params,
   );
@@ -210,7 +228,9 @@ export function attentionTiledBackward(
       { ...defines(t, HD), TILED: 1, ...split },
       { ROWS: t.ROWS },
     ),
-    bindings(ATTENTION_BINDINGS.attention_tiled_dkv, { dk, q, k, v, dout, lse, D: rowDot, dv }),
+    keyEnd
+      ? bindings(ATTENTION_BINDINGS.attention_tiled_dkv_tree, { dk, q, k, v, dout, lse, D: rowDot, dv, keyEnd })
+      : bindings(ATTENTION_BINDINGS.attention_tiled_dkv, { dk, q, k, v, dout, lse, D: rowDot, dv }),
     Math.ceil(T / (t.ROWS / S)) * NKV,
     params,
   );

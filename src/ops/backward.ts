@@ -18,7 +18,12 @@ import {
   weightFormat,
   type Weight,
 } from './common.ts';
-import { attentionTiledBackward, attentionTiledLse, attentionVariant } from './attentionTiled.ts';
+import {
+  attentionTiledBackward,
+  attentionTiledLse,
+  attentionVariant,
+  treeAttentionSupported,
+} from './attentionTiled.ts';
 import { gemm, rotate } from './forward.ts';
 
 /** dx (R, D) += d/dx of rmsNorm given dy (R, D) ; x (R, D) f32 ; w (D) bf16 frozen (no dw) */
@@ -111,6 +116,15 @@ export function ropeBackward(
   rotate(gpu, 'ropeBackward', 'rope_backward', dx, pos, T, H, HD, theta);
 }
 
+/** A tree's keyEnd buffer: T u32, and a GPU whose tiled kernels take it. */
+function checkTree(gpu: Gpu, op: string, keyEnd: GPUBuffer, T: number, HD: number): void {
+  checkSize(keyEnd, T * 4, `${op} keyEnd`);
+  check(
+    treeAttentionSupported(gpu, HD),
+    `${op}: a packed prefix tree (keyEnd) needs the tiled kernels (head_dim ${HD}) and 9 storage buffers per stage (this GPU: ${gpu.limits.maxStorageBuffersPerShaderStage})`,
+  );
+}
+
 function checkTrainingAttention(op: string, T: number, NH: number, NKV: number, HD: number): void {
   check(HD <= 256, `${op}: HD=${HD} > 256`);
   check(NH % NKV === 0, `${op}: NH=${NH} not a multiple of NKV=${NKV}`);
@@ -120,6 +134,8 @@ function checkTrainingAttention(op: string, T: number, NH: number, NKV: number, 
 /**
  * Training path, one causal sequence (positions 0..T-1), no cache: out, q (T, NH, HD) f32 ;
  * k, v (T, NKV, HD) f32 ; lse (T, NH) f32 = log sum_j exp(q.k_j / sqrt(HD)), saved for the backward.
+ * keyEnd (T) u32, a packed prefix tree (src/train/packing.ts): key j is visible to queries t with
+ * j <= t < keyEnd[j] instead of every t >= j; it takes the tiled kernels (treeAttentionSupported).
  */
 export function attentionForwardLse(
   gpu: Gpu,
@@ -132,6 +148,7 @@ export function attentionForwardLse(
   NH: number,
   NKV: number,
   HD: number,
+  keyEnd: GPUBuffer | null = null,
 ): void {
   checkTrainingAttention('attentionForwardLse', T, NH, NKV, HD);
   checkSize(out, T * NH * HD * 4, 'attentionForwardLse out');
@@ -139,9 +156,10 @@ export function attentionForwardLse(
   checkSize(q, T * NH * HD * 4, 'attentionForwardLse q');
   checkSize(k, T * NKV * HD * 4, 'attentionForwardLse k');
   checkSize(v, T * NKV * HD * 4, 'attentionForwardLse v');
-  distinct('attentionForwardLse', out, lse, q, k, v);
-  if (attentionVariant(gpu, T, HD) === 'tiled') {
-    attentionTiledLse(gpu, out, lse, q, k, v, T, NH, NKV, HD);
+  if (keyEnd) checkTree(gpu, 'attentionForwardLse', keyEnd, T, HD);
+  distinct('attentionForwardLse', out, lse, q, k, v, ...(keyEnd ? [keyEnd] : []));
+  if (keyEnd || attentionVariant(gpu, T, HD) === 'tiled') {
+    attentionTiledLse(gpu, out, lse, q, k, v, T, NH, NKV, HD, keyEnd);
     return;
   }
   gpu.dispatch(
@@ -172,8 +190,10 @@ export function attentionBackward(
   NH: number,
   NKV: number,
   HD: number,
+  keyEnd: GPUBuffer | null = null,
 ): void {
   checkTrainingAttention('attentionBackward', T, NH, NKV, HD);
+  if (keyEnd) checkTree(gpu, 'attentionBackward', keyEnd, T, HD);
   for (const [buf, n, what] of [
     [dq, NH, 'dq'],
     [dk, NKV, 'dk'],
@@ -186,12 +206,12 @@ export function attentionBackward(
   ] as const)
     checkSize(buf, T * n * HD * 4, `attentionBackward ${what}`);
   checkSize(lse, T * NH * 4, 'attentionBackward lse');
-  distinct('attentionBackward', dq, dk, dv, dout, out, lse, q, k, v);
+  distinct('attentionBackward', dq, dk, dv, dout, out, lse, q, k, v, ...(keyEnd ? [keyEnd] : []));
   if (T === 0) return;
   const params = [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))];
   const rowDot = gpu.createBuffer(T * NH * 4, 'attentionBackward.D'); // (T, NH) f32
-  if (attentionVariant(gpu, T, HD) === 'tiled') {
-    attentionTiledBackward(gpu, dq, dk, dv, dout, out, lse, q, k, v, rowDot, T, NH, NKV, HD);
+  if (keyEnd || attentionVariant(gpu, T, HD) === 'tiled') {
+    attentionTiledBackward(gpu, dq, dk, dv, dout, out, lse, q, k, v, rowDot, T, NH, NKV, HD, keyEnd);
     gpu.releaseBuffer(rowDot);
     return;
   }

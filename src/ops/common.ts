@@ -197,6 +197,10 @@ export const ATTENTION_BINDINGS = {
   attention_tiled_lse: ['out', 'q', 'k', 'v', 'lse'],
   attention_tiled_dq: ['dq', 'q', 'k', 'v', 'dout', 'lse', 'D', 'out'],
   attention_tiled_dkv: ['dk', 'q', 'k', 'v', 'dout', 'lse', 'D', 'dv'],
+  // with TREE (a packed prefix tree): keyEnd after the others
+  attention_tiled_lse_tree: ['out', 'q', 'k', 'v', 'lse', 'keyEnd'],
+  attention_tiled_dq_tree: ['dq', 'q', 'k', 'v', 'dout', 'lse', 'D', 'out', 'keyEnd'],
+  attention_tiled_dkv_tree: ['dk', 'q', 'k', 'v', 'dout', 'lse', 'D', 'dv', 'keyEnd'],
 } as const;
 
 /** The buffers of `named` in the binding order of `order`. */

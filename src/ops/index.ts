@@ -7,3 +7,4 @@ export * from './loss.ts';
 export * from './optimizer.ts';
 export * from './quant.ts';
 export * from './convert.ts';
+export { treeAttentionSupported } from './attentionTiled.ts';

@@ -236,7 +236,13 @@ export function ropeBackward(dx: Vec, pos: Uint32Array, T: number, H: number, HD
   rotateHalf(dx, pos, T, H, HD, theta, -1);
 }
 
-/** One causal sequence, no cache: q (T, NH, HD), k/v (T, NKV, HD); lse (T, NH) of the scaled scores. */
+/** Whether query t sees key j: causal, and with a packed tree's keyEnd only while t < keyEnd[j]. */
+const sees = (t: number, j: number, keyEnd?: ArrayLike<number>) => j <= t && (!keyEnd || t < keyEnd[j]!);
+
+/**
+ * One causal sequence, no cache: q (T, NH, HD), k/v (T, NKV, HD); lse (T, NH) of the scaled scores.
+ * keyEnd: a packed prefix tree, key j seen by queries j <= t < keyEnd[j] only.
+ */
 export function attentionForwardLse(
   out: Vec,
   lse: Vec,
@@ -247,6 +253,7 @@ export function attentionForwardLse(
   NH: number,
   NKV: number,
   HD: number,
+  keyEnd?: ArrayLike<number>,
 ): void {
   const scale = 1 / Math.sqrt(HD);
   const G = NH / NKV;
@@ -259,7 +266,7 @@ export function attentionForwardLse(
       for (let j = 0; j <= t; j++) {
         let s = 0;
         for (let d = 0; d < HD; d++) s += q[qb + d] * k[(j * NKV + kvh) * HD + d];
-        p[j] = s * scale;
+        p[j] = sees(t, j, keyEnd) ? s * scale : -Infinity;
         m = Math.max(m, p[j]);
       }
       let l = 0;
@@ -292,6 +299,7 @@ export function attentionBackward(
   NH: number,
   NKV: number,
   HD: number,
+  keyEnd?: ArrayLike<number>,
 ): void {
   const scale = 1 / Math.sqrt(HD);
   const G = NH / NKV;
@@ -302,6 +310,7 @@ export function attentionBackward(
       let D = 0;
       for (let d = 0; d < HD; d++) D += dout[qb + d] * out[qb + d];
       for (let j = 0; j <= i; j++) {
+        if (!sees(i, j, keyEnd)) continue;
         const kb = (j * NKV + kvh) * HD;
         let s = 0;
         let dp = 0;

@@ -350,3 +350,114 @@ describe.each(['row', 'split'] as const)('attentionForwardLse + attentionBackwar
     }
   });
 });
+
+// ---- packed prefix trees (define TREE: keyEnd) ---------------------------------------------------
+
+/** A node of a packed prefix tree: its own token count, then its children, laid out depth-first. */
+type TreeNode = [number, ...TreeNode[]];
+
+/** keyEnd of the depth-first layout of `root`: each token's subtree end; and each leaf's path. */
+function layoutTree(root: TreeNode): { keyEnd: number[]; paths: number[][] } {
+  const keyEnd: number[] = [];
+  const paths: number[][] = [];
+  const walk = (node: TreeNode, above: number[]) => {
+    const [len, ...children] = node;
+    const start = keyEnd.length;
+    const mine = Array.from({ length: len }, (_, i) => start + i);
+    for (let i = 0; i < len; i++) keyEnd.push(-1);
+    for (const c of children) walk(c, [...above, ...mine]);
+    if (children.length === 0) paths.push([...above, ...mine]);
+    for (const t of mine) keyEnd[t] = keyEnd.length;
+  };
+  walk(root, []);
+  return { keyEnd, paths };
+}
+
+/** Rows `rows` (tokens) of x (T, H, HD) as a (rows.length, H, HD) array. */
+const gatherTokens = (x: ArrayLike<number>, rows: number[], H: number, HD: number) =>
+  Float64Array.from(rows.flatMap((t) => Array.from({ length: H * HD }, (_, i) => x[t * H * HD + i]!)));
+
+describe.each(['row', 'split'] as const)('attention over a packed prefix tree (keyEnd), rows: %s', (mode) => {
+  beforeAll(() => {
+    K.tuning.attentionBackward = mode;
+  });
+  afterAll(() => {
+    K.tuning.attentionBackward = 'auto';
+  });
+
+  it('is supported here', () => {
+    expect(K.treeAttentionSupported(gpu, 128)).toBe(true);
+    expect(K.treeAttentionSupported(gpu, 6)).toBe(false); // not a multiple of 4: no tiled kernel
+  });
+
+  // Three leaves under a root; two levels; branches past a query tile and a key tile; a chain.
+  it.each([
+    [[5, [3], [4], [6]] as TreeNode, 4, 2, 16],
+    [[10, [7, [3], [5]], [9]] as TreeNode, 8, 2, 128],
+    [[40, [30], [1], [35]] as TreeNode, 4, 1, 16],
+    [[20, [15]] as TreeNode, 2, 2, 8],
+  ])('tree %j NH=%i NKV=%i HD=%i', async (tree, NH, NKV, HD) => {
+    const { keyEnd, paths } = layoutTree(tree);
+    const T = keyEnd.length;
+    const name = `${JSON.stringify(tree)} NH=${NH}`;
+    const rand = ref.rng(1300 + T + HD);
+    const q = ref.randn(T * NH * HD, rand);
+    const k = ref.randn(T * NKV * HD, rand);
+    const v = ref.randn(T * NKV * HD, rand);
+    const dout = ref.randn(T * NH * HD, rand);
+    const init = { dq: ref.randn(q.length, rand), dk: ref.randn(k.length, rand), dv: ref.randn(v.length, rand) };
+    const [qb, kb, vb, doutb] = [f32Buf(q, 'q'), f32Buf(k, 'k'), f32Buf(v, 'v'), f32Buf(dout, 'dout')];
+    const ke = u32Buf(Uint32Array.from(keyEnd), 'keyEnd');
+    const out = gpu.createBuffer(q.length * 4, 'out');
+    const lse = gpu.createBuffer(T * NH * 4, 'lse');
+    K.attentionForwardLse(gpu, out, lse, qb, kb, vb, T, NH, NKV, HD, ke);
+    expect(K.kernelVariant(gpu, 'attentionForwardLse')!.defines.TREE).toBe(1);
+    const gotOut = await gpu.readF32(out, q.length);
+    const wantOut = new Float64Array(q.length);
+    const wantLse = new Float64Array(T * NH);
+    ref.attentionForwardLse(wantOut, wantLse, q, k, v, T, NH, NKV, HD, keyEnd);
+    expectClose(`tree out ${name}`, gotOut, wantOut, REL, ABS);
+    expectClose(`tree lse ${name}`, await gpu.readF32(lse, T * NH), wantLse, REL, ABS);
+    // What packing means: each leaf's path read on its own, as one causal sequence, gives the
+    // same rows as the packed tree.
+    for (const path of paths) {
+      const n = path.length;
+      const pOut = new Float64Array(n * NH * HD);
+      ref.attentionForwardLse(
+        pOut,
+        new Float64Array(n * NH),
+        gatherTokens(q, path, NH, HD),
+        gatherTokens(k, path, NKV, HD),
+        gatherTokens(v, path, NKV, HD),
+        n,
+        NH,
+        NKV,
+        HD,
+      );
+      expectClose(`tree path ${path[n - 1]} ${name}`, gatherTokens(gotOut, path, NH, HD), pOut, REL, ABS);
+    }
+
+    const grads = { dq: f32Buf(init.dq, 'dq'), dk: f32Buf(init.dk, 'dk'), dv: f32Buf(init.dv, 'dv') };
+    K.attentionBackward(gpu, grads.dq, grads.dk, grads.dv, doutb, out, lse, qb, kb, vb, T, NH, NKV, HD, ke);
+    expect(K.kernelVariant(gpu, 'attentionBackward')!.defines.TREE).toBe(1);
+    expect(K.kernelVariant(gpu, 'attentionBackward.dkv')!.defines.TREE).toBe(1);
+    const want = { dq: f64(init.dq), dk: f64(init.dk), dv: f64(init.dv) };
+    ref.attentionBackward(want.dq, want.dk, want.dv, dout, wantOut, wantLse, q, k, v, T, NH, NKV, HD, keyEnd);
+    for (const key of ['dq', 'dk', 'dv'] as const) {
+      const got = await gpu.readF32(grads[key]);
+      expectClose(`tree backward ${key} ${name}`, got.subarray(0, want[key].length), want[key], ATT_REL, ABS);
+    }
+    for (const b of [qb, kb, vb, doutb, ke, out, lse, grads.dq, grads.dk, grads.dv]) gpu.releaseBuffer(b);
+  });
+
+  it('refuses a keyEnd buffer shorter than T', () => {
+    const T = 8,
+      NH = 2,
+      HD = 8;
+    const x = outBuf(T * NH * HD);
+    const lse = outBuf(T * NH);
+    const [q, k, v] = [outBuf(T * NH * HD), outBuf(T * NH * HD), outBuf(T * NH * HD)];
+    const short = u32Buf(new Uint32Array(T / 2), 'shortKeyEnd');
+    expect(() => K.attentionForwardLse(gpu, x, lse, q, k, v, T, NH, NH, HD, short)).toThrow(/keyEnd/);
+  });
+});
