@@ -60,7 +60,9 @@ export class Run {
   /** A new run (or one starting from the PEFT adapter in `resume`); refused when it cannot fit. */
   static async create(o: RunOptions): Promise<Run> {
     const plan = checkRunFits(o.model, o);
-    return new Run(await SpyRLTrainer.create(o), plan);
+    // Packed (prefix-sharing) update passes may use what the plan holds for the update's pass.
+    const packBytes = plan.phases.find((p) => p.phase === 'update')?.activations;
+    return new Run(await SpyRLTrainer.create({ ...o, packBytes: o.packBytes ?? packBytes }), plan);
   }
 
   /** Continues a checkpoint (Run.checkpointFiles): every file is checked before any is used. */

@@ -72,6 +72,13 @@ export interface TrainerOptions {
   checkpoints?: CheckpointDtype;
   /** The run's id (src/train/checkpoint.ts): kept from the checkpoint when resuming, else new. */
   runId?: string;
+  /**
+   * The most bytes one training pass of an update may take: the memory plan's update pass
+   * (src/train/run.ts sets it). Packed prefix-sharing passes stay within it (src/train/update.ts).
+   */
+  packBytes?: number;
+  /** Share prompt prefixes between the update's sequences (default true). */
+  packPrefixes?: boolean;
 }
 
 interface TrainerState {
@@ -85,6 +92,7 @@ export class SpyRLTrainer {
   private readonly log: RoundRecord[] = [];
   private listener: TrainListener | undefined;
   private checkpoints: CheckpointDtype = ROUND_CHECKPOINTS;
+  private packing: Pick<UpdateContext, 'packBytes' | 'packPrefixes'> = {};
   private stamp: RunStamp = runStamp();
 
   private constructor(
@@ -138,6 +146,7 @@ export class SpyRLTrainer {
     );
     t.listener = o.onEvent;
     t.checkpoints = o.checkpoints ?? ROUND_CHECKPOINTS;
+    t.packing = { packBytes: o.packBytes, packPrefixes: o.packPrefixes };
     t.policy.hooks.onDelta = (seat, text) => t.listener?.({ type: 'summary-delta', round: t.state.round, seat, text });
     if (o.runId) t.stamp = runStamp(o.runId);
     if (src && (await src.exists('trainer_state.json'))) {
@@ -303,6 +312,7 @@ export class SpyRLTrainer {
         ppo: this.config.ppo,
         checkpoints: this.checkpoints,
         temperature: this.config.sampling.temperature,
+        ...this.packing,
         onLogprobs: this.onLogprobs,
       },
       samples,

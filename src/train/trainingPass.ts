@@ -1,7 +1,9 @@
 // Training pass over one sequence: forward keeping only each layer's input (activation
 // checkpointing), per-token log-probabilities of given targets, then the backward from d(loss)/d(logp)
 // that recomputes each layer's internals on the way back and adds into the LoRA gradients.
-// Positions are 0..T-1 and attention is causal over the sequence itself (no KV cache).
+// Positions are 0..T-1 and attention is causal over the sequence itself (no KV cache), or, with
+// opts.layout, several sequences packed as a prefix tree (src/train/packing.ts): each token at its
+// own sequence's position, seeing only its ancestors.
 //
 // Memory (every buffer is listed in trainingPassBytes.ts): the (L+1) checkpoints, f32 or f16/bf16
 // packed two per u32; one layer's workspace, attention over all T tokens and the MLP over chunks
@@ -46,7 +48,15 @@ export interface TrainingPassOptions {
    * taken of softmax(logits / temperature), and the backward is that function's gradient.
    */
   temperature?: number;
+  /**
+   * A packed prefix tree (src/train/packing.ts packSequences): each token's RoPE position and
+   * keyEnd (token j is seen by queries j <= t < keyEnd[j]). Needs K.treeAttentionSupported.
+   */
+  layout?: { positions: readonly number[]; keyEnd: readonly number[] };
 }
+
+/** Candidates of restricted log-probs: one list for every target row, or one list per row. */
+export type RestrictTo = readonly number[] | readonly (readonly number[])[];
 
 /** One recomputed layer's intermediates: attention over T tokens, MLP over Tc = min(T, mlpChunk). */
 interface LayerBuffers {
@@ -88,7 +98,10 @@ export class TrainingPass {
   private readonly Tc: number; // MLP chunk rows, min(T, mlpChunk)
   private readonly mlpChunk: number;
   private readonly xs: GPUBuffer[] = []; // L+1 of (T, C) f32 or packed f16/bf16: input of each layer, then the final residual
-  private readonly pos: GPUBuffer; // (T) u32 positions 0..T-1
+  private readonly pos: GPUBuffer; // (T) u32 positions: 0..T-1, or the layout's
+  private readonly keyEnd: GPUBuffer | null; // (T) u32 the layout's keyEnd (tree attention)
+  /** Restricted mode: the candidates of each target row (M lists). */
+  private readonly rowCands: (readonly number[])[] | null;
   private readonly buffers: GPUBuffer[] = [];
   private readonly runs: { start: number; length: number; offset: number }[] = []; // target rows as contiguous runs
   private readonly targets: GPUBuffer; // (M) u32 target ids of the rows with a target
@@ -111,9 +124,10 @@ export class TrainingPass {
     targets: readonly number[],
     /**
      * When set, log p(target) is taken over these token ids only (renormalised), as a vote
-     * restricted to the other players' labels is; every target must be one of them.
+     * restricted to the other players' labels is; every target must be one of them. One list for
+     * every row, or a list per target row (packed votes of different voters).
      */
-    readonly restrictTo: readonly number[] | null = null,
+    readonly restrictTo: RestrictTo | null = null,
     opts: TrainingPassOptions = {},
   ) {
     this.gpu = model.gpu;
@@ -147,18 +161,46 @@ export class TrainingPass {
     }
     this.M = tgt.length;
     this.targetList = tgt;
+    this.rowCands = null;
     if (restrictTo) {
+      const perRow = restrictTo.length > 0 && typeof restrictTo[0] !== 'number';
+      const lists = perRow
+        ? (restrictTo as readonly (readonly number[])[])
+        : tgt.map(() => restrictTo as readonly number[]);
       if (restrictTo.length === 0) throw new RangeError('restrictTo is empty');
-      for (const t of tgt)
-        if (!restrictTo.includes(t)) throw new RangeError(`target ${t} is not among the restricted candidates`);
+      if (lists.length !== tgt.length)
+        throw new RangeError(`restrictTo has ${lists.length} candidate lists for ${tgt.length} target rows`);
+      for (const [m, t] of tgt.entries()) {
+        if (lists[m]!.length === 0) throw new RangeError(`restrictTo: target row ${m} has no candidates`);
+        if (!lists[m]!.includes(t)) throw new RangeError(`target ${t} is not among the restricted candidates`);
+      }
+      this.rowCands = [...lists];
+    }
+    const layout = opts.layout;
+    if (layout) {
+      if (layout.positions.length !== T || layout.keyEnd.length !== T)
+        throw new RangeError(
+          `layout has ${layout.positions.length} positions and ${layout.keyEnd.length} keyEnd entries for ${T} tokens`,
+        );
+      for (let j = 0; j < T; j++) {
+        const e = layout.keyEnd[j]!;
+        if (!Number.isInteger(e) || e <= j || e > T)
+          throw new RangeError(`layout keyEnd[${j}] = ${e} is not in ${j + 1}..${T}`);
+        const p = layout.positions[j]!;
+        if (!Number.isInteger(p) || p < 0 || p > j)
+          throw new RangeError(`layout position ${j} = ${p} is not in 0..${j}`);
+      }
+      if (!K.treeAttentionSupported(this.gpu, cfg.headDim))
+        throw new RangeError(
+          `a packed training pass needs tree attention, which this GPU lacks (head_dim ${cfg.headDim}, ${this.gpu.limits.maxStorageBuffersPerShaderStage} storage buffers per stage)`,
+        );
     }
     const C = cfg.hiddenSize;
     for (let l = 0; l <= cfg.numLayers; l++) this.xs.push(this.alloc(checkpointBytes(T * C, this.dtype), `x.${l}`));
     this.pos = this.alloc(T * 4, 'positions');
-    this.gpu.write(
-      this.pos,
-      Uint32Array.from({ length: T }, (_, i) => i),
-    );
+    this.gpu.write(this.pos, Uint32Array.from(layout ? layout.positions : Array.from({ length: T }, (_, i) => i)));
+    this.keyEnd = layout ? this.alloc(T * 4, 'keyEnd') : null;
+    if (this.keyEnd) this.gpu.write(this.keyEnd, Uint32Array.from(layout!.keyEnd));
     this.targets = this.alloc(Math.max(1, this.M) * 4, 'targets');
     if (this.M) this.gpu.write(this.targets, Uint32Array.from(tgt));
     this.lse = this.alloc(Math.max(1, this.M) * 4, 'lseHead');
@@ -180,7 +222,8 @@ export class TrainingPass {
       lora,
       checkpoints: this.dtype,
       mlpChunk: this.mlpChunk,
-      candidates: this.restrictTo?.length,
+      candidates: this.rowCands ? Math.max(...this.rowCands.map((c) => c.length)) : undefined,
+      packed: this.keyEnd !== null,
     });
   }
 
@@ -301,7 +344,7 @@ export class TrainingPass {
     K.rmsNorm(gpu, b.kr, b.k, lw.kNorm, T * NKV, HD, eps);
     K.rope(gpu, b.qr, this.pos, T, NH, HD, theta);
     K.rope(gpu, b.kr, this.pos, T, NKV, HD, theta);
-    K.attentionForwardLse(gpu, b.att, b.lse, b.qr, b.kr, b.v, T, NH, NKV, HD);
+    K.attentionForwardLse(gpu, b.att, b.lse, b.qr, b.kr, b.v, T, NH, NKV, HD, this.keyEnd);
     gpu.copy(x, 0, b.xMid, 0, T * C * 4);
     this.proj(l, b, b.xMid, b.att, lw.oProj, 'o_proj', T, C, NH * HD, true);
     K.rmsNorm(gpu, b.h2, b.xMid, lw.postNorm, T, C, eps);
@@ -412,7 +455,7 @@ export class TrainingPass {
     const xL = xF32 ?? this.xs[cfg.numLayers]; // (T, C) f32 final residual (rounded like the checkpoint)
     try {
       if (this.M === 0) return new Float32Array(0);
-      const logp = this.restrictTo ? await this.restrictedLogp(xL) : await this.fullLogp(xL);
+      const logp = this.rowCands ? await this.restrictedLogp(xL) : await this.fullLogp(xL);
       if (this.dtype === 'f16' && !logp.every(Number.isFinite)) {
         throw new RangeError(
           "non-finite log-probabilities with f16 checkpoints: the residual stream likely exceeded f16's 65504; use checkpoints 'bf16' or 'f32'",
@@ -445,29 +488,40 @@ export class TrainingPass {
     return out;
   }
 
-  /** log p(target) renormalised over `restrictTo`: only the candidates' logits come back. */
+  /** Row m's first entry in the (sum of candidates) layout of candidate logits and probabilities. */
+  private candOffsets(): number[] {
+    const off = [0];
+    for (const c of this.rowCands!) off.push(off[off.length - 1]! + c.length);
+    return off;
+  }
+
+  /** log p(target) renormalised over each row's candidates: only the candidates' logits come back. */
   private async restrictedLogp(xL: GPUBuffer): Promise<Float32Array> {
     const { gpu } = this;
     const V = this.model.cfg.vocabSize;
-    const cands = this.restrictTo!;
-    const nc = cands.length;
-    const picked = gpu.createBuffer(this.M * nc * 4, 'candidateLogits'); // (M, nc)
+    const cands = this.rowCands!;
+    const off = this.candOffsets();
+    const total = off[this.M]!;
+    const picked = gpu.createBuffer(total * 4, 'candidateLogits'); // (sum of candidates)
     this.headChunks(xL, (m0, R, logits) => {
       for (let i = 0; i < R; i++)
-        for (let j = 0; j < nc; j++) gpu.copy(logits, (i * V + cands[j]) * 4, picked, ((m0 + i) * nc + j) * 4, 4);
+        for (const [j, c] of cands[m0 + i]!.entries())
+          gpu.copy(logits, (i * V + c) * 4, picked, (off[m0 + i]! + j) * 4, 4);
     });
-    const z = await gpu.readF32(picked, this.M * nc);
+    const z = await gpu.readF32(picked, total);
     gpu.releaseBuffer(picked);
     const targets = this.targetList;
-    const probs = new Float64Array(this.M * nc);
+    const probs = new Float64Array(total);
     const out = new Float32Array(this.M);
     for (let m = 0; m < this.M; m++) {
+      const o = off[m]!,
+        nc = cands[m]!.length;
       let mx = -Infinity;
-      for (let j = 0; j < nc; j++) mx = Math.max(mx, z[m * nc + j]);
+      for (let j = 0; j < nc; j++) mx = Math.max(mx, z[o + j]);
       let sum = 0;
-      for (let j = 0; j < nc; j++) sum += Math.exp(z[m * nc + j] - mx);
-      for (let j = 0; j < nc; j++) probs[m * nc + j] = Math.exp(z[m * nc + j] - mx) / sum;
-      out[m] = Math.log(probs[m * nc + cands.indexOf(targets[m])]);
+      for (let j = 0; j < nc; j++) sum += Math.exp(z[o + j] - mx);
+      for (let j = 0; j < nc; j++) probs[o + j] = Math.exp(z[o + j] - mx) / sum;
+      out[m] = Math.log(probs[o + cands[m]!.indexOf(targets[m])]);
     }
     this.candidateProbs = probs;
     return out;
@@ -607,7 +661,7 @@ export class TrainingPass {
       // Attention: x_mid = x + o(attn(rope(qnorm(q)), rope(knorm(k)), v)), q/k/v from h1 = norm(x).
       this.projBack(l, b, g, g.dAtt, dx, b.att, lw.oProj, 'o_proj', T, C, NH * HD, false);
       for (const d of [g.dqr, g.dkr, g.dv]) gpu.clear(d);
-      K.attentionBackward(gpu, g.dqr, g.dkr, g.dv, g.dAtt, b.att, b.lse, b.qr, b.kr, b.v, T, NH, NKV, HD);
+      K.attentionBackward(gpu, g.dqr, g.dkr, g.dv, g.dAtt, b.att, b.lse, b.qr, b.kr, b.v, T, NH, NKV, HD, this.keyEnd);
       K.ropeBackward(gpu, g.dqr, this.pos, T, NH, HD, theta);
       K.ropeBackward(gpu, g.dkr, this.pos, T, NKV, HD, theta);
       // qr and kr are spent: they receive d q and d k (before q_norm / k_norm).
@@ -630,16 +684,15 @@ export class TrainingPass {
   private restrictedDlogits(dlogits: GPUBuffer, dlogp: ArrayLike<number>, m0: number, R: number): void {
     const { gpu } = this;
     const V = this.model.cfg.vocabSize;
-    const cands = this.restrictTo!,
-      nc = cands.length,
-      probs = this.candidateProbs!,
+    const probs = this.candidateProbs!,
+      off = this.candOffsets(),
       targets = this.targetList;
     gpu.clear(dlogits, 0, R * V * 4);
     for (let i = 0; i < R; i++) {
       const m = m0 + i;
-      for (let j = 0; j < nc; j++) {
-        const g = dlogp[m] * ((cands[j] === targets[m] ? 1 : 0) - probs[m * nc + j]);
-        gpu.write(dlogits, new Float32Array([g]), (i * V + cands[j]) * 4);
+      for (const [j, c] of this.rowCands![m]!.entries()) {
+        const g = dlogp[m] * ((c === targets[m] ? 1 : 0) - probs[off[m]! + j]);
+        gpu.write(dlogits, new Float32Array([g]), (i * V + c) * 4);
       }
     }
   }

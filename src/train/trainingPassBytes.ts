@@ -31,6 +31,8 @@ export interface TrainingPassShape {
   mlpChunk?: number; // default DEFAULT_MLP_CHUNK
   /** Restricted (vote) log-probs over this many candidate ids; leave out for the full vocabulary. */
   candidates?: number;
+  /** A packed prefix tree (src/train/packing.ts): the pass also holds keyEnd (T) u32. */
+  packed?: boolean;
 }
 
 /** What a buffer is for, the classes of the report. */
@@ -110,6 +112,7 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     held.push({ name: `x.${l}`, shape: `(T, C) ${dtype}`, bytes: checkpointBytes(T * C, dtype), cls: 'checkpoints' });
   held.push(
     f32('positions', '(T) u32', T, 'pass'),
+    ...(s.packed ? [f32('keyEnd', '(T) u32', T, 'pass')] : []),
     f32('targets', '(M) u32', Math.max(1, M), 'pass'),
     f32('lseHead', '(M) f32', Math.max(1, M), 'pass'),
   );

@@ -13,6 +13,12 @@
 // adds one forward per sequence with the adapter off. Sequences whose terms are all zero
 // (advantage 0 and no KL) cost nothing.
 //
+// Prefix sharing (src/train/packing.ts): sequences of one round and stage that share most of
+// their prompt (the civilians' summary prompts are identical; vote prompts differ only in the
+// voter's last line) run as one packed pass, so the shared report goes through the forward and
+// the backward once. A pack grows only while its pass fits the memory of the largest single
+// pass the run was planned for (UpdateContext.packBytes), so packing never raises the peak.
+//
 // Per-stage gradient norms are exact: the vote stage is backpropagated first and its gradient
 // g_v measured and set aside (read back to the CPU, so no second gradient set on the GPU during
 // the summary passes), then the summary stage's g_s is measured and g_v added back. The
@@ -24,8 +30,9 @@ import type { LoraAdapter } from '../model/lora.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
 import * as K from '../ops/index.ts';
 import type { LoraAdamW } from './optimizer.ts';
+import { packSequences, type PackedLayout } from './packing.ts';
 import { ppoTokenTerm } from './pgLoss.ts';
-import { TrainingPass, type CheckpointDtype } from './trainingPass.ts';
+import { TrainingPass, trainingPassBytes, type CheckpointDtype } from './trainingPass.ts';
 
 /** A sample with the round it came from (a vote is identified by round and voter seat). */
 export interface RoundSample {
@@ -42,6 +49,16 @@ export interface UpdateContext {
   checkpoints: CheckpointDtype;
   /** sampling.temperature: sampled text (candidateTokenIds null) is recomputed at it, vote labels at 1. */
   temperature: number;
+  /**
+   * Pack sequences that share a prompt prefix into one pass (default true; needs
+   * K.treeAttentionSupported, else every sequence runs alone).
+   */
+  packPrefixes?: boolean;
+  /**
+   * The most bytes one training pass may take (trainingPassBytes' peak): the memory plan's
+   * update pass. Default: the largest single-sequence pass of this update.
+   */
+  packBytes?: number;
   /** Called with each sample's log-prob sets of each epoch (tests check the KL against them). */
   onLogprobs?: (epoch: number, sample: PolicySample, logp: Float32Array, refLogp: Float32Array | null) => void;
 }
@@ -68,8 +85,17 @@ export interface UpdateResult {
   reason?: string;
   stages: StageStats;
   epochs: EpochStats[];
-  /** Training-pass forwards and backwards run (one of each per sequence and epoch, plus the KL reference forwards). */
+  /** Training-pass forwards and backwards run (one of each per pass and epoch, plus the KL reference forwards). */
   passes: { forward: number; backward: number };
+  /** Prefix sharing over every forward: sequences run, tokens run, and the tokens they would take unpacked. */
+  packing: PackingStats;
+}
+
+export interface PackingStats {
+  sequences: number;
+  passes: number;
+  tokens: number;
+  unpackedTokens: number;
 }
 
 const emptyStage = (): StageStat => ({ loss: 0, gradNorm: 0, gradShare: 0, sequences: 0, tokens: 0 });
@@ -98,6 +124,128 @@ export function samplePass(
     checkpoints,
     temperature: s.candidateTokenIds ? 1 : temperature,
   });
+}
+
+/** Samples run together in one pass: a single sample, or a packed prefix tree of several. */
+export interface SamplePack {
+  /** Indices into the update's samples. */
+  members: number[];
+  /** The packed layout (null for a single sample). */
+  layout: PackedLayout | null;
+}
+
+/** trainingPassBytes' peak of a pass over `layout` (or one sample) with the adapter's shape. */
+function packPeak(
+  model: Qwen3Model,
+  adapter: LoraAdapter,
+  checkpoints: CheckpointDtype,
+  T: number,
+  M: number,
+  candidates: number | undefined,
+  packed: boolean,
+): number {
+  return trainingPassBytes(model.cfg, {
+    seqLen: T,
+    numTargets: M,
+    lora: { r: adapter.settings.r, targetModules: adapter.settings.targetModules },
+    checkpoints,
+    candidates,
+    packed,
+  }).peak;
+}
+
+/**
+ * Groups samples (indices into `samples`) into packs: the same round, stage and kind (restricted
+ * vote label, or text), sorted by prompt so that shared prefixes are neighbours; a sample joins
+ * the open pack when it shares at least half of its tokens with it and the packed pass's peak
+ * stays within `budget` bytes.
+ */
+export function planPacks(
+  model: Qwen3Model,
+  adapter: LoraAdapter,
+  samples: readonly RoundSample[],
+  which: readonly number[],
+  checkpoints: CheckpointDtype,
+  budget: number,
+): SamplePack[] {
+  const kind = (i: number) => {
+    const x = samples[i]!;
+    return `${x.round}/${x.sample.stage}/${x.sample.candidateTokenIds ? 'label' : 'text'}`;
+  };
+  const cmp = (a: readonly number[], b: readonly number[]) => {
+    for (let t = 0; t < Math.min(a.length, b.length); t++) if (a[t] !== b[t]) return a[t]! - b[t]!;
+    return a.length - b.length;
+  };
+  const order = [...which].sort(
+    (a, b) =>
+      kind(a).localeCompare(kind(b)) ||
+      cmp(samples[a]!.sample.promptTokenIds, samples[b]!.sample.promptTokenIds) ||
+      a - b,
+  );
+  const packs: SamplePack[] = [];
+  let open: { members: number[]; layout: PackedLayout | null; tokens: number } | null = null;
+  const close = () => {
+    if (open) packs.push({ members: open.members, layout: open.members.length > 1 ? open.layout : null });
+    open = null;
+  };
+  for (const i of order) {
+    const seq = sampleSequence(samples[i]!.sample);
+    if (open && kind(open.members[0]!) === kind(i)) {
+      const members: number[] = [...open.members, i];
+      const layout = packSequences(members.map((m) => sampleSequence(samples[m]!.sample)));
+      const saved = open.tokens + seq.ids.length - layout.ids.length;
+      const cands = samples[i]!.sample.candidateTokenIds;
+      const peak = packPeak(
+        model,
+        adapter,
+        checkpoints,
+        layout.ids.length,
+        layout.rows.reduce((n, r) => n + r.length, 0),
+        cands ? Math.max(...members.map((m) => samples[m]!.sample.candidateTokenIds!.length)) : undefined,
+        true,
+      );
+      const before = open.layout ? open.tokens - open.layout.ids.length : 0;
+      if (saved - before >= seq.ids.length / 2 && peak <= budget) {
+        open = { members, layout, tokens: open.tokens + seq.ids.length };
+        continue;
+      }
+    }
+    close();
+    open = { members: [i], layout: packSequences([seq]), tokens: seq.ids.length };
+  }
+  close();
+  return packs;
+}
+
+/** The training pass of a pack (samplePass for one sample). */
+function packPass(
+  model: Qwen3Model,
+  adapter: LoraAdapter,
+  samples: readonly RoundSample[],
+  pack: SamplePack,
+  checkpoints: CheckpointDtype,
+  temperature: number,
+): TrainingPass {
+  if (!pack.layout) return samplePass(model, adapter, samples[pack.members[0]!]!.sample, checkpoints, temperature);
+  const first = samples[pack.members[0]!]!.sample;
+  const L = pack.layout;
+  let restrict: number[][] | null = null; // each target row's candidates: its voter's
+  if (first.candidateTokenIds) {
+    restrict = [];
+    for (const [k, m] of pack.members.entries())
+      for (const row of L.rows[k]!) restrict[row] = [...samples[m]!.sample.candidateTokenIds!];
+  }
+  return new TrainingPass(model, adapter, L.ids, L.targets, restrict, {
+    checkpoints,
+    temperature: first.candidateTokenIds ? 1 : temperature,
+    layout: { positions: L.positions, keyEnd: L.keyEnd },
+  });
+}
+
+/** Each member's log-probs out of its pack's (in the pack's target order). */
+function splitLogp(pack: SamplePack, logp: Float32Array): Float32Array[] {
+  if (!pack.layout) return [logp];
+  return pack.layout.rows.map((rows) => Float32Array.from(rows, (m) => logp[m]!));
 }
 
 /**
@@ -173,6 +321,7 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
   const gpu = model.gpu;
   const samples = all.filter((x) => x.sample.completionTokenIds.length > 0);
   const passes = { forward: 0, backward: 0 };
+  const packing: PackingStats = { sequences: 0, passes: 0, tokens: 0, unpackedTokens: 0 };
   const none: UpdateResult = {
     loss: 0,
     kl: null,
@@ -184,6 +333,7 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
     stages: { summary: emptyStage(), vote: emptyStage() },
     epochs: [],
     passes,
+    packing,
   };
   if (samples.length === 0) return none;
   for (const x of samples) {
@@ -198,25 +348,61 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
   const lo = 1 - ppo.clipEps,
     hi = 1 + ppo.clipEps;
 
-  // The base model's log-probs for the KL term: one forward per sequence, adapter off.
+  // Which samples run together (the same packs in every epoch).
+  const share = ctx.packPrefixes !== false && K.treeAttentionSupported(gpu, model.cfg.headDim);
+  const budget =
+    ctx.packBytes ??
+    Math.max(
+      ...samples.map((x) => {
+        const { ids, targets } = sampleSequence(x.sample);
+        const M = targets.filter((t) => t >= 0).length;
+        const nc = x.sample.candidateTokenIds?.length;
+        return packPeak(model, adapter, ctx.checkpoints, ids.length, M, nc, false);
+      }),
+    );
+  const packsOf = (which: number[]): SamplePack[] =>
+    share
+      ? planPacks(model, adapter, samples, which, ctx.checkpoints, budget)
+      : which.map((i) => ({ members: [i], layout: null }));
+  const indices = (keep: (x: RoundSample) => boolean) => [...samples.keys()].filter((i) => keep(samples[i]!));
+  /** A pack's pass, forward run: the pass (to run its backward, then release) and each member's log-probs. */
+  const forward = async (p: SamplePack) => {
+    const pass = packPass(model, adapter, samples, p, ctx.checkpoints, ctx.temperature);
+    try {
+      const logp = await pass.forward();
+      passes.forward++;
+      packing.passes++;
+      packing.sequences += p.members.length;
+      packing.tokens += p.layout ? p.layout.ids.length : sampleSequence(samples[p.members[0]!]!.sample).ids.length;
+      for (const i of p.members) packing.unpackedTokens += sampleSequence(samples[i]!.sample).ids.length;
+      return { pass, logp, parts: splitLogp(p, logp) };
+    } catch (e) {
+      pass.release();
+      throw e;
+    }
+  };
+
+  // The base model's log-probs for the KL term: one forward per pass, adapter off.
   let refLogp: Float32Array[] | null = null;
   if (ppo.klBeta > 0) {
-    refLogp = [];
+    const ref: Float32Array[] = new Array<Float32Array>(samples.length);
     adapter.enabled = false;
     try {
-      for (const x of samples) {
-        const pass = samplePass(model, adapter, x.sample, ctx.checkpoints, ctx.temperature);
-        try {
-          refLogp.push(await pass.forward());
-          passes.forward++;
-        } finally {
-          pass.release();
-        }
+      for (const p of packsOf(indices(() => true))) {
+        const { pass, parts } = await forward(p);
+        pass.release();
+        for (const [k, i] of p.members.entries()) ref[i] = parts[k]!;
       }
     } finally {
       adapter.enabled = true;
     }
+    refLogp = ref;
   }
+  // Advantage 0 and no KL: every term and its gradient is 0, whatever the log-probs.
+  const stagePacks = {
+    vote: packsOf(indices((x) => x.sample.stage === 'vote' && (x.sample.advantage !== 0 || refLogp !== null))),
+    summary: packsOf(indices((x) => x.sample.stage === 'summary' && (x.sample.advantage !== 0 || refLogp !== null))),
+  };
 
   const norms = gpu.createBuffer(4, 'stageGradSumSquares');
   const epochs: EpochStats[] = [];
@@ -233,29 +419,28 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
       let stash: Float32Array[] | null = null;
       for (const stage of ['vote', 'summary'] as const) {
         let backwards = 0;
-        for (const [i, x] of samples.entries()) {
-          const s = x.sample;
-          if (s.stage !== stage) continue;
-          // Advantage 0 and no KL: every term and its gradient is 0, whatever the log-probs.
-          if (s.advantage === 0 && !refLogp) continue;
-          const pass = samplePass(model, adapter, s, ctx.checkpoints, ctx.temperature);
+        for (const p of stagePacks[stage]) {
+          const { pass, logp, parts } = await forward(p);
           try {
-            const logp = await pass.forward();
-            passes.forward++;
-            const ref = refLogp?.[i];
-            ctx.onLogprobs?.(epoch, s, logp, ref ?? null);
             const dlogp = new Float64Array(logp.length);
-            const w = weightOf[stage] * u[i]!;
-            for (let t = 0; t < logp.length; t++) {
-              const term = ppoTokenTerm(logp[t]!, s.oldLogprobs[t]!, s.advantage, ref?.[t], lo, hi, ppo.klBeta);
-              stageLoss[stage] += u[i]! * term.loss;
-              dlogp[t] = w * term.dlogp;
-              klSum += term.kl;
-              ratioSum += term.ratio;
-              if (term.clipped) clipped++;
+            for (const [k, i] of p.members.entries()) {
+              const s = samples[i]!.sample;
+              const lp = parts[k]!;
+              const rows = p.layout?.rows[k];
+              const ref = refLogp?.[i];
+              ctx.onLogprobs?.(epoch, s, lp, ref ?? null);
+              const w = weightOf[stage] * u[i]!;
+              for (let t = 0; t < lp.length; t++) {
+                const term = ppoTokenTerm(lp[t]!, s.oldLogprobs[t]!, s.advantage, ref?.[t], lo, hi, ppo.klBeta);
+                stageLoss[stage] += u[i]! * term.loss;
+                dlogp[rows ? rows[t]! : t] = w * term.dlogp;
+                klSum += term.kl;
+                ratioSum += term.ratio;
+                if (term.clipped) clipped++;
+              }
+              klTokens += ref ? lp.length : 0;
+              ratioTokens += lp.length;
             }
-            klTokens += ref ? logp.length : 0;
-            ratioTokens += logp.length;
             if (dlogp.some((d) => d !== 0)) {
               pass.backward(dlogp);
               passes.backward++;
@@ -304,5 +489,6 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
     stages: first.stages,
     epochs,
     passes,
+    packing,
   };
 }

@@ -100,6 +100,10 @@ describe('per-stage gradient norms', () => {
     expect(mixed.stages.summary.tokens).toBe(8);
     expect(mixed.stages.vote).toMatchObject({ sequences: 2, tokens: 4 });
     expect(mixed.loss).toBeCloseTo(summary.loss + 2 * vote.loss, 10);
-    expect(mixed.passes).toEqual({ forward: 5, backward: 5 });
+    // Five sequences in four passes: the two vote labels share their first two prompt tokens and
+    // run as one packed pass (src/train/packing.ts); the rest share too little to pack.
+    expect(mixed.passes).toEqual({ forward: 4, backward: 4 });
+    expect(mixed.packing).toMatchObject({ sequences: 5, passes: 4 });
+    expect(mixed.packing.unpackedTokens - mixed.packing.tokens).toBe(2);
   }, 300_000);
 });
