@@ -12,7 +12,8 @@
 //   reasons    (voteReason) the same for the free-text reasons before the votes
 //   votes      N vote prompts' KV pages (report + every summary) + prefill activations
 //   eval       (evalDocs > 0) greedy summaries of the held-out reports
-//   update     one TrainingPass over the longest sample (trainingPassBytes)
+//   update     one TrainingPass over the longest sample, or the civilians' samples packed as a
+//              prefix tree (src/train/packing.ts), whichever is larger (trainingPassBytes)
 //   total = weights + lora + max over phases (kv + activations + workspace)
 // The device holds no free buffers across a phase change: Gpu.createBuffer destroys the pool's
 // free buffers whenever it must create a new one (src/gpu/device.ts), so the measured peak
@@ -548,11 +549,25 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
       checkpoints: o.checkpoints,
       mlpChunk: o.mlpChunk,
     };
-    const vote = trainingPassBytes(cfg, { ...shape, seqLen: seq.voteSample, numTargets: 1, candidates: N - 1 });
-    const summary = trainingPassBytes(cfg, { ...shape, seqLen: seq.summarySample, numTargets: o.summaryTokens });
-    const pass = vote.peak >= summary.peak ? vote : summary;
-    trainSeqLen = pass === vote ? seq.voteSample : seq.summarySample;
-    phases.push(updatePhase(pass, trainSeqLen, base, workspace));
+    // One sequence alone, or the N - 1 civilians' packed together (src/train/packing.ts): their
+    // prompts are shared up to the last token (summaries) or the voter's own tail (votes), and
+    // the update packs them when the pass fits this plan.
+    const civ = Math.max(1, N - 1);
+    const shapes = [
+      { seqLen: seq.voteSample, numTargets: 1, candidates: N - 1 },
+      { seqLen: seq.summarySample, numTargets: o.summaryTokens },
+      {
+        seqLen: seq.votePrompt - seq.voteTail + civ * (seq.voteTail + 1),
+        numTargets: civ,
+        candidates: N - 1,
+        packed: true,
+      },
+      { seqLen: seq.summaryPrompt - 1 + civ * (o.summaryTokens + 1), numTargets: civ * o.summaryTokens, packed: true },
+    ];
+    const passes = shapes.map((x) => ({ seqLen: x.seqLen, bytes: trainingPassBytes(cfg, { ...shape, ...x }) }));
+    const pass = passes.reduce((a, b) => (b.bytes.peak > a.bytes.peak ? b : a));
+    trainSeqLen = pass.seqLen;
+    phases.push(updatePhase(pass.bytes, trainSeqLen, base, workspace));
   }
   return finish('round', cfg, o, weights, lora, phases, seq, trainSeqLen);
 }
