@@ -115,9 +115,27 @@ export interface RoundRecord {
    * Filled by the trainer after the update that used this round. kl is null when it was not
    * computed (klBeta 0): never a 0 that was not measured.
    */
-  train: { loss: number | null; kl: number | null; gradNorm: number | null; lr: number | null; stages?: StageStats };
+  train: {
+    loss: number | null;
+    kl: number | null;
+    gradNorm: number | null;
+    lr: number | null;
+    stages?: StageStats;
+    packing?: PackingStats;
+  };
   /** Milliseconds; null without a clock (RoundContext.now) or until the trainer fills them. */
   timings: { summarizeMs: number | null; voteMs: number | null; updateMs: number | null; totalMs: number | null };
+}
+
+/**
+ * Prefix sharing in an update (src/train/update.ts): the sequences trained, the training passes
+ * they ran in, and the tokens run against the tokens they would have run one sequence a pass.
+ */
+export interface PackingStats {
+  sequences: number;
+  passes: number;
+  tokens: number;
+  unpackedTokens: number;
 }
 
 /** Each stage's part of an update: its loss and its share of the squared gradient norm. */

@@ -1,5 +1,5 @@
 // What a SpyRL run reports as it goes: one stream of events the CLI prints and the app animates.
-import type { RoundRecord, StageStats } from '../game/round.ts';
+import type { PackingStats, RoundRecord, StageStats } from '../game/round.ts';
 import type { EvalReport } from './evaluate.ts';
 
 export type TrainEvent =
@@ -45,6 +45,8 @@ export type TrainEvent =
       skipped: boolean;
       reason?: string;
       stages?: StageStats;
+      /** Prefix sharing in the update (src/train/update.ts): sequences, passes, tokens run and unpacked. */
+      packing?: PackingStats;
     }
   /** Mean ROUGE-L F1 of greedy summaries of the held-out reports, base model vs adapter; report: every summary and score (src/train/evaluate.ts). */
   | {

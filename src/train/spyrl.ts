@@ -271,7 +271,14 @@ export class SpyRLTrainer {
     if (this.state.pending.length >= c.roundsPerUpdate) {
       const u0 = this.now?.() ?? performance.now();
       const upd = await this.update();
-      rec.train = { loss: upd.loss, kl: upd.kl, gradNorm: upd.gradNorm, lr: upd.lr, stages: upd.stages };
+      rec.train = {
+        loss: upd.loss,
+        kl: upd.kl,
+        gradNorm: upd.gradNorm,
+        lr: upd.lr,
+        stages: upd.stages,
+        packing: upd.packing,
+      };
       if (this.now) rec.timings.updateMs = this.now() - u0;
       this.emit({
         type: 'update',
@@ -284,6 +291,7 @@ export class SpyRLTrainer {
         skipped: upd.skipped,
         reason: upd.reason,
         stages: upd.stages,
+        packing: upd.packing,
       });
     }
     if (c.evalEvery > 0 && this.state.round % c.evalEvery === 0 && this.evalDocs.length > 0) {

@@ -25,7 +25,7 @@
 // grad-norm share of a stage is |g_stage|^2 / (|g_summary|^2 + |g_vote|^2).
 import type { Gpu } from '../gpu/index.ts';
 import type { PpoConfig } from '../game/config.ts';
-import type { PolicySample, StageStat, StageStats } from '../game/round.ts';
+import type { PackingStats, PolicySample, StageStat, StageStats } from '../game/round.ts';
 import type { LoraAdapter } from '../model/lora.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
 import * as K from '../ops/index.ts';
@@ -89,13 +89,6 @@ export interface UpdateResult {
   passes: { forward: number; backward: number };
   /** Prefix sharing over every forward: sequences run, tokens run, and the tokens they would take unpacked. */
   packing: PackingStats;
-}
-
-export interface PackingStats {
-  sequences: number;
-  passes: number;
-  tokens: number;
-  unpackedTokens: number;
 }
 
 const emptyStage = (): StageStat => ({ loss: 0, gradNorm: 0, gradShare: 0, sequences: 0, tokens: 0 });

@@ -110,6 +110,12 @@ describe('SpyRLTrainer update paths', () => {
         gradShare: st.vote.gradShare,
         gradNorm: st.vote.gradNorm,
       });
+      // The run log carries the update's prefix sharing: every trained sequence, in fewer passes.
+      const pk = rec.train.packing!;
+      expect(log.train.packing).toEqual(pk);
+      expect(pk.sequences).toBeGreaterThanOrEqual(st.summary.sequences + st.vote.sequences);
+      expect(pk.passes).toBeLessThan(pk.sequences);
+      expect(pk.tokens).toBeLessThan(pk.unpackedTokens);
     } finally {
       tr.destroy();
     }
