@@ -37,8 +37,13 @@ async function fakeHub(context: BrowserContext, main: { sha: string }) {
 async function pickRepo(page: Page) {
   await page.getByRole('radio', { name: /Other Hub repo/ }).check();
   await page.getByLabel('Hub repo id').fill(REPO);
+  const button = page.getByRole('button', { name: 'Load model' });
+  const before = await button.boundingBox();
   await page.getByLabel('Hub repo id').blur();
   await memoryPlanShown(page);
+  // The plan appearing does not move the Load button: a user's click on it is what leaves the
+  // repo field and reads the config, so a button that moved then would miss that click.
+  expect(await button.boundingBox()).toEqual(before);
 }
 
 async function loadRepo(page: Page) {

@@ -1,7 +1,8 @@
 // Picking a model the way a user sees it happen: after the choice, the app reads the model's
-// config.json and shows its memory plan, which moves the Load button down. A click sent while
-// that layout shift is under way can land beside the button (it did on a loaded machine), so
-// the specs wait for the plan before they press Load.
+// config.json, shows its memory plan and sets the weights format the model defaults to. The specs
+// wait for that before they press Load, so the load is the one a user would start. (The plan
+// once sat above the Load button and moved it under a click; it is below it now, and
+// e2e/hub.spec.ts checks that the button stays put.)
 import { expect, type Page } from '@playwright/test';
 
 /** Waits until the memory plan of the chosen model is shown (its config.json has been read). */

@@ -354,7 +354,9 @@ export function ModelPanel() {
       <h2>Model</h2>
       <ModelOptions />
       <FormatChoice />
-      <MemoryCheck />
+      {/* The Load row comes before the memory plan: the plan appears (and grows) when the model's
+          config.json is read, which happens as the repo field is left, often by the very click
+          that presses Load; above the button it would move the button under that click. */}
       <div className="row">
         <button
           onClick={() => load()}
@@ -415,6 +417,7 @@ export function ModelPanel() {
           {error}
         </p>
       )}
+      <MemoryCheck />
       <details>
         <summary>Cached models</summary>
         <CachedModels />
