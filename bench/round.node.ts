@@ -1,6 +1,6 @@
 // One SpyRL round split by stage (summaries, votes, update), the game and trainer of
-// src/train/spyrl.ts on a model with random weights and the real Qwen3 tokenizer, on the bundled
-// GovReport sample. Node only (the tokenizer files and the documents are read from disk);
+// src/train/spyrl.ts (started as a run: src/train/run.ts) on a model with random weights and the
+// real Qwen3 tokenizer, on the bundled GovReport sample. Node only (the tokenizer files and the documents are read from disk);
 // bench/run.ts runs it with --parts round.
 import type { Gpu } from '../src/gpu/index.ts';
 import { validateConfig, type SpyRLConfigInput } from '../src/game/config.ts';
@@ -10,7 +10,7 @@ import { memorySource } from '../src/model/sources.ts';
 import { makeTinyCheckpoint } from '../src/model/tinyModel.ts';
 import { qwen3TokenizerFiles } from '../src/model/tinyModel.node.ts';
 import { loadTokenizer } from '../src/model/tokenizer.ts';
-import { SpyRLTrainer } from '../src/train/spyrl.ts';
+import { Run } from '../src/train/run.ts';
 import { MODELS, randomWeights, type Format } from './e2e.ts';
 import { makeRecord, type BenchRecord } from './measure.ts';
 
@@ -47,7 +47,9 @@ export async function benchRound(
   o.log(
     `## SpyRL round: ${name} (${L} of ${full.numLayers} layers) ${o.format}, ${config.groupSize} players, report <= ${config.docTokenBudget} tokens, summaries <= ${config.summaryMaxTokens} tokens`,
   );
-  const trainer = await SpyRLTrainer.create({
+  // Through Run.create, as `spyrl train` and the app start a run: the memory plan's checks, and
+  // its update pass as the byte budget of the update's packed passes.
+  const run = await Run.create({
     model,
     tokenizer,
     config,
@@ -56,7 +58,7 @@ export async function benchRound(
     now: () => performance.now(),
   });
   try {
-    const rec = await trainer.runRound();
+    const rec = await run.step();
     const t = rec.timings;
     const tokens = rec.summaries.reduce((n, s) => n + s.tokens, 0);
     const shape = `${name} ${o.format} L=${L} players=${config.groupSize}`;
@@ -78,7 +80,14 @@ export async function benchRound(
     return [
       ...stage(`summaries (prefill + ${tokens} sampled tokens)`, t.summarizeMs, tokens),
       ...stage('votes', t.voteMs),
-      ...stage('update', t.updateMs),
+      // The update's training tokens: its sequences packed by shared prompt (src/train/packing.ts).
+      ...(rec.train.packing
+        ? stage(
+            `update (${rec.train.packing.sequences} sequences in ${rec.train.packing.passes} passes, ${rec.train.packing.tokens} training tokens; ${rec.train.packing.unpackedTokens} one sequence a pass)`,
+            t.updateMs,
+            rec.train.packing.tokens,
+          )
+        : stage('update', t.updateMs)),
       ...stage('play (summaries, votes, scoring)', t.totalMs),
       ...stage(
         'round total (play + update)',
@@ -86,7 +95,7 @@ export async function benchRound(
       ),
     ];
   } finally {
-    trainer.destroy();
+    run.destroy();
     model.lora = null;
     for (const b of new Set(buffers)) gpu.releaseBuffer(b);
   }
