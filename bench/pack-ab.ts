@@ -1,4 +1,5 @@
-// `npx tsx bench/pack-ab.ts [--reps 2] [--shape tiny|small] [--doc-tokens 128] [--summary-tokens 8]`
+// `npx tsx bench/pack-ab.ts [--reps 2] [--shape tiny|small|4b] [--layers 4] [--weights bf16|q4]
+//  [--doc-tokens 128] [--summary-tokens 8]`
 // Prefix sharing in the update (src/train/packing.ts) side by side: the same SpyRL round (same
 // seed, same report, the real Qwen3 tokenizer and chat template, random weights) played by two
 // trainers, one packing the update's sequences (the default) and one running each alone
@@ -8,7 +9,9 @@
 // the one `spyrl train` and the app give (the memory plan's update pass), so what packs here is
 // what packs in a run. A benchmark, not a test: nothing here asserts a time.
 // Shapes: 'tiny' (hidden 64, 2 layers) and 'small' (hidden 256, 4 layers, 4/2 heads of 64, MLP
-// 768), both with the real 151,936-token vocabulary; the layers are random, so are the summaries.
+// 768), both with the real 151,936-token vocabulary, and '4b' (Qwen3-4B's layers, --layers of its
+// 36; scripts/device-run.sh runs it on a GPU at the default game's 2,048-token report and
+// 256-token summaries). The layers are random, so are the summaries.
 import '../bin/gpu-env.mjs';
 import { parseArgs } from 'node:util';
 import { createGpu } from '../src/gpu/index.ts';
@@ -29,6 +32,8 @@ const { values } = parseArgs({
   options: {
     reps: { type: 'string', default: '2' },
     shape: { type: 'string', default: 'tiny' },
+    layers: { type: 'string', default: '4' },
+    weights: { type: 'string', default: 'bf16' },
     'doc-tokens': { type: 'string', default: '128' },
     'summary-tokens': { type: 'string', default: '8' },
   },
@@ -44,9 +49,14 @@ const SHAPES: Record<string, Qwen3Config> = {
     headDim: 64,
     intermediateSize: 768,
   },
+  '4b': { ...MODELS['4b']!, numLayers: Number(values.layers) },
 };
 const cfg = SHAPES[values.shape];
 if (!cfg) throw new Error(`--shape must be one of ${Object.keys(SHAPES).join(', ')} (got "${values.shape}")`);
+if (!(Number.isInteger(cfg.numLayers) && cfg.numLayers >= 1))
+  throw new Error(`--layers must be a whole number >= 1 (got "${values.layers}")`);
+const format = values.weights;
+if (format !== 'bf16' && format !== 'q4') throw new Error(`--weights must be bf16 or q4 (got "${format}")`);
 const reps = Number(values.reps);
 const config = validateConfig({
   groupSize: 4,
@@ -61,12 +71,12 @@ const gpu = await createGpu();
 const tok = makeTinyCheckpoint({ layers: 1, ...(await qwen3TokenizerFiles()) });
 const tokenizer = await loadTokenizer(memorySource('tokenizer', tok.files));
 const { train, eval: evalDocs } = await loadGovReportNode();
-const { weights } = randomWeights(gpu, cfg, 'bf16');
+const { weights } = randomWeights(gpu, cfg, format);
 const model = new Qwen3Model(gpu, cfg, weights);
 const plan = checkRunFits(model, { config, evalDocs });
 const packBytes = plan.phases.find((p) => p.phase === 'update')!.activations;
 console.log(
-  `# ${adapterName(gpu)}; ${values.shape} (hidden ${cfg.hiddenSize}, ${cfg.numLayers} layers), ${config.groupSize} players, report <= ${config.docTokenBudget} tokens, summaries <= ${config.summaryMaxTokens} tokens; pass budget ${(packBytes / 2 ** 20).toFixed(1)} MiB`,
+  `# ${adapterName(gpu)}; ${values.shape} (hidden ${cfg.hiddenSize}, ${cfg.numLayers} layers, ${format}), ${config.groupSize} players, report <= ${config.docTokenBudget} tokens, summaries <= ${config.summaryMaxTokens} tokens; pass budget ${(packBytes / 2 ** 20).toFixed(1)} MiB`,
 );
 
 type Side = 'packed' | 'alone';

@@ -1,7 +1,7 @@
 // One SpyRL round split by stage (summaries, votes, update), the game and trainer of
 // src/train/spyrl.ts (started as a run: src/train/run.ts) on a model with random weights and the
-// real Qwen3 tokenizer, on the bundled GovReport sample. Node only (the tokenizer files and the documents are read from disk);
-// bench/run.ts runs it with --parts round.
+// real Qwen3 tokenizer, on the bundled GovReport sample. Node only (the tokenizer files and the
+// documents are read from disk); bench/run.ts runs it with --parts round.
 import type { Gpu } from '../src/gpu/index.ts';
 import { validateConfig, type SpyRLConfigInput } from '../src/game/config.ts';
 import { loadGovReportNode } from '../src/game/govreport.node.ts';

@@ -7,8 +7,9 @@
 # length), gemv-ab.log (with the f16 GEMM A/B), decode-attention-ab.log (with the norm fold A/B),
 # attention-ab.log and round.log (one default SpyRL round at 4B shapes with LAYERS layers, by
 # stage, then bench/profile.ts: GPU time per kernel of a decode step, a prefill and a LoRA
-# step). Each step has its own time limit so a slow one cannot eat the rest; the whole run stays
-# under 9 minutes.
+# step, then bench/pack-ab.ts: the default round's update with its sequences packed by shared
+# prompt against one sequence a pass). Each step has its own time limit so a slow one cannot eat
+# the rest; the whole run stays under 9 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
@@ -47,7 +48,7 @@ run() { # name seconds command...
 }
 # The device tool returns at most 8 files and stops a command at 600 s: 7 logs plus bench.json,
 # about 560 s of limits in all. PyTorch + PEFT first after the bench: its ratio is the issue's target.
-run bench 230 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
+run bench 210 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 3
@@ -61,7 +62,9 @@ run gemv-ab 70 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,g
 # 4B layer, q4, LoRA on (bench/fused-ab.ts --compare normFold).
 run decode-attention-ab 45 bash -c "'$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4"
 # The tiled backward's rows: one thread each (HD 128: 512 floats a thread) or split over 4 ('auto' on GPUs).
-run attention-ab 45 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split
-# round.log also holds the per-kernel GPU time of a decode step, a prefill and a LoRA step (bench/profile.ts).
-run round 110 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30"
+run attention-ab 40 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split
+# round.log also holds the per-kernel GPU time of a decode step, a prefill and a LoRA step
+# (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
+# warm-up round and one counted round a side, the default game's report and summary lengths).
+run round 135 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256"
 log "done"
