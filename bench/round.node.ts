@@ -79,6 +79,13 @@ export async function benchRound(
           ];
     return [
       ...stage(`summaries (prefill + ${tokens} sampled tokens)`, t.summarizeMs, tokens),
+      // Split by the policy's clock (src/train/policy.ts): the prompts' prefill, then the decode.
+      ...stage(`summaries: prefill (${rec.prompts.civilianSummaryTokens}-token prompts)`, t.summaryPrefillMs),
+      ...stage(
+        `summaries: decode (${tokens} sampled tokens)`,
+        t.summarizeMs === null || t.summaryPrefillMs === null ? null : t.summarizeMs - t.summaryPrefillMs,
+        tokens,
+      ),
       ...stage('votes', t.voteMs),
       // The update's training tokens: its sequences packed by shared prompt (src/train/packing.ts).
       ...(rec.train.packing

@@ -45,6 +45,11 @@ export interface Policy {
   generate(prompts: ChatPrompt[], opts: GenerateOptions): Promise<Generation[]>;
   /** out[i][j] = log softmax(next-token logits after prompts[i])[candidateTokenIds[i][j]], temperature 1. */
   voteLogprobs(prompts: ChatPrompt[], candidateTokenIds: number[][]): Promise<number[][]>;
+  /**
+   * Milliseconds `generate` has spent prefilling prompts so far (their GPU work finished), when
+   * the policy measures it; the round reads it around its summaries (timings.summaryPrefillMs).
+   */
+  readonly prefillMs?: number;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -124,7 +129,14 @@ export interface RoundRecord {
     packing?: PackingStats;
   };
   /** Milliseconds; null without a clock (RoundContext.now) or until the trainer fills them. */
-  timings: { summarizeMs: number | null; voteMs: number | null; updateMs: number | null; totalMs: number | null };
+  timings: {
+    summarizeMs: number | null;
+    /** The part of summarizeMs spent prefilling the summary prompts; null unless the policy measures it. */
+    summaryPrefillMs: number | null;
+    voteMs: number | null;
+    updateMs: number | null;
+    totalMs: number | null;
+  };
 }
 
 /**
@@ -224,6 +236,7 @@ export async function playRound(ctx: RoundContext, policy: Policy): Promise<Roun
   const { config: cfg, tokenizer, rng } = ctx;
   const clock = ctx.now;
   const t0 = clock?.();
+  const prefill0 = clock ? policy.prefillMs : undefined;
   const N = cfg.groupSize;
 
   const doc = budgeted(ctx.document, tokenizer, cfg.docTokenBudget);
@@ -246,6 +259,7 @@ export async function playRound(ctx: RoundContext, policy: Policy): Promise<Roun
   });
   checkGenerations(gens, N, 'summaries');
   const t1 = clock?.();
+  const prefill1 = prefill0 === undefined ? undefined : policy.prefillMs;
   const texts = gens.map((g) => g.text);
   const formats = gens.map((g) => summaryFormat(g.text, g.truncated));
 
@@ -347,6 +361,7 @@ export async function playRound(ctx: RoundContext, policy: Policy): Promise<Roun
     train: { loss: null, kl: null, gradNorm: null, lr: null },
     timings: {
       summarizeMs: t0 === undefined || t1 === undefined ? null : t1 - t0,
+      summaryPrefillMs: prefill0 === undefined || prefill1 === undefined ? null : prefill1 - prefill0,
       voteMs: t1 === undefined || t2 === undefined ? null : t2 - t1,
       updateMs: null,
       totalMs: t0 === undefined || t2 === undefined ? null : t2 - t0,

@@ -62,6 +62,13 @@ export class GpuPolicy implements Policy {
   kvUsage: KvUsage | null = null;
   /** Decode one step ahead of the readback (model/generate.ts decodeSteps); false: read every step first. */
   decodeAhead = true;
+  /**
+   * A millisecond clock: when set, `generate` waits for its prefill's GPU work before it decodes
+   * and adds the time to prefillMs (one sync per call, so timings only; the trainer sets it when
+   * it has a clock).
+   */
+  clock: (() => number) | null = null;
+  prefillMs: number | undefined = undefined;
 
   constructor(
     readonly model: Qwen3Model,
@@ -145,7 +152,12 @@ export class GpuPolicy implements Policy {
       row: 0,
     }));
     try {
+      const c0 = this.clock?.();
       const logits = this.prefill(prompts, cache);
+      if (this.clock && c0 !== undefined) {
+        await model.gpu.sync();
+        this.prefillMs = (this.prefillMs ?? 0) + this.clock() - c0;
+      }
       const prefillPages = cache.pagesInUse;
       for await (const step of decodeSteps(model, cache, logits, seqs, sampling, tokenizer.stopIds, this.decodeAhead)) {
         for (const { seq: b, id, logprob, reason } of step) {

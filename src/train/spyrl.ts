@@ -147,6 +147,7 @@ export class SpyRLTrainer {
     t.listener = o.onEvent;
     t.checkpoints = o.checkpoints ?? ROUND_CHECKPOINTS;
     t.packing = { packBytes: o.packBytes, packPrefixes: o.packPrefixes };
+    if (o.now) t.policy.clock = o.now;
     t.policy.hooks.onDelta = (seat, text) => t.listener?.({ type: 'summary-delta', round: t.state.round, seat, text });
     if (o.runId) t.stamp = runStamp(o.runId);
     if (src && (await src.exists('trainer_state.json'))) {

@@ -111,7 +111,13 @@ describe('playRound with a scripted policy', () => {
       expect(s.oldLogprobs).toHaveLength(s.completionTokenIds.length);
     }
     expect(r.train).toEqual({ loss: null, kl: null, gradNorm: null, lr: null });
-    expect(r.timings).toEqual({ summarizeMs: null, voteMs: null, updateMs: null, totalMs: null });
+    expect(r.timings).toEqual({
+      summarizeMs: null,
+      summaryPrefillMs: null,
+      voteMs: null,
+      updateMs: null,
+      totalMs: null,
+    });
   });
 
   it('is deterministic: same seed and round give the identical record; others differ', async () => {
@@ -218,7 +224,42 @@ describe('playRound with a scripted policy', () => {
       expect(s.tokens).toBe(8);
       expect(r.rewards.formatPenalty[s.seat]).toBe(0.5);
     }
-    expect(r.timings).toEqual({ summarizeMs: 10, voteMs: 10, updateMs: null, totalMs: 20 });
+    // This policy does not measure its prefill: null, never a 0 that was not measured.
+    expect(r.timings).toEqual({ summarizeMs: 10, summaryPrefillMs: null, voteMs: 10, updateMs: null, totalMs: 20 });
+  });
+
+  it("summaryPrefillMs: the policy's prefill time over the summaries only, when it measures it", async () => {
+    let t = 0;
+    const config = validateConfig({ docTokenBudget: 256, summaryMaxTokens: 8, voteReason: true });
+    const inner = scriptedPolicy(tok);
+    // 3 ms of prefill per generate call: one for the summaries, one for the vote reasons.
+    const policy = {
+      prefillMs: 100,
+      async generate(...a: Parameters<typeof inner.generate>) {
+        this.prefillMs += 3;
+        return inner.generate(...a);
+      },
+      voteLogprobs: (...a: Parameters<typeof inner.voteLogprobs>) => inner.voteLogprobs(...a),
+    };
+    const run = (now?: () => number) =>
+      playRound(
+        {
+          config,
+          tokenizer: tok,
+          document: gao,
+          round: 0,
+          rng: roundRng(0, 0),
+          spyBaseline: INITIAL_SPY_BASELINE,
+          now,
+        },
+        policy,
+      );
+    const { record: r } = await run(() => (t += 10));
+    expect(policy.prefillMs).toBe(106); // both calls prefilled...
+    expect(r.timings.summaryPrefillMs).toBe(3); // ...only the summaries' counts
+    expect(r.timings.summarizeMs).toBe(10);
+    // Without a clock the round records no timing at all.
+    expect((await run()).record.timings.summaryPrefillMs).toBeNull();
   });
 
   it('voteReason: generates a reason per seat first, then reads the vote after it', async () => {

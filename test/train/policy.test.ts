@@ -86,6 +86,25 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
     }
   });
 
+  it('with a clock, generate measures its prefill (GPU work finished) and samples the same tokens', async () => {
+    const roles = assignRoles(4, Rng.fromSeed(3));
+    const sp = summaryPrompts(t.tokenizer, roles, FULL, SPY, PROMPTS).prompts;
+    const opts = { maxTokens: 4, temperature: 1, topK: 0, topP: 1, seeds: [1, 2, 3, 4] };
+    const plain = new GpuPolicy(t.model, t.tokenizer);
+    const want = await plain.generate(sp, opts);
+    expect(plain.prefillMs).toBeUndefined(); // no clock: nothing measured, not a 0
+    const timed = new GpuPolicy(t.model, t.tokenizer);
+    timed.clock = () => performance.now();
+    const w0 = performance.now();
+    const got = await timed.generate(sp, opts);
+    const wall = performance.now() - w0;
+    expect(got.map((g) => g.tokenIds)).toEqual(want.map((g) => g.tokenIds));
+    expect(got.map((g) => g.logprobs)).toEqual(want.map((g) => g.logprobs));
+    measured['prefill / generate wall'] = `${timed.prefillMs!.toFixed(0)} / ${wall.toFixed(0)} ms`;
+    expect(timed.prefillMs).toBeGreaterThan(0);
+    expect(timed.prefillMs).toBeLessThan(wall);
+  });
+
   it('voteLogprobs equal the restricted softmax of a plain forward', async () => {
     const roles = assignRoles(4, Rng.fromSeed(5));
     const vp = votePrompts(
