@@ -68,7 +68,11 @@ export class GpuPolicy implements Policy {
    * it has a clock).
    */
   clock: (() => number) | null = null;
-  prefillMs: number | undefined = undefined;
+  private prefillTotal = 0;
+  /** Milliseconds of prefill measured so far; undefined without a clock (nothing measured). */
+  get prefillMs(): number | undefined {
+    return this.clock ? this.prefillTotal : undefined;
+  }
 
   constructor(
     readonly model: Qwen3Model,
@@ -156,7 +160,7 @@ export class GpuPolicy implements Policy {
       const logits = this.prefill(prompts, cache);
       if (this.clock && c0 !== undefined) {
         await model.gpu.sync();
-        this.prefillMs = (this.prefillMs ?? 0) + this.clock() - c0;
+        this.prefillTotal += this.clock() - c0;
       }
       const prefillPages = cache.pagesInUse;
       for await (const step of decodeSteps(model, cache, logits, seqs, sampling, tokenizer.stopIds, this.decodeAhead)) {

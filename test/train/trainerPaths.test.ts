@@ -39,7 +39,7 @@ const small = (over: SpyRLConfigInput) =>
   });
 
 /** A trainer starting from an adapter whose B is not zero, so the policy differs from the base model (KL > 0). */
-async function trainer(config: ReturnType<typeof validateConfig>) {
+async function trainer(config: ReturnType<typeof validateConfig>, now?: () => number) {
   const { lora, weights } = movedLora(t.model, 4, 2, 0.2);
   const resume = { ...writeAdapter(lora, weights, t.model.cfg) };
   return SpyRLTrainer.create({
@@ -50,6 +50,7 @@ async function trainer(config: ReturnType<typeof validateConfig>) {
     evalDocs: [],
     resume,
     checkpoints: 'f32',
+    now,
   });
 }
 
@@ -121,8 +122,8 @@ describe('SpyRLTrainer update paths', () => {
     }
   }, 300_000);
 
-  it('klBeta 0: the KL is off (null), never a 0 point', async () => {
-    const tr = await trainer(small({}));
+  it('klBeta 0: the KL is off (null), never a 0 point; with a clock, the stages are timed', async () => {
+    const tr = await trainer(small({}), () => performance.now());
     const events: unknown[] = [];
     tr.onEvent = (e) => {
       if (e.type === 'update') events.push(e);
@@ -137,6 +138,11 @@ describe('SpyRLTrainer update paths', () => {
         }),
       ]);
       expect(JSON.parse(tr.runLogJsonl().trim()).train.kl).toBeNull();
+      // The summaries' prefill is measured by the policy and is a part of the summaries' time.
+      const tm = rec.timings;
+      expect(tm.summaryPrefillMs).toBeGreaterThan(0);
+      expect(tm.summaryPrefillMs).toBeLessThan(tm.summarizeMs!);
+      expect(tm.updateMs).toBeGreaterThan(0);
     } finally {
       tr.destroy();
     }
