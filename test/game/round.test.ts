@@ -32,6 +32,19 @@ async function play(
   return { ...result, policy, config };
 }
 
+/** Round 0 of the GAO report under `config`, with the clock `now` (left out: no timings). */
+function clocked(config: ReturnType<typeof validateConfig>, policy: Policy, now?: () => number) {
+  const ctx = {
+    config,
+    tokenizer: tok,
+    document: gao,
+    round: 0,
+    rng: roundRng(0, 0),
+    spyBaseline: INITIAL_SPY_BASELINE,
+  };
+  return playRound({ ...ctx, now }, policy);
+}
+
 const ln = Math.log;
 
 describe('playRound with a scripted policy', () => {
@@ -206,19 +219,7 @@ describe('playRound with a scripted policy', () => {
   it('penalises truncated summaries and records timings when given a clock', async () => {
     let t = 0;
     const config = validateConfig({ docTokenBudget: 256, summaryMaxTokens: 8 });
-    const policy = scriptedPolicy(tok);
-    const { record: r } = await playRound(
-      {
-        config,
-        tokenizer: tok,
-        document: gao,
-        round: 0,
-        rng: roundRng(0, 0),
-        spyBaseline: INITIAL_SPY_BASELINE,
-        now: () => (t += 10),
-      },
-      policy,
-    );
+    const { record: r } = await clocked(config, scriptedPolicy(tok), () => (t += 10));
     for (const s of r.summaries) {
       expect(s.truncated).toBe(true);
       expect(s.tokens).toBe(8);
@@ -241,25 +242,12 @@ describe('playRound with a scripted policy', () => {
       },
       voteLogprobs: (...a: Parameters<typeof inner.voteLogprobs>) => inner.voteLogprobs(...a),
     };
-    const run = (now?: () => number) =>
-      playRound(
-        {
-          config,
-          tokenizer: tok,
-          document: gao,
-          round: 0,
-          rng: roundRng(0, 0),
-          spyBaseline: INITIAL_SPY_BASELINE,
-          now,
-        },
-        policy,
-      );
-    const { record: r } = await run(() => (t += 10));
+    const { record: r } = await clocked(config, policy, () => (t += 10));
     expect(policy.prefillMs).toBe(106); // both calls prefilled...
     expect(r.timings.summaryPrefillMs).toBe(3); // ...only the summaries' counts
     expect(r.timings.summarizeMs).toBe(10);
     // Without a clock the round records no timing at all.
-    expect((await run()).record.timings.summaryPrefillMs).toBeNull();
+    expect((await clocked(config, policy)).record.timings.summaryPrefillMs).toBeNull();
   });
 
   it('voteReason: generates a reason per seat first, then reads the vote after it', async () => {
@@ -302,16 +290,8 @@ describe('playRound with a scripted policy', () => {
       generate: async (p, o) => (await good.generate(p, o)).slice(1),
       voteLogprobs: good.voteLogprobs,
     };
-    const ctx = {
-      config,
-      tokenizer: tok,
-      document: gao,
-      round: 0,
-      rng: roundRng(0, 0),
-      spyBaseline: INITIAL_SPY_BASELINE,
-    };
-    await expect(playRound(ctx, bad)).rejects.toThrow(/returned 3 summaries for 4 prompts/);
+    await expect(clocked(config, bad)).rejects.toThrow(/returned 3 summaries for 4 prompts/);
     const bad2: Policy = { generate: good.generate, voteLogprobs: async (p) => p.map(() => [0]) };
-    await expect(playRound(ctx, bad2)).rejects.toThrow(/one log-prob per candidate/);
+    await expect(clocked(config, bad2)).rejects.toThrow(/one log-prob per candidate/);
   });
 });
