@@ -71,6 +71,17 @@ test('steps one round: both documents, summaries, the vote to the reveal, curves
   await expect(rewardChart).toHaveAttribute('data-points', '1');
   await expect(rewardChart.locator('.recharts-line-dot, .recharts-dot').first()).toBeAttached();
   await expect(page.getByRole('figure', { name: 'Policy loss' })).toHaveAttribute('data-points', '1');
+  // Where the round's time went: every stage timed by the app's clock, the update's prefix sharing, and a
+  // stacked area per stage on the round-time chart.
+  const d = String.raw`(?:[\d.]+ m?s|\d+ min \d\d s)`; // formatDuration
+  await expect(page.getByTestId('round-time')).toHaveText(
+    new RegExp(
+      String.raw`^Took ${d}: summaries ${d} \(prefill ${d}\), votes ${d}, update ${d} \(\d+ sequences.*\); [\d,]+ tokens/s\.$`,
+    ),
+  );
+  const timeChart = page.getByRole('figure', { name: 'Round time by stage (s)' });
+  await expect(timeChart).toHaveAttribute('data-points', '1');
+  await expect(timeChart.locator('.recharts-area')).toHaveCount(4);
   await shot(page, info, '5-charts');
   // Accessibility after a round: the documents, the summaries, the vote, the reveal and the charts are all on the page.
   await expectNoAxeViolations(page, 'after a round');

@@ -1,5 +1,6 @@
 // Rounds and metrics as the event stream builds them: pure reducers from TrainEvent to the
 // round views the UI shows and the small append-only series the charts draw.
+import type { PackingStats, RoundRecord } from '../game/round.ts';
 import type { TrainEvent } from '../train/events.ts';
 
 export interface VoteView {
@@ -21,7 +22,23 @@ export interface RoundView extends RoundStart {
   /** Per seat: the summary's reward (from the round record). */
   summaryRewards: number[] | null;
   tokensPerSecond: number | null;
+  /** Where the round's time went (from the round record and the round-done event); null until it is done. */
+  time: RoundTime | null;
   done: boolean;
+}
+
+/** A finished round's wall time and its stages, in milliseconds; a stage not measured is null. */
+export interface RoundTime {
+  /** The whole round, its update and evaluation included. */
+  totalMs: number;
+  summariesMs: number | null;
+  /** The part of summariesMs spent prefilling the summary prompts. */
+  summaryPrefillMs: number | null;
+  votesMs: number | null;
+  /** null when the round ran no update (roundsPerUpdate > 1) or it was not timed. */
+  updateMs: number | null;
+  /** Prefix sharing in the round's update; null without an update or when not reported. */
+  packing: PackingStats | null;
 }
 
 export interface RoundPoint {
@@ -34,6 +51,15 @@ export interface RoundPoint {
   caughtRate: number;
   voteAccuracy: number;
   tokensPerSecond: number;
+  /**
+   * Seconds per stage (stacked on the round-time chart): the summaries' prefill and the rest of the
+   * summaries (decode), the votes, the update (0 in a round that ran none). null when not timed:
+   * the chart says "off" instead of drawing a 0.
+   */
+  prefillSeconds: number | null;
+  decodeSeconds: number | null;
+  voteSeconds: number | null;
+  updateSeconds: number | null;
 }
 
 export interface UpdatePoint {
@@ -104,6 +130,7 @@ export function reduceRounds(state: RoundsState, e: TrainEvent): RoundsState {
         reveal: null,
         summaryRewards: null,
         tokensPerSecond: null,
+        time: null,
         done: false,
       };
       const order = [...state.order.filter((n) => n !== e.round), e.round];
@@ -139,6 +166,7 @@ export function reduceRounds(state: RoundsState, e: TrainEvent): RoundsState {
         done: true,
         tokensPerSecond: e.tokensPerSecond,
         summaryRewards: e.record.rewards.summary,
+        time: roundTime(e.record, e.seconds),
       }));
     default:
       return state;
@@ -160,6 +188,7 @@ export function reduceSeries(s: Series, e: TrainEvent): Series {
         caughtRate: recent.reduce((a, b) => a + b, 0) / recent.length,
         voteAccuracy: r.metrics.voteAccuracy,
         tokensPerSecond: e.tokensPerSecond,
+        ...stageSeconds(r),
       };
       return { ...s, rounds: [...s.rounds, point] };
     }
@@ -188,6 +217,71 @@ export function reduceSeries(s: Series, e: TrainEvent): Series {
     default:
       return s;
   }
+}
+
+function roundTime(r: RoundRecord, seconds: number): RoundTime {
+  const t = r.timings;
+  return {
+    totalMs: seconds * 1000,
+    summariesMs: t.summarizeMs,
+    summaryPrefillMs: t.summaryPrefillMs,
+    votesMs: t.voteMs,
+    updateMs: t.updateMs,
+    packing: r.train.packing ?? null,
+  };
+}
+
+function stageSeconds(
+  r: RoundRecord,
+): Pick<RoundPoint, 'prefillSeconds' | 'decodeSeconds' | 'voteSeconds' | 'updateSeconds'> {
+  const t = r.timings;
+  const s = (ms: number | null) => (ms === null ? null : ms / 1000);
+  const timed = t.summarizeMs !== null;
+  // A timed round without an update spent no time on one; a round without a clock is not timed.
+  const ranUpdate = r.train.loss !== null || t.updateMs !== null;
+  return {
+    prefillSeconds: s(t.summaryPrefillMs),
+    decodeSeconds: t.summarizeMs === null ? null : s(t.summarizeMs - (t.summaryPrefillMs ?? 0)),
+    voteSeconds: s(t.voteMs),
+    updateSeconds: t.updateMs !== null ? s(t.updateMs) : timed && !ranUpdate ? 0 : null,
+  };
+}
+
+/** A duration for people: "850 ms", "4.2 s", "38 s", "2 min 05 s". */
+export function formatDuration(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  const s = ms / 1000;
+  if (s < 9.95) return `${s.toFixed(1)} s`;
+  const whole = Math.round(s);
+  if (whole < 60) return `${whole} s`;
+  return `${Math.floor(whole / 60)} min ${String(whole % 60).padStart(2, '0')} s`;
+}
+
+/**
+ * One line on where a finished round's time went, e.g. "Took 9.5 s: summaries 5.0 s (prefill
+ * 1.2 s), votes 1.5 s, update 2.8 s (7 sequences in 3 passes, prefix sharing ran 650 of 1,440
+ * tokens); 123 tokens/s." Stages that were not timed are left out, never shown as 0.
+ */
+export function describeRoundTime(time: RoundTime, tokensPerSecond: number | null): string {
+  const parts: string[] = [];
+  if (time.summariesMs !== null) {
+    const prefill = time.summaryPrefillMs === null ? '' : ` (prefill ${formatDuration(time.summaryPrefillMs)})`;
+    parts.push(`summaries ${formatDuration(time.summariesMs)}${prefill}`);
+  }
+  if (time.votesMs !== null) parts.push(`votes ${formatDuration(time.votesMs)}`);
+  if (time.updateMs !== null) {
+    const p = time.packing;
+    const n = (x: number) => x.toLocaleString('en-US');
+    const packed =
+      p === null
+        ? ''
+        : p.passes < p.sequences
+          ? ` (${p.sequences} sequences in ${p.passes} passes, prefix sharing ran ${n(p.tokens)} of ${n(p.unpackedTokens)} tokens)`
+          : ` (${p.sequences} sequences, one a pass)`;
+    parts.push(`update ${formatDuration(time.updateMs)}${packed}`);
+  }
+  const rate = tokensPerSecond === null ? '' : `; ${Math.round(tokensPerSecond).toLocaleString('en-US')} tokens/s`;
+  return `Took ${formatDuration(time.totalMs)}${parts.length ? `: ${parts.join(', ')}` : ''}${rate}.`;
 }
 
 /** Seats ordered by their public label (Player 1, Player 2, ...). */

@@ -57,8 +57,11 @@ export type TrainEvent =
       perDocument: { id: string; base: number; adapter: number }[];
       report?: EvalReport;
     }
-  /** The round is complete (its run-log record) with throughput. */
-  | { type: 'round-done'; round: number; record: RoundRecord; tokensPerSecond: number }
+  /**
+   * The round is complete (its run-log record) with throughput: the tokens prefilled and
+   * generated over the round's wall time (seconds, its update and evaluation included).
+   */
+  | { type: 'round-done'; round: number; record: RoundRecord; tokensPerSecond: number; seconds: number }
   | { type: 'checkpoint'; round: number };
 
 export type TrainListener = (e: TrainEvent) => void;

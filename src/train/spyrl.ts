@@ -302,7 +302,7 @@ export class SpyRLTrainer {
     this.log.push(rec);
     const seconds = ((this.now?.() ?? performance.now()) - started) / 1000;
     const tokens = this.policy.generatedTokens + this.policy.prefilledTokens - tokens0;
-    this.emit({ type: 'round-done', round, record: rec, tokensPerSecond: seconds > 0 ? tokens / seconds : 0 });
+    this.emit({ type: 'round-done', round, record: rec, tokensPerSecond: seconds > 0 ? tokens / seconds : 0, seconds });
     return rec;
   }
 

@@ -19,6 +19,8 @@ interface ChartSpec {
   empty: string;
   /** Shown instead of the chart when every point's value is null (a metric that was not computed). */
   off?: string;
+  /** The lines are parts of one total: drawn as stacked areas. */
+  stacked?: boolean;
 }
 
 function Chart({ spec, series }: { spec: ChartSpec; series: Series }) {
@@ -41,7 +43,15 @@ function Chart({ spec, series }: { spec: ChartSpec; series: Series }) {
         <p className="muted small off">off: {spec.off ?? 'not computed in this run'}</p>
       ) : (
         <Suspense fallback={<div className="chart-loading" style={{ width: WIDTH, height: HEIGHT }} />}>
-          <ChartPlot data={data} lines={spec.lines} domain={spec.domain} dots={dots} width={WIDTH} height={HEIGHT} />
+          <ChartPlot
+            data={data}
+            lines={spec.lines}
+            domain={spec.domain}
+            dots={dots}
+            width={WIDTH}
+            height={HEIGHT}
+            stacked={spec.stacked}
+          />
         </Suspense>
       )}
     </figure>
@@ -128,6 +138,19 @@ export function Charts() {
       data: 'rounds',
       lines: [{ key: 'tokensPerSecond', name: 'tokens/s' }],
       empty: 'Appears after the first round.',
+    },
+    {
+      title: 'Round time by stage (s)',
+      data: 'rounds',
+      lines: [
+        { key: 'prefillSeconds', name: 'summaries: prefill' },
+        { key: 'decodeSeconds', name: 'summaries: decode' },
+        { key: 'voteSeconds', name: 'votes' },
+        { key: 'updateSeconds', name: 'update' },
+      ],
+      stacked: true,
+      empty: 'Appears after the first round.',
+      off: 'this run was not timed',
     },
   ];
   return (

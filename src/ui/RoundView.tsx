@@ -3,7 +3,7 @@
 // round browser.
 import { useLayoutEffect, useRef } from 'react';
 import { useApp, useAppShallow } from '../store/hooks.ts';
-import { seatsInLabelOrder, type RoundView as Round } from '../store/rounds.ts';
+import { describeRoundTime, seatsInLabelOrder, type RoundView as Round } from '../store/rounds.ts';
 
 /** The round the round view shows: the one picked in the browser, else the live one. */
 export function useShownRound(): Round | null {
@@ -182,6 +182,11 @@ export function RoundPanel() {
           <DocumentPanes view={view} />
           <h3>Summaries</h3>
           <SummaryCards view={view} />
+          {view.time && (
+            <p className="muted small" data-testid="round-time">
+              {describeRoundTime(view.time, view.tokensPerSecond)}
+            </p>
+          )}
         </>
       ) : (
         <p className="muted">

@@ -4,7 +4,9 @@ import { describe, expect, it } from 'vitest';
 import type { RoundRecord } from '../../src/game/round.ts';
 import {
   CAUGHT_WINDOW,
+  describeRoundTime,
   EMPTY_ROUNDS,
+  formatDuration,
   EMPTY_SERIES,
   MAX_ROUND_VIEWS,
   reduceRounds,
@@ -34,22 +36,44 @@ function roundStart(round: number): Extract<TrainEvent, { type: 'round-start' }>
   };
 }
 
-/** The fields of a round's record the series read (the rest of RoundRecord is not used by them). */
-function record(round: number, o: { spySeat: number; summary: number[]; caught: boolean; voteAccuracy: number }) {
+type Timings = RoundRecord['timings'];
+/** A round with no clock: every stage untimed. */
+const UNTIMED: Timings = { summarizeMs: null, summaryPrefillMs: null, voteMs: null, updateMs: null, totalMs: null };
+
+/** The fields of a round's record the reducers read (the rest of RoundRecord is not used by them). */
+function record(
+  round: number,
+  o: {
+    spySeat: number;
+    summary: number[];
+    caught: boolean;
+    voteAccuracy: number;
+    timings?: Timings;
+    train?: Partial<RoundRecord['train']>;
+  },
+) {
   return {
     round,
     spySeat: o.spySeat,
     rewards: { summary: o.summary },
     metrics: { spyCaught: o.caught, voteAccuracy: o.voteAccuracy },
+    train: { loss: null, kl: null, gradNorm: null, lr: null, ...o.train },
+    timings: o.timings ?? UNTIMED,
   } as unknown as RoundRecord;
 }
 
-function roundDone(round: number, caught = true, tokensPerSecond = 25): Extract<TrainEvent, { type: 'round-done' }> {
+function roundDone(
+  round: number,
+  caught = true,
+  tokensPerSecond = 25,
+  more: { timings?: Timings; train?: Partial<RoundRecord['train']>; seconds?: number } = {},
+): Extract<TrainEvent, { type: 'round-done' }> {
   return {
     type: 'round-done',
     round,
-    record: record(round, { spySeat: 1, summary: [1, -0.5, 0.5], caught, voteAccuracy: 0.5 }),
+    record: record(round, { spySeat: 1, summary: [1, -0.5, 0.5], caught, voteAccuracy: 0.5, ...more }),
     tokensPerSecond,
+    seconds: more.seconds ?? 2,
   };
 }
 
@@ -81,6 +105,7 @@ describe('reduceRounds', () => {
       reveal: null,
       summaryRewards: null,
       tokensPerSecond: null,
+      time: null,
       done: false,
     });
 
@@ -98,7 +123,11 @@ describe('reduceRounds', () => {
       { type: 'vote', round: 4, voterSeat: 0, candidateSeats: [1, 2], probs: [0.8, 0.2], chosenSeat: 1 },
       { type: 'vote', round: 4, voterSeat: 2, candidateSeats: [0, 1], probs: [0.4, 0.6], chosenSeat: 1 },
       { type: 'reveal', round: 4, spySeat: 1, caught: true, rewards: [1.5, -0.5, 1.5] },
-      roundDone(4, true, 31.5),
+      roundDone(4, true, 31.5, {
+        seconds: 9.5,
+        timings: { summarizeMs: 5000, summaryPrefillMs: 1200, voteMs: 1500, updateMs: 2800, totalMs: 6500 },
+        train: { loss: 0.3, packing: { sequences: 7, passes: 3, tokens: 650, unpackedTokens: 1440 } },
+      }),
     ]);
     expect(done.rounds[4]).toMatchObject({
       summaries: ['Audits found gaps.', 'The agency audited', 'Gaps in oversight.'],
@@ -111,6 +140,15 @@ describe('reduceRounds', () => {
       reveal: { caught: true, rewards: [1.5, -0.5, 1.5] },
       summaryRewards: [1, -0.5, 0.5],
       tokensPerSecond: 31.5,
+      // The round's wall time from the event (update included), the stages from its record.
+      time: {
+        totalMs: 9500,
+        summariesMs: 5000,
+        summaryPrefillMs: 1200,
+        votesMs: 1500,
+        updateMs: 2800,
+        packing: { sequences: 7, passes: 3, tokens: 650, unpackedTokens: 1440 },
+      },
       done: true,
     });
     // Pure: the earlier state is untouched.
@@ -191,10 +229,41 @@ describe('reduceSeries', () => {
         caughtRate: 1,
         voteAccuracy: 0.5,
         tokensPerSecond: 25,
+        // No clock: no stage timed, so the round-time chart says "off".
+        prefillSeconds: null,
+        decodeSeconds: null,
+        voteSeconds: null,
+        updateSeconds: null,
       },
     ]);
     expect(s.updates).toBe(EMPTY_SERIES.updates);
     expect(EMPTY_SERIES.rounds).toEqual([]); // pure
+  });
+
+  it('splits a timed round into seconds per stage: prefill, the rest of the summaries, votes, update', () => {
+    const timed = { summarizeMs: 5000, summaryPrefillMs: 1200, voteMs: 1500, updateMs: 2800, totalMs: 6500 };
+    const withUpdate = reduceSeries(EMPTY_SERIES, roundDone(0, true, 25, { timings: timed, train: { loss: 0.3 } }));
+    expect(withUpdate.rounds[0]).toMatchObject({
+      prefillSeconds: 1.2,
+      decodeSeconds: 3.8,
+      voteSeconds: 1.5,
+      updateSeconds: 2.8,
+    });
+    // roundsPerUpdate > 1: a timed round that ran no update spent 0 s on one (the stack still adds up).
+    const noUpdate = reduceSeries(EMPTY_SERIES, roundDone(0, true, 25, { timings: { ...timed, updateMs: null } }));
+    expect(noUpdate.rounds[0]).toMatchObject({ decodeSeconds: 3.8, updateSeconds: 0 });
+    // An update that ran but was not timed is unknown, never 0.
+    const untimedUpdate = reduceSeries(
+      EMPTY_SERIES,
+      roundDone(0, true, 25, { timings: { ...timed, updateMs: null }, train: { loss: 0.3 } }),
+    );
+    expect(untimedUpdate.rounds[0]!.updateSeconds).toBeNull();
+    // A policy that does not measure its prefill: the summaries' whole time stays in one part.
+    const noPrefill = reduceSeries(
+      EMPTY_SERIES,
+      roundDone(0, true, 25, { timings: { ...timed, summaryPrefillMs: null } }),
+    );
+    expect(noPrefill.rounds[0]).toMatchObject({ prefillSeconds: null, decodeSeconds: 5 });
   });
 
   it('a spy seat out of range counts as reward 0; a lone spy has civilian mean 0', () => {
@@ -203,6 +272,7 @@ describe('reduceSeries', () => {
       round: 0,
       record: record(0, { spySeat, summary, caught: false, voteAccuracy: 0 }),
       tokensPerSecond: 0,
+      seconds: 1,
     });
     expect(reduceSeries(EMPTY_SERIES, e(5, [1, 2])).rounds[0]).toMatchObject({ civilianReward: 1.5, spyReward: 0 });
     expect(reduceSeries(EMPTY_SERIES, e(0, [-1])).rounds[0]).toMatchObject({ civilianReward: 0, spyReward: -1 });
@@ -321,5 +391,46 @@ describe('seat helpers', () => {
     expect(tallies(view)).toEqual([1, 2, 1, 0]);
     expect(tallies(view, 2)).toEqual([0, 2, 0, 0]); // the voting stage shows votes one by one
     expect(tallies(view, 0)).toEqual([0, 0, 0, 0]);
+  });
+});
+
+describe('round time', () => {
+  it('formats durations in ms, tenths of a second, seconds, minutes', () => {
+    expect(formatDuration(850.4)).toBe('850 ms');
+    expect(formatDuration(4240)).toBe('4.2 s');
+    expect(formatDuration(38_400)).toBe('38 s');
+    expect(formatDuration(125_000)).toBe('2 min 05 s');
+    // Rounded before the unit is picked: never "10.0 s" or "60 s".
+    expect(formatDuration(9_970)).toBe('10 s');
+    expect(formatDuration(59_600)).toBe('1 min 00 s');
+  });
+
+  it('describes a finished round: its wall time, each timed stage, the packing and the throughput', () => {
+    const time = {
+      totalMs: 9500,
+      summariesMs: 5000,
+      summaryPrefillMs: 1200,
+      votesMs: 1500,
+      updateMs: 2800,
+      packing: { sequences: 7, passes: 3, tokens: 650, unpackedTokens: 1440 },
+    };
+    expect(describeRoundTime(time, 123.4)).toBe(
+      'Took 9.5 s: summaries 5.0 s (prefill 1.2 s), votes 1.5 s, update 2.8 s ' +
+        '(7 sequences in 3 passes, prefix sharing ran 650 of 1,440 tokens); 123 tokens/s.',
+    );
+    // No prefix to share (or a GPU that cannot pack): said so, not a made-up saving.
+    expect(
+      describeRoundTime({ ...time, packing: { sequences: 2, passes: 2, tokens: 90, unpackedTokens: 90 } }, null),
+    ).toBe('Took 9.5 s: summaries 5.0 s (prefill 1.2 s), votes 1.5 s, update 2.8 s (2 sequences, one a pass).');
+    // Untimed stages and a round without an update are left out, never shown as 0.
+    expect(describeRoundTime({ ...time, summaryPrefillMs: null, updateMs: null, packing: null }, 40)).toBe(
+      'Took 9.5 s: summaries 5.0 s, votes 1.5 s; 40 tokens/s.',
+    );
+    expect(
+      describeRoundTime(
+        { totalMs: 700, summariesMs: null, summaryPrefillMs: null, votesMs: null, updateMs: null, packing: null },
+        null,
+      ),
+    ).toBe('Took 700 ms.');
   });
 });

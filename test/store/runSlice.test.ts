@@ -41,6 +41,8 @@ function scriptedEngine(opts: { eventsAfterReply?: boolean } = {}) {
       spySeat: 1,
       rewards: { summary: [0.5, -0.5, 0.5] },
       metrics: { spyCaught: true, voteAccuracy: 1 },
+      train: { loss: 0.25, kl: null, gradNorm: 0.5, lr: 5e-5 },
+      timings: { summarizeMs: 40, summaryPrefillMs: 10, voteMs: 20, updateMs: 30, totalMs: 60 },
     } as unknown as RoundRecord;
     onEvent!({
       type: 'round-start',
@@ -55,7 +57,7 @@ function scriptedEngine(opts: { eventsAfterReply?: boolean } = {}) {
       labels: [2, 1, 3],
       spySeat: 1,
     });
-    onEvent!({ type: 'round-done', round: r, record, tokensPerSecond: 10 });
+    onEvent!({ type: 'round-done', round: r, record, tokensPerSecond: 10, seconds: 0.1 });
   };
   const engine = {
     async startRun(_o: unknown, cb: (e: TrainEvent) => void) {

@@ -125,8 +125,10 @@ describe('SpyRLTrainer update paths', () => {
   it('klBeta 0: the KL is off (null), never a 0 point; with a clock, the stages are timed', async () => {
     const tr = await trainer(small({}), () => performance.now());
     const events: unknown[] = [];
+    let seconds: number | null = null;
     tr.onEvent = (e) => {
       if (e.type === 'update') events.push(e);
+      if (e.type === 'round-done') seconds = e.seconds;
     };
     try {
       const rec = await tr.runRound();
@@ -143,6 +145,8 @@ describe('SpyRLTrainer update paths', () => {
       expect(tm.summaryPrefillMs).toBeGreaterThan(0);
       expect(tm.summaryPrefillMs).toBeLessThan(tm.summarizeMs!);
       expect(tm.updateMs).toBeGreaterThan(0);
+      // The round-done event's wall time holds every stage (the app shows both).
+      expect(seconds! * 1000).toBeGreaterThanOrEqual(tm.summarizeMs! + tm.voteMs! + tm.updateMs!);
     } finally {
       tr.destroy();
     }

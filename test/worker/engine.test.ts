@@ -84,7 +84,7 @@ function scriptedTrainer(created: TrainerCreateOptions[]) {
         } as unknown as RoundRecord;
         round++;
         log.push(JSON.stringify({ round: r }));
-        emit({ type: 'round-done', round: r, record, tokensPerSecond: 42 });
+        emit({ type: 'round-done', round: r, record, tokensPerSecond: 42, seconds: 1 });
         return record;
       },
       adapterFiles: async () => ({ ...writeAdapter(lora, initLora(o.model.cfg, lora, 0), o.model.cfg) }),
