@@ -24,6 +24,8 @@ export interface SuiteOptions extends Pick<
   models: string[];
   weights: Format[];
   kv: ModelBenchOptions['kv'][];
+  /** Rounds of --parts round; the last one is split by stage. */
+  rounds: number;
 }
 
 /** The flags (CLI `--name value`, URL `?name=value`) and what they default to. */
@@ -41,6 +43,8 @@ export const SUITE_FLAGS = {
   batch: 'decode batch sizes (default 1,4)',
   'train-len': 'LoRA training tokens (default 512; quick: 16)',
   'lora-r': 'LoRA rank (default 16)',
+  rounds:
+    'SpyRL rounds of --parts round: the last is split by stage, the ones before it warm up (pipeline compiles) and print their totals (default 2; quick: 1)',
 } as const;
 
 type FlagValues = Readonly<Record<string, string | boolean | undefined>>;
@@ -88,6 +92,7 @@ export function suiteOptions(v: FlagValues, cpu: boolean): SuiteOptions {
       .map((b) => positive('batch', b, 1)),
     trainLen: positive('train-len', v['train-len'], mode === 'quick' ? 16 : undefined),
     loraR: positive('lora-r', v['lora-r'], 16),
+    rounds: positive('rounds', v.rounds, mode === 'quick' ? 1 : 2),
   };
 }
 

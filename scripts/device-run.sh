@@ -5,9 +5,10 @@
 # Qwen3-4B shapes: roofline, every op, e2e 4b with LAYERS of 36 layers, q4 and bf16), peft.log
 # (scripts/bench_peft_step.py's JSON: PyTorch + PEFT's LoRA step at the same shapes and training
 # length), gemv-ab.log (with the f16 GEMM A/B), decode-attention-ab.log (with the norm fold A/B),
-# attention-ab.log and round.log (one default SpyRL round at 4B shapes with LAYERS layers, by
-# stage, then bench/profile.ts: GPU time per kernel of a decode step, a prefill and a LoRA
-# step, then bench/pack-ab.ts: the default round's update with its sequences packed by shared
+# attention-ab.log and round.log (two default SpyRL rounds at 4B shapes with LAYERS layers, q4
+# weights and f16 KV: the first with its pipeline compiles, the second split by stage, then
+# bench/profile.ts: GPU time per kernel of a decode step, a prefill and a LoRA step, then
+# bench/pack-ab.ts: the default round's update with its sequences packed by shared
 # prompt against one sequence a pass). Each step has its own time limit so a slow one cannot eat
 # the rest; the whole run stays under 9 minutes.
 set -uo pipefail

@@ -65,6 +65,7 @@ describe('benchmark arithmetic', () => {
       weights: ['bf16'],
       kv: ['f32'],
       trainLen: 16,
+      rounds: 1,
     });
     expect(cpu.prompts).toEqual([128]);
     expect(suiteOptions({}, false)).toMatchObject({
@@ -73,6 +74,7 @@ describe('benchmark arithmetic', () => {
       weights: ['bf16', 'q4'],
       prompts: [128, 2048],
       trainLen: undefined,
+      rounds: 2, // one to warm up, one split by stage
     });
     expect(suiteOptions({ full: true, ops: 'gemv,gemm', model: 'none' }, true)).toMatchObject({
       mode: 'full',
@@ -81,6 +83,7 @@ describe('benchmark arithmetic', () => {
     });
     expect(() => suiteOptions({ ops: 'gemv,conv' }, true)).toThrow("--ops: unknown 'conv'");
     expect(() => suiteOptions({ batch: '1,0' }, true)).toThrow("--batch: '0' is not a positive integer");
+    expect(() => suiteOptions({ rounds: '0' }, true)).toThrow("--rounds: '0' is not a positive integer");
     expect(() => suiteOptions({ qiuck: true }, true)).toThrow('unknown flag --qiuck');
     expect(() => suiteOptions({ quick: true, full: true }, true)).toThrow('exclude each other');
   });
