@@ -7,7 +7,9 @@ import { mkdir, open, readdir, rename, rm, stat } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { UsageError } from './args.ts';
 
-export type FolderFiles = Readonly<Record<string, string | Uint8Array>>;
+/** A file's content: whole, or as consecutive pieces (a file too large to hold in memory). */
+export type FileData = string | Uint8Array | AsyncIterable<Uint8Array>;
+export type FolderFiles = Readonly<Record<string, FileData>>;
 
 /** Refuses an --out that exists and is not an empty folder, unless `force`. */
 export async function checkOutDir(dir: string, force: boolean, flag = '--out'): Promise<void> {
@@ -24,14 +26,15 @@ export interface SaveFolderOptions {
   /** Entries of the existing folder to carry over into the new one (e.g. this run's checkpoint-N folders). */
   keep?: readonly string[];
   /** Writes one file; tests inject a failure here to prove a crash mid-save loses nothing. */
-  writeFile?: (path: string, data: string | Uint8Array) => Promise<void>;
+  writeFile?: (path: string, data: FileData) => Promise<void>;
 }
 
 /** Writes and fsyncs one file, so the rename below never publishes data still in the page cache. */
-async function durableWrite(path: string, data: string | Uint8Array): Promise<void> {
+async function durableWrite(path: string, data: FileData): Promise<void> {
   const fh = await open(path, 'wx');
   try {
-    await fh.writeFile(data);
+    if (typeof data === 'string' || data instanceof Uint8Array) await fh.writeFile(data);
+    else for await (const piece of data) await fh.write(piece);
     await fh.sync();
   } finally {
     await fh.close();

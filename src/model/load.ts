@@ -7,8 +7,14 @@ import type { Gpu } from '../gpu/index.ts';
 import * as K from '../ops/index.ts';
 import { EMBED, loadQwen3Config, validateWeights, weightNames, type Qwen3Config } from './config.ts';
 import { ModelLoadError } from './errors.ts';
-import { isQ4Tensor, LAYER_TENSORS, openQ4Store, validateQ4Store } from './q4Store.ts';
-import { openSafetensorsModel, type SafetensorsModel, type TensorChunk } from './safetensors.ts';
+import { isQ4Tensor, LAYER_TENSORS, openQ4Store, Q4_STORE_FILE, validateQ4Store } from './q4Store.ts';
+import {
+  INDEX_FILE,
+  openSafetensorsModel,
+  SINGLE_FILE,
+  type SafetensorsModel,
+  type TensorChunk,
+} from './safetensors.ts';
 import type { ModelSource } from './sources.ts';
 import { loadTokenizer, type Qwen3Tokenizer } from './tokenizer.ts';
 import { Qwen3Model, type LayerWeights, type Qwen3Weights } from './qwen3.ts';
@@ -215,11 +221,31 @@ class Q4Quantizer {
   }
 }
 
-/** Reads config.json, checks every tensor's name, shape and dtype, then uploads the weights. */
+/** A source holding a q4 store (Q4_STORE_FILE) and no bf16 safetensors (`spyrl quantize`'s output). */
+export async function isQ4StoreOnly(source: Pick<ModelSource, 'exists'>): Promise<boolean> {
+  return (
+    (await source.exists(Q4_STORE_FILE)) && !(await source.exists(SINGLE_FILE)) && !(await source.exists(INDEX_FILE))
+  );
+}
+
+/**
+ * Reads config.json, checks every tensor's name, shape and dtype, then uploads the weights. A
+ * source with a q4 store and no bf16 weights (isQ4StoreOnly) loads from its store.
+ */
 export async function loadQwen3(gpu: Gpu, source: ModelSource, opts: LoadOptions = {}): Promise<LoadedModel> {
   const cfg = await loadQwen3Config(source);
   const q4 = (opts.weights ?? 'bf16') === 'q4';
   if (opts.prequantized && !q4) throw new RangeError("loadQwen3: a prequantized (q4 store) source needs weights: 'q4'");
+  // A folder (or repo) written by `spyrl quantize`: config, tokenizer and the q4 store, no bf16
+  // weights. It loads as q4 from its store; bf16 would need the checkpoint it was made from.
+  if (!opts.prequantized && (await isQ4StoreOnly(source))) {
+    if (!q4)
+      throw new ModelLoadError(
+        Q4_STORE_FILE,
+        `${source.name} holds q4 weights only (no ${SINGLE_FILE}): load it with q4 weights (spyrl: --weights q4); bf16 needs the original checkpoint`,
+      );
+    opts = { ...opts, prequantized: source };
+  }
   const st = opts.prequantized ? await openQ4Store(opts.prequantized) : await openSafetensorsModel(source);
   const { lmHead } = opts.prequantized ? validateQ4Store(cfg, st) : validateWeights(cfg, st);
 

@@ -14,8 +14,18 @@ import type { Qwen3Model, LayerWeights } from './qwen3.ts';
 import { modelOf, readSafetensorsHeader, safetensorsHeader, type Dtype, type SafetensorsModel } from './safetensors.ts';
 import type { ModelSource } from './sources.ts';
 
-/** The store's file name in its source (the q4 entry of the Hub cache). */
+/** The store's file name in its source (the q4 entry of the Hub cache, `spyrl quantize`'s folder). */
 export const Q4_STORE_FILE = 'model.q4.safetensors';
+/**
+ * The checkpoint files a load reads besides the weights (config, sampling defaults, tokenizer),
+ * copied beside a q4 store so that it loads on its own, without the bf16 checkpoint.
+ */
+export const Q4_SIDE_FILES: readonly string[] = [
+  'config.json',
+  'generation_config.json',
+  'tokenizer.json',
+  'tokenizer_config.json',
+];
 /** The layout version: bumped whenever the packed layout or this file's layout changes. */
 export const Q4_STORE_VERSION = 1;
 export const Q4_STORE_METADATA: Readonly<Record<string, string>> = {

@@ -233,8 +233,10 @@ export const createModelSlice =
         let loadStarted = false;
         try {
           // The memory check before any weight moves: refuse what cannot fit the adapter's limits.
-          const { cfg, name } = await deps.engine.inspectModel(c);
-          const format = asked ?? formatFor(cfg, get());
+          const { cfg, name, q4Only } = await deps.engine.inspectModel(c);
+          // A folder written by `spyrl quantize` holds only q4 weights: q4 unless bf16 was picked.
+          const picked = get().weightsChoice;
+          const format = asked ?? { ...formatFor(cfg, get()), ...(q4Only && picked === null ? { weights: 'q4' } : {}) };
           const q4Why = format.weights === 'q4' ? q4Problem(cfg) : null;
           if (q4Why) throw new Error(`${name} cannot load as q4: ${q4Why}`);
           const run = get().configResult.config ?? get().runConfig;

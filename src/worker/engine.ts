@@ -10,7 +10,7 @@
 // 4. exports: adapter zip, run log
 import { createGpu, type Gpu } from '../gpu/index.ts';
 import { resetTuning, tuningProblem, type Tuning } from '../ops/common.ts';
-import { loadQwen3WithTokenizer } from '../model/load.ts';
+import { isQ4StoreOnly, loadQwen3WithTokenizer } from '../model/load.ts';
 import {
   deleteCachedModel,
   defaultHubCache,
@@ -177,12 +177,16 @@ export class PlaygroundEngine {
   }
 
   /** config.json of a choice (for the memory check before loading). */
-  async inspectModel(choice: ModelChoice): Promise<{ name: string; cfg: LoadedModelInfo['cfg'] }> {
+  /**
+   * A model's config before loading it; q4Only: the source holds a q4 store and no bf16 weights
+   * (a folder written by `spyrl quantize`), so it loads only as q4.
+   */
+  async inspectModel(choice: ModelChoice): Promise<{ name: string; cfg: LoadedModelInfo['cfg']; q4Only: boolean }> {
     const cache = this.deps.hubCache();
     const { source, name, ref } = await resolveSource(choice, this.sourceDeps(cache));
     // A q4 entry holds config.json too: a repo whose download was deleted needs no request.
     const entry = await openQuantizedEntry(ref, cache);
-    return { name, cfg: await readModelConfig(entry ?? source) };
+    return { name, cfg: await readModelConfig(entry ?? source), q4Only: !entry && (await isQ4StoreOnly(source)) };
   }
 
   /**
@@ -210,7 +214,9 @@ export class PlaygroundEngine {
       this.hubRevisions.clear(); // this load used the commit; the next one asks the Hub again
       const entry = await openQuantizedEntry(resolved.ref, cache);
       const cfgJson = await readModelConfig(entry ?? resolved.source);
-      const fmt: ModelFormat = { ...defaultFormat(cfgJson), ...format };
+      // A q4-only source (`spyrl quantize`'s folder) defaults to q4; bf16 asked of it is the loader's error.
+      const storeOnly = !entry && (await isQ4StoreOnly(resolved.source));
+      const fmt: ModelFormat = { ...defaultFormat(cfgJson), ...(storeOnly ? { weights: 'q4' } : {}), ...format };
       checkFormat(cfgJson, fmt, resolved.name);
       // A q4 load of a Hub repo with a q4 entry reads only that entry: no download, no quantizing.
       const prequantized = fmt.weights === 'q4' ? entry : null;
@@ -220,7 +226,7 @@ export class PlaygroundEngine {
         const problem = tuningProblem(gpu, kernels);
         if (problem) throw new Error(`Kernel variants: ${problem}`);
         resetTuning(kernels);
-        const verb = fmt.weights === 'q4' && !prequantized ? 'Quantizing' : 'Uploading';
+        const verb = fmt.weights === 'q4' && !prequantized && !storeOnly ? 'Quantizing' : 'Uploading';
         const { model, cfg, tokenizer } = await loadQwen3WithTokenizer(gpu, prequantized ?? resolved.source, {
           weights: fmt.weights,
           kv: fmt.kv,

@@ -2,7 +2,7 @@
 // the reference an autosave keeps; and the q4 cache entry of a Hub model.
 import { parseQwen3Config, type Qwen3Config } from '../model/config.ts';
 import type { Gpu } from '../gpu/index.ts';
-import { Q4_STORE_FILE, Q4_STORE_VERSION, q4SafetensorsFile } from '../model/q4Store.ts';
+import { Q4_SIDE_FILES, Q4_STORE_FILE, Q4_STORE_VERSION, q4SafetensorsFile } from '../model/q4Store.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
 import {
   defaultHubCache,
@@ -118,10 +118,6 @@ export async function resolveSource(
 
 // ---- the q4 cache: a Hub model's q4 store (src/model/q4Store.ts) beside its download ----------
 
-/** The checkpoint files a load reads besides the weights (config, tokenizer), copied into the q4
- *  entry so that it loads on its own, without the download. */
-const SIDE_FILES = ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json'];
-
 /** The complete q4 entry of a Hub model in the cache, or null (other sources have no stable key).
  *  It is a ModelSource holding the side files and Q4_STORE_FILE. */
 export async function openQuantizedEntry(
@@ -142,7 +138,7 @@ export async function storeQuantizedEntry(
   onWrite?: (p: { file: string; written: number }) => void,
 ): Promise<number> {
   async function* files(): AsyncIterable<QuantizedFile> {
-    for (const name of SIDE_FILES) {
+    for (const name of Q4_SIDE_FILES) {
       if (!(await source.exists(name))) continue;
       const file = await source.open(name);
       yield { name, bytes: await file.read(0, file.size) };

@@ -31,7 +31,7 @@ import {
   runStamp,
   RUN_VERSION,
 } from '../../src/train/checkpoint.ts';
-import { saveFolder } from '../../src/cli/saveFolder.ts';
+import { saveFolder, type FileData } from '../../src/cli/saveFolder.ts';
 import { makeTinyCheckpoint } from '../../src/model/tinyModel.ts';
 import { qwen3TokenizerFiles } from '../../src/model/tinyModel.node.ts';
 import { PlaygroundEngine } from '../../src/worker/engine.ts';
@@ -398,7 +398,7 @@ describe('row 5: atomic saves', () => {
     });
     const before = await snapshot(dir);
     let written = 0;
-    const crash = async (path: string, data: string | Uint8Array) => {
+    const crash = async (path: string, data: FileData) => {
       if (++written === 2) throw new Error('injected crash while writing ' + path);
       await writeFile(path, data);
     };

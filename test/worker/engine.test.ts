@@ -81,6 +81,8 @@ function scriptedTrainer(created: TrainerCreateOptions[]) {
           spySeat: 1,
           rewards: { summary: [0.5, -0.5, 0.5] },
           metrics: { spyCaught: true, voteAccuracy: 1 },
+          train: { loss: 0.25, kl: 0, gradNorm: 0.5, lr: 5e-5 },
+          timings: { summarizeMs: 40, summaryPrefillMs: 10, voteMs: 20, updateMs: 30, totalMs: 60 },
         } as unknown as RoundRecord;
         round++;
         log.push(JSON.stringify({ round: r }));
@@ -269,6 +271,10 @@ describe('app store', () => {
         caughtRate: 1,
         voteAccuracy: 1,
         tokensPerSecond: 42,
+        prefillSeconds: 0.01,
+        decodeSeconds: 0.03,
+        voteSeconds: 0.02,
+        updateSeconds: 0.03,
       },
     ]);
     expect(s().series.updates).toHaveLength(1);
