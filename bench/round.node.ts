@@ -76,13 +76,15 @@ export async function benchRound(
     const shape = `${name} ${o.format} kv=${kv} L=${L} players=${config.groupSize}`;
     for (let i = 0; i < rounds - 1; i++) {
       const t0 = performance.now();
+      const k0 = gpu.pipelineCount;
       await run.step();
       const ms = performance.now() - t0;
-      o.log(`   round ${i + 1} (warm-up${i === 0 ? ', pipeline compiles included' : ''}): ${(ms / 1000).toFixed(2)} s`);
+      const compiled = `${gpu.pipelineCount - k0} pipelines compiled`;
+      o.log(`   round ${i + 1} (warm-up, ${compiled}): ${(ms / 1000).toFixed(2)} s`);
       warm.push(
         makeRecord({
           group: 'e2e',
-          name: `round ${i + 1}, warm-up${i === 0 ? ' (pipeline compiles included)' : ''}: total`,
+          name: `round ${i + 1}, warm-up (${compiled}): total`,
           shape,
           flops: 0,
           bytes: 0,
@@ -91,7 +93,9 @@ export async function benchRound(
         }),
       );
     }
+    const k0 = gpu.pipelineCount;
     const rec = await run.step();
+    if (rounds > 1) o.log(`   round ${rounds}: ${gpu.pipelineCount - k0} pipelines compiled`);
     const t = rec.timings;
     const tokens = rec.summaries.reduce((n, s) => n + s.tokens, 0);
     const stage = (what: string, ms: number | null, n?: number) =>

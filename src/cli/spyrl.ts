@@ -259,6 +259,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
     const peaks = f['report-memory'] ? memoryPeaks(gpu) : null;
     const tty = (process.stderr as { isTTY?: boolean }).isTTY;
     // The run core (src/train/run.ts): first the round's memory plan, the same the app checks before loading.
+    let compiledKernels = 0; // of the round just played (its round-done event)
     const options = {
       model,
       tokenizer,
@@ -269,6 +270,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
       baseModel: dir,
       onEvent: (e: TrainEvent) => {
         peaks?.onEvent(e);
+        if (e.type === 'round-done') compiledKernels = e.compiledKernels ?? 0;
         if (e.type === 'update')
           out.write(
             `  update ${e.step}: loss ${e.loss.toFixed(4)}  kl ${e.kl === null ? 'off' : e.kl.toFixed(4)}${e.stages ? `  summaries ${e.stages.summary.loss.toFixed(4)} (grad share ${e.stages.summary.gradShare.toFixed(2)})  votes ${e.stages.vote.loss.toFixed(4)} (grad share ${e.stages.vote.gradShare.toFixed(2)})` : ''}  grad-norm ${e.gradNorm.toPrecision(4)}  lr ${e.lr.toExponential(2)}${e.packing && e.packing.sequences > 0 ? `  trained ${e.packing.tokens} tokens in ${e.packing.passes} passes (${e.packing.unpackedTokens} one sequence a pass)` : ''}${e.skipped ? `  SKIPPED: ${e.reason}` : ''}\n`,
@@ -297,7 +299,10 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
       if (tty) process.stderr.write('\r\x1b[2K');
       out.write(
         `round ${rec.round + 1}/${rounds}  doc ${rec.documentId}  spy Player ${rec.spyLabel}  ${rec.metrics.spyCaught ? 'caught' : 'escaped'}  vote-acc ${rec.metrics.voteAccuracy.toFixed(2)}` +
-          `  spy-suspicion ${rec.metrics.spySuspicion.toFixed(2)}  ${(summaryTokens / secs).toFixed(1)} tok/s  ${secs.toFixed(1)} s\n`,
+          `  spy-suspicion ${rec.metrics.spySuspicion.toFixed(2)}  ${(summaryTokens / secs).toFixed(1)} tok/s  ${secs.toFixed(1)} s` +
+          // The first round compiles the GPU kernels it uses: its time is not the steady state.
+          (compiledKernels > 0 ? `  (${compiledKernels} GPU kernels compiled on first use)` : '') +
+          '\n',
       );
       if (tty)
         process.stderr.write(

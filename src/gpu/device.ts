@@ -347,6 +347,11 @@ export class Gpu {
 
   // ---- 2. launch ----------------------------------------------------------------------------
 
+  /** Compute pipelines compiled on this device so far (one per kernel variant first used). */
+  get pipelineCount(): number {
+    return this.pipelines.size;
+  }
+
   /**
    * The compute pipeline for `entry` in shaders/<shader>.wgsl, preprocessed with `defines`
    * (src/gpu/preprocess.ts) and with `constants` for its `override`s; cached per variant.

@@ -60,6 +60,11 @@ export class PipelineCache {
   private pipelines = new Map<string, Kernel>();
   private modules = new Map<string, GPUShaderModule>();
 
+  /** Pipelines created so far (each a compile: the first use of a kernel variant). */
+  get size(): number {
+    return this.pipelines.size;
+  }
+
   constructor(
     private readonly device: GPUDevice,
     private readonly source: (shader: string) => string,

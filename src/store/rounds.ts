@@ -39,6 +39,8 @@ export interface RoundTime {
   updateMs: number | null;
   /** Prefix sharing in the round's update; null without an update or when not reported. */
   packing: PackingStats | null;
+  /** GPU kernel variants first used in this round (pipeline compiles, inside totalMs); null when not reported. */
+  compiledKernels: number | null;
 }
 
 export interface RoundPoint {
@@ -166,7 +168,7 @@ export function reduceRounds(state: RoundsState, e: TrainEvent): RoundsState {
         done: true,
         tokensPerSecond: e.tokensPerSecond,
         summaryRewards: e.record.rewards.summary,
-        time: roundTime(e.record, e.seconds),
+        time: roundTime(e.record, e.seconds, e.compiledKernels),
       }));
     default:
       return state;
@@ -219,9 +221,10 @@ export function reduceSeries(s: Series, e: TrainEvent): Series {
   }
 }
 
-function roundTime(r: RoundRecord, seconds: number): RoundTime {
+function roundTime(r: RoundRecord, seconds: number, compiledKernels: number | undefined): RoundTime {
   const t = r.timings;
   return {
+    compiledKernels: compiledKernels ?? null,
     totalMs: seconds * 1000,
     summariesMs: t.summarizeMs,
     summaryPrefillMs: t.summaryPrefillMs,
@@ -281,7 +284,10 @@ export function describeRoundTime(time: RoundTime, tokensPerSecond: number | nul
     parts.push(`update ${formatDuration(time.updateMs)}${packed}`);
   }
   const rate = tokensPerSecond === null ? '' : `; ${Math.round(tokensPerSecond).toLocaleString('en-US')} tokens/s`;
-  return `Took ${formatDuration(time.totalMs)}${parts.length ? `: ${parts.join(', ')}` : ''}${rate}.`;
+  // The first rounds compile the GPU kernels they use first: say so, or round 1 looks slow for no reason.
+  const k = time.compiledKernels ?? 0;
+  const compiled = k > 0 ? `, ${k} GPU kernel${k === 1 ? '' : 's'} compiled on first use included` : '';
+  return `Took ${formatDuration(time.totalMs)}${compiled}${parts.length ? `: ${parts.join(', ')}` : ''}${rate}.`;
 }
 
 /** Seats ordered by their public label (Player 1, Player 2, ...). */

@@ -59,9 +59,17 @@ export type TrainEvent =
     }
   /**
    * The round is complete (its run-log record) with throughput: the tokens prefilled and
-   * generated over the round's wall time (seconds, its update and evaluation included).
+   * generated over the round's wall time (seconds, its update and evaluation included), and the
+   * GPU kernel variants first used in it (each a pipeline compile, inside `seconds`).
    */
-  | { type: 'round-done'; round: number; record: RoundRecord; tokensPerSecond: number; seconds: number }
+  | {
+      type: 'round-done';
+      round: number;
+      record: RoundRecord;
+      tokensPerSecond: number;
+      seconds: number;
+      compiledKernels?: number;
+    }
   | { type: 'checkpoint'; round: number };
 
 export type TrainListener = (e: TrainEvent) => void;

@@ -215,6 +215,7 @@ export class SpyRLTrainer {
     const rng = roundRng(c.seed, round);
     const started = this.now?.() ?? performance.now();
     const tokens0 = this.policy.generatedTokens + this.policy.prefilledTokens;
+    const pipelines0 = this.model.gpu.pipelineCount;
 
     // Announce the round before generation, with exactly what playRound will build (it is deterministic).
     const { maskSpan } = await import('../game/masking.ts');
@@ -302,7 +303,14 @@ export class SpyRLTrainer {
     this.log.push(rec);
     const seconds = ((this.now?.() ?? performance.now()) - started) / 1000;
     const tokens = this.policy.generatedTokens + this.policy.prefilledTokens - tokens0;
-    this.emit({ type: 'round-done', round, record: rec, tokensPerSecond: seconds > 0 ? tokens / seconds : 0, seconds });
+    this.emit({
+      type: 'round-done',
+      round,
+      record: rec,
+      tokensPerSecond: seconds > 0 ? tokens / seconds : 0,
+      seconds,
+      compiledKernels: this.model.gpu.pipelineCount - pipelines0,
+    });
     return rec;
   }
 

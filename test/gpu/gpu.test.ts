@@ -158,6 +158,16 @@ describe('buffers', () => {
 });
 
 describe('launch', () => {
+  it('counts a pipeline per kernel variant first used, none for a cached one', () => {
+    const before = gpu.pipelineCount;
+    const k = gpu.kernel('test', 'write_ids', { PIPELINE_COUNT_PROBE: 1 });
+    expect(gpu.pipelineCount).toBe(before + 1);
+    expect(gpu.kernel('test', 'write_ids', { PIPELINE_COUNT_PROBE: 1 })).toBe(k);
+    expect(gpu.pipelineCount).toBe(before + 1);
+    gpu.kernel('test', 'write_ids', { PIPELINE_COUNT_PROBE: 2 }); // another variant of the same entry
+    expect(gpu.pipelineCount).toBe(before + 2);
+  });
+
   it('gives every dispatch its own params across uniform chunks (600 dispatches, one flush)', async () => {
     const n = 600; // > 256 slots of one 64 KiB chunk
     const out = gpu.createBuffer(n * 4, 'set');

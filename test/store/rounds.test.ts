@@ -66,7 +66,7 @@ function roundDone(
   round: number,
   caught = true,
   tokensPerSecond = 25,
-  more: { timings?: Timings; train?: Partial<RoundRecord['train']>; seconds?: number } = {},
+  more: { timings?: Timings; train?: Partial<RoundRecord['train']>; seconds?: number; compiledKernels?: number } = {},
 ): Extract<TrainEvent, { type: 'round-done' }> {
   return {
     type: 'round-done',
@@ -74,6 +74,7 @@ function roundDone(
     record: record(round, { spySeat: 1, summary: [1, -0.5, 0.5], caught, voteAccuracy: 0.5, ...more }),
     tokensPerSecond,
     seconds: more.seconds ?? 2,
+    ...(more.compiledKernels === undefined ? {} : { compiledKernels: more.compiledKernels }),
   };
 }
 
@@ -125,6 +126,7 @@ describe('reduceRounds', () => {
       { type: 'reveal', round: 4, spySeat: 1, caught: true, rewards: [1.5, -0.5, 1.5] },
       roundDone(4, true, 31.5, {
         seconds: 9.5,
+        compiledKernels: 45,
         timings: { summarizeMs: 5000, summaryPrefillMs: 1200, voteMs: 1500, updateMs: 2800, totalMs: 6500 },
         train: { loss: 0.3, packing: { sequences: 7, passes: 3, tokens: 650, unpackedTokens: 1440 } },
       }),
@@ -148,6 +150,7 @@ describe('reduceRounds', () => {
         votesMs: 1500,
         updateMs: 2800,
         packing: { sequences: 7, passes: 3, tokens: 650, unpackedTokens: 1440 },
+        compiledKernels: 45,
       },
       done: true,
     });
@@ -413,6 +416,7 @@ describe('round time', () => {
       votesMs: 1500,
       updateMs: 2800,
       packing: { sequences: 7, passes: 3, tokens: 650, unpackedTokens: 1440 },
+      compiledKernels: 0,
     };
     expect(describeRoundTime(time, 123.4)).toBe(
       'Took 9.5 s: summaries 5.0 s (prefill 1.2 s), votes 1.5 s, update 2.8 s ' +
@@ -422,13 +426,26 @@ describe('round time', () => {
     expect(
       describeRoundTime({ ...time, packing: { sequences: 2, passes: 2, tokens: 90, unpackedTokens: 90 } }, null),
     ).toBe('Took 9.5 s: summaries 5.0 s (prefill 1.2 s), votes 1.5 s, update 2.8 s (2 sequences, one a pass).');
+    // A round that compiled kernels says so (the first round's time is mostly that on some GPUs).
+    expect(describeRoundTime({ ...time, compiledKernels: 45 }, null)).toMatch(
+      /^Took 9\.5 s, 45 GPU kernels compiled on first use included: summaries 5\.0 s/,
+    );
+    expect(describeRoundTime({ ...time, compiledKernels: 1 }, null)).toMatch(/^Took 9\.5 s, 1 GPU kernel compiled/);
     // Untimed stages and a round without an update are left out, never shown as 0.
     expect(describeRoundTime({ ...time, summaryPrefillMs: null, updateMs: null, packing: null }, 40)).toBe(
       'Took 9.5 s: summaries 5.0 s, votes 1.5 s; 40 tokens/s.',
     );
     expect(
       describeRoundTime(
-        { totalMs: 700, summariesMs: null, summaryPrefillMs: null, votesMs: null, updateMs: null, packing: null },
+        {
+          totalMs: 700,
+          summariesMs: null,
+          summaryPrefillMs: null,
+          votesMs: null,
+          updateMs: null,
+          packing: null,
+          compiledKernels: null,
+        },
         null,
       ),
     ).toBe('Took 700 ms.');

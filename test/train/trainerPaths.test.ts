@@ -126,12 +126,16 @@ describe('SpyRLTrainer update paths', () => {
     const tr = await trainer(small({}), () => performance.now());
     const events: unknown[] = [];
     let seconds: number | null = null;
+    let compiled: number | undefined;
     tr.onEvent = (e) => {
       if (e.type === 'update') events.push(e);
-      if (e.type === 'round-done') seconds = e.seconds;
+      if (e.type === 'round-done') [seconds, compiled] = [e.seconds, e.compiledKernels];
     };
     try {
+      const pipelines0 = tr.model.gpu.pipelineCount;
       const rec = await tr.runRound();
+      // The round reports the kernel variants it used first (pipeline compiles in its time).
+      expect(compiled).toBe(tr.model.gpu.pipelineCount - pipelines0);
       expect(rec.train.kl).toBeNull();
       expect(events).toEqual([
         expect.objectContaining({
