@@ -259,12 +259,9 @@ async function generateCmd(args: string[], out: NodeJS.WritableStream): Promise<
  * nothing; the logits are bit-identical to `--weights q4` on the original.
  */
 async function quantizeCmd(args: string[], out: NodeJS.WritableStream): Promise<void> {
-  const f = parse(args, {
-    model: { type: 'string' },
-    out: { type: 'string' },
-    kernels: { type: 'string' },
-    ...FORCE_FLAG,
-  });
+  const f = parse(args, { model: { type: 'string' }, out: { type: 'string' }, ...ENGINE_FLAGS, ...FORCE_FLAG });
+  if (str(f, 'weights') !== undefined && str(f, 'weights') !== 'q4')
+    throw new UsageError(`--weights: quantize writes q4 weights (got "${str(f, 'weights')}")`);
   const spec = str(f, 'model', true)!;
   const dir = str(f, 'out', true)!;
   const [{ checkOutDir, saveFolder }, { resolve, sep }, { stat }] = await Promise.all([

@@ -34,7 +34,12 @@ async function durableWrite(path: string, data: FileData): Promise<void> {
   const fh = await open(path, 'wx');
   try {
     if (typeof data === 'string' || data instanceof Uint8Array) await fh.writeFile(data);
-    else for await (const piece of data) await fh.write(piece);
+    else
+      for await (const piece of data) {
+        // A write may take fewer bytes than it was given: loop until the piece is all out.
+        for (let off = 0; off < piece.byteLength;)
+          off += (await fh.write(piece, off, piece.byteLength - off)).bytesWritten;
+      }
     await fh.sync();
   } finally {
     await fh.close();

@@ -108,6 +108,9 @@ describe('spyrl quantize', () => {
       expect(r.stderr).toMatch(/^spyrl: error: --out .* is the model folder or holds it/);
     }
     expect((await readdir(copy)).sort()).toEqual(['config.json', 'generation_config.json', 'model.safetensors']);
+    const bf16 = await spyrl('quantize', '--model', copy, '--out', join(tmp, 'never'), '--weights', 'bf16');
+    expect(bf16.code).toBe(2);
+    expect(bf16.stderr).toBe('spyrl: error: --weights: quantize writes q4 weights (got "bf16")');
     const busy = join(tmp, 'busy');
     await mkdir(busy);
     await writeFile(join(busy, 'keep.txt'), 'mine');
