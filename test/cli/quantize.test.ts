@@ -9,26 +9,18 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Q4_STORE_FILE } from '../../src/model/q4Store.ts';
 import { bytesSource, readSafetensorsHeader } from '../../src/model/safetensors.ts';
-import { ROOT, spyrl } from '../helpers/spyrl.ts';
+import { GOLDEN, GOLDEN_Q4, goldenQ4Expected, type GoldenQ4Expected } from '../helpers/goldenQ4.ts';
+import { spyrl } from '../helpers/spyrl.ts';
 
-const MODEL = join(ROOT, 'test/fixtures/golden/tied');
-const GOLDEN_Q4 = join(ROOT, 'test/fixtures/golden-q4/tied');
-
-interface Expected {
-  tokens: number[];
-  shape: [number, number];
-  max_abs_logit: number;
-  tolerance: { rel: number };
-  q4: Record<string, { sha256: string }>;
-}
+const MODEL = join(GOLDEN, 'tied');
 
 let tmp: string;
 let q4Dir: string;
-let exp: Expected;
+let exp: GoldenQ4Expected;
 beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'spyrl-quantize-'));
   q4Dir = join(tmp, 'tied-q4');
-  exp = JSON.parse(await readFile(join(GOLDEN_Q4, 'expected.json'), 'utf8')) as Expected;
+  exp = await goldenQ4Expected('tied');
 });
 afterAll(async () => {
   await rm(tmp, { recursive: true, force: true });
@@ -69,7 +61,7 @@ describe('spyrl quantize', () => {
     const b = await logits(MODEL, fromBf16, '--weights', 'q4');
     expect(b.code, b.stderr).toBe(0);
     const got = new Float32Array((await readFile(fromStore)).buffer.slice(0));
-    const ref = new Float32Array((await readFile(join(GOLDEN_Q4, 'logits.f32'))).buffer.slice(0));
+    const ref = new Float32Array((await readFile(join(GOLDEN_Q4, 'tied', 'logits.f32'))).buffer.slice(0));
     expect(got.length).toBe(ref.length);
     let err = 0;
     for (let i = 0; i < got.length; i++) err = Math.max(err, Math.abs(got[i]! - ref[i]!));

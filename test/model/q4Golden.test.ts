@@ -24,21 +24,11 @@ import {
 } from '../../src/model/safetensors.ts';
 import { nodeFolderSource } from '../../src/model/sources.node.ts';
 import { memorySource, type ModelSource } from '../../src/model/sources.ts';
+import { GOLDEN, GOLDEN_Q4, goldenQ4Expected } from '../helpers/goldenQ4.ts';
 import { ROOT, spyrl } from '../helpers/spyrl.ts';
 
-const GOLDEN = join(ROOT, 'test/fixtures/golden');
-const GOLDEN_Q4 = join(ROOT, 'test/fixtures/golden-q4');
 const VARIANTS = ['tied', 'untied-sharded', 'mha'] as const;
-
-interface Expected {
-  tokens: number[];
-  shape: [number, number];
-  max_abs_logit: number;
-  tolerance: { rel: number };
-  q4: Record<string, { sha256: string }>;
-}
-const expected = async (variant: string) =>
-  JSON.parse(await readFile(join(GOLDEN_Q4, variant, 'expected.json'), 'utf8')) as Expected;
+const expected = goldenQ4Expected;
 const f32File = async (path: string) => new Float32Array((await readFile(path)).buffer.slice(0));
 
 function maxAbsDiff(a: Float32Array, b: Float32Array): number {

@@ -78,6 +78,17 @@ function roundDone(
   };
 }
 
+/** A finished round's time as the round view holds it (the event and record of the first test). */
+const TIME = {
+  totalMs: 9500,
+  summariesMs: 5000,
+  summaryPrefillMs: 1200,
+  votesMs: 1500,
+  updateMs: 2800,
+  packing: { sequences: 7, passes: 3, tokens: 650, unpackedTokens: 1440 },
+  compiledKernels: 45,
+};
+
 const fold = <S>(reduce: (s: S, e: TrainEvent) => S, s: S, events: TrainEvent[]) => events.reduce(reduce, s);
 
 describe('reduceRounds', () => {
@@ -143,15 +154,7 @@ describe('reduceRounds', () => {
       summaryRewards: [1, -0.5, 0.5],
       tokensPerSecond: 31.5,
       // The round's wall time from the event (update included), the stages from its record.
-      time: {
-        totalMs: 9500,
-        summariesMs: 5000,
-        summaryPrefillMs: 1200,
-        votesMs: 1500,
-        updateMs: 2800,
-        packing: { sequences: 7, passes: 3, tokens: 650, unpackedTokens: 1440 },
-        compiledKernels: 45,
-      },
+      time: TIME,
       done: true,
     });
     // Pure: the earlier state is untouched.
@@ -409,15 +412,7 @@ describe('round time', () => {
   });
 
   it('describes a finished round: its wall time, each timed stage, the packing and the throughput', () => {
-    const time = {
-      totalMs: 9500,
-      summariesMs: 5000,
-      summaryPrefillMs: 1200,
-      votesMs: 1500,
-      updateMs: 2800,
-      packing: { sequences: 7, passes: 3, tokens: 650, unpackedTokens: 1440 },
-      compiledKernels: 0,
-    };
+    const time = { ...TIME, compiledKernels: 0 };
     expect(describeRoundTime(time, 123.4)).toBe(
       'Took 9.5 s: summaries 5.0 s (prefill 1.2 s), votes 1.5 s, update 2.8 s ' +
         '(7 sequences in 3 passes, prefix sharing ran 650 of 1,440 tokens); 123 tokens/s.',
