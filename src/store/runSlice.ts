@@ -3,6 +3,7 @@
 import type { StateCreator } from 'zustand';
 import type { SpyRLConfig } from '../game/config.ts';
 import { asModelFormat, sameFormat } from '../model/format.ts';
+import { formatTuning, parseTuning, type Tuning } from '../ops/tuning.ts';
 import type { TrainEvent } from '../train/events.ts';
 import { errorKind, errorMessage, type PendingAdapterInfo, type SavedRunMeta } from '../worker/protocol.ts';
 import { EMPTY_ROUNDS, EMPTY_SERIES, reduceRounds, reduceSeries, type RoundsState, type Series } from './rounds.ts';
@@ -312,13 +313,34 @@ export const createRunSlice =
           return set({
             runError: `Could not resume: the autosave's meta.json field "format" must be {weights: bf16|q4, kv: f32|f16}, got ${JSON.stringify(meta.format)}`,
           });
+        // Its kernel variant overrides (a workaround for a GPU's 'auto' choice, say) come back with
+        // it, unless the panel names its own: then the panel's, as for any load.
+        let savedKernels: Partial<Tuning>;
+        try {
+          if (meta.kernels !== undefined && typeof meta.kernels !== 'string') throw new Error('must be a string');
+          savedKernels = parseTuning(meta.kernels ?? '');
+        } catch (e) {
+          return set({
+            runError: `Could not resume: the autosave's meta.json field "kernels": ${errorMessage(e)}, got ${JSON.stringify(meta.kernels)}`,
+          });
+        }
+        const panelKernels = get().kernelSpec.trim();
+        let kernels = savedKernels;
+        if (panelKernels !== '') {
+          try {
+            kernels = parseTuning(panelKernels);
+          } catch {
+            kernels = {}; // the load names the panel's mistake
+          }
+        } else if (formatTuning(savedKernels) !== '') set({ kernelSpec: formatTuning(savedKernels) });
         // The run continues on the base it was trained on: the same model, held the same way
         // (weights format and KV type; saves from before formats existed do not say).
         const loaded = get().model;
         const same =
           loaded &&
           JSON.stringify(loaded.ref) === JSON.stringify(meta.model) &&
-          (!format || sameFormat(loaded.format, format));
+          (!format || sameFormat(loaded.format, format)) &&
+          formatTuning(loaded.kernels) === formatTuning(kernels);
         if (!same || get().runStatus === 'lost') {
           if (meta.model.kind === 'files') {
             if (get().lastChoice?.kind !== 'files') {

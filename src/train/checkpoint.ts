@@ -9,6 +9,7 @@ import type { SpyDocument } from '../game/documents.ts';
 import type { PolicySample } from '../game/round.ts';
 import { ModelLoadError } from '../model/errors.ts';
 import type { ModelFormat } from '../model/format.ts';
+import { parseTuning, type Tuning } from '../ops/tuning.ts';
 
 /** Written into every checkpoint and autosave; a reader refuses any other format or version. */
 export const RUN_FORMAT = 'spyrl-run';
@@ -321,7 +322,13 @@ export const AUTOSAVE_META = 'meta.json';
 export function parseAutosaveMeta(
   meta: unknown,
   file = AUTOSAVE_META,
-): { stamp: RunStamp; round: number; config: SpyRLConfig; format: ModelFormat | undefined } {
+): {
+  stamp: RunStamp;
+  round: number;
+  config: SpyRLConfig;
+  format: ModelFormat | undefined;
+  kernels: Partial<Tuning>;
+} {
   if (!isRecord(meta)) throw new ModelLoadError(file, `is not a JSON object`);
   const f = new Fields(file);
   if (meta['version'] !== RUN_VERSION)
@@ -341,6 +348,17 @@ export function parseAutosaveMeta(
       kv: f.at('format').oneOf(fm, 'kv', ['f32', 'f16'] as const),
     };
   }
+  // The kernel variant overrides the model was loaded with (absent in older saves: none).
+  let kernels: Partial<Tuning> = {};
+  if (meta['kernels'] !== undefined) {
+    const spec = meta['kernels'];
+    if (typeof spec !== 'string') f.fail('kernels', `must be a string (name=value,...), got ${show(spec)}`);
+    try {
+      kernels = parseTuning(spec as string);
+    } catch (e) {
+      f.fail('kernels', (e as Error).message);
+    }
+  }
   const files = meta['files'];
   if (!Array.isArray(files)) f.fail('files', `must be a list, got ${show(files)}`);
   (files as unknown[]).forEach((x, i) => {
@@ -357,7 +375,7 @@ export function parseAutosaveMeta(
       throw new CheckpointError(file, `config.${e.field}`, e.message.replace(/^config\.[^:]*: /, ''));
     throw e;
   }
-  return { stamp: runStamp(runId), round, config, format };
+  return { stamp: runStamp(runId), round, config, format, kernels };
 }
 
 /** documents.json of an autosave: { train: SpyDocument[] (non-empty), evalDocs?: SpyDocument[] }. */

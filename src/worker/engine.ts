@@ -9,7 +9,7 @@
 // 3. autosave and resume
 // 4. exports: adapter zip, run log
 import { createGpu, type Gpu } from '../gpu/index.ts';
-import { resetTuning, tuningProblem, type Tuning } from '../ops/common.ts';
+import { formatTuning, resetTuning, tuningProblem, type Tuning } from '../ops/common.ts';
 import { isQ4StoreOnly, loadQwen3WithTokenizer } from '../model/load.ts';
 import {
   deleteCachedModel,
@@ -436,6 +436,7 @@ export class PlaygroundEngine {
         model: m.info.ref,
         modelName: m.info.name,
         format: m.info.format,
+        kernels: formatTuning(m.info.kernels),
         config: run.options.config,
         ui,
       });

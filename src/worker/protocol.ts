@@ -80,6 +80,8 @@ export interface SavedRunMeta {
   modelName: string;
   /** How the base model was held (absent in saves from before formats existed). */
   format?: ModelFormat;
+  /** The kernel variant overrides the model was loaded with (formatTuning; '' or absent: none). */
+  kernels?: string;
   config: SpyRLConfig;
   files: { name: string; size: number }[];
   /** The UI's chart series (opaque to the worker) so a resumed run keeps its curves. */

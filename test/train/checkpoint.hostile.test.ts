@@ -341,10 +341,15 @@ describe('row 2: autosave validation', () => {
       stamp: { runId: 'r-1', version: RUN_VERSION },
       round: 2,
       format: undefined, // saves from before formats existed
+      kernels: {}, // and from before kernel variants were saved
     });
     expect(parseAutosaveMeta({ ...structuredClone(meta), format: { weights: 'q4', kv: 'f16' } }).format).toEqual({
       weights: 'q4',
       kv: 'f16',
+    });
+    expect(parseAutosaveMeta({ ...structuredClone(meta), kernels: 'gemmF16=off,matmul=tiled' }).kernels).toEqual({
+      gemmF16: 'off',
+      matmul: 'tiled',
     });
   });
 
@@ -359,6 +364,8 @@ describe('row 2: autosave validation', () => {
     ['an unknown weights format', { format: { weights: 'q8', kv: 'f16' } }, 'format.weights'],
     ['a format without its KV type', { format: { weights: 'bf16' } }, 'format.kv'],
     ['a format that is not an object', { format: 'bf16' }, 'format'],
+    ['an unknown kernel switch', { kernels: 'warp=fast' }, 'kernels'],
+    ['kernels that are not text', { kernels: { matmul: 'tiled' } }, 'kernels'],
   ])('row 2: autosave meta with %s is refused naming %s', (_what, patch, field) => {
     const e = thrown(() => parseAutosaveMeta({ ...structuredClone(meta), ...patch }));
     expect(e.message).toMatch(new RegExp(`^meta\\.json: field "${field.replace(/[.[\]]/g, '\\$&')}"`));

@@ -301,11 +301,13 @@ describe('app store', () => {
     const first = createAppStore(deps);
     await first.getState().loadBundled();
     first.getState().setKv('f32');
+    first.getState().setKernelSpec('attentionBackward=row');
     expect(await first.getState().loadModel({ kind: 'demo' })).toBe(true);
     first.getState().setConfig(config);
     await first.getState().step();
     expect(first.getState().runError).toBeNull();
     expect((await storage.meta())?.format).toEqual({ weights: 'bf16', kv: 'f32' });
+    expect((await storage.meta())?.kernels).toBe('attentionBackward=row');
 
     // A reload: a new store with the panel at its defaults (f16 KV), the same model loaded that way.
     const s = () => store.getState();
@@ -314,14 +316,36 @@ describe('app store', () => {
     expect(s().kvType).toBe('f16');
     expect(await s().loadModel({ kind: 'demo' })).toBe(true);
     expect(s().model?.format.kv).toBe('f16');
+    expect(s().model?.kernels).toEqual({});
     await s().checkSaved();
     await s().resume();
     expect(s().runError).toBeNull();
     expect(s().model?.format).toEqual({ weights: 'bf16', kv: 'f32' });
     expect(s().kvType).toBe('f32'); // the panel shows what is loaded
+    // The run's kernel variant overrides came back with it (the panel named none), and show there.
+    expect(s().model?.kernels).toEqual({ attentionBackward: 'row' });
+    expect(tuning.attentionBackward).toBe('row');
+    expect(s().kernelSpec).toBe('attentionBackward=row');
     expect(s().round).toBe(1);
     await s().step();
     expect(s().round).toBe(2);
+
+    // Kernel variants named in the panel win over the run's: the model is reloaded with them.
+    s().setKernelSpec('matmul=tiled');
+    await s().checkSaved();
+    await s().resume();
+    expect(s().runError).toBeNull();
+    expect(s().model?.kernels).toEqual({ matmul: 'tiled' });
+    expect(s().round).toBe(2);
+
+    // A save whose kernels field is malformed is refused, naming it, before anything is unloaded.
+    await storage.save(await storage.files(), { ...(await storage.meta())!, kernels: 'gemmF16=maybe' });
+    await s().resume();
+    expect(s().runError).toBe(
+      'Could not resume: the autosave\'s meta.json field "kernels": gemmF16 must be one of auto, on, off (got "maybe"), got "gemmF16=maybe"',
+    );
+    expect(s().model?.kernels).toEqual({ matmul: 'tiled' }); // still loaded
+    await storage.save(await storage.files(), { ...(await storage.meta())!, kernels: 'attentionBackward=row' });
 
     // A save whose format is malformed is refused before anything is unloaded.
     await storage.save(await storage.files(), {
@@ -331,6 +355,7 @@ describe('app store', () => {
     await s().resume();
     expect(s().runError).toMatch(/meta\.json field "format" must be .*"q8"/);
     expect(s().model?.format).toEqual({ weights: 'bf16', kv: 'f32' }); // still loaded
+    resetTuning();
     engine.dispose();
   });
 
