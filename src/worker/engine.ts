@@ -176,10 +176,9 @@ export class PlaygroundEngine {
     };
   }
 
-  /** config.json of a choice (for the memory check before loading). */
   /**
-   * A model's config before loading it; q4Only: the source holds a q4 store and no bf16 weights
-   * (a folder written by `spyrl quantize`), so it loads only as q4.
+   * config.json of a choice (for the memory check before loading); q4Only: the source holds a q4
+   * store and no bf16 weights (a folder written by `spyrl quantize`), so it loads only as q4.
    */
   async inspectModel(choice: ModelChoice): Promise<{ name: string; cfg: LoadedModelInfo['cfg']; q4Only: boolean }> {
     const cache = this.deps.hubCache();
