@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // `npm test`: lint (style and layer rules), type-check, unit + kernel tests (Node + Dawn over
-// SwiftShader), the kernel tests again over Mesa's lavapipe (shader-f16), then the end-to-end
+// SwiftShader), the golden model tests again with a GPU's 'auto' kernel choices, the kernel tests
+// again over Mesa's lavapipe (shader-f16), then the end-to-end
 // tests in a real headless Chromium. Finds a Chromium first; on Debian as root it installs
 // Debian's `chromium` (which also ships the SwiftShader Vulkan driver the Node kernel tests use)
 // when none is found; elsewhere it stops and says what to install.
@@ -80,6 +81,19 @@ const LAVAPIPE_TESTS = [
   'test/cli/kernels.test.ts',
   'test/worker/engine.test.ts',
 ];
+// The golden model tests (logits, greedy and batched decode, LoRA loss and gradients, q4) once
+// more with the variants 'auto' picks on a real GPU (SPYRL_KERNELS=autoFor=gpu, read by
+// test/setup/kernels.ts): the tiled and f16 GEMMs, the lane GEMVs with the folded RMSNorm, the
+// split decode attention, against PyTorch here too. On lavapipe (shader-f16) the f16 GEMM runs
+// under its own budgets (test/helpers/gemmBudget.ts); q4Golden's CLI checks read stderr, which
+// lavapipe's warnings fill, so it runs on SwiftShader only.
+const GPU_CHOICE_TESTS = ['test/model/golden.test.ts', 'test/model/loraGolden.test.ts'];
+function gpuChoices(label, tests) {
+  env.SPYRL_KERNELS = 'autoFor=gpu';
+  run(`${label} with a GPU's 'auto' kernel choices`, bin('vitest'), ['run', ...tests]);
+  delete env.SPYRL_KERNELS;
+}
+
 function lavapipeStage() {
   const label = 'kernel tests on Mesa lavapipe (shader-f16)';
   const r = spawnSync('bash', ['scripts/lavapipe.sh'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
@@ -99,9 +113,11 @@ function lavapipeStage() {
   env.VK_ICD_FILENAMES = icd;
   env.SPYRL_REQUIRE_F16 = '1';
   run(`${label}, its own subgroup width`, bin('vitest'), ['run', ...LAVAPIPE_TESTS]);
+  gpuChoices(`golden tests on lavapipe, its own subgroup width,`, GPU_CHOICE_TESTS);
   env.LP_NATIVE_VECTOR_WIDTH = '512';
   env.SPYRL_EXPECT_SUBGROUP_SIZE = '16'; // test/gpu/gpu.test.ts: the probe must see 16-lane subgroups
   run(`${label}, subgroups of 16`, bin('vitest'), ['run', ...LAVAPIPE_TESTS]);
+  gpuChoices(`golden tests on lavapipe, subgroups of 16,`, GPU_CHOICE_TESTS);
   for (const k of [
     'LD_LIBRARY_PATH',
     'VK_ICD_FILENAMES',
@@ -117,6 +133,7 @@ run('lint (ESLint with the layer rules, Prettier)', 'npm', ['run', '--silent', '
 run('type-check', bin('tsc'), ['--noEmit', '-p', '.']);
 run('outside oracles (golden fixtures vs Hugging Face transformers and PEFT)', 'node', ['scripts/oracles.mjs']);
 run('unit and kernel tests', bin('vitest'), ['run']);
+gpuChoices('golden tests', [...GPU_CHOICE_TESTS, 'test/model/q4Golden.test.ts']);
 lavapipeStage();
 run('demo model', 'node', ['scripts/demo-model.mjs']);
 // End to end: every spec on the dev server, then the app spec (a round, the axe checks) and the

@@ -4,7 +4,7 @@
 // call in here when attentionVariant picks 'tiled'.
 import type { Gpu } from '../gpu/device.ts';
 import { f32, type Defines } from '../gpu/launch.ts';
-import { ATTENTION_BINDINGS, GEMV_MAX_T, bindings, isCpuAdapter, opKernel, tuning, type KvPaging } from './common.ts';
+import { ATTENTION_BINDINGS, GEMV_MAX_T, autoForCpu, bindings, opKernel, tuning, type KvPaging } from './common.ts';
 
 /**
  * 'auto' on GPUs: the tiled kernels from this many tokens. A workgroup holds a whole tile of
@@ -76,7 +76,7 @@ export function backwardSplit(gpu: Gpu, HD: number): number {
   const S = BACKWARD_SPLIT;
   const can = gpu.features.subgroups && gpu.info.subgroupMinSize >= S && (HD / 4) % S === 0;
   if (tuning.attentionBackward === 'row' || !can) return 1;
-  return tuning.attentionBackward === 'split' || !isCpuAdapter(gpu) ? S : 1;
+  return tuning.attentionBackward === 'split' || !autoForCpu(gpu) ? S : 1;
 }
 
 /**
@@ -90,7 +90,7 @@ export function attentionVariant(gpu: Gpu, T: number, HD: number): 'tiled' | 'ot
   if (!tiledHeadDim(HD)) return 'other';
   if (tuning.attention === 'tiled') return 'tiled';
   if (tuning.attention !== 'auto') return 'other';
-  return T >= (isCpuAdapter(gpu) ? ATTENTION_TILED_MIN_T_CPU : ATTENTION_TILED_MIN_T_GPU) ? 'tiled' : 'other';
+  return T >= (autoForCpu(gpu) ? ATTENTION_TILED_MIN_T_CPU : ATTENTION_TILED_MIN_T_GPU) ? 'tiled' : 'other';
 }
 
 function defines(t: AttentionTiling, HD: number, kv?: KvPaging): Defines {

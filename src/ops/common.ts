@@ -37,9 +37,18 @@ export function tuningProblem(gpu: Gpu, settings: Partial<Tuning>): string | nul
   return null;
 }
 
+/** Whether gpu is a CPU emulation of a GPU (SwiftShader, lavapipe, llvmpipe, WARP), by its adapter info. */
 export function isCpuAdapter(gpu: Gpu): boolean {
   const id = `${gpu.info.architecture} ${gpu.info.description}`.toLowerCase();
   return /swiftshader|llvmpipe|lavapipe|warp/.test(id);
+}
+
+/**
+ * Whether the 'auto' variant choices are a CPU adapter's (tuning.autoFor: the adapter's own, or
+ * forced either way). Every op's 'auto' asks this, never isCpuAdapter.
+ */
+export function autoForCpu(gpu: Gpu): boolean {
+  return tuning.autoFor === 'auto' ? isCpuAdapter(gpu) : tuning.autoFor === 'cpu';
 }
 
 // ---- variants -----------------------------------------------------------------------------------

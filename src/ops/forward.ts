@@ -8,13 +8,13 @@ import {
   ATTENTION_BINDINGS,
   ELEMS_PER_WG,
   GEMV_MAX_T,
+  autoForCpu,
   bindings,
   bf16Bytes,
   check,
   checkSize,
   checkWeight,
   distinct,
-  isCpuAdapter,
   opKernel,
   subgroupDefines,
   tuning,
@@ -210,7 +210,7 @@ function gemvCols(
 function matmulVariant(gpu: Gpu, T: number): Tuning['matmul'] {
   if (tuning.matmul === 'lanes' && T > GEMV_MAX_T) return 'tiled';
   if (tuning.matmul !== 'auto') return tuning.matmul;
-  return isCpuAdapter(gpu) ? 'blocks' : T <= GEMV_MAX_T ? 'lanes' : 'tiled';
+  return autoForCpu(gpu) ? 'blocks' : T <= GEMV_MAX_T ? 'lanes' : 'tiled';
 }
 
 /**
@@ -224,7 +224,7 @@ export function useGemmF16(gpu: Gpu): boolean {
     check(gpu.features.f16, "tuning.gemmF16 'on': this device has no shader-f16");
     return true;
   }
-  return gpu.features.f16 && !isCpuAdapter(gpu);
+  return gpu.features.f16 && !autoForCpu(gpu);
 }
 
 /**
@@ -237,7 +237,7 @@ export function useGemmSubgroups(gpu: Gpu, aR: number): boolean {
     check(gpu.features.subgroups, "tuning.gemmSubgroups 'on': this device has no subgroups");
     return true;
   }
-  return gpu.features.subgroups && !isCpuAdapter(gpu) && gpu.info.vendor.toLowerCase() === 'intel';
+  return gpu.features.subgroups && !autoForCpu(gpu) && gpu.info.vendor.toLowerCase() === 'intel';
 }
 
 /**
@@ -361,7 +361,7 @@ export function gemm(
   // rows take 'rows' on a GPU too (and when 'gemv' or 'lanes' is forced).
   const rowMajor = strides[0] === R && strides[1] === 1 && strides[2] === R && strides[3] === 1;
   const small = M <= GEMV_MAX_T;
-  const auto = isCpuAdapter(gpu) ? 'blocks' : small ? (rowMajor ? 'lanes' : 'rows') : 'tiled';
+  const auto = autoForCpu(gpu) ? 'blocks' : small ? (rowMajor ? 'lanes' : 'rows') : 'tiled';
   const gemvForced = tuning.matmul === 'gemv' || tuning.matmul === 'lanes';
   const forced = gemvForced && !(small && rowMajor) ? 'rows' : tuning.matmul;
   const variant = tuning.matmul === 'auto' ? auto : forced;
@@ -944,7 +944,7 @@ export function attentionHeadGroup(NH: number, NKV: number): number {
 function attentionSplits(gpu: Gpu, T: number, rows: number, maxT: number, minKeys: number): number {
   if (tuning.attention === 'single' || tuning.attention === 'tiled') return 1; // 'tiled' here: a head_dim it does not take
   if (tuning.attention === 'split') return Math.min(8, Math.max(2, Math.ceil(maxT / ATTENTION_BLOCK))); // tests: splits of one block, some empty
-  if (isCpuAdapter(gpu) || T * rows >= ATTENTION_TARGET_GROUPS / 2) return 1;
+  if (autoForCpu(gpu) || T * rows >= ATTENTION_TARGET_GROUPS / 2) return 1;
   const most = Math.max(1, Math.min(32, Math.floor(maxT / minKeys)));
   return Math.max(1, Math.min(most, Math.ceil(ATTENTION_TARGET_GROUPS / (T * rows))));
 }

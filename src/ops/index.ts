@@ -7,4 +7,4 @@ export * from './loss.ts';
 export * from './optimizer.ts';
 export * from './quant.ts';
 export * from './convert.ts';
-export { treeAttentionSupported } from './attentionTiled.ts';
+export { attentionVariant, treeAttentionSupported } from './attentionTiled.ts';

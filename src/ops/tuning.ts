@@ -53,6 +53,14 @@ export interface Tuning {
    * wherever those run gemv_lanes (decode on GPUs), 'off' never.
    */
   normFold: 'auto' | 'off';
+  /**
+   * Whose choices 'auto' makes in the switches above: the adapter's own ('auto': CPU adapters,
+   * i.e. SwiftShader, lavapipe, llvmpipe and WARP, get theirs, every other adapter a GPU's), or a
+   * GPU's ('gpu') or a CPU adapter's ('cpu') whatever the adapter. 'gpu' runs the kernels a real
+   * GPU would get on SwiftShader or lavapipe: npm test checks the model against PyTorch that way.
+   * Forced 'gpu' choices are right on any adapter, only slower on a CPU one.
+   */
+  autoFor: 'auto' | 'gpu' | 'cpu';
 }
 
 /** Every switch's default. */
@@ -65,6 +73,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemmVec4: 'auto',
   attentionBackward: 'auto',
   normFold: 'auto',
+  autoFor: 'auto',
 };
 
 /** The values each switch takes ('auto' first: the default). */
@@ -77,6 +86,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemmVec4: ['auto', 'off'],
   attentionBackward: ['auto', 'split', 'row'],
   normFold: ['auto', 'off'],
+  autoFor: ['auto', 'gpu', 'cpu'],
 };
 
 /**

@@ -252,7 +252,7 @@ function stageSeconds(
 
 /** A duration for people: "850 ms", "4.2 s", "38 s", "2 min 05 s". */
 export function formatDuration(ms: number): string {
-  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (Math.round(ms) < 1000) return `${Math.round(ms)} ms`; // 999.6 ms is "1.0 s", never "1000 ms"
   const s = ms / 1000;
   if (s < 9.95) return `${s.toFixed(1)} s`;
   const whole = Math.round(s);

@@ -11,6 +11,7 @@ import { nodeFolderSource } from '../../src/model/sources.node.ts';
 import { loadQwen3 } from '../../src/model/load.ts';
 import { generate, GREEDY } from '../../src/model/generate.ts';
 import * as K from '../../src/ops/index.ts';
+import { F16_GEMM_REL } from '../helpers/gemmBudget.ts';
 
 const ROOT = join(import.meta.dirname, '../fixtures/golden');
 const VARIANTS = ['tied', 'untied-sharded', 'mha'] as const;
@@ -103,6 +104,58 @@ describe('batched decode', () => {
   });
 });
 
+// npm test runs this file twice: with the adapter's own 'auto' choices, and with a GPU's
+// (SPYRL_KERNELS=autoFor=gpu, test/setup/kernels.ts), so the logits, greedy tokens and batched
+// decode above are also checked, against PyTorch, with the kernels a real GPU gets. This checks
+// that the run took the variants it claims.
+describe('the kernel variants that ran', () => {
+  it(`are the 'auto' choices of the run's adapter class (autoFor=${K.tuning.autoFor})`, async () => {
+    const asCpu = K.autoForCpu(gpu);
+    const dir = join(ROOT, 'tied');
+    const g = JSON.parse(await readFile(join(dir, 'greedy.json'), 'utf8')) as Greedy;
+    const { model } = await loadQwen3(gpu, nodeFolderSource(dir));
+    // Every launch's entry point and defines, for the prefill (16 tokens) and for the decode steps.
+    const launches: string[] = [];
+    const kernel = gpu.kernel.bind(gpu);
+    gpu.kernel = (shader, entry, defines, constants) => {
+      const k = kernel(shader, entry, defines, constants);
+      launches.push(k.label);
+      return k;
+    };
+    const stages: string[][] = [];
+    const cache = model.createCache(2, 32);
+    try {
+      // A prefill of 16 tokens (a GEMM on a GPU), then a decode-shaped step: one token each of 2 slots.
+      const ids = Array.from({ length: 16 }, (_, i) => g.prompt[i % g.prompt.length]);
+      const pos = ids.map((_, t) => t);
+      gpu.releaseBuffer(model.forward({ ids, slots: pos.map(() => 0), positions: pos, logitRows: [15] }, cache));
+      stages.push(launches.splice(0));
+      gpu.releaseBuffer(
+        model.forward({ ids: [ids[0], ids[1]], slots: [0, 1], positions: [16, 0], logitRows: [0, 1] }, cache),
+      );
+      stages.push(launches.splice(0));
+      await gpu.sync();
+    } finally {
+      gpu.kernel = kernel;
+      cache.destroy();
+    }
+    const [prefill, decode] = stages.map((ls) => new Set(ls.map((l) => l.replace(/\[.*$/, ''))));
+    console.log(`autoFor=${K.tuning.autoFor}: prefill ${[...prefill].join(' ')}; decode ${[...decode].join(' ')}`);
+    if (asCpu) {
+      expect(prefill.has('gemv.gemv_rows')).toBe(true);
+      expect(prefill.has('matmul.gemm_tiled')).toBe(false);
+      expect(decode.has('gemv.gemv_lanes')).toBe(false);
+    } else {
+      expect(prefill.has('matmul.gemm_tiled')).toBe(true);
+      expect(prefill.has('gemv.gemv_rows')).toBe(false);
+      expect(decode.has('gemv.gemv_lanes')).toBe(true);
+      expect(decode.has('gemv.gemv_rows')).toBe(false);
+      const f16 = stages[0].some((l) => l.startsWith('matmul.gemm_tiled') && l.includes('F16=1'));
+      expect(f16, 'the f16 GEMM where the device has shader-f16').toBe(gpu.features.f16);
+    }
+  });
+});
+
 // The forward with the f16 tiled GEMM (tuning.gemmF16, shaders/matmul.wgsl F16) against the same
 // Hugging Face f32 logits. f16 operands and f16 partial sums put the budget at f16's, not f32's:
 // 5e-3 x max|ref|. For scale, transformers itself run on these checkpoints in float16 is off its
@@ -110,7 +163,7 @@ describe('batched decode', () => {
 // torch 2.13 + transformers 5.17: from_pretrained(dtype=...), eager); ours measured 1.8-2.7e-3.
 // Needs shader-f16: skipped on SwiftShader, run on lavapipe by npm test with SPYRL_REQUIRE_F16=1
 // (test/ops/gemmF16.test.ts has the kernel-level bound).
-const F16_TOLERANCE = 5e-3;
+const F16_TOLERANCE = F16_GEMM_REL;
 
 describe.each(VARIANTS)('Qwen3 vs PyTorch golden, f16 GEMM: %s', (variant) => {
   it('logits at every position match within 5e-3 x max|ref|', async (ctx) => {

@@ -1,7 +1,9 @@
 // LoRA against PyTorch autograd: adapters written by scripts/golden_lora.py (its own PEFT files)
 // on checkpoints written by scripts/golden_qwen3.py. Tolerances (from the fixtures): per LoRA
 // tensor max|g - g_ref| <= 1e-3 x max|g_ref| + 1e-6; loss to 1e-4 relative; logits with the
-// adapter within 1e-3 x max|ref|. The reference's own f32-vs-f64 error is ~3e-6 relative.
+// adapter within 1e-3 x max|ref|. The reference's own f32-vs-f64 error is ~3e-6 relative. Where
+// the run's 'auto' takes the f16 GEMM (a GPU's choices with shader-f16), f16's budgets
+// (test/helpers/gemmBudget.ts): 5e-3 for logits, 1e-2 for gradients, 1e-3 for the loss.
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,6 +12,7 @@ import { TrainingPass } from '../../src/train/trainingPass.ts';
 import { crossEntropyLoss } from '../../src/train/pgLoss.ts';
 import { openSafetensorsModel } from '../../src/model/safetensors.ts';
 import { memorySource } from '../../src/model/sources.ts';
+import { goldenBudget } from '../helpers/gemmBudget.ts';
 import { loadLoraGolden } from '../helpers/loraGolden.ts';
 
 const ROOT = join(import.meta.dirname, '../..');
@@ -35,7 +38,7 @@ async function readF32Tensors(file: string): Promise<Map<string, Float32Array>> 
 }
 
 describe.each(['tied-all', 'untied-rslora'])('LoRA vs PyTorch autograd: %s', (variant) => {
-  it('logits with the adapter match within 1e-3 x max|ref|', async () => {
+  it('logits with the adapter match within 1e-3 x max|ref| (f16 GEMM: 5e-3)', async () => {
     const { dir, ref, model, adapter } = await setup(variant);
     const [T, V] = ref.logits_shape;
     const cache = model.createCache(1, T);
@@ -45,7 +48,7 @@ describe.each(['tied-all', 'untied-rslora'])('LoRA vs PyTorch autograd: %s', (va
     const want = new Float32Array((await readFile(join(dir, 'logits.f32'))).buffer.slice(0));
     let err = 0;
     for (let i = 0; i < want.length; i++) err = Math.max(err, Math.abs(got[i] - want[i]));
-    expect(err).toBeLessThanOrEqual(1e-3 * ref.max_abs_logit);
+    expect(err).toBeLessThanOrEqual(goldenBudget(gpu).logits * ref.max_abs_logit);
     gpu.releaseBuffer(buf);
     cache.destroy();
     adapter.destroy();
@@ -57,7 +60,8 @@ describe.each(['tied-all', 'untied-rslora'])('LoRA vs PyTorch autograd: %s', (va
     const pass = new TrainingPass(model, adapter, ids, [...ids.slice(1), -1]);
     const logp = await pass.forward();
     const { loss, dlogp } = crossEntropyLoss(logp);
-    expect(Math.abs(loss - ref.loss) / ref.loss).toBeLessThanOrEqual(1e-4);
+    const budget = goldenBudget(gpu);
+    expect(Math.abs(loss - ref.loss) / ref.loss).toBeLessThanOrEqual(budget.loss);
     pass.backward(dlogp);
     pass.release();
     const got = await adapter.getTensors('grads');
@@ -72,11 +76,11 @@ describe.each(['tied-all', 'untied-rslora'])('LoRA vs PyTorch autograd: %s', (va
         maxRef = Math.max(maxRef, Math.abs(g[i]));
         err = Math.max(err, Math.abs(mine[i] - g[i]));
       }
-      expect(err, key).toBeLessThanOrEqual(1e-3 * maxRef + 1e-6);
+      expect(err, key).toBeLessThanOrEqual(budget.grad * maxRef + 1e-6);
       worst = Math.max(worst, err / maxRef);
     }
     console.log(
-      `${variant}: loss ${loss.toFixed(6)} vs ${ref.loss.toFixed(6)}; worst per-tensor gradient error ${worst.toExponential(2)} x max|g_ref|`,
+      `${variant}${budget.f16 ? ' (f16 GEMM)' : ''}: loss ${loss.toFixed(6)} vs ${ref.loss.toFixed(6)}; worst per-tensor gradient error ${worst.toExponential(2)} x max|g_ref|`,
     );
     adapter.destroy();
   });
@@ -100,7 +104,7 @@ describe.each(['tied-all', 'untied-rslora'])('LoRA vs PyTorch autograd: %s', (va
       const mx = row.reduce((a, b) => Math.max(a, b), -Infinity);
       const lse = mx + Math.log(row.reduce((a, b) => a + Math.exp(b - mx), 0));
       expect(Math.abs(logp[t] - (row[ids[t + 1]] - lse)), `t=${t}`).toBeLessThanOrEqual(
-        1e-3 * Math.max(1, Math.abs(row[ids[t + 1]] - lse)),
+        goldenBudget(gpu).logits * Math.max(1, Math.abs(row[ids[t + 1]] - lse)),
       );
     }
     adapter.enabled = true;

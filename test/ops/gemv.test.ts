@@ -91,6 +91,27 @@ describe('bf16', () => {
       K.tuning.matmul = 'blocks';
     }
   });
+
+  // tuning.autoFor: 'auto' as a GPU would pick it, or as a CPU adapter would, whatever this adapter
+  // is (npm test runs the golden model tests with autoFor=gpu on SwiftShader and lavapipe).
+  it.each(['gpu', 'cpu'] as const)("autoFor=%s makes that adapter's 'auto' choices here", async (autoFor) => {
+    const saved = { ...K.tuning };
+    K.tuning.matmul = 'auto';
+    K.tuning.autoFor = autoFor;
+    try {
+      expect(K.autoForCpu(gpu)).toBe(autoFor === 'cpu');
+      const out = outBuf(16 * 9);
+      K.matmul(gpu, out, f32Buf(new Float32Array(2 * 16)), bf16Buf(new Float32Array(9 * 16)), 2, 9, 16);
+      expect(entry('matmul')).toContain(autoFor === 'gpu' ? 'gemv_lanes' : 'gemv_rows');
+      K.matmul(gpu, out, f32Buf(new Float32Array(16 * 16)), bf16Buf(new Float32Array(9 * 16)), 16, 9, 16);
+      expect(entry('matmul')).toContain(autoFor === 'gpu' ? 'gemm_tiled' : 'gemv_rows');
+      // Attention: query tiles from 128 tokens on a GPU, from 9 on a CPU adapter.
+      expect(K.attentionVariant(gpu, 64, 16)).toBe(autoFor === 'gpu' ? 'other' : 'tiled');
+      expect(K.useGemmF16(gpu)).toBe(autoFor === 'gpu' && gpu.features.f16);
+    } finally {
+      Object.assign(K.tuning, saved);
+    }
+  });
 });
 
 describe('q4', () => {

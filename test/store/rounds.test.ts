@@ -408,6 +408,8 @@ describe('round time', () => {
     expect(formatDuration(125_000)).toBe('2 min 05 s');
     // Rounded before the unit is picked: never "10.0 s" or "60 s".
     expect(formatDuration(9_970)).toBe('10 s');
+    expect(formatDuration(999.6)).toBe('1.0 s');
+    expect(formatDuration(999.4)).toBe('999 ms');
     expect(formatDuration(59_600)).toBe('1 min 00 s');
   });
 
