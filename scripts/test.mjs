@@ -85,12 +85,23 @@ const LAVAPIPE_TESTS = [
 // more with the variants 'auto' picks on a real GPU (SPYRL_KERNELS=autoFor=gpu, read by
 // test/setup/kernels.ts): the tiled and f16 GEMMs, the lane GEMVs with the folded RMSNorm, the
 // split decode attention, against PyTorch here too. On lavapipe (shader-f16) the f16 GEMM runs
-// under its own budgets (test/helpers/gemmBudget.ts); q4Golden's CLI checks read stderr, which
-// lavapipe's warnings fill, so it runs on SwiftShader only.
+// under its own budgets (test/helpers/gemmBudget.ts), and the trainer's consistency tests
+// (sampling vs training log-probs, packed vs alone, decode-ahead, shared KV prefixes) run with the
+// GPU's choices but f32 tiles (gemmF16=off): their f32 budgets are what they check, and the f16
+// GEMM's effect on them is policy.test.ts's own measurement. q4Golden's and kvCache's CLI checks
+// read stderr, which lavapipe's warnings fill, so those run on SwiftShader only (q4Golden) or not
+// at all with these choices (kvCache); SwiftShader is too slow for the trainer's set (minutes each).
 const GPU_CHOICE_TESTS = ['test/model/golden.test.ts', 'test/model/loraGolden.test.ts'];
-function gpuChoices(label, tests) {
-  env.SPYRL_KERNELS = 'autoFor=gpu';
-  run(`${label} with a GPU's 'auto' kernel choices`, bin('vitest'), ['run', ...tests]);
+const GPU_CHOICE_TRAINER_TESTS = [
+  'test/train/policy.test.ts',
+  'test/train/packing.test.ts',
+  'test/train/policyAhead.test.ts',
+  'test/train/kvShare.test.ts',
+  'test/train/trainerPaths.test.ts',
+];
+function gpuChoices(label, tests, kernels = 'autoFor=gpu') {
+  env.SPYRL_KERNELS = kernels;
+  run(`${label} with a GPU's 'auto' kernel choices (${kernels})`, bin('vitest'), ['run', ...tests]);
   delete env.SPYRL_KERNELS;
 }
 
@@ -118,6 +129,7 @@ function lavapipeStage() {
   env.SPYRL_EXPECT_SUBGROUP_SIZE = '16'; // test/gpu/gpu.test.ts: the probe must see 16-lane subgroups
   run(`${label}, subgroups of 16`, bin('vitest'), ['run', ...LAVAPIPE_TESTS]);
   gpuChoices(`golden tests on lavapipe, subgroups of 16,`, GPU_CHOICE_TESTS);
+  gpuChoices(`trainer tests on lavapipe, subgroups of 16,`, GPU_CHOICE_TRAINER_TESTS, 'autoFor=gpu,gemmF16=off');
   for (const k of [
     'LD_LIBRARY_PATH',
     'VK_ICD_FILENAMES',

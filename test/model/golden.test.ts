@@ -176,6 +176,7 @@ describe.each(VARIANTS)('Qwen3 vs PyTorch golden, f16 GEMM: %s', (variant) => {
     const [T, V] = exp.shape;
     const cache = model.createCache(1, T);
     const rows = exp.tokens.map((_, t) => t);
+    const saved = { ...K.tuning }; // the run's own settings (SPYRL_KERNELS) come back after
     K.tuning.matmul = 'tiled';
     K.tuning.gemmF16 = 'on';
     try {
@@ -189,8 +190,7 @@ describe.each(VARIANTS)('Qwen3 vs PyTorch golden, f16 GEMM: %s', (variant) => {
       );
       expect(err).toBeLessThanOrEqual(F16_TOLERANCE * exp.max_abs_logit);
     } finally {
-      K.tuning.matmul = 'auto';
-      K.tuning.gemmF16 = 'auto';
+      Object.assign(K.tuning, saved);
       cache.destroy();
     }
   });

@@ -216,6 +216,7 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
       // against log-probs sampled through the f32 decode GEMV: the same budget as bf16 checkpoints.
       if (process.env.SPYRL_REQUIRE_F16) expect(gpu.features.f16).toBe(true);
       if (!gpu.features.f16) return;
+      const saved = { ...K.tuning }; // the run's own settings (SPYRL_KERNELS) come back after
       Object.assign(K.tuning, { matmul: 'tiled', gemmF16: 'on' });
       try {
         const f16 = await maxRatioError(temperature, 'f32');
@@ -223,7 +224,7 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
         measured[`ratio-1 max |logp - old| T=${temperature} f16 GEMM`] = f16.err.toExponential(2);
         expect(f16.err).toBeLessThan(0.1);
       } finally {
-        Object.assign(K.tuning, { matmul: 'auto', gemmF16: 'auto' });
+        Object.assign(K.tuning, saved);
       }
     },
     180_000,
