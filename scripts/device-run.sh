@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 12 in one run, on a machine prepared by scripts/device-pack.sh (the
 # device tool: run with carry [".device"], command `bash scripts/device-run.sh`, timeout 600).
-# Writes to $OUT (or ./device-out): summary.log, bench.json and bench.log (`npm run bench` at
+# Writes to $OUT (or ./device-out): summary.log, gpu-check.log first (bench/gpu-check.ts: the
+# model against the PyTorch fixtures with this GPU's own 'auto' kernels, golden logits and greedy
+# tokens, LoRA loss and gradients, q4, attention at 4B heads), bench.json and bench.log (`npm run bench` at
 # Qwen3-4B shapes: roofline, every op, e2e 4b with LAYERS of 36 layers, q4 and bf16), peft.log
 # (scripts/bench_peft_step.py's JSON: PyTorch + PEFT's LoRA step at the same shapes and training
-# length), gemv-ab.log (with the f16 GEMM A/B), decode-attention-ab.log (with the norm fold A/B),
-# attention-ab.log and round.log (two default SpyRL rounds at 4B shapes with LAYERS layers, q4
+# length), gemv-ab.log (with the f16 GEMM A/B), attention-ab.log (decode attention, the norm fold
+# A/B, the tiled backward's rows) and round.log (two default SpyRL rounds at 4B shapes with LAYERS layers, q4
 # weights and f16 KV: the first with its pipeline compiles, the second split by stage, then
 # bench/profile.ts: GPU time per kernel of a decode step, a prefill and a LoRA step, then
 # bench/pack-ab.ts: the default round's update with its sequences packed by shared
@@ -48,8 +50,10 @@ run() { # name seconds command...
   log "$name: exit $? ($(tail -c 300 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200))"
 }
 # The device tool returns at most 8 files and stops a command at 600 s: 7 logs plus bench.json,
-# about 560 s of limits in all. PyTorch + PEFT first after the bench: its ratio is the issue's target.
-run bench 210 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
+# about 575 s of limits in all. The kernels' correctness first: numbers from wrong kernels are moot.
+run gpu-check 40 "$NODE" "$D/bench/gpu-check.mjs"
+# PyTorch + PEFT first after the bench: its ratio is the issue's target.
+run bench 195 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 3
@@ -59,13 +63,13 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # the 16-byte loads (--vec4 off: the forward and the input gradient), in f32 and f16 tiles.
 GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 run gemv-ab 70 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off"
-# decode-attention-ab.log also holds the RMSNorms folded into the decode GEMVs against 'off', one
-# 4B layer, q4, LoRA on (bench/fused-ab.ts --compare normFold).
-run decode-attention-ab 45 bash -c "'$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4"
-# The tiled backward's rows: one thread each (HD 128: 512 floats a thread) or split over 4 ('auto' on GPUs).
-run attention-ab 40 "$NODE" "$D/bench/attention-ab.mjs" --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split
+# attention-ab.log: decode attention (bench/decode-attention-ab.ts), the RMSNorms folded into the
+# decode GEMVs against 'off', one 4B layer, q4, LoRA on (bench/fused-ab.ts --compare normFold), and
+# the tiled backward's rows: one thread each (HD 128: 512 floats a thread) or split over 4 ('auto'
+# on GPUs).
+run attention-ab 85 bash -c "'$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/attention-ab.mjs' --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split"
 # round.log also holds the per-kernel GPU time of a decode step, a prefill and a LoRA step
 # (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
 # warm-up round and one counted round a side, the default game's report and summary lengths).
-run round 135 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256"
+run round 125 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256"
 log "done"
