@@ -25,6 +25,7 @@ import * as K from '../src/ops/index.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 import { TrainingPass } from '../src/train/trainingPass.ts';
 import { goldenBudget } from '../test/helpers/gemmBudget.ts';
+import { logitsOf } from '../test/helpers/logits.ts';
 import { loadLoraGolden, ROOT } from '../test/helpers/loraGolden.ts';
 import * as ref from '../test/helpers/reference.ts';
 
@@ -93,16 +94,10 @@ export async function gpuCheck(
         tolerance: { rel: number };
       }>(join(dir, 'expected.json'));
       const { model } = await loadQwen3(gpu, nodeFolderSource(dir));
-      const [T, V] = exp.shape;
-      const cache = model.createCache(1, T);
-      const rows = exp.tokens.map((_, t) => t);
-      const buf = model.forward({ ids: exp.tokens, slots: rows.map(() => 0), positions: rows, logitRows: rows }, cache);
-      const got = await gpu.readF32(buf, T * V);
-      gpu.releaseBuffer(buf);
-      cache.destroy();
+      const got = await logitsOf(model, exp.tokens);
       const err = relErr(got, await f32File(join(dir, 'logits.f32')), exp.max_abs_logit);
       add(
-        `golden ${variant}: logits, ${T}-token prefill`,
+        `golden ${variant}: logits, ${exp.tokens.length}-token prefill`,
         err,
         Math.max(exp.tolerance.rel, budget.logits),
         'x max|ref|',
@@ -123,13 +118,7 @@ export async function gpuCheck(
   for (const variant of only.lora ?? ['tied-all', 'untied-rslora'])
     await guard(`LoRA ${variant}`, async () => {
       const { dir, ref: r, model, adapter } = await loadLoraGolden(gpu, variant);
-      const [T, V] = r.logits_shape;
-      const cache = model.createCache(1, T);
-      const rows = r.tokens.map((_, t) => t);
-      const buf = model.forward({ ids: r.tokens, slots: rows.map(() => 0), positions: rows, logitRows: rows }, cache);
-      const logits = await gpu.readF32(buf, T * V);
-      gpu.releaseBuffer(buf);
-      cache.destroy();
+      const logits = await logitsOf(model, r.tokens);
       add(
         `LoRA ${variant}: logits`,
         relErr(logits, await f32File(join(dir, 'logits.f32')), r.max_abs_logit),
@@ -168,13 +157,7 @@ export async function gpuCheck(
         tolerance: { rel: number };
       }>(join(GOLDEN_Q4, variant, 'expected.json'));
       const { model } = await loadQwen3(gpu, nodeFolderSource(join(GOLDEN, variant)), { weights: 'q4' });
-      const [T, V] = exp.shape;
-      const cache = model.createCache(1, T);
-      const rows = exp.tokens.map((_, t) => t);
-      const buf = model.forward({ ids: exp.tokens, slots: rows.map(() => 0), positions: rows, logitRows: rows }, cache);
-      const got = await gpu.readF32(buf, T * V);
-      gpu.releaseBuffer(buf);
-      cache.destroy();
+      const got = await logitsOf(model, exp.tokens);
       const err = relErr(got, await f32File(join(GOLDEN_Q4, variant, 'logits.f32')), exp.max_abs_logit);
       add(`q4 ${variant}: logits`, err, Math.max(exp.tolerance.rel, budget.logits), 'x max|q4 ref|');
     });

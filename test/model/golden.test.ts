@@ -12,6 +12,7 @@ import { loadQwen3 } from '../../src/model/load.ts';
 import { generate, GREEDY } from '../../src/model/generate.ts';
 import * as K from '../../src/ops/index.ts';
 import { F16_GEMM_REL } from '../helpers/gemmBudget.ts';
+import { logitsOf } from '../helpers/logits.ts';
 
 const ROOT = join(import.meta.dirname, '../fixtures/golden');
 const VARIANTS = ['tied', 'untied-sharded', 'mha'] as const;
@@ -58,14 +59,8 @@ describe.each(VARIANTS)('Qwen3 vs PyTorch golden: %s', (variant) => {
     const exp = JSON.parse(await readFile(join(dir, 'expected.json'), 'utf8')) as Expected;
     const ref = new Float32Array((await readFile(join(dir, 'logits.f32'))).buffer.slice(0));
     const { model, cfg } = await loadQwen3(gpu, nodeFolderSource(dir), { chunk: 7 }); // odd chunk: exercises cross-chunk attention
-    const [T, V] = exp.shape;
-    expect(cfg.vocabSize).toBe(V);
-    const cache = model.createCache(1, T);
-    const rows = exp.tokens.map((_, t) => t);
-    const buf = model.forward({ ids: exp.tokens, slots: rows.map(() => 0), positions: rows, logitRows: rows }, cache);
-    const got = await gpu.readF32(buf, T * V);
-    gpu.releaseBuffer(buf);
-    cache.destroy();
+    expect(cfg.vocabSize).toBe(exp.shape[1]);
+    const got = await logitsOf(model, exp.tokens);
     const err = maxAbsDiff(got, ref);
     const tol = exp.tolerance.rel * exp.max_abs_logit;
     console.log(
@@ -173,17 +168,12 @@ describe.each(VARIANTS)('Qwen3 vs PyTorch golden, f16 GEMM: %s', (variant) => {
     const exp = JSON.parse(await readFile(join(dir, 'expected.json'), 'utf8')) as Expected;
     const ref = new Float32Array((await readFile(join(dir, 'logits.f32'))).buffer.slice(0));
     const { model } = await loadQwen3(gpu, nodeFolderSource(dir));
-    const [T, V] = exp.shape;
-    const cache = model.createCache(1, T);
-    const rows = exp.tokens.map((_, t) => t);
     const saved = { ...K.tuning }; // the run's own settings (SPYRL_KERNELS) come back after
     K.tuning.matmul = 'tiled';
     K.tuning.gemmF16 = 'on';
     try {
-      const buf = model.forward({ ids: exp.tokens, slots: rows.map(() => 0), positions: rows, logitRows: rows }, cache);
+      const got = await logitsOf(model, exp.tokens);
       expect(K.kernelVariant(gpu, 'matmul')!.defines.F16, 'the F16 tiles ran').toBe(1);
-      const got = await gpu.readF32(buf, T * V);
-      gpu.releaseBuffer(buf);
       const err = maxAbsDiff(got, ref);
       console.log(
         `${variant} f16 GEMM: max|logit - ref| = ${err.toExponential(3)} (${(err / exp.max_abs_logit).toExponential(2)} x max|ref|)`,
@@ -191,7 +181,6 @@ describe.each(VARIANTS)('Qwen3 vs PyTorch golden, f16 GEMM: %s', (variant) => {
       expect(err).toBeLessThanOrEqual(F16_TOLERANCE * exp.max_abs_logit);
     } finally {
       Object.assign(K.tuning, saved);
-      cache.destroy();
     }
   });
 });

@@ -25,6 +25,7 @@ import {
 import { nodeFolderSource } from '../../src/model/sources.node.ts';
 import { memorySource, type ModelSource } from '../../src/model/sources.ts';
 import { GOLDEN, GOLDEN_Q4, goldenQ4Expected } from '../helpers/goldenQ4.ts';
+import { logitsOf } from '../helpers/logits.ts';
 import { ROOT, spyrl } from '../helpers/spyrl.ts';
 
 const VARIANTS = ['tied', 'untied-sharded', 'mha'] as const;
@@ -174,21 +175,6 @@ describe('spyrl --weights q4 against PyTorch (scripts/golden_q4.py)', () => {
     expect(JSON.parse(bf16.stdout).shape).toEqual([3, 512]);
   });
 });
-
-/** All logits of a model on the fixture's tokens. */
-async function logitsOf(
-  model: Awaited<ReturnType<typeof loadQwen3>>['model'],
-  tokens: number[],
-): Promise<Float32Array> {
-  const T = tokens.length;
-  const rows = tokens.map((_, t) => t);
-  const cache = model.createCache(1, T);
-  const buf = model.forward({ ids: tokens, slots: rows.map(() => 0), positions: rows, logitRows: rows }, cache);
-  const out = await model.gpu.readF32(buf, T * model.cfg.vocabSize);
-  model.gpu.releaseBuffer(buf);
-  cache.destroy();
-  return out;
-}
 
 function releaseModel(g: Gpu, model: Awaited<ReturnType<typeof loadQwen3>>['model']): void {
   const w = model.weights;
