@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 12 in one run, on a machine prepared by scripts/device-pack.sh (the
 # device tool: run with carry [".device"], command `bash scripts/device-run.sh`, timeout 600).
-# Writes to $OUT (or ./device-out): summary.log, gpu-check.log first (bench/gpu-check.ts: the
-# model against the PyTorch fixtures with this GPU's own 'auto' kernels, golden logits and greedy
-# tokens, LoRA loss and gradients, q4, attention at 4B heads), bench.json and bench.log (`npm run bench` at
+# Writes to $OUT (or ./device-out): summary.log, which also holds bench/gpu-check.ts's lines (run
+# first: the model against the PyTorch fixtures with this GPU's own 'auto' kernels, golden logits
+# and greedy tokens, LoRA loss and gradients, q4, attention at 4B heads), bench.json and bench.log (`npm run bench` at
 # Qwen3-4B shapes: roofline, every op, e2e 4b with LAYERS of 36 layers, q4 and bf16), peft.log
 # (scripts/bench_peft_step.py's JSON: PyTorch + PEFT's LoRA step at the same shapes and training
 # length), gemv-ab.log (with the f16 GEMM A/B), attention-ab.log (decode attention, the norm fold
-# A/B, the tiled backward's rows) and round.log (two default SpyRL rounds at 4B shapes with LAYERS layers, q4
-# weights and f16 KV: the first with its pipeline compiles, the second split by stage, then
+# A/B, the tiled backward's rows) and round.log with round.json (two default SpyRL rounds at 4B
+# shapes with LAYERS layers, q4 weights and f16 KV: the first with its pipeline compiles, the
+# second split by stage, then
 # bench/profile.ts: GPU time per kernel of a decode step, a prefill and a LoRA step, then
 # bench/pack-ab.ts: the default round's update with its sequences packed by shared
 # prompt against one sequence a pass). Each step has its own time limit so a slow one cannot eat
-# the rest; the whole run stays under 9 minutes.
+# the rest; the whole run stays under 10 minutes. Then, here: npx tsx bench/device-report.ts DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
@@ -49,9 +50,11 @@ run() { # name seconds command...
   timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
   log "$name: exit $? ($(tail -c 300 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200))"
 }
-# The device tool returns at most 8 files and stops a command at 600 s: 7 logs plus bench.json,
+# The device tool returns at most 8 files and stops a command at 600 s: 6 logs, bench.json and
+# round.json (bench/device-report.ts DIR turns them into issue 12's table),
 # about 575 s of limits in all. The kernels' correctness first: numbers from wrong kernels are moot.
 run gpu-check 40 "$NODE" "$D/bench/gpu-check.mjs"
+cat "$OUT/gpu-check.log" >>"$OUT/summary.log" && rm -f "$OUT/gpu-check.log" # 8 files at most
 # PyTorch + PEFT first after the bench: its ratio is the issue's target.
 run bench 195 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
@@ -71,5 +74,5 @@ run attention-ab 85 bash -c "'$NODE' '$D/bench/decode-attention-ab.mjs' --full -
 # round.log also holds the per-kernel GPU time of a decode step, a prefill and a LoRA step
 # (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
 # warm-up round and one counted round a side, the default game's report and summary lengths).
-run round 125 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256"
+run round 125 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16 --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256"
 log "done"

@@ -1,0 +1,220 @@
+// `npx tsx bench/device-report.ts DIR`: issue 12's GPU targets from a device run's files
+// (scripts/device-run.sh writes them; the device tool brings them back to DIR), as the Markdown
+// that goes into README: the machine, the kernels' correctness (gpu-check), then each target
+// against the measurement it is judged by, from the numbers in the files and nothing else.
+// - decode at Qwen3-4B q4 shapes: GB/s of a decode step (B=1, context 128, LoRA on) over the copy
+//   kernel's, measured in the same run (bench.json); target >= 70%;
+// - the LoRA step: PyTorch + PEFT's tokens/s (peft.log) over ours (bench.json "LoRA step"), same
+//   shapes, layers and tokens; target <= 3x;
+// - the default SpyRL round at 4B shapes (round.json): measured with L of 36 layers; every part of
+//   a round grows at most linearly with the layers (the LM head, sampling and the CPU's share do
+//   not grow at all), so t(L) x 36 / L bounds the 36-layer round from above and t(L) from below;
+//   target < 60 s: met when the bound is under 60 s, missed when t(L) is over, open between.
+// A file that is missing or malformed makes its rows say so; the rest still report.
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { BenchRecord, BenchReport } from './measure.ts';
+
+/** scripts/bench_peft_step.py's JSON (the fields read here). */
+export interface PeftStep {
+  engine: string;
+  device: string;
+  model: string;
+  layers: number;
+  tokens: number;
+  r: number;
+  dtype: string;
+  tok_per_s: number;
+  median_s: number;
+}
+
+export interface DeviceRun {
+  bench?: BenchReport | string; // the report, or why it is missing
+  round?: BenchReport | string;
+  peft?: PeftStep | string;
+  /** summary.log's text (gpu-check's lines are in it), or why it is missing. */
+  summary?: string;
+}
+
+/** The full model's layers (Qwen3-4B). */
+const FULL_LAYERS = 36;
+export const TARGETS = { decodeOfCopy: 0.7, loraVsPeft: 3, roundSeconds: 60 } as const;
+
+const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+/** Three significant digits: GB/s and tok/s from SwiftShader's 0.04 to a GPU's 3,000. */
+const sig = (x: number) => Number(x.toPrecision(3)).toLocaleString('en-US', { maximumFractionDigits: 6 });
+const num = (x: number, d = 1) => x.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
+
+/** The last JSON object in a log (scripts/bench_peft_step.py prints warnings before it). */
+export function lastJsonObject(text: string): unknown {
+  const start = text.lastIndexOf('\n{') >= 0 ? text.lastIndexOf('\n{') + 1 : text.indexOf('{');
+  if (start < 0) throw new Error('no JSON object in it');
+  return JSON.parse(text.slice(start));
+}
+
+function layersOf(shape: string): number | null {
+  const m = / L=(\d+)/.exec(shape);
+  return m ? Number(m[1]) : null;
+}
+
+function find(r: BenchReport, re: RegExp, shape: RegExp): BenchRecord | undefined {
+  return r.records.find((x) => re.test(x.name) && shape.test(x.shape));
+}
+
+/** The report's Markdown lines. */
+export function deviceReport(run: DeviceRun): string[] {
+  const out: string[] = [];
+  const bench = typeof run.bench === 'object' ? run.bench : null;
+  const round = typeof run.round === 'object' ? run.round : null;
+  const peft = typeof run.peft === 'object' ? run.peft : null;
+  const why = (x: unknown, file: string) => (typeof x === 'string' ? `${file}: ${x}` : `${file}: missing`);
+
+  const head = bench ?? round;
+  if (head) {
+    const roof = bench?.roofline;
+    out.push(
+      `Machine: ${head.adapter} (${head.architecture}), ${head.runtime}, ${head.date}` +
+        (roof ? `; measured roofline: copy ${num(roof.copyGBs)} GB/s, FMA ${num(roof.fmaGFLOPs)} GFLOP/s` : ''),
+    );
+  } else out.push(`Machine: unknown (${why(run.bench, 'bench.json')})`);
+
+  // gpu-check: its closing line, and every failed line.
+  if (typeof run.summary === 'string') {
+    const verdict = /gpu-check: (all \d+ checks passed|\d+ of \d+ checks FAILED)/.exec(run.summary);
+    const failed = run.summary.split('\n').filter((l) => l.startsWith('FAIL '));
+    out.push(
+      verdict
+        ? `Kernels against PyTorch on this GPU (bench/gpu-check.ts): ${verdict[1]}${failed.length ? `: ${failed.map((l) => l.slice(5)).join('; ')}` : ''}`
+        : 'Kernels against PyTorch on this GPU (bench/gpu-check.ts): no verdict in summary.log (did it run to the end?)',
+    );
+  } else out.push(`Kernels against PyTorch on this GPU: ${why(run.summary, 'summary.log')}`);
+
+  out.push('', '| target | measured | goal | met |', '|---|---|---|---|');
+  const row = (target: string, measured: string, goal: string, met: string) =>
+    out.push(`| ${target} | ${measured} | ${goal} | ${met} |`);
+
+  // Decode at Qwen3-4B q4 shapes.
+  const decodes = bench
+    ? bench.records.filter((x) => /^4b decode B=\d+ @ctx \d+/.test(x.name) && / q4 /.test(x.shape))
+    : [];
+  if (!bench)
+    row('decode, Qwen3-4B q4', why(run.bench, 'bench.json'), `>= ${pct(TARGETS.decodeOfCopy)} of copy`, 'not measured');
+  else if (!decodes.length)
+    row(
+      'decode, Qwen3-4B q4',
+      'no 4b q4 decode record in bench.json',
+      `>= ${pct(TARGETS.decodeOfCopy)} of copy`,
+      'not measured',
+    );
+  for (const d of decodes) {
+    const judged = /^4b decode B=1 @ctx 128 /.test(d.name);
+    const of = d.ofCopy ?? null;
+    row(
+      `${d.name.replace(/^4b /, '')}, 4B q4 (L=${layersOf(d.shape)} of ${FULL_LAYERS})${judged ? '' : ' (for reference)'}`,
+      `${num(d.seconds * 1000, 2)} ms/step, ${sig(d.gbs)} GB/s${of === null ? '' : ` = ${pct(of)} of copy`}`,
+      judged ? `>= ${pct(TARGETS.decodeOfCopy)} of copy` : '',
+      !judged ? '' : of === null ? 'no roofline' : of >= TARGETS.decodeOfCopy ? 'yes' : 'no',
+    );
+  }
+
+  // The LoRA step against PyTorch + PEFT.
+  const steps = bench ? bench.records.filter((x) => /^4b LoRA step \d+ tok/.test(x.name)) : [];
+  const goal = `PEFT / ours <= ${TARGETS.loraVsPeft}x`;
+  if (!bench || !peft) {
+    row(
+      'LoRA step, 4B shapes',
+      [bench ? '' : why(run.bench, 'bench.json'), peft ? '' : why(run.peft, 'peft.log')].filter(Boolean).join('; '),
+      goal,
+      'not measured',
+    );
+  } else {
+    const mine = steps.find(
+      (x) => Number(/LoRA step (\d+) tok/.exec(x.name)![1]) === peft.tokens && layersOf(x.shape) === peft.layers,
+    );
+    if (!mine) {
+      row(
+        'LoRA step, 4B shapes',
+        `no "4b LoRA step ${peft.tokens} tok" record at L=${peft.layers} in bench.json`,
+        goal,
+        'not measured',
+      );
+    } else {
+      const ratio = peft.tok_per_s / mine.tokPerS!;
+      row(
+        `LoRA step, ${peft.tokens} tokens, r=${peft.r}, 4B shapes (L=${peft.layers} of ${FULL_LAYERS}, ${mine.shape.split(' ')[1]} weights)`,
+        `ours ${sig(mine.tokPerS!)} tok/s (${num(mine.seconds * 1000)} ms), ${peft.engine} ${peft.dtype} on ${peft.device} ${sig(peft.tok_per_s)} tok/s: PEFT / ours = ${num(ratio, 2)}x`,
+        goal,
+        ratio <= TARGETS.loraVsPeft ? 'yes' : 'no',
+      );
+    }
+  }
+
+  // The default round.
+  const total = round ? find(round, /^round: round total/, /^4b /) : undefined;
+  const roundGoal = `< ${TARGETS.roundSeconds} s at ${FULL_LAYERS} layers`;
+  if (!round) row('default SpyRL round, 4B', why(run.round, 'round.json'), roundGoal, 'not measured');
+  else if (!total)
+    row(
+      'default SpyRL round, 4B',
+      'no "round: round total" record at 4b shapes in round.json',
+      roundGoal,
+      'not measured',
+    );
+  else {
+    const L = layersOf(total.shape) ?? FULL_LAYERS;
+    const bound = (total.seconds * FULL_LAYERS) / L;
+    const met =
+      bound < TARGETS.roundSeconds ? 'yes' : total.seconds >= TARGETS.roundSeconds ? 'no' : 'open (between the bounds)';
+    row(
+      `default SpyRL round, 4B shapes (${total.shape.replace(/^4b /, '')})`,
+      `${num(total.seconds)} s with ${L} layers; ${FULL_LAYERS} layers: at most ${num(bound)} s (x ${FULL_LAYERS}/${L})`,
+      roundGoal,
+      met,
+    );
+    out.push('', `Round by stage (${total.shape}; the last round of the run, the ones before it warm up):`, '');
+    for (const x of round.records.filter((r) => r.group === 'e2e' && /^round/.test(r.name)))
+      out.push(`- ${x.name}: ${num(x.seconds, 2)} s${x.tokPerS ? ` (${sig(x.tokPerS)} tok/s)` : ''}`);
+  }
+  return out;
+}
+
+/** Reads a device run's folder: what is missing or malformed becomes the reason in its rows. */
+export async function readDeviceRun(dir: string): Promise<DeviceRun> {
+  const read = async <T>(file: string, parse: (text: string) => T): Promise<T | string> => {
+    let text: string;
+    try {
+      text = await readFile(join(dir, file), 'utf8');
+    } catch {
+      return 'missing';
+    }
+    try {
+      return parse(text);
+    } catch (e) {
+      return `not readable (${(e as Error).message})`;
+    }
+  };
+  const report = (text: string) => {
+    const r = JSON.parse(text) as BenchReport;
+    if (!Array.isArray(r.records)) throw new Error('no records');
+    return r;
+  };
+  return {
+    bench: await read('bench.json', report),
+    round: await read('round.json', report),
+    peft: await read('peft.log', (t) => {
+      const p = lastJsonObject(t) as PeftStep;
+      if (typeof p.tok_per_s !== 'number' || typeof p.tokens !== 'number') throw new Error('no tok_per_s or tokens');
+      return p;
+    }),
+    summary: await read('summary.log', (t) => t),
+  };
+}
+
+if (process.argv[1]?.endsWith('device-report.ts')) {
+  const dir = process.argv[2];
+  if (!dir) {
+    console.error('usage: npx tsx bench/device-report.ts DIR   (the files of scripts/device-run.sh)');
+    process.exit(2);
+  }
+  console.log(deviceReport(await readDeviceRun(dir)).join('\n'));
+}

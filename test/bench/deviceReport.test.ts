@@ -1,0 +1,131 @@
+// bench/device-report.ts: issue 12's targets judged from a device run's files. Each target's
+// verdict follows its rule (decode's share of the copy bandwidth, PEFT / ours for the LoRA step,
+// the round's 36-layer bounds), a missing or malformed file makes its rows say so, and
+// gpu-check's failures are listed.
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { deviceReport, lastJsonObject, readDeviceRun, type PeftStep } from '../../bench/device-report.ts';
+import { makeRecord, type BenchRecord, type BenchReport } from '../../bench/measure.ts';
+
+const roof = { copyGBs: 4000, fmaGFLOPs: 60_000 };
+const rec = (name: string, shape: string, seconds: number, bytes = 0, tokens?: number): BenchRecord =>
+  makeRecord({ group: 'e2e', name, shape, flops: 1, bytes, seconds, reps: 3, tokens }, roof);
+const report = (records: BenchRecord[]): BenchReport => ({
+  adapter: 'nvidia h200',
+  architecture: 'hopper',
+  features: [],
+  mode: 'full',
+  runtime: 'node v20 (Dawn)',
+  date: '2026-12-04',
+  roofline: roof,
+  records,
+});
+const peft = (tokPerS: number): PeftStep => ({
+  engine: 'PyTorch + PEFT (eager)',
+  device: 'NVIDIA H200',
+  model: '4b',
+  layers: 4,
+  tokens: 512,
+  r: 16,
+  dtype: 'bf16',
+  tok_per_s: tokPerS,
+  median_s: 512 / tokPerS,
+});
+const roundReport = (seconds: number) =>
+  report([
+    rec('round: votes', '4b q4 kv=f16 L=4 players=4', 1),
+    rec('round: round total (play + update)', '4b q4 kv=f16 L=4 players=4', seconds),
+  ]);
+const rowOf = (lines: string[], start: string) => lines.find((l) => l.startsWith(`| ${start}`));
+
+describe('device-report', () => {
+  it('judges each target by its rule', () => {
+    // Decode: 3 GB read in 1 ms is 3,000 GB/s = 75% of the 4,000 GB/s copy; the B=4 row is for reference.
+    const bench = report([
+      rec('4b decode B=1 @ctx 128 (LoRA)', '4b q4 kv=f16 L=4', 1e-3, 3e9),
+      rec('4b decode B=4 @ctx 128 (LoRA)', '4b q4 kv=f16 L=4', 2e-3, 3e9),
+      rec('4b decode B=1 @ctx 128 (LoRA)', '4b bf16 kv=f16 L=4', 1e-3, 1e9), // bf16: not this target's
+      rec('4b LoRA step 512 tok r=16', '4b q4 kv=f16 L=4', 0.5, 1, 512), // 1,024 tok/s
+    ]);
+    const lines = deviceReport({
+      bench,
+      round: roundReport(1.5),
+      peft: peft(2048),
+      summary: 'gpu-check: all 19 checks passed\n',
+    });
+    expect(lines[0]).toBe(
+      'Machine: nvidia h200 (hopper), node v20 (Dawn), 2026-12-04; measured roofline: copy 4,000.0 GB/s, FMA 60,000.0 GFLOP/s',
+    );
+    expect(lines[1]).toBe('Kernels against PyTorch on this GPU (bench/gpu-check.ts): all 19 checks passed');
+    expect(rowOf(lines, 'decode B=1')).toBe(
+      '| decode B=1 @ctx 128 (LoRA), 4B q4 (L=4 of 36) | 1.00 ms/step, 3,000 GB/s = 75.0% of copy | >= 70.0% of copy | yes |',
+    );
+    expect(rowOf(lines, 'decode B=4')).toMatch(
+      /\(for reference\) \| 2\.00 ms\/step, 1,500 GB\/s = 37\.5% of copy \| {2}\| {2}\|$/,
+    );
+    expect(lines.filter((l) => l.includes('decode'))).toHaveLength(2);
+    expect(rowOf(lines, 'LoRA step')).toMatch(
+      /ours 1,020 tok\/s .* 2,050 tok\/s: PEFT \/ ours = 2\.00x \| PEFT \/ ours <= 3x \| yes \|$/,
+    );
+    // 1.5 s with 4 layers: at most 13.5 s with 36.
+    expect(rowOf(lines, 'default SpyRL round')).toMatch(
+      /1\.5 s with 4 layers; 36 layers: at most 13\.5 s \(x 36\/4\) \| < 60 s at 36 layers \| yes \|$/,
+    );
+    expect(lines).toContain('- round: votes: 1.00 s');
+
+    const slow = report([rec('4b decode B=1 @ctx 128 (LoRA)', '4b q4 kv=f16 L=4', 1e-3, 2e9), bench.records[3]!]);
+    const worse = deviceReport({ bench: slow, round: roundReport(10), peft: peft(4096) });
+    expect(rowOf(worse, 'decode B=1')).toMatch(/50\.0% of copy \| >= 70\.0% of copy \| no \|$/);
+    expect(rowOf(worse, 'LoRA step')).toMatch(/PEFT \/ ours = 4\.00x \| PEFT \/ ours <= 3x \| no \|$/);
+    expect(rowOf(worse, 'default SpyRL round')).toMatch(/at most 90\.0 s .* \| open \(between the bounds\) \|$/);
+    expect(rowOf(deviceReport({ round: roundReport(61) }), 'default SpyRL round')).toMatch(/\| no \|$/);
+  });
+
+  it('says what is missing instead of a verdict, and lists gpu-check failures', () => {
+    const lines = deviceReport({
+      bench: 'missing',
+      round: 'not readable (Unexpected end of JSON input)',
+      peft: peft(1000),
+      summary: 'FAIL LoRA tied-all: every LoRA gradient: 3.1e-2\ngpu-check: 1 of 19 checks FAILED\n',
+    });
+    expect(lines[0]).toBe('Machine: unknown (bench.json: missing)');
+    expect(lines[1]).toBe(
+      'Kernels against PyTorch on this GPU (bench/gpu-check.ts): 1 of 19 checks FAILED: LoRA tied-all: every LoRA gradient: 3.1e-2',
+    );
+    expect(rowOf(lines, 'decode, Qwen3-4B q4')).toBe(
+      '| decode, Qwen3-4B q4 | bench.json: missing | >= 70.0% of copy | not measured |',
+    );
+    expect(rowOf(lines, 'LoRA step')).toMatch(/\| bench\.json: missing \| .* \| not measured \|$/);
+    expect(rowOf(lines, 'default SpyRL round')).toMatch(
+      /round\.json: not readable \(Unexpected end of JSON input\) .* not measured \|$/,
+    );
+    // A LoRA step at other tokens than PEFT's is not compared.
+    const other = report([rec('4b LoRA step 256 tok r=16', '4b q4 kv=f16 L=4', 0.5, 1, 256)]);
+    expect(rowOf(deviceReport({ bench: other, peft: peft(1000) }), 'LoRA step')).toMatch(
+      /no "4b LoRA step 512 tok" record at L=4/,
+    );
+    expect(deviceReport({ summary: 'bench (limit 195s)\n' })[1]).toMatch(/no verdict in summary\.log/);
+  });
+
+  it('reads a run folder: the peft JSON after its warnings, missing and malformed files named', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'spyrl-device-'));
+    try {
+      await writeFile(
+        join(dir, 'peft.log'),
+        `Loading weights: 100%\nwarning: {not json}\n${JSON.stringify(peft(900), null, 1)}\n`,
+      );
+      await writeFile(join(dir, 'bench.json'), '{"records": "no"}');
+      await writeFile(join(dir, 'summary.log'), 'gpu-check: all 19 checks passed\n');
+      const run = await readDeviceRun(dir);
+      expect((run.peft as PeftStep).tok_per_s).toBe(900);
+      expect(run.bench).toBe('not readable (no records)');
+      expect(run.round).toBe('missing');
+      expect(run.summary).toContain('all 19');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    expect(() => lastJsonObject('no json here')).toThrow(/no JSON object/);
+  });
+});
