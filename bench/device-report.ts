@@ -128,9 +128,11 @@ export function deviceReport(run: DeviceRun): string[] {
       'not measured',
     );
   } else {
-    const mine = steps.find(
+    // Ours at PEFT's tokens and layers, with PEFT's weight type where both ran (bf16 against bf16).
+    const same = steps.filter(
       (x) => Number(/LoRA step (\d+) tok/.exec(x.name)![1]) === peft.tokens && layersOf(x.shape) === peft.layers,
     );
+    const mine = same.find((x) => x.shape.split(' ')[1] === peft.dtype) ?? same[0];
     if (!mine) {
       row(
         'LoRA step, 4B shapes',

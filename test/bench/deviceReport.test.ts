@@ -47,7 +47,8 @@ describe('device-report', () => {
       rec('4b decode B=1 @ctx 128 (LoRA)', '4b q4 kv=f16 L=4', 1e-3, 3e9),
       rec('4b decode B=4 @ctx 128 (LoRA)', '4b q4 kv=f16 L=4', 2e-3, 3e9),
       rec('4b decode B=1 @ctx 128 (LoRA)', '4b bf16 kv=f16 L=4', 1e-3, 1e9), // bf16: not this target's
-      rec('4b LoRA step 512 tok r=16', '4b q4 kv=f16 L=4', 0.5, 1, 512), // 1,024 tok/s
+      rec('4b LoRA step 512 tok r=16', '4b q4 kv=f16 L=4', 0.25, 1, 512), // q4: not PEFT's bf16
+      rec('4b LoRA step 512 tok r=16', '4b bf16 kv=f16 L=4', 0.5, 1, 512), // 1,024 tok/s
     ]);
     const lines = deviceReport({
       bench,
@@ -75,7 +76,7 @@ describe('device-report', () => {
     );
     expect(lines).toContain('- round: votes: 1.00 s');
 
-    const slow = report([rec('4b decode B=1 @ctx 128 (LoRA)', '4b q4 kv=f16 L=4', 1e-3, 2e9), bench.records[3]!]);
+    const slow = report([rec('4b decode B=1 @ctx 128 (LoRA)', '4b q4 kv=f16 L=4', 1e-3, 2e9), bench.records[4]!]);
     const worse = deviceReport({ bench: slow, round: roundReport(10), peft: peft(4096) });
     expect(rowOf(worse, 'decode B=1')).toMatch(/50\.0% of copy \| >= 70\.0% of copy \| no \|$/);
     expect(rowOf(worse, 'LoRA step')).toMatch(/PEFT \/ ours = 4\.00x \| PEFT \/ ours <= 3x \| no \|$/);
