@@ -7,6 +7,10 @@
 //   a one-chunk prefill (16 tokens: the GEMM on a GPU), and 16 greedy tokens (decode);
 // - LoRA (scripts/golden_lora.py, PEFT): logits with the adapter, the loss and every LoRA gradient;
 // - q4 (scripts/golden_q4.py): logits with --weights q4 against PyTorch's q4 reference;
+// - the matmul at Qwen3-4B's MLP shapes (9728 x 2560 and 2560 x 9728), bf16 and q4 weights, for
+//   1 and 4 rows (decode: the lane GEMV on a GPU) and 32 rows (prefill: the tiled GEMM), against
+//   test/helpers/reference.ts (q4: its dequantized weights), so a kernel that is right at the
+//   tests' small shapes and wrong at the real ones (grids, staging, tile edges) shows here;
 // - attention at Qwen3-4B heads (32/8 of 128), T = 256, causal and as a packed prefix tree:
 //   forward, log-sum-exp and backward against test/helpers/reference.ts (f64).
 // Budgets: the fixtures' own, or f16's where this GPU's 'auto' takes the f16 GEMM
@@ -18,13 +22,14 @@ import { parseArgs } from 'node:util';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
 import { generate, GREEDY } from '../src/model/generate.ts';
 import { loadQwen3 } from '../src/model/load.ts';
+import { dequantizeQ4, quantizeQ4 } from '../src/model/q4.ts';
 import { openSafetensorsModel } from '../src/model/safetensors.ts';
 import { nodeFolderSource } from '../src/model/sources.node.ts';
 import { memorySource } from '../src/model/sources.ts';
 import * as K from '../src/ops/index.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 import { TrainingPass } from '../src/train/trainingPass.ts';
-import { goldenBudget } from '../test/helpers/gemmBudget.ts';
+import { F16_GEMM_REL, goldenBudget } from '../test/helpers/gemmBudget.ts';
 import { logitsOf } from '../test/helpers/logits.ts';
 import { loadLoraGolden, ROOT } from '../test/helpers/loraGolden.ts';
 import * as ref from '../test/helpers/reference.ts';
@@ -64,7 +69,7 @@ function maxAbs(x: ArrayLike<number>): number {
 export async function gpuCheck(
   gpu: Gpu,
   log: (line: string) => void,
-  only: { golden?: string[]; lora?: string[]; q4?: string[]; attention?: boolean } = {},
+  only: { golden?: string[]; lora?: string[]; q4?: string[]; matmul?: boolean; attention?: boolean } = {},
 ): Promise<CheckLine[]> {
   const lines: CheckLine[] = [];
   const add = (name: string, error: number, budget: number, what: string) => {
@@ -161,6 +166,51 @@ export async function gpuCheck(
       const err = relErr(got, await f32File(join(GOLDEN_Q4, variant, 'logits.f32')), exp.max_abs_logit);
       add(`q4 ${variant}: logits`, err, Math.max(exp.tolerance.rel, budget.logits), 'x max|q4 ref|');
     });
+
+  if (only.matmul ?? true) {
+    for (const [N, Kd] of [
+      [9728, 2560],
+      [2560, 9728],
+    ] as const) {
+      const rand = ref.rng(N);
+      const values = ref.randn(N * Kd, rand, 0.02);
+      const bits = new Uint16Array(N * Kd);
+      for (let i = 0; i < bits.length; i++) bits[i] = ref.f32ToBf16(values[i]!);
+      const bf16 = new Float32Array(N * Kd);
+      for (let i = 0; i < bits.length; i++) bf16[i] = ref.bf16ToF32(bits[i]!);
+      const packed = quantizeQ4(bits, N, Kd, 'w');
+      for (const format of ['bf16', 'q4'] as const)
+        await guard(`matmul ${format} ${N}x${Kd}`, async () => {
+          const bytes = format === 'bf16' ? new Uint32Array(bits.buffer) : packed;
+          const wb = gpu.createBuffer(bytes.byteLength, `w ${format}`);
+          gpu.write(wb, bytes);
+          const w: K.Weight = format === 'bf16' ? wb : { format: 'q4', buf: wb, N, K: Kd };
+          const deq = format === 'bf16' ? bf16 : dequantizeQ4(packed, N, Kd);
+          for (const M of [1, 4, 32]) {
+            const x = ref.randn(M * Kd, rand);
+            const xb = gpu.createBuffer(x.byteLength, 'x');
+            gpu.write(xb, x);
+            const out = gpu.createBuffer(M * N * 4, 'out');
+            K.matmul(gpu, out, xb, w, M, N, Kd);
+            const label = K.kernelVariant(gpu, 'matmul')!.label;
+            const got = await gpu.readF32(out, M * N);
+            const want = new Float32Array(M * N);
+            ref.matmul(want, x, deq, M, N, Kd);
+            // f32 sums of ~10^4 products; the f16 GEMM's own budget where it ran.
+            const f16 = /F16=1/.test(label);
+            add(
+              `matmul ${format} M=${M} N=${N} K=${Kd} (${label})`,
+              relErr(got, want, maxAbs(want)),
+              f16 ? F16_GEMM_REL : 1e-5,
+              'x max|ref|',
+            );
+            gpu.releaseBuffer(xb);
+            gpu.releaseBuffer(out);
+          }
+          gpu.releaseBuffer(wb);
+        });
+    }
+  }
 
   if (only.attention ?? true) {
     // Qwen3-4B's heads; T = 256 takes the query-tiled kernels on every adapter ('auto').

@@ -53,10 +53,10 @@ run() { # name seconds command...
 # The device tool returns at most 8 files and stops a command at 600 s: 6 logs, bench.json and
 # round.json (bench/device-report.ts DIR turns them into issue 12's table),
 # about 575 s of limits in all. The kernels' correctness first: numbers from wrong kernels are moot.
-run gpu-check 40 "$NODE" "$D/bench/gpu-check.mjs"
+run gpu-check 60 "$NODE" "$D/bench/gpu-check.mjs"
 cat "$OUT/gpu-check.log" >>"$OUT/summary.log" && rm -f "$OUT/gpu-check.log" # 8 files at most
 # PyTorch + PEFT first after the bench: its ratio is the issue's target.
-run bench 195 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
+run bench 185 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 3
@@ -74,5 +74,5 @@ run attention-ab 85 bash -c "'$NODE' '$D/bench/decode-attention-ab.mjs' --full -
 # round.log also holds the per-kernel GPU time of a decode step, a prefill and a LoRA step
 # (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
 # warm-up round and one counted round a side, the default game's report and summary lengths).
-run round 125 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16 --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256"
+run round 115 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16 --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256"
 log "done"

@@ -1,5 +1,5 @@
 // bench/gpu-check.ts, the device run's first step (the model against PyTorch on a real GPU with
-// its own 'auto' kernels): here on this adapter, a subset of its checks pass, a check that throws
+// its own 'auto' kernels): here on this adapter, its checks pass (one of each fixture kind), a check that throws
 // is reported as a failed line (and the rest still run), and its error measure catches NaNs.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { gpuCheck, relErr } from '../../bench/gpu-check.ts';
@@ -12,7 +12,7 @@ beforeAll(async () => {
 afterAll(() => gpu?.destroy());
 
 describe('gpu-check', () => {
-  it('passes on the fixtures: golden, LoRA, q4, attention at 4B heads', async () => {
+  it('passes on the fixtures: golden, LoRA, q4; matmul and attention at 4B shapes', async () => {
     const log: string[] = [];
     const lines = await gpuCheck(gpu, (l) => log.push(l), { golden: ['tied'], lora: ['untied-rslora'], q4: ['mha'] });
     expect(log.join('\n')).not.toContain('FAIL');
@@ -23,13 +23,23 @@ describe('gpu-check', () => {
       'LoRA untied-rslora: loss',
       'LoRA untied-rslora: every LoRA gradient',
       'q4 mha: logits',
+      ...[
+        [9728, 2560],
+        [2560, 9728],
+      ].flatMap(([N, Kd]) =>
+        ['bf16', 'q4'].flatMap((f) =>
+          [1, 4, 32].map((M) =>
+            expect.stringMatching(new RegExp(`^matmul ${f} M=${M} N=${N} K=${Kd} \\(.*WEIGHTS=${f}`)),
+          ),
+        ),
+      ),
       expect.stringMatching(/^attention causal T=256 32\/8x128: forward and lse \(attention\.attention_tiled_lse/),
       'attention causal T=256 32/8x128: dq, dk, dv',
       expect.stringMatching(/^attention packed tree T=256 32\/8x128: forward and lse \(.*TREE=1/),
       'attention packed tree T=256 32/8x128: dq, dk, dv',
     ]);
     for (const l of lines) expect(l.error, l.name).toBeLessThanOrEqual(l.budget);
-  }, 240_000);
+  }, 300_000);
 
   it('a check that throws is a failed line, and the next check still runs', async () => {
     const log: string[] = [];
@@ -37,6 +47,7 @@ describe('gpu-check', () => {
       golden: ['no-such-variant', 'tied'],
       lora: [],
       q4: [],
+      matmul: false,
       attention: false,
     });
     expect(lines[0]).toMatchObject({ name: 'golden no-such-variant', ok: false });
