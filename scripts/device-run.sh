@@ -39,9 +39,39 @@ fi
 for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do
   if [ -z "${VK_ICD_FILENAMES:-}" ] && [ -f "$icd" ]; then export VK_ICD_FILENAMES=$icd; fi
 done
-export SPYRL_SWIFTSHADER=0
 NODE="$D/node"
 log "node $($NODE -v); VK_ICD_FILENAMES=${VK_ICD_FILENAMES:-unset}; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+
+# Which adapter Dawn sees, before any benchmark: with no Vulkan GPU every later step would fail, so
+# the run stops here (in seconds, leaving the lease's time for a corrected run) and says what it found.
+cat >"$D/probe.mjs" <<'PROBE'
+const { create, globals } = await import(new URL('./node_modules/webgpu/index.js', import.meta.url));
+Object.assign(globalThis, globals);
+const adapter = await create([]).requestAdapter({ powerPreference: 'high-performance' });
+if (!adapter) { console.log('probe: no WebGPU adapter'); process.exit(1); }
+const i = adapter.info;
+console.log(`probe: ${i.vendor} | ${i.architecture} | ${i.device} | ${i.description} | subgroups ${i.subgroupMinSize}-${i.subgroupMaxSize}`);
+console.log(`probe: features ${[...adapter.features].sort().join(' ')}`);
+const l = adapter.limits;
+console.log(`probe: maxStorageBufferBindingSize ${l.maxStorageBufferBindingSize} maxBufferSize ${l.maxBufferSize} maxComputeWorkgroupStorageSize ${l.maxComputeWorkgroupStorageSize}`);
+process.exit(/swiftshader|llvmpipe|lavapipe/i.test(`${i.vendor} ${i.architecture} ${i.description} ${i.device}`) ? 2 : 0);
+PROBE
+probe() { timeout 30 "$NODE" "$D/probe.mjs" 2>&1 | tee -a "$OUT/summary.log"; return "${PIPESTATUS[0]}"; }
+if ! probe; then
+  log "no hardware adapter with VK_ICD_FILENAMES=${VK_ICD_FILENAMES:-unset}; looking for the NVIDIA ICD"
+  ls -l /usr/local/nvidia/share/vulkan/icd.d /usr/share/vulkan/icd.d /etc/vulkan/icd.d 2>&1 | tee -a "$OUT/summary.log"
+  ldconfig -p | grep -iE "vulkan|nvidia-glcore|GLX_nvidia" | tee -a "$OUT/summary.log"
+  found=0
+  for icd in $(ls /usr/local/nvidia/share/vulkan/icd.d/*.json /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json 2>/dev/null); do
+    export VK_ICD_FILENAMES=$icd VK_DRIVER_FILES=$icd
+    log "trying $icd"
+    if probe; then found=1 && break; fi
+  done
+  if [ "$found" = 0 ]; then
+    log "no hardware WebGPU adapter: stopping before the benchmarks"
+    exit 1
+  fi
+fi
 
 run() { # name seconds command...
   local name=$1 secs=$2
