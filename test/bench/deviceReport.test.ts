@@ -130,3 +130,15 @@ describe('device-report', () => {
     expect(() => lastJsonObject('no json here')).toThrow(/no JSON object/);
   });
 });
+
+describe('the H200 run of 2026-12-04 (bench/results/2026-12-04-h200)', () => {
+  it('reads the real files: gpu-check passed, and each target carries its measured number', async () => {
+    const lines = deviceReport(await readDeviceRun('bench/results/2026-12-04-h200'));
+    const text = lines.join('\n');
+    expect(text).toContain('all 31 checks passed');
+    expect(text).toMatch(/decode B=1 @ctx 128 \(LoRA\), 4B q4.*23\.94 ms\/step.*\| no \|/);
+    expect(text).toMatch(/PEFT \/ ours = 9\.47x.*\| no \|/);
+    expect(text).toMatch(/9\.4 s with 4 layers; 36 layers: at most 84\.4 s.*open/);
+    expect(text).not.toContain('not measured');
+  });
+});
