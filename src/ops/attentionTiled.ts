@@ -7,12 +7,23 @@ import { f32, type Defines } from '../gpu/launch.ts';
 import { ATTENTION_BINDINGS, GEMV_MAX_T, autoForCpu, bindings, opKernel, tuning, type KvPaging } from './common.ts';
 
 /**
- * 'auto' on GPUs: the tiled kernels from this many tokens. A workgroup holds a whole tile of
- * queries of a KV head, so a short chunk makes few workgroups (T/BQ * NKV: 8 at T = 32 for
- * Qwen3-4B) where the per-(token, head) kernel makes T * NH; from 128 tokens on, tiles are
- * full and K/V reuse is 32+ rows. An estimate: not yet measured on a GPU.
+ * 'auto' on GPUs, training (attentionForwardLse + attentionBackward without a prefix tree): the
+ * tiled kernels from this many tokens. Measured on an NVIDIA H200 (bench/attention-ab.ts, Qwen3-4B
+ * heads, bench/results/2026-12-04-h200/attention-ab.log): at T = 512 the per-(token, head) kernels
+ * take 3.6 + 10.3 ms for forward + backward against the tiled 2.9 + 17.1 (the tiles make T/BQ *
+ * NKV = 128 workgroups there, under one per multiprocessor); at T = 2,048 the tiled ones win
+ * (forward 25 against 40-49 ms, backward 80 against 148). The crossover, interpolated between the
+ * two, lies near 1,000 tokens. Packed trees (keyEnd) always take the tiled kernels.
  */
-export const ATTENTION_TILED_MIN_T_GPU = 128;
+export const ATTENTION_TILED_MIN_T_GPU = 1024;
+/**
+ * 'auto' on GPUs, prefill over the paged cache: the tiled kernel from this many tokens. On the
+ * H200 the per-(token, head) kernel with a GQA group a workgroup was faster at both measured
+ * lengths (T = 512: 1.35 ms against 3.0; T = 2,048: 14.3 against 25). Past the measured range its
+ * K/V traffic, T^2 * NKV * HD / HG words, keeps growing where the tiles' does not: 4,096 is an
+ * extrapolation, not a measurement.
+ */
+export const ATTENTION_TILED_MIN_T_GPU_PREFILL = 4096;
 /**
  * 'auto' on CPU adapters (SwiftShader): the tiled kernels for chunks past the decode cutoff
  * (GEMV_MAX_T): measured 2-4x faster than the per-(token, head) kernels there at Qwen3-4B heads,
@@ -83,14 +94,21 @@ export function backwardSplit(gpu: Gpu, HD: number): number {
  * Whether a chunk of T tokens takes the tiled kernels: tuning.attention 'tiled' forces them
  * (except for a head_dim they do not take: then the per-(token, head) kernel), 'single' and
  * 'split' force the others, 'auto' takes them from ATTENTION_TILED_MIN_T_CPU tokens on CPU
- * adapters and ATTENTION_TILED_MIN_T_GPU on GPUs. The prefill op and the training ops use the
- * same rule, so a training forward and its backward run the same arrangement.
+ * adapters and on GPUs from ATTENTION_TILED_MIN_T_GPU_PREFILL (the prefill op) or
+ * ATTENTION_TILED_MIN_T_GPU (the training ops). Both training ops use the training rule, so a
+ * training forward and its backward run the same arrangement.
  */
-export function attentionVariant(gpu: Gpu, T: number, HD: number): 'tiled' | 'other' {
+export function attentionVariant(gpu: Gpu, T: number, HD: number, use: 'prefill' | 'training'): 'tiled' | 'other' {
   if (!tiledHeadDim(HD)) return 'other';
   if (tuning.attention === 'tiled') return 'tiled';
   if (tuning.attention !== 'auto') return 'other';
-  return T >= (autoForCpu(gpu) ? ATTENTION_TILED_MIN_T_CPU : ATTENTION_TILED_MIN_T_GPU) ? 'tiled' : 'other';
+  return T >= attentionTiledMinT(gpu, use) ? 'tiled' : 'other';
+}
+
+/** The length from which 'auto' takes the tiled kernels on this adapter, for prefill or training. */
+export function attentionTiledMinT(gpu: Gpu, use: 'prefill' | 'training'): number {
+  if (autoForCpu(gpu)) return ATTENTION_TILED_MIN_T_CPU;
+  return use === 'prefill' ? ATTENTION_TILED_MIN_T_GPU_PREFILL : ATTENTION_TILED_MIN_T_GPU;
 }
 
 function defines(t: AttentionTiling, HD: number, kv?: KvPaging): Defines {

@@ -158,7 +158,7 @@ export function attentionForwardLse(
   checkSize(v, T * NKV * HD * 4, 'attentionForwardLse v');
   if (keyEnd) checkTree(gpu, 'attentionForwardLse', keyEnd, T, HD);
   distinct('attentionForwardLse', out, lse, q, k, v, ...(keyEnd ? [keyEnd] : []));
-  if (keyEnd || attentionVariant(gpu, T, HD) === 'tiled') {
+  if (keyEnd || attentionVariant(gpu, T, HD, 'training') === 'tiled') {
     attentionTiledLse(gpu, out, lse, q, k, v, T, NH, NKV, HD, keyEnd);
     return;
   }
@@ -210,7 +210,7 @@ export function attentionBackward(
   if (T === 0) return;
   const params = [T, NH, NKV, HD, T, f32(1 / Math.sqrt(HD))];
   const rowDot = gpu.createBuffer(T * NH * 4, 'attentionBackward.D'); // (T, NH) f32
-  if (keyEnd || attentionVariant(gpu, T, HD) === 'tiled') {
+  if (keyEnd || attentionVariant(gpu, T, HD, 'training') === 'tiled') {
     attentionTiledBackward(gpu, dq, dk, dv, dout, out, lse, q, k, v, rowDot, T, NH, NKV, HD, keyEnd);
     gpu.releaseBuffer(rowDot);
     return;

@@ -877,7 +877,7 @@ export function attention(
   checkSize(out, T * NH * HD * 4, 'attention out');
   checkSize(q, T * NH * HD * 4, 'attention q');
   const pageShift = checkPaging('attention', kv, kCache, vCache, pageTable, NKV, HD);
-  if (attentionVariant(gpu, T, HD) === 'tiled') {
+  if (attentionVariant(gpu, T, HD, 'prefill') === 'tiled') {
     attentionTiledPaged(gpu, out, q, kCache, vCache, pageTable, slot, pos, T, NH, NKV, HD, kv, pageShift);
     return;
   }

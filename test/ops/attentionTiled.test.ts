@@ -14,7 +14,7 @@ import { f16BitsToF32, f32ToF16Bits } from '../../src/model/q4.ts';
 import * as K from '../../src/ops/index.ts';
 import {
   ATTENTION_TILED_MIN_T_CPU,
-  ATTENTION_TILED_MIN_T_GPU,
+  ATTENTION_TILED_MIN_T_GPU_PREFILL,
   BACKWARD_SPLIT,
   attentionTiling,
 } from '../../src/ops/attentionTiled.ts';
@@ -211,7 +211,7 @@ describe("'auto'", () => {
   ])('T=%i (%s)', async (T) => {
     K.tuning.attention = 'auto';
     try {
-      const cutoff = K.isCpuAdapter(gpu) ? ATTENTION_TILED_MIN_T_CPU : ATTENTION_TILED_MIN_T_GPU;
+      const cutoff = K.isCpuAdapter(gpu) ? ATTENTION_TILED_MIN_T_CPU : ATTENTION_TILED_MIN_T_GPU_PREFILL;
       const entry = T >= cutoff ? 'attention.attention_tiled[' : 'attention.attention_forward[';
       const tokens =
         T < ATTENTION_TILED_MIN_T_CPU

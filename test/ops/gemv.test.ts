@@ -105,8 +105,12 @@ describe('bf16', () => {
       expect(entry('matmul')).toContain(autoFor === 'gpu' ? 'gemv_lanes' : 'gemv_rows');
       K.matmul(gpu, out, f32Buf(new Float32Array(16 * 16)), bf16Buf(new Float32Array(9 * 16)), 16, 9, 16);
       expect(entry('matmul')).toContain(autoFor === 'gpu' ? 'gemm_tiled' : 'gemv_rows');
-      // Attention: query tiles from 128 tokens on a GPU, from 9 on a CPU adapter.
-      expect(K.attentionVariant(gpu, 64, 16)).toBe(autoFor === 'gpu' ? 'other' : 'tiled');
+      // Attention: query tiles on a GPU from 1,024 tokens in training and 4,096 in prefill (the
+      // H200's crossovers), from 9 on a CPU adapter.
+      expect(K.attentionVariant(gpu, 64, 16, 'training')).toBe(autoFor === 'gpu' ? 'other' : 'tiled');
+      expect(K.attentionVariant(gpu, 2048, 16, 'training')).toBe('tiled');
+      expect(K.attentionVariant(gpu, 2048, 16, 'prefill')).toBe(autoFor === 'gpu' ? 'other' : 'tiled');
+      expect(K.attentionVariant(gpu, 4096, 16, 'prefill')).toBe('tiled');
       expect(K.useGemmF16(gpu)).toBe(autoFor === 'gpu' && gpu.features.f16);
     } finally {
       Object.assign(K.tuning, saved);
