@@ -1,5 +1,5 @@
 // `npx tsx bench/profile.ts [--model 4b] [--layers N] [--weights q4|bf16] [--kv f16|f32] [--ctx N]
-//   [--batch B] [--prefill T] [--train-len T] [--steps N] [--top N] [--json FILE]`
+//   [--batch B] [--prefill T] [--train-len T] [--steps N] [--top N] [--kernels name=value,...] [--json FILE]`
 // Where the GPU time goes: the real forward and LoRA training step at a model's shapes (random
 // weights, bench/e2e.ts), every dispatch timed with timestamp queries (Gpu.startProfile), summed
 // per kernel (pipeline label: shader.entry[defines;constants]). Three profiles:
@@ -9,7 +9,8 @@
 // Each prints a table (kernel, calls, GPU ms, share of the profile, us per call) per step or pass,
 // plus the wall time of the same work unprofiled. Defaults: on a GPU Qwen3-4B with 4 of 36 layers,
 // q4, f16 KV, ctx 2048, B 4, prefill 512, train 512; on a CPU adapter 1 layer, ctx 128, B 1,
-// prefill 32, train 16. Needs timestamp-query. A measurement tool: nothing here asserts a time.
+// prefill 32, train 16. --kernels sets kernel switches as the CLI's does (e.g. gemmSplitK=off for
+// an A/B). Needs timestamp-query. A measurement tool: nothing here asserts a time.
 import '../bin/gpu-env.mjs';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -35,6 +36,7 @@ const { values } = parseArgs({
     'train-len': { type: 'string' },
     steps: { type: 'string', default: '4' },
     top: { type: 'string', default: '25' },
+    kernels: { type: 'string', default: '' },
     json: { type: 'string' },
   },
 });
@@ -86,6 +88,7 @@ async function profile(gpu: Gpu, name: string, units: number, work: () => Promis
 
 const gpu = await createGpu();
 try {
+  Object.assign(K.tuning, K.parseTuning(values.kernels));
   const cpu = K.isCpuAdapter(gpu);
   const full = MODELS[values.model];
   if (!full) throw new Error(`--model: one of ${Object.keys(MODELS).join(', ')}`);
@@ -101,7 +104,7 @@ try {
   const format = values.weights as Format;
   const kv = values.kv === 'f32' ? 'f32' : 'f16';
   console.log(
-    `# ${adapterName(gpu)}; ${values.model} with ${L} of ${full.numLayers} layers, ${format} weights, ${kv} KV, LoRA r 16 on all projections`,
+    `# ${adapterName(gpu)}; ${values.model} with ${L} of ${full.numLayers} layers, ${format} weights, ${kv} KV, LoRA r 16 on all projections${values.kernels ? `; kernels ${values.kernels}` : ''}`,
   );
   if (cpu) console.log('# a CPU emulation of a GPU: its timings say nothing about a real GPU.');
   const { weights, buffers } = randomWeights(gpu, c, format);

@@ -87,11 +87,11 @@ run() { # name seconds command...
 }
 # The device tool returns at most 8 files and stops a command at 600 s: 6 logs, bench.json and
 # round.json (bench/device-report.ts DIR turns them into issue 12's table),
-# about 575 s of limits in all. The kernels' correctness first: numbers from wrong kernels are moot.
+# about 580 s of limits in all (the H200 run of 2026-12-04 took 263 s). The kernels' correctness first: numbers from wrong kernels are moot.
 run gpu-check 60 "$NODE" "$D/bench/gpu-check.mjs"
 cat "$OUT/gpu-check.log" >>"$OUT/summary.log" && rm -f "$OUT/gpu-check.log" # 8 files at most
 # PyTorch + PEFT first after the bench: its ratio is the issue's target.
-run bench 185 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
+run bench 175 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 3
@@ -100,7 +100,7 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # shuffles (the 'auto' choice on Intel only), and f16 tiles (bench/gemm-ab.ts); with and without
 # the 16-byte loads (--vec4 off: the forward and the input gradient), in f32 and f16 tiles.
 GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
-run gemv-ab 70 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off"
+run gemv-ab 60 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off"
 # attention-ab.log: decode attention (bench/decode-attention-ab.ts), the RMSNorms folded into the
 # decode GEMVs against 'off', one 4B layer, q4, LoRA on (bench/fused-ab.ts --compare normFold), and
 # the tiled backward's rows: one thread each (HD 128: 512 floats a thread) or split over 4 ('auto'
@@ -109,5 +109,6 @@ run attention-ab 85 bash -c "'$NODE' '$D/bench/decode-attention-ab.mjs' --full -
 # round.log also holds the per-kernel GPU time of a decode step, a prefill and a LoRA step
 # (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
 # warm-up round and one counted round a side, the default game's report and summary lengths).
-run round 115 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16 --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256"
+# Then the same profile with split-K off (tuning.gemmSplitK): the A/B of the sliced GEMMs.
+run round 140 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16 --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=off"
 log "done"

@@ -145,7 +145,13 @@ run('lint (ESLint with the layer rules, Prettier)', 'npm', ['run', '--silent', '
 run('type-check', bin('tsc'), ['--noEmit', '-p', '.']);
 run('outside oracles (golden fixtures vs Hugging Face transformers and PEFT)', 'node', ['scripts/oracles.mjs']);
 run('unit and kernel tests', bin('vitest'), ['run']);
-gpuChoices('golden tests', [...GPU_CHOICE_TESTS, 'test/model/q4Golden.test.ts']);
+// trainingMemory: the training pass's memory formula, exact against the live bytes, with the GPU's
+// split-K scratch (src/ops/splitK.ts) that only GPU choices allocate.
+gpuChoices('golden and memory-plan tests', [
+  ...GPU_CHOICE_TESTS,
+  'test/model/q4Golden.test.ts',
+  'test/train/trainingMemory.test.ts',
+]);
 lavapipeStage();
 run('demo model', 'node', ['scripts/demo-model.mjs']);
 // End to end: every spec on the dev server, then the app spec (a round, the axe checks) and the

@@ -30,6 +30,8 @@ enable f16;
 //               matmul only): the tiles hold f16, each R step's 16 products per output are
 //               summed as packed vec4<f16> FMAs and that partial is added to the f32 accumulator.
 //               Define SGA (subgroups; A read along r): no A tile, A shared by subgroupShuffle.
+//               Define SPLITK (src/ops/splitK.ts): slices of R over wid.z, partial outputs summed
+//               by shaders/gemv.wgsl gemv_cols_reduce (see sliceRange).
 
 struct GemmParams {
   M: u32,
@@ -45,6 +47,10 @@ struct GemmParams {
   // matmul_gemv_group only: the rows of weights 1 and 2 (N is weight 0's)
   N1: u32,
   N2: u32,
+#endif
+#ifdef SPLITK
+  // gemm_tiled with define SPLITK: the R of one slice (a multiple of BK); see sliceRange
+  rSlice: u32,
 #endif
 }
 
@@ -219,6 +225,28 @@ const AP = BM / 4u + 1u; // padded pitch (vec4s) of the A tile: one vec4 of padd
 const BP = BN / 4u + 1u; // stores walking r conflict-free; the same for B
 const B_LOADS = BN * BK / 4u / 256u; // vec4s of the B tile a thread moves per step: 2 (A: 1)
 
+// Split-K (define SPLITK; src/ops/splitK.ts): when the output tiles alone make too few workgroups
+// (the LoRA A products, N = r; the LM head's input gradient over 64-row chunks, R = vocab), slice
+// z = wid.z of the grid takes R from z rSlice to rEnd and stores its partial (M, N) product, as
+// is (the TS side passes accumulate 0 and scale 1), at z M N of out: a scratch buffer that
+// shaders/gemv.wgsl gemv_cols_reduce then sums in slice order into the real output. Without
+// SPLITK one slice covers all of R. Every guard on r below is against the slice's end, rEnd.
+// R from .x to .y for slice z (uniform: from the params and the workgroup id).
+fn sliceRange(z: u32) -> vec2u {
+#ifdef SPLITK
+  return vec2u(z * p.rSlice, min(p.R, (z + 1u) * p.rSlice));
+#else
+  return vec2u(0u, p.R);
+#endif
+}
+fn sliceOut(z: u32) -> u32 {
+#ifdef SPLITK
+  return z * p.M * p.N;
+#else
+  return 0u;
+#endif
+}
+
 #ifdef F16
 // f16 operands: half the shared memory and its traffic, and packed f16 math in the inner loop.
 // Only the forward matmul takes it: activations and weights are O(1) there, while the backward's
@@ -274,19 +302,19 @@ fn loadB8(e: u32) -> array<vec4<TE>, 2> {
 // edges. The TS side checks that a run never crosses one: R % 4 == 0 and aM % 4 == 0 for A; for
 // B, R % 8 == 0 and bN == R (along r) or N % 8 == 0 and bR == N (BT).
 struct Step { a: vec4<TE>, b: array<vec4<TE>, 2> }
-fn loadStep(m0: u32, n0: u32, r0: u32, lid: u32) -> Step {
+fn loadStep(m0: u32, n0: u32, r0: u32, lid: u32, rEnd: u32) -> Step {
   var st = Step(vec4<TE>(), array(vec4<TE>(), vec4<TE>()));
   let m = m0 + (lid >> 2u);
   let ra = r0 + 4u * (lid & 3u);
-  if (m < p.M && ra < p.R) { st.a = vec4<TE>(a[(m * p.aM + ra) >> 2u]); }
+  if (m < p.M && ra < rEnd) { st.a = vec4<TE>(a[(m * p.aM + ra) >> 2u]); }
 #ifdef BT
   let n = n0 + 8u * (lid & 15u);
   let rb = r0 + (lid >> 4u);
-  if (n < p.N && rb < p.R) { st.b = loadB8(n + rb * p.bR); }
+  if (n < p.N && rb < rEnd) { st.b = loadB8(n + rb * p.bR); }
 #else
   let n = n0 + (lid >> 1u);
   let rb = r0 + 8u * (lid & 1u);
-  if (n < p.N && rb < p.R) { st.b = loadB8(n * p.bN + rb); }
+  if (n < p.N && rb < rEnd) { st.b = loadB8(n * p.bN + rb); }
 #endif
   return st;
 }
@@ -326,13 +354,17 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
   let tx = lid3.x;
   let ty = lid3.y;
   var acc: array<vec4f, 8>; // row ty + 16 i, output columns outColumn(tx, 4 h + (0..3)): acc[2 i + h]
-  var next = loadStep(m0, n0, 0u, lid);
-  for (var r0 = 0u; r0 < p.R; r0 += BK) {
+  let rs = sliceRange(wid.z);
+  let rStart = rs.x;
+  let rEnd = rs.y;
+  let o0 = sliceOut(wid.z);
+  var next = loadStep(m0, n0, rStart, lid, rEnd);
+  for (var r0 = rStart; r0 < rEnd; r0 += BK) {
     as_[(lid >> 2u) * KP + (lid & 3u)] = next.a;
     bs[bSlot(lid)] = next.b[0];
     bs[bSlot(lid) + 1u] = next.b[1];
     workgroupBarrier();
-    if (r0 + BK < p.R) { next = loadStep(m0, n0, r0 + BK, lid); } // in flight during the FMAs
+    if (r0 + BK < rEnd) { next = loadStep(m0, n0, r0 + BK, lid, rEnd); } // in flight during the FMAs
 #ifdef F16
     // Each output's 16 products of this step summed in f16, then added to the f32 accumulator.
     // Zeroed explicitly (see the r-major variant: lavapipe kept a loop-local var's old value).
@@ -362,7 +394,7 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
     let m = m0 + ty + 16u * i;
     for (var j = 0u; j < 8u; j++) {
       let n = n0 + outColumn(tx, j);
-      if (m < p.M && n < p.N) { store(m * p.N + n, acc[2u * i + (j >> 2u)][j & 3u]); }
+      if (m < p.M && n < p.N) { store(o0 + m * p.N + n, acc[2u * i + (j >> 2u)][j & 3u]); }
     }
   }
 }
@@ -377,9 +409,9 @@ var<workgroup> bs: array<vec4<TE>, BK * BP>;  // (BK, BN / 4): B tile, r-major, 
 fn tileA(e: u32) -> vec2u { if (p.aR == 1u) { return vec2u(e / BK, e % BK); } return vec2u(e % (BM / 4u), e / (BM / 4u)); }
 fn tileB(e: u32) -> vec2u { if (p.bR == 1u) { return vec2u(e / BK, e % BK); } return vec2u(e % (BN / 4u), e / (BN / 4u)); }
 // Rows 4 g .. 4 g + 3 of A (from m0) at r, zero past the edges.
-fn loadA(m0: u32, g: u32, r: u32) -> vec4<TE> {
+fn loadA(m0: u32, g: u32, r: u32, rEnd: u32) -> vec4<TE> {
   var v = vec4<TE>();
-  if (r < p.R) {
+  if (r < rEnd) {
     for (var q = 0u; q < 4u; q++) {
       let m = m0 + 4u * g + q;
       if (m < p.M) { v[q] = TE(a[m * p.aM + r * p.aR]); }
@@ -388,9 +420,9 @@ fn loadA(m0: u32, g: u32, r: u32) -> vec4<TE> {
   return v;
 }
 // Columns 4 g .. 4 g + 3 of B (from n0) at r, zero past the edges.
-fn loadB(n0: u32, g: u32, r: u32) -> vec4<TE> {
+fn loadB(n0: u32, g: u32, r: u32, rEnd: u32) -> vec4<TE> {
   var v = vec4<TE>();
-  if (r < p.R) {
+  if (r < rEnd) {
     for (var q = 0u; q < 4u; q++) {
       let n = n0 + 4u * g + q;
       if (n < p.N) { v[q] = TE(weightAt(n * p.bN + r * p.bR)); }
@@ -407,11 +439,11 @@ fn loadB(n0: u32, g: u32, r: u32) -> vec4<TE> {
 // (as common/reduce.wgsl assumes; test/gpu checks it), so a row's 16 threads share a subgroup (or
 // with W < 16, each W of them do); smaller subgroups load A C times over (cache hits). The loop
 // over c has a constant bound, so aNow[c] indexes a register, and its guard is uniform.
-fn loadRowsA(m0: u32, ty: u32, tx: u32, r0: u32, W: u32) -> array<vec4<TE>, 4> {
+fn loadRowsA(m0: u32, ty: u32, tx: u32, r0: u32, W: u32, rEnd: u32) -> array<vec4<TE>, 4> {
   var v: array<vec4<TE>, 4>;
   for (var c = 0u; c < 4u; c++) {
     v[c] = vec4<TE>();
-    if (c * W < BK) { v[c] = loadA(m0, ty, r0 + c * W + tx % W); }
+    if (c * W < BK) { v[c] = loadA(m0, ty, r0 + c * W + tx % W, rEnd); }
   }
   return v;
 }
@@ -428,20 +460,24 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
   let tx = lid3.x;
   let ty = lid3.y;
   var acc: array<vec4f, 2u * 4u>; // row i, columns 4 tx + 64 h + (0..3): acc[2 i + h]
+  let rs = sliceRange(wid.z);
+  let rStart = rs.x;
+  let rEnd = rs.y;
+  let o0 = sliceOut(wid.z);
   var eb: array<vec2u, B_LOADS>; // this thread's share of each step: B_LOADS vec4s of B
   for (var i = 0u; i < B_LOADS; i++) { eb[i] = tileB(lid + i * 256u); }
   var rb: array<vec4<TE>, B_LOADS>; // the next step, in flight
-  for (var i = 0u; i < B_LOADS; i++) { rb[i] = loadB(n0, eb[i].x, eb[i].y); }
+  for (var i = 0u; i < B_LOADS; i++) { rb[i] = loadB(n0, eb[i].x, rStart + eb[i].y, rEnd); }
 #ifdef SGA
   let W = min(sgSize, BK);
   let base = sgLane - tx % W; // the lane holding r = r0 + c W (+ kk at lane base + kk)
-  var aNext = loadRowsA(m0, ty, tx, 0u, W);
+  var aNext = loadRowsA(m0, ty, tx, rStart, W, rEnd);
 #else
   let W = BK; // the loops over (c, kk) below: one pass of c, kk = k
   let ea = tileA(lid); // and one vec4 of A
-  var ra = loadA(m0, ea.x, ea.y);
+  var ra = loadA(m0, ea.x, rStart + ea.y, rEnd);
 #endif
-  for (var r0 = 0u; r0 < p.R; r0 += BK) {
+  for (var r0 = rStart; r0 < rEnd; r0 += BK) {
 #ifdef SGA
     let aNow = aNext;
 #else
@@ -450,13 +486,13 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
     for (var i = 0u; i < B_LOADS; i++) { bs[eb[i].y * BP + eb[i].x] = rb[i]; }
     workgroupBarrier();
     let r1 = r0 + BK;
-    if (r1 < p.R) {
+    if (r1 < rEnd) {
 #ifdef SGA
-      aNext = loadRowsA(m0, ty, tx, r1, W);
+      aNext = loadRowsA(m0, ty, tx, r1, W, rEnd);
 #else
-      ra = loadA(m0, ea.x, r1 + ea.y);
+      ra = loadA(m0, ea.x, r1 + ea.y, rEnd);
 #endif
-      for (var i = 0u; i < B_LOADS; i++) { rb[i] = loadB(n0, eb[i].x, r1 + eb[i].y); }
+      for (var i = 0u; i < B_LOADS; i++) { rb[i] = loadB(n0, eb[i].x, r1 + eb[i].y, rEnd); }
     }
 #ifdef F16
     // Each output's 16 products of this step, summed in f16. Zeroed explicitly: a var declared in
@@ -507,7 +543,7 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
     for (var h = 0u; h < 2u; h++) {
       for (var q = 0u; q < 4u; q++) {
         let n = n0 + 64u * h + 4u * tx + q;
-        if (m < p.M && n < p.N) { store(m * p.N + n, acc[2u * i + h][q]); }
+        if (m < p.M && n < p.N) { store(o0 + m * p.N + n, acc[2u * i + h][q]); }
       }
     }
   }

@@ -28,6 +28,7 @@ import {
   type WeightFormat,
 } from './common.ts';
 import { colsShapeFits, colsSplit, tmaxFor } from './colsSplit.ts';
+import { GEMM_TILE_M, GEMM_TILE_N, splitKFor } from './splitK.ts';
 import { attentionTiledPaged, attentionVariant } from './attentionTiled.ts';
 
 /** out (T, C) f32 = table[ids] ; ids (T) u32 (< V) ; table (V, C) bf16 or q4 */
@@ -87,8 +88,8 @@ export function rmsNorm(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R:
 }
 
 /** gemm_tiled's output tile (shaders/matmul.wgsl BM x BN). */
-const TILE_M = 64,
-  TILE_N = 128;
+const TILE_M = GEMM_TILE_M,
+  TILE_N = GEMM_TILE_N;
 
 /** GEMV lanes per output column: ~4+ weight words per lane, 64 lanes from R >= 512; tiny R gets more columns per workgroup. */
 const gemvLanes = (R: number) => Math.min(64, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, R / 8)))));
@@ -319,19 +320,56 @@ export function matmul(
       params,
     );
   } else {
-    gpu.dispatch(
-      opKernel(
-        gpu,
-        'matmul',
-        'matmul',
-        'gemm_tiled',
-        tiledDefines(gpu, WEIGHTS, useGemmF16(gpu), 1, vecTile(x, wb, WEIGHTS, T, N, K, [K, 1, K, 1])),
-      ),
-      [out, x, wb],
-      [Math.ceil(N / TILE_N), Math.ceil(T / TILE_M)],
-      params,
-    );
+    const strides = [K, 1, K, 1] as const;
+    const defines = tiledDefines(gpu, WEIGHTS, useGemmF16(gpu), 1, vecTile(x, wb, WEIGHTS, T, N, K, strides));
+    gemmTiled(gpu, 'matmul', out, x, wb, defines, T, N, K, strides, accumulate, 1);
   }
+}
+
+/**
+ * gemm_tiled over an (M, N) output, sliced over R (define SPLITK, src/ops/splitK.ts,
+ * tuning.gemmSplitK) when its tiles alone would make too few workgroups: the slices' partial
+ * outputs go to a pooled scratch buffer that shaders/gemv.wgsl gemv_cols_reduce sums in slice
+ * order into out, with the accumulate flag and the scale.
+ */
+function gemmTiled(
+  gpu: Gpu,
+  op: string,
+  out: GPUBuffer,
+  a: GPUBuffer,
+  b: GPUBuffer,
+  defines: Defines,
+  M: number,
+  N: number,
+  R: number,
+  strides: readonly number[],
+  accumulate: boolean,
+  scale: number,
+): void {
+  const { slices, rSlice } = splitKFor(tuning.gemmSplitK, autoForCpu(gpu), M, N, R);
+  const grid: [number, number] = [Math.ceil(N / TILE_N), Math.ceil(M / TILE_M)];
+  if (slices === 1) {
+    const params = [M, N, R, accumulate ? 1 : 0, ...strides, f32(scale)];
+    gpu.dispatch(opKernel(gpu, op, 'matmul', 'gemm_tiled', defines), [out, a, b], grid, params);
+    return;
+  }
+  const partials = gpu.createBuffer(slices * M * N * 4, `${op}.splitK`); // (slices, M, N) f32
+  gpu.dispatch(
+    opKernel(gpu, op, 'matmul', 'gemm_tiled', { ...defines, SPLITK: 1 }),
+    [partials, a, b],
+    [...grid, slices],
+    [M, N, R, 0, ...strides, f32(1), rSlice],
+  );
+  const n4 = (M * N) / 4;
+  const [r0, r1] = splitGrid(Math.ceil(n4 / 64), gpu.limits.maxComputeWorkgroupsPerDimension);
+  gpu.dispatch(
+    // Recorded as its own op, so that kernelVariant(gpu, op) still names the GEMM that ran.
+    opKernel(gpu, `${op}.splitK`, 'gemv', 'gemv_cols_reduce', { WEIGHTS: 'f32', TMAX: 1, COLS: 1 }),
+    [out, partials],
+    [r0, r1],
+    [M, n4, slices, accumulate ? 1 : 0, f32(scale), 0, 0, 0],
+  );
+  gpu.releaseBuffer(partials); // safe: later users of the recycled buffer are encoded after these reads
 }
 
 /**
@@ -381,18 +419,8 @@ export function gemm(
       params,
     );
   } else if (variant === 'tiled') {
-    gpu.dispatch(
-      opKernel(
-        gpu,
-        op,
-        'matmul',
-        'gemm_tiled',
-        tiledDefines(gpu, WEIGHTS, false, strides[1], vecTile(a, b, WEIGHTS, M, N, R, strides)),
-      ),
-      [out, a, b],
-      [Math.ceil(N / TILE_N), Math.ceil(M / TILE_M)],
-      params,
-    );
+    const defines = tiledDefines(gpu, WEIGHTS, false, strides[1], vecTile(a, b, WEIGHTS, M, N, R, strides));
+    gemmTiled(gpu, op, out, a, b, defines, M, N, R, strides, accumulate, scale);
   } else {
     const TMAX = tmaxFor(M);
     gpu.dispatch(

@@ -41,6 +41,14 @@ export interface Tuning {
    */
   gemmVec4: 'auto' | 'off';
   /**
+   * The tiled GEMM sliced over R (shaders/matmul.wgsl SPLITK, src/ops/splitK.ts) when its 64 x 128
+   * output tiles alone make few workgroups (the LoRA A products, N = r; the LM head's input
+   * gradient over 64-row chunks): the slices' partial outputs are summed by a second pass.
+   * 'auto' where the tiles make fewer than 128 workgroups, on GPUs; 'on' wherever two slices fit
+   * (tests); 'off' never.
+   */
+  gemmSplitK: 'auto' | 'on' | 'off';
+  /**
    * The tiled attention backward's rows: split over 4 threads each with subgroup sums
    * (shaders/attention.wgsl SPLIT; 'auto' on GPUs whose subgroups are at least 4 wide, never on
    * CPU adapters), or one thread per row ('row'). 'split' forces it where it can run.
@@ -71,6 +79,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemmF16: 'auto',
   gemmSubgroups: 'auto',
   gemmVec4: 'auto',
+  gemmSplitK: 'auto',
   attentionBackward: 'auto',
   normFold: 'auto',
   autoFor: 'auto',
@@ -84,6 +93,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemmF16: ['auto', 'on', 'off'],
   gemmSubgroups: ['auto', 'on', 'off'],
   gemmVec4: ['auto', 'off'],
+  gemmSplitK: ['auto', 'on', 'off'],
   attentionBackward: ['auto', 'split', 'row'],
   normFold: ['auto', 'off'],
   autoFor: ['auto', 'gpu', 'cpu'],

@@ -5,6 +5,7 @@
 import type { Qwen3Config } from '../model/config.ts';
 import type { LoraTarget } from '../model/peft.ts';
 import { colsScratchBytes } from '../ops/colsSplit.ts';
+import { splitKScratchBytes } from '../ops/splitK.ts';
 
 /** Storage of the (L+1) layer-input checkpoints: f32, or f16 / bf16 packed two per u32. */
 export type CheckpointDtype = 'f32' | 'f16' | 'bf16';
@@ -33,6 +34,11 @@ export interface TrainingPassShape {
   candidates?: number;
   /** A packed prefix tree (src/train/packing.ts): the pass also holds keyEnd (T) u32. */
   packed?: boolean;
+  /**
+   * Count the tiled GEMM's split-K scratch (src/ops/splitK.ts, 'auto' on a GPU). Default true: a
+   * plan is for a GPU. A pass on a CPU adapter, which never splits that way, says false.
+   */
+  splitK?: boolean;
 }
 
 /** What a buffer is for, the classes of the report. */
@@ -151,8 +157,14 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     f32('dUp', '(Tc, I)', Tc * I, 'layer'),
     f32('attentionBackward.D', '(T, NH)', T * NH, 'layer'), // inside K.attentionBackward
   ];
-  // gemv_cols' scratch of split partial outputs (CPU adapters, src/ops/colsSplit.ts), transient inside
-  // each input-gradient product dx = dy . W: the largest of a layer's, and of the LM head's chunks.
+  // The scratch of split partial outputs, transient inside one product: gemv_cols' (CPU adapters,
+  // src/ops/colsSplit.ts; the input gradients dx = dy . W) or the tiled GEMM's split-K (GPUs,
+  // src/ops/splitK.ts; any product whose tiles make few workgroups). The largest of a layer's
+  // products, and of the LM head's chunks. out (M, N) over R: both functions take (M, N, R).
+  const splitK = s.splitK ?? true;
+  // gemv_cols splits only the input gradients (on CPU adapters); split-K any tiled product (on GPUs).
+  const gk = (m: number, n: number, r: number) => (splitK ? splitKScratchBytes(m, n, r) : 0);
+  const dxSplit = (m: number, n: number, r: number) => Math.max(colsScratchBytes(m, n, r), gk(m, n, r));
   const rowCounts = (n: number, chunk: number) => [...new Set([Math.min(n, chunk), n % chunk || chunk])];
   const projShapes: [LoraTarget, number, number][] = [
     ['q_proj', NH * HD, C],
@@ -164,18 +176,28 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     ['down_proj', C, I],
   ];
   let layerPartials = 0;
+  let forwardPartials = 0; // the forward's own products, x . W^T and u = x . A^T
   for (const [t, N, Kin] of projShapes)
     for (const rows of isMlpTarget(t) ? rowCounts(T, Tc) : [T]) {
-      layerPartials = Math.max(layerPartials, colsScratchBytes(rows, Kin, N));
-      if (s.lora?.targetModules.includes(t)) {
-        const r = s.lora.r; // du = dy . B, then dx += du . A
-        layerPartials = Math.max(layerPartials, colsScratchBytes(rows, r, N), colsScratchBytes(rows, Kin, r));
-      }
+      const r = s.lora?.targetModules.includes(t) ? s.lora.r : 0;
+      const forward = Math.max(gk(rows, N, Kin), r ? gk(rows, r, Kin) : 0);
+      forwardPartials = Math.max(forwardPartials, forward);
+      // The backward recomputes the forward; then dx = dy . W, and with LoRA du = dy . B, dx += du . A,
+      // dA = du^T . x, dB = dy^T . u.
+      layerPartials = Math.max(layerPartials, forward, dxSplit(rows, Kin, N));
+      if (r)
+        layerPartials = Math.max(
+          layerPartials,
+          dxSplit(rows, r, N),
+          dxSplit(rows, Kin, r),
+          gk(r, Kin, rows),
+          gk(N, r, rows),
+        );
     }
-  const headPartials = Math.max(...rowCounts(M, Hr).map((R) => colsScratchBytes(R, C, V)));
+  const headPartials = Math.max(...rowCounts(M, Hr).map((R) => Math.max(dxSplit(R, C, V), gk(R, V, C))));
   const partials = (n: number, shape: string, cls: BufferClass): PassBuffer[] =>
-    n > 0 ? [{ name: 'gemvCols.splitPartials', shape, bytes: pooled(n), cls }] : [];
-  layerGrads.push(...partials(layerPartials, '(splits, rows, K) f32, the largest of the layer', 'layer'));
+    n > 0 ? [{ name: 'matmul.splitPartials', shape, bytes: pooled(n), cls }] : [];
+  layerGrads.push(...partials(layerPartials, '(splits, M, N) f32, the largest of the layer', 'layer'));
   const dx = f32('dx', '(T, C)', T * C, 'head');
   const headRowsBufs = [
     f32('xRows', '(Hr, C)', Hr * C, 'head'),
@@ -199,7 +221,11 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
   return {
     held,
     embed: [...scratch, f32('ids', '(T) u32', T, 'scratch')],
-    forwardLayers: [...scratch, ...layer],
+    forwardLayers: [
+      ...scratch,
+      ...layer,
+      ...partials(forwardPartials, '(splits, M, N) f32, the largest of the layer', 'layer'),
+    ],
     forwardHead,
     backwardHead: !backward
       ? []
@@ -230,14 +256,18 @@ const sum = (bufs: readonly PassBuffer[], cls?: BufferClass) =>
  *   checkpoints   = (L+1) ck
  *   pass          = w (T + 2 max(1, M))
  *   scratch       = T C w when the checkpoints are f16/bf16, else 0
- *   layerForward  = w [T (3C + 3 NH HD + 3 NKV HD + NH) + 3 Tc I + 2 [c] Tc C + r (nA T + nM Tc)]
+ *   layerForward  = w [T (3C + 3 NH HD + 3 NKV HD + NH) + 3 Tc I + 2 [c] Tc C + r (nA T + nM Tc)] + Pf
  *   layerBackward = layerForward + w [T (2C + 2 NH HD + 2 NKV HD + NH + r) + 3 Tc I] + Pl
  *   headForward   = w [M + Hr (2C + V + 3)]        (restricted: w [M nc + Hr (2C + V)])
  *   headBackward  = w [T C + M + Hr (4C + 2V + 3)] + Ph
- * where Pl and Ph are gemv_cols' split scratch (colsScratchBytes, src/ops/colsSplit.ts; CPU adapters):
+ * where Pl and Ph are the split scratch of partial outputs, gemv_cols' (colsScratchBytes,
+ * src/ops/colsSplit.ts; CPU adapters) or, with `splitK` (the default), the larger of that and the
+ * tiled GEMM's split-K (splitKScratchBytes, src/ops/splitK.ts; GPUs) over every product below:
  * Pl the largest over a layer's input-gradient products dx = dy . W (each projection at T rows, or
  * the MLP's Tc and T mod Tc rows; with LoRA also du = dy . B and dx += du . A), Ph the LM head's
- * (Hr and M mod Hr rows, C outputs, V rows of W); 0 where nothing splits.
+ * (Hr and M mod Hr rows, C outputs, V rows of W); 0 where nothing splits. With split-K, Pl also
+ * covers the layer's forward products (recomputed in the backward), u = x . A^T and the LoRA
+ * weight gradients, and Pf, the forward pass's own, the largest of x . W^T and u = x . A^T.
  *   peakForward   = checkpoints + pass + scratch + max(w T, layerForward, headForward)
  *   peakBackward  = checkpoints + pass + scratch + max(headBackward, layerBackward)
  */

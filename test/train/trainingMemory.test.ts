@@ -400,6 +400,7 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
         checkpoints: dtype as CheckpointDtype,
         mlpChunk: chunk,
         candidates: nc || undefined,
+        splitK: false, // the formula's Pl and Ph above: gemv_cols' alone (a CPU adapter)
       });
       expect(got).toMatchObject({
         checkpoints: (L + 1) * ck,
