@@ -35,9 +35,9 @@ describe('scripts/oracles.mjs folder comparison', () => {
     tmp = await mkdtemp(join(tmpdir(), 'oracles-'));
   });
   afterAll(() => rm(tmp, { recursive: true, force: true }));
-  const fresh = async (name: string) => {
+  const fresh = async (name: string, from = COMMITTED) => {
     const made = join(tmp, name);
-    await cp(COMMITTED, made, { recursive: true });
+    await cp(from, made, { recursive: true });
     return made;
   };
 
@@ -65,6 +65,57 @@ describe('scripts/oracles.mjs folder comparison', () => {
     expect(r.code).toBe(1);
     expect(r.out).toContain('expected.json: transformers_version: committed "5.17.0", made "0.0.1"');
     expect(r.out).toMatch(/expected\.json: .*tokens\[3\]: committed \d+, made \d+/);
+  });
+
+  // PyTorch's CPU kernels round differently on different processors (vector width, summation
+  // order): float results may move by float32 rounding, nothing else may.
+  it('float results within float32 rounding pass, each file named with its largest difference', async () => {
+    const dir = await fresh('rounding');
+    const buf = await readFile(join(dir, 'logits.f32'));
+    const v = buf.readFloatLE(4 * 1000);
+    buf.writeFloatLE(v + Math.max(Math.abs(v), 1) * 1e-6, 4 * 1000);
+    await writeFile(join(dir, 'logits.f32'), buf);
+    const exp = JSON.parse(await readFile(join(dir, 'expected.json'), 'utf8'));
+    exp.max_abs_logit *= 1 + 1e-7;
+    await writeFile(join(dir, 'expected.json'), JSON.stringify(exp, null, 2) + '\n');
+    const r = await oracles(['--compare', COMMITTED, dir]);
+    expect(r.code, r.out).toBe(0);
+    expect(r.out).toMatch(/\(within float32 rounding\) logits\.f32: float32 values within \d\.\de-\d+ of their scale/);
+    expect(r.out).toMatch(/\(within float32 rounding\) expected\.json: numbers within float32 rounding/);
+  });
+
+  it('a logit off by more than rounding, or a changed token id, still fails', async () => {
+    const dir = await fresh('beyond');
+    const buf = await readFile(join(dir, 'logits.f32'));
+    buf.writeFloatLE(buf.readFloatLE(4 * 7) + 1e-3, 4 * 7); // 4e-5 of max |logit| ~26
+    await writeFile(join(dir, 'logits.f32'), buf);
+    const greedy = JSON.parse(await readFile(join(dir, 'greedy.json'), 'utf8'));
+    greedy.tokens[0] += 1;
+    await writeFile(join(dir, 'greedy.json'), JSON.stringify(greedy, null, 2) + '\n');
+    const r = await oracles(['--compare', COMMITTED, dir]);
+    expect(r.code).toBe(1);
+    expect(r.out).toMatch(/^logits\.f32: 1 of 32768 float32 values differ/m);
+    expect(r.out).toMatch(/^greedy\.json: tokens\[0\]: committed \d+, made \d+/m);
+  });
+
+  it('a gradient tensor (safetensors F32) within rounding passes, beyond it fails; the header is exact', async () => {
+    const LORA = join(ROOT, 'test/fixtures/golden-lora/tied-all');
+    const st = await readFile(join(LORA, 'grads.safetensors'));
+    const data = 8 + Number(st.readBigUInt64LE(0)); // the first tensor's data start here
+    for (const [name, delta, code] of [
+      ['grad-rounding', 1e-8, 0],
+      ['grad-beyond', 1e-2, 1],
+    ] as const) {
+      const dir = await fresh(name, LORA);
+      const b = Buffer.from(st);
+      b.writeFloatLE(b.readFloatLE(data) + delta, data);
+      await writeFile(join(dir, 'grads.safetensors'), b);
+      const r = await oracles(['--compare', LORA, dir]);
+      expect(r.code, r.out).toBe(code);
+      expect(r.out).toContain(
+        code ? 'grads.safetensors: ' : '(within float32 rounding) grads.safetensors: F32 tensors within',
+      );
+    }
   });
 
   it('a missing file, an extra file and a changed checkpoint byte are each reported', async () => {

@@ -335,6 +335,40 @@ describe('sample', () => {
     expect(await draw({ temperature: 1.3, topK: 0, topP: 1e-6 }, 5, 0)).toEqual(await draw(greedy, 0, 0));
   });
 
+  // Qwen3's vocabulary: the radix-selected top-k key and the top-p bisection, over the candidates in
+  // workgroup memory (top-k 20; top-p alone on a peaked row, whose 2,048 largest hold the mass) and
+  // over the whole row (top-p alone on a flat row), against the f64 reference's kept set: every
+  // drawn id kept, and its log-prob, (z - max) - log(kept mass), the reference's to f32 rounding
+  // (a kept set one token off moves it by that token's share of the mass).
+  it.each([
+    ['top-k 20, top-p 0.8 (candidates: the top-k set)', 3, 0.7, 20, 0.8],
+    ['top-k 3000, top-p 0.9 (candidates: the 2,048 largest)', 4, 1, 3000, 0.9],
+    ['top-p 0.8, peaked (candidates: the 2,048 largest)', 8, 1, 0, 0.8],
+    ['top-p 0.8, flat (bisection over the row)', 0.05, 1, 0, 0.8],
+    ['top-k 50 alone', 2, 1, 50, 1],
+  ] as const)('V = 151,936: %s', async (_name, spread, temperature, topK, topP) => {
+    const V = 151936;
+    const N = 8;
+    const row = ref.randn(V, ref.rng(V + topK + Math.round(spread * 100)), spread);
+    const logits = new Float32Array(N * V);
+    for (let b = 0; b < N; b++) logits.set(row, b * V);
+    const ids = outBuf(N, 'ids');
+    const logp = outBuf(N, 'logp');
+    K.sample(gpu, ids, f32Buf(logits), N, V, { temperature, topK, topP }, 99, 3, logp);
+    const got = await gpu.readU32(ids, N);
+    const lp = await gpu.readF32(logp, N);
+    const p = ref.sampleDistribution(row, temperature, topK, topP);
+    const kept = p.filter((x) => x > 0).length;
+    // Which path runs follows from the kept set: within the 2,048 candidates, or past them.
+    if (spread === 8) expect(kept, 'a peaked row keeps fewer than 2,048 tokens').toBeLessThan(2048);
+    if (spread === 0.05) expect(kept, 'a flat row keeps more than 2,048 tokens').toBeGreaterThan(2048);
+    for (let b = 0; b < N; b++) {
+      const id = got[b]!;
+      expect(p[id], `row ${b}: drawn id ${id} is outside the kept set`).toBeGreaterThan(0);
+      expect(Math.abs(lp[b]! - Math.log(p[id]!)), `row ${b}: log-prob of ${id}`).toBeLessThan(2e-5);
+    }
+  });
+
   // V=8, 2000 draws (one row per draw, RNG counter = row). Pearson chi-square over the kept
   // tokens; with <= 7 degrees of freedom, P(chi2 > 40) < 1e-6, so the test does not flake while a
   // wrong distribution (e.g. top-p not renormalized, an off-by-one in the cut) lands far above.
