@@ -87,11 +87,11 @@ run() { # name seconds command...
 }
 # The device tool returns at most 8 files and stops a command at 600 s: 6 logs, bench.json and
 # round.json (bench/device-report.ts DIR turns them into issue 12's table),
-# about 580 s of limits in all (the H200 run of 2026-12-04 took 263 s). The kernels' correctness first: numbers from wrong kernels are moot.
+# about 585 s of limits in all (the H200 run of 2026-12-04 took 263 s). The kernels' correctness first: numbers from wrong kernels are moot.
 run gpu-check 60 "$NODE" "$D/bench/gpu-check.mjs"
 cat "$OUT/gpu-check.log" >>"$OUT/summary.log" && rm -f "$OUT/gpu-check.log" # 8 files at most
 # PyTorch + PEFT first after the bench: its ratio is the issue's target.
-run bench 175 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
+run bench 165 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 3
@@ -105,7 +105,9 @@ run gemv-ab 60 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,g
 # decode GEMVs against 'off', one 4B layer, q4, LoRA on (bench/fused-ab.ts --compare normFold), and
 # the tiled backward's rows: one thread each (HD 128: 512 floats a thread) or split over 4 ('auto'
 # on GPUs).
-run attention-ab 85 bash -c "'$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/attention-ab.mjs' --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split"
+# Then the sampling kernel against the one before the radix select (bench/sample-ab.ts, Qwen3's
+# vocabulary and sampling defaults, B = 1 and 4).
+run attention-ab 100 bash -c "'$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/attention-ab.mjs' --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split; '$NODE' '$D/bench/sample-ab.mjs' --old '$D/sample-old.wgsl' --rounds 5"
 # round.log also holds the per-kernel GPU time of a decode step, a prefill and a LoRA step
 # (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
 # warm-up round and one counted round a side, the default game's report and summary lengths).
