@@ -31,31 +31,12 @@ afterAll(() => {
   gpu?.destroy();
 });
 
-/** out (M, N) = init + scale * sum_r A(m, r) B(n, r), A (M, R) and B (N, R) row-major, in f64. */
-function reference(
-  A: Float32Array,
-  B: Float32Array,
-  init: Float32Array | null,
-  M: number,
-  N: number,
-  R: number,
-  scale: number,
-) {
-  const want = new Float32Array(M * N);
-  for (let m = 0; m < M; m++)
-    for (let n = 0; n < N; n++) {
-      let s = 0;
-      for (let r = 0; r < R; r++) s += A[m * R + r]! * B[n * R + r]!;
-      want[m * N + n] = (init ? init[m * N + n]! : 0) + scale * s;
-    }
-  return want;
+/** The f64 reference (test/helpers/reference.ts) of a product that (+)= into a copy of init. */
+function want(init: Float32Array | null, n: number, product: (out: Float32Array) => void): Float32Array {
+  const out = init ? Float32Array.from(init) : new Float32Array(n);
+  product(out);
+  return out;
 }
-
-const transpose = (x: Float32Array, rows: number, cols: number) => {
-  const t = new Float32Array(rows * cols);
-  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) t[j * rows + i] = x[i * cols + j]!;
-  return t;
-};
 
 /** Runs `call` with gemmSplitK 'on' (it must launch SPLITK) and 'off' (it must not); both within the f32 tolerance. */
 async function bothWays(label: string, op: string, n: number, want: Float32Array, call: () => GPUBuffer) {
@@ -88,18 +69,13 @@ describe('gemm_tiled sliced over R', () => {
     const { w, vals } = h.weight(format, N, Kd, T + 3 * N);
     const scale = format === 'f32' ? 0.5 : 1;
     const op = format === 'f32' ? 'matmulF32' : 'matmul';
-    await bothWays(
-      `${op} ${format} T=${T} N=${N} K=${Kd}`,
-      op,
-      T * N,
-      reference(x, vals, init, T, N, Kd, scale),
-      () => {
-        const out = init ? f32Buf(init, 'out') : outBuf(T * N);
-        if (format === 'f32') K.matmulF32(gpu, out, f32Buf(x), w as GPUBuffer, T, N, Kd, accumulate, scale);
-        else K.matmul(gpu, out, f32Buf(x), w, T, N, Kd, accumulate);
-        return out;
-      },
-    );
+    const expected = want(init, T * N, (o) => ref.matmulF32(o, x, vals, T, N, Kd, accumulate, scale));
+    await bothWays(`${op} ${format} T=${T} N=${N} K=${Kd}`, op, T * N, expected, () => {
+      const out = init ? f32Buf(init, 'out') : outBuf(T * N);
+      if (format === 'f32') K.matmulF32(gpu, out, f32Buf(x), w as GPUBuffer, T, N, Kd, accumulate, scale);
+      else K.matmul(gpu, out, f32Buf(x), w, T, N, Kd, accumulate);
+      return out;
+    });
   });
 
   // dx (T, K) (+)= scale * dy (T, N) . w (N, K): R = N, B read along the outputs (BT).
@@ -114,8 +90,8 @@ describe('gemm_tiled sliced over R', () => {
     const { w, vals } = h.weight(format, N, Kd, T + Kd);
     const scale = format === 'f32' ? 0.5 : 1;
     const op = format === 'f32' ? 'matmulBackwardInputF32' : 'matmulBackwardInput';
-    const want = reference(dy, transpose(vals, N, Kd), init, T, Kd, N, scale);
-    await bothWays(`${op} ${format} T=${T} N=${N} K=${Kd}`, op, T * Kd, want, () => {
+    const expected = want(init, T * Kd, (o) => ref.matmulBackwardInput(o, dy, vals, T, N, Kd, accumulate, scale));
+    await bothWays(`${op} ${format} T=${T} N=${N} K=${Kd}`, op, T * Kd, expected, () => {
       const dx = init ? f32Buf(init, 'dx') : outBuf(T * Kd);
       if (format === 'f32') K.matmulBackwardInputF32(gpu, dx, f32Buf(dy), w as GPUBuffer, T, N, Kd, accumulate, scale);
       else K.matmulBackwardInput(gpu, dx, f32Buf(dy), w, T, N, Kd, accumulate);
@@ -129,8 +105,8 @@ describe('gemm_tiled sliced over R', () => {
     const dy = ref.randn(T * N, rand);
     const x = ref.randn(T * Kd, rand);
     const init = ref.randn(N * Kd, rand);
-    const want = reference(transpose(dy, T, N), transpose(x, T, Kd), init, N, Kd, T, 0.25);
-    await bothWays('matmulBackwardWeightF32', 'matmulBackwardWeightF32', N * Kd, want, () => {
+    const expected = want(init, N * Kd, (o) => ref.matmulBackwardWeight(o, dy, x, T, N, Kd, 0.25));
+    await bothWays('matmulBackwardWeightF32', 'matmulBackwardWeightF32', N * Kd, expected, () => {
       const dw = f32Buf(init, 'dw');
       K.matmulBackwardWeightF32(gpu, dw, f32Buf(dy), f32Buf(x), T, N, Kd, 0.25);
       return dw;
@@ -144,7 +120,8 @@ describe('gemm_tiled sliced over R', () => {
       const rand = ref.rng(31);
       const x = ref.randn(T * Kd, rand);
       const { w, vals } = h.weight('bf16', N, Kd, 32);
-      await bothWays('matmul SGA', 'matmul', T * N, reference(x, vals, null, T, N, Kd, 1), () => {
+      const expected = want(null, T * N, (o) => ref.matmulF32(o, x, vals, T, N, Kd));
+      await bothWays('matmul SGA', 'matmul', T * N, expected, () => {
         const out = outBuf(T * N);
         K.matmul(gpu, out, f32Buf(x), w, T, N, Kd);
         expect(K.kernelVariant(gpu, 'matmul')!.defines.SGA).toBe(1);
