@@ -327,6 +327,15 @@ export function matmul(
 }
 
 /**
+ * Whether this device's tiled GEMMs take split-K by the 'auto' rule (src/ops/splitK.ts), the one
+ * the training pass's memory formula counts (trainingPassBytes' `splitK`): 'auto' on a GPU. A
+ * forced 'on' splits more than the formula counts; 'off' and CPU adapters never split.
+ */
+export function splitKAuto(gpu: Gpu): boolean {
+  return tuning.gemmSplitK === 'auto' && !autoForCpu(gpu);
+}
+
+/**
  * gemm_tiled over an (M, N) output, sliced over R (define SPLITK, src/ops/splitK.ts,
  * tuning.gemmSplitK) when its tiles alone would make too few workgroups: the slices' partial
  * outputs go to a pooled scratch buffer that shaders/gemv.wgsl gemv_cols_reduce sums in slice

@@ -224,7 +224,7 @@ export class TrainingPass {
       mlpChunk: this.mlpChunk,
       candidates: this.rowCands ? Math.max(...this.rowCands.map((c) => c.length)) : undefined,
       packed: this.keyEnd !== null,
-      splitK: !K.autoForCpu(this.gpu) && K.tuning.gemmSplitK !== 'off',
+      splitK: K.splitKAuto(this.gpu),
     });
   }
 

@@ -14,6 +14,7 @@ import type { LoraAdapter } from '../../src/model/lora.ts';
 import { packSequences, sharedTokens, type PackInput } from '../../src/train/packing.ts';
 import { LoraAdamW, DEFAULT_ADAMW } from '../../src/train/optimizer.ts';
 import { TrainingPass, trainingPassBytes } from '../../src/train/trainingPass.ts';
+import { splitKAuto } from '../../src/ops/forward.ts';
 import { planPacks, ppoUpdate, samplePass, sampleSequence, type RoundSample } from '../../src/train/update.ts';
 import { attachAdapter, movedLora, tinySetup, type TinySetup } from '../helpers/train.ts';
 
@@ -186,6 +187,7 @@ describe('a packed TrainingPass', () => {
             checkpoints: 'f32',
             candidates: cands[0] ? 3 : undefined,
             packed: true,
+            splitK: splitKAuto(t.model.gpu), // the split-K scratch a GPU's choices allocate
           }).peak,
         );
         const logp = await pass.forward();
