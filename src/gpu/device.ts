@@ -246,16 +246,40 @@ export class Gpu {
     }
     const reused = this.pool.reuse(bytes, STORAGE(), label);
     if (reused) return reused;
-    this.releaseFreeBuffers();
+    this.makeRoom(Math.max(4, Math.ceil(bytes / 4) * 4));
     this.device.pushErrorScope('out-of-memory');
     const buf = this.pool.create(bytes, STORAGE(), label);
     this.track(this.device.popErrorScope(), `allocating ${label} (${bytes} bytes)`);
     return buf;
   }
 
+  /**
+   * Before a new buffer of `bytes` is made: destroys the pool's free buffers, oldest first, until
+   * what the Gpu holds plus the new buffer fits under the peak so far (or none is left). The peak
+   * then only grows to a set of buffers in use together plus the staging and uniform chunks,
+   * never by buffers held free (src/train/memory.ts plans exactly that), while free buffers that
+   * fit under it stay for reuse: a decode step that misses once (a size it has not freed yet)
+   * keeps the others, so its next step gets the same buffers again, and with them its cached bind
+   * groups and a single submit. Destroying all of them on every miss made each step miss again.
+   * Buffers released before the pending batch go first, with no submit (no pending command can
+   * use them); a submit only when those are not enough (pending commands may use the others).
+   */
+  private makeRoom(bytes: number): void {
+    const excess = () => this.counter.bytes + bytes - this.counter.peakBytes;
+    const trim = (releasedBefore?: number) =>
+      this.pool.trimTo(Math.max(0, this.pool.freeByteCount - Math.max(0, excess())), releasedBefore);
+    if (this.pool.freeCount === 0 || excess() <= 0) return;
+    if (this.encoder) {
+      trim(this.pool.batch);
+      if (this.pool.freeCount === 0 || excess() <= 0) return;
+      this.submit(); // its trimTo(poolFreeBytes) may already free enough
+    }
+    trim();
+  }
+
   /** Destroys the pool's free buffers now (submitting pending work first, which may use them). */
   releaseFreeBuffers(): void {
-    if (this.pool.stats.free === 0) return;
+    if (this.pool.freeCount === 0) return;
     if (this.encoder) this.submit();
     this.pool.trim();
   }
@@ -594,6 +618,7 @@ export class Gpu {
     this.uploads.upload(this.device.queue);
     this.paramDispatches = 0;
     this.submitCount++;
+    this.pool.batch++;
     this.device.queue.submit([cmd]);
     readProfile?.();
     this.track(this.device.popErrorScope(), 'command batch');

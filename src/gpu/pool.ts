@@ -31,6 +31,11 @@ export class BufferPool {
   /** Free buffers in release order, for trimming the oldest first. */
   private freeOrder = new Set<GPUBuffer>();
   private freeBytes = 0;
+  /** The command batch being encoded (the Gpu's submits so far), and the one each free buffer was released in. */
+  batch = 0;
+  private releasedIn = new WeakMap<GPUBuffer, number>();
+  /** Each buffer's label as last handed out (read without a call into the GPU binding). */
+  private labels = new WeakMap<GPUBuffer, string>();
 
   constructor(
     private readonly device: GPUDevice,
@@ -44,11 +49,20 @@ export class BufferPool {
 
   /** A free buffer of exactly this size and usage, now live; null when none is free (a miss). */
   reuse(bytes: number, usage: GPUBufferUsageFlags, label: string): GPUBuffer | null {
-    const reused = this.free.get(key(usage, roundSize(bytes)))?.pop();
-    if (!reused) return null;
+    const list = this.free.get(key(usage, roundSize(bytes)));
+    if (!list?.length) return null;
+    // The latest released buffer that last had this label, else the latest released: a repeated
+    // step (a decode step: x, h, q, ... of one size) gets each role's buffer back whatever order
+    // it released them in, so its bind groups, cached per buffer set (Gpu.bindGroup), match.
+    let i = list.length - 1;
+    while (i >= 0 && this.labels.get(list[i]) !== label) i--;
+    const reused = i >= 0 ? list.splice(i, 1)[0] : list.pop()!;
     this.freeOrder.delete(reused);
     this.freeBytes -= reused.size;
-    reused.label = label;
+    if (this.labels.get(reused) !== label) {
+      reused.label = label;
+      this.labels.set(reused, label);
+    }
     this.live.add(reused);
     return reused;
   }
@@ -56,6 +70,7 @@ export class BufferPool {
   /** A new live buffer (counted). */
   create(bytes: number, usage: GPUBufferUsageFlags, label: string): GPUBuffer {
     const buf = this.device.createBuffer({ size: roundSize(bytes), usage, label });
+    this.labels.set(buf, label);
     this.counter.add(buf.size);
     this.live.add(buf);
     return buf;
@@ -69,16 +84,19 @@ export class BufferPool {
     else this.free.set(k, [buf]);
     this.freeOrder.add(buf);
     this.freeBytes += buf.size;
+    this.releasedIn.set(buf, this.batch);
   }
 
   /**
    * Destroys the oldest free buffers until at most `maxFreeBytes` stay pooled, so sequences of
    * ever-new lengths do not pile up GPU memory. Call it only when no pending (unsubmitted)
-   * command uses a free buffer, i.e. right after a submit.
+   * command uses a free buffer, i.e. right after a submit; or with `releasedBefore`, the batch
+   * now pending: then only buffers released before it are destroyed, which no pending command
+   * can use (a buffer is used only while live, and these were free all through that batch).
    */
-  trimTo(maxFreeBytes: number): void {
+  trimTo(maxFreeBytes: number, releasedBefore = Infinity): void {
     for (const buf of this.freeOrder) {
-      if (this.freeBytes <= maxFreeBytes) break;
+      if (this.freeBytes <= maxFreeBytes || this.releasedIn.get(buf)! >= releasedBefore) break;
       const list = this.free.get(key(buf.usage, buf.size))!;
       list.splice(list.indexOf(buf), 1);
       this.freeOrder.delete(buf);
@@ -99,6 +117,15 @@ export class BufferPool {
     this.trim();
     for (const b of this.live) this.destroyBuffer(b);
     this.live.clear();
+  }
+
+  /** Free buffers held (count) and their bytes, without walking the live set as stats does. */
+  get freeCount(): number {
+    return this.freeOrder.size;
+  }
+
+  get freeByteCount(): number {
+    return this.freeBytes;
   }
 
   get stats(): { live: number; free: number; liveBytes: number; freeBytes: number } {

@@ -265,7 +265,6 @@ export class Qwen3Model {
       K.siluMul(gpu, act, gate, up, T * I);
       proj(x, act, lw.downProj, 'down_proj', C, I, true);
     }
-    for (const b of us) gpu.releaseBuffer(b);
     if (rows.length > 0) {
       const R = rows.length;
       K.rmsNorm(gpu, h, x, w.norm, T, C, eps);
@@ -283,7 +282,10 @@ export class Qwen3Model {
       gpu.releaseBuffer(hr);
       gpu.releaseBuffer(rowIdx);
     }
-    for (const b of [ids, slot, pos, x, h, q, qn, k, v, att, gate, up, act]) gpu.releaseBuffer(b);
+    // Released together at the end, after the last buffer this chunk makes: a release before a
+    // later make would let that make's miss (src/gpu/device.ts makeRoom) destroy the released
+    // buffer, and the next decode step would miss it in turn, with new bind groups every step.
+    for (const b of [ids, slot, pos, x, h, q, qn, k, v, att, gate, up, act, ...us]) gpu.releaseBuffer(b);
   }
 
   private u32(values: ArrayLike<number>, label: string): GPUBuffer {

@@ -15,9 +15,10 @@
 //   update     one TrainingPass over the longest sample, or the civilians' samples packed as a
 //              prefix tree (src/train/packing.ts), whichever is larger (trainingPassBytes)
 //   total = weights + lora + max over phases (kv + activations + workspace)
-// The device holds no free buffers across a phase change: Gpu.createBuffer destroys the pool's
-// free buffers whenever it must create a new one (src/gpu/device.ts), so the measured peak
-// (gpu.memory.peakBytes) is the largest set of buffers alive together, which is what is planned.
+// Free buffers never raise the peak: before Gpu.createBuffer makes a new buffer it destroys the
+// pool's free buffers, oldest first, until the new one fits under the peak so far
+// (src/gpu/device.ts makeRoom), so the measured peak (gpu.memory.peakBytes) is the largest set
+// of buffers alive together, which is what is planned.
 import { weightNames, type Qwen3Config } from '../model/config.ts';
 import { KV_PAGE_SIZE, kvCacheBytes, kvPages, type KvDtype } from '../model/kvLayout.ts';
 import { targetDims, type LoraTarget } from '../model/loraTargets.ts';

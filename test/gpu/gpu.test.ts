@@ -294,8 +294,8 @@ describe('memory accounting', () => {
       expect(g.createBuffer(4098, 'b again')).toBe(b); // a hit allocates nothing
       expect(g.memory.peakBytes).toBe(5100);
       g.releaseBuffer(b);
-      // A new size drops the free buffers before it is made: the peak is the live set 1000 + 8000,
-      // not 5100 + 8000 with b still pooled.
+      // A new size that does not fit under the peak drops free buffers (oldest first) before it
+      // is made: the peak is the live set 1000 + 8000, not 5100 + 8000 with b still pooled.
       const c = g.createBuffer(8000, 'c');
       expect(g.memory).toMatchObject({ liveBytes: 9000, peakBytes: 9000, freeBytes: 0 });
       g.releaseBuffer(c);
@@ -313,8 +313,21 @@ describe('memory accounting', () => {
       expect(m.peakBytes).toBe(m.liveBytes);
       g.releaseBuffer(c);
       g.releaseBuffer(a);
-      g.releaseBuffer(g.createBuffer(12, 'tiny')); // a miss: c and a are destroyed, tiny stays pooled
-      expect(g.memory).toMatchObject({ liveBytes: 1000 + 12 + 64 * 1024 + 1000, freeBytes: 12, inUseBytes: 1000 });
+      // A miss destroys the oldest free buffers until the new one fits under the peak: c (8000)
+      // goes, a (1000, released after it) stays for reuse, and the peak does not move.
+      const peak = g.memory.peakBytes;
+      g.releaseBuffer(g.createBuffer(12, 'tiny'));
+      expect(g.memory).toMatchObject({
+        liveBytes: 1000 + 1000 + 12 + 64 * 1024 + 1000,
+        freeBytes: 1012,
+        inUseBytes: 1000,
+      });
+      expect(g.memory.peakBytes).toBe(peak);
+      expect(g.createBuffer(1000, 'a again')).toBe(a);
+      // Under the peak with room to spare, a new size keeps every free buffer (tiny).
+      const d = g.createBuffer(4000, 'd');
+      expect(g.memory).toMatchObject({ freeBytes: 12, inUseBytes: 1000 + 1000 + 4000, peakBytes: peak });
+      g.releaseBuffer(d);
     } finally {
       g.destroy();
     }

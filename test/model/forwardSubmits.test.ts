@@ -13,6 +13,8 @@ import { loadQwen3 } from '../../src/model/load.ts';
 import { writeTinyCheckpoint } from '../../src/model/tinyModel.node.ts';
 import { KV_PAGE_SIZE } from '../../src/model/kvCache.ts';
 import type { Qwen3Model } from '../../src/model/qwen3.ts';
+import * as K from '../../src/ops/index.ts';
+import { attachAdapter, movedLora } from '../helpers/train.ts';
 
 const LAYERS = 32; // ~9 dispatches a layer (fused q/k/v, gate/up, KV write): more than the old 256-dispatch submit bound
 let gpu: Gpu, tmp: string, model: Qwen3Model;
@@ -69,8 +71,9 @@ describe('decode step', () => {
       gpu.releaseBuffer(out);
     }
     cache.destroy();
-    // The first step meets new buffer sizes: the pool submits pending work before it makes them
-    // (src/gpu/device.ts createBuffer). From then on, including the step that maps a new page: none.
+    // The first step meets new buffer sizes: making them may destroy free buffers, and the pool
+    // submits pending work first if those are not enough without it (src/gpu/device.ts makeRoom).
+    // From then on, including the step that maps a new page: none.
     expect(perStep[0].submits).toBeLessThanOrEqual(1);
     for (const s of perStep.slice(1)) {
       expect(s.dispatches).toBeGreaterThan(256);
@@ -99,5 +102,63 @@ describe('decode step', () => {
       }
     });
     expect(worst).toBeLessThanOrEqual(1e-5 * scale + 1e-6);
+  });
+});
+
+describe('decode steps with a LoRA adapter and sampling on the GPU, two sequences', () => {
+  // The LoRA products' (T, r) scratch and the logit rows are made after the layers: a release
+  // before a later make let that make's pool miss destroy the released buffers, so every step
+  // missed them again and made new bind groups (46 a step at 4 layers) and a second submit
+  // (src/model/qwen3.ts releases them together at the end; src/gpu/device.ts makeRoom keeps free
+  // buffers that fit under the peak).
+  it('make no bind groups and submit nothing once warm, each step as the sampler leaves it', async () => {
+    const { lora, weights } = movedLora(model, 4, 2);
+    const adapter = attachAdapter(model, lora, weights);
+    const B = 2,
+      prompt = 5;
+    const cache = model.createCache(B, 32);
+    const sampled = gpu.createBuffer(B * 4, 'sampled');
+    try {
+      const pre = model.forward(
+        {
+          ids: Array.from({ length: B * prompt }, (_, i) => (i * 104729 + 7) % 5000),
+          slots: Array.from({ length: B * prompt }, (_, i) => Math.floor(i / prompt)),
+          positions: Array.from({ length: B * prompt }, (_, i) => i % prompt),
+          logitRows: [prompt - 1, 2 * prompt - 1],
+        },
+        cache,
+      );
+      K.sample(gpu, sampled, pre, B, model.cfg.vocabSize, { temperature: 0.7, topK: 20, topP: 0.8 }, 1, 0);
+      gpu.releaseBuffer(pre);
+      await gpu.sync();
+      const perStep: { dispatches: number; submits: number; bindGroups: number }[] = [];
+      for (let step = 0; step < 4; step++) {
+        const ids = Array.from(await gpu.readU32(sampled, B)); // submits the step before
+        const d0 = gpu.dispatchCount,
+          s0 = gpu.submitCount,
+          b0 = gpu.bindGroupCount;
+        const out = model.forward(
+          { ids, slots: [0, 1], positions: [prompt + step, prompt + step], logitRows: [0, 1] },
+          cache,
+        );
+        K.sample(gpu, sampled, out, B, model.cfg.vocabSize, { temperature: 0.7, topK: 20, topP: 0.8 }, 1, step + 1);
+        perStep.push({
+          dispatches: gpu.dispatchCount - d0,
+          submits: gpu.submitCount - s0,
+          bindGroups: gpu.bindGroupCount - b0,
+        });
+        gpu.releaseBuffer(out);
+      }
+      await gpu.sync();
+      // The LoRA branch runs in every layer (its dispatches are there to cache).
+      expect(perStep[0].dispatches).toBeGreaterThan(LAYERS * 10);
+      for (const s of perStep.slice(1))
+        expect({ submits: s.submits, bindGroups: s.bindGroups }).toEqual({ submits: 0, bindGroups: 0 });
+    } finally {
+      gpu.releaseBuffer(sampled);
+      cache.destroy();
+      model.lora = null;
+      adapter.destroy();
+    }
   });
 });

@@ -1,0 +1,121 @@
+// `npx tsx bench/decode-encode.ts [--layers 36] [--batch 4] [--steps 12] [--format q4] [--r 16]
+//   [--kernels autoFor=gpu] [--json FILE]`
+// The CPU side of a decode step: the time to encode one step (Qwen3Model.forward with a LoRA
+// adapter, then K.sample, as a rollout runs them) with no GPU wait in it, and per step the
+// dispatches, the bind groups made and the submits. Qwen3-4B's depth (36 layers) with narrow
+// layers, so the GPU work of a step stays small on SwiftShader while the encoding, which depends
+// on the dispatches and not on their sizes, is that of the full model. The GPU's 'auto' kernel
+// choices by default (what a rollout on a GPU encodes). Each step is followed by a sync, as a
+// rollout that reads its sampled ids does, and only the encoding is timed.
+// For a ratio against an earlier commit, run this file on both checkouts in one sitting
+// (`git worktree add /tmp/old <commit>`, copy this file into /tmp/old/bench, alternate the runs).
+// A benchmark, not a test: nothing here asserts a time.
+import '../bin/gpu-env.mjs';
+import { writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { createGpu } from '../src/gpu/index.ts';
+import { Qwen3Model } from '../src/model/qwen3.ts';
+import { LoraAdapter } from '../src/model/lora.ts';
+import { initLora, loraConfig } from '../src/model/peft.ts';
+import * as K from '../src/ops/index.ts';
+import { parseTuning, resetTuning } from '../src/ops/common.ts';
+import { TINY, randomWeights, type Format } from './e2e.ts';
+import { adapterName } from './suite.ts';
+
+const { values } = parseArgs({
+  options: {
+    layers: { type: 'string', default: '36' },
+    batch: { type: 'string', default: '4' },
+    steps: { type: 'string', default: '12' },
+    format: { type: 'string', default: 'q4' },
+    r: { type: 'string', default: '16' },
+    kernels: { type: 'string', default: 'autoFor=gpu' },
+    json: { type: 'string' },
+  },
+});
+const L = Number(values.layers),
+  B = Number(values.batch),
+  steps = Number(values.steps),
+  r = Number(values.r);
+const format = values.format as Format;
+resetTuning(parseTuning(values.kernels));
+const gpu = await createGpu();
+const c = { ...TINY, numLayers: L };
+const { weights } = randomWeights(gpu, c, format);
+const model = new Qwen3Model(gpu, c, weights, { kv: 'f16' });
+const lcfg = loraConfig({ r, alpha: 2 * r });
+const adapter = new LoraAdapter(gpu, c, lcfg);
+adapter.setWeights(initLora(c, lcfg, 0));
+model.lora = adapter;
+const P = 8; // prompt tokens per sequence, prefilled first
+const cache = model.createCache(B, P + steps + 2);
+const sampled = gpu.createBuffer(B * 4, 'sampled');
+const slots = Array.from({ length: B }, (_, b) => b);
+const pre = model.forward(
+  {
+    ids: Array.from({ length: B * P }, (_, i) => (i * 7919) % c.vocabSize),
+    slots: Array.from({ length: B * P }, (_, i) => Math.floor(i / P)),
+    positions: Array.from({ length: B * P }, (_, i) => i % P),
+    logitRows: slots.map((b) => b * P + P - 1),
+  },
+  cache,
+);
+const sampling = { temperature: 0.7, topK: 20, topP: 0.8 };
+K.sample(gpu, sampled, pre, B, c.vocabSize, sampling, 1, 0);
+await gpu.sync();
+gpu.releaseBuffer(pre);
+
+const rows: { encodeMs: number; dispatches: number; bindGroups: number; submits: number }[] = [];
+for (let s = 0; s < steps; s++) {
+  const d0 = gpu.dispatchCount,
+    b0 = gpu.bindGroupCount,
+    s0 = gpu.submitCount;
+  const t0 = performance.now();
+  const logits = model.forward(
+    { ids: { buffer: sampled, rows: slots }, slots, positions: slots.map(() => P + s), logitRows: slots },
+    cache,
+  );
+  K.sample(gpu, sampled, logits, B, c.vocabSize, sampling, 1, s + 1);
+  const encodeMs = performance.now() - t0;
+  rows.push({
+    encodeMs,
+    dispatches: gpu.dispatchCount - d0,
+    bindGroups: gpu.bindGroupCount - b0,
+    submits: gpu.submitCount - s0,
+  });
+  await gpu.sync();
+  gpu.releaseBuffer(logits);
+}
+const warm = rows.slice(2); // the first steps meet new buffer sizes
+const median = (x: number[]) => [...x].sort((a, b) => a - b)[Math.floor(x.length / 2)]!;
+const enc = median(warm.map((x) => x.encodeMs));
+const summary = {
+  adapter: adapterName(gpu),
+  layers: L,
+  batch: B,
+  format,
+  loraR: r,
+  kernels: values.kernels,
+  steps: warm.length,
+  encodeMsMedian: enc,
+  encodeMsMin: Math.min(...warm.map((x) => x.encodeMs)),
+  dispatchesPerStep: median(warm.map((x) => x.dispatches)),
+  bindGroupsPerStep: median(warm.map((x) => x.bindGroups)),
+  submitsPerStep: median(warm.map((x) => x.submits)),
+  usPerDispatch: (1000 * enc) / median(warm.map((x) => x.dispatches)),
+};
+console.log(
+  `# decode-step encoding on ${summary.adapter}: ${L} layers, B=${B}, ${format}, LoRA r=${r}, ${values.kernels}`,
+);
+console.log('step  encode ms  dispatches  bind groups  submits');
+rows.forEach((x, i) =>
+  console.log(
+    `${String(i).padStart(4)}  ${x.encodeMs.toFixed(2).padStart(9)}  ${String(x.dispatches).padStart(10)}  ${String(x.bindGroups).padStart(11)}  ${String(x.submits).padStart(7)}${i < 2 ? '  (warm-up)' : ''}`,
+  ),
+);
+console.log(
+  `median of the warm steps: ${enc.toFixed(2)} ms to encode a step (${summary.usPerDispatch.toFixed(1)} us a dispatch), ${summary.bindGroupsPerStep} bind groups and ${summary.submitsPerStep} submits inside a step`,
+);
+if (values.json) writeFileSync(values.json, JSON.stringify(summary, null, 2));
+cache.destroy();
+gpu.destroy();
