@@ -139,7 +139,8 @@ export function q4Words(N: number, K: number): number {
 /** Checks that w holds an (N, K) weight and returns its buffer. */
 export function checkWeight(w: Weight, N: number, K: number, what: string): GPUBuffer {
   if (isQ4(w)) {
-    check(w.N * w.K === N * K, `${what}: q4 weight '${w.buf.label}' is (${w.N}, ${w.K}), needs ${N} x ${K} elements`);
+    if (w.N * w.K !== N * K)
+      throw new RangeError(`${what}: q4 weight '${w.buf.label}' is (${w.N}, ${w.K}), needs ${N} x ${K} elements`);
     checkSize(w.buf, q4Words(w.N, w.K) * 4, what);
     return w.buf;
   }
@@ -151,8 +152,11 @@ export function check(cond: boolean, msg: string): void {
   if (!cond) throw new RangeError(msg);
 }
 
+// The message only when it fails: this runs for every buffer of every dispatch, and a buffer's
+// label is a call into the WebGPU binding.
 export function checkSize(buf: GPUBuffer, bytes: number, what: string): void {
-  check(buf.size >= bytes, `${what}: buffer '${buf.label}' has ${buf.size} bytes, needs ${bytes}`);
+  const size = buf.size;
+  if (size < bytes) throw new RangeError(`${what}: buffer '${buf.label}' has ${size} bytes, needs ${bytes}`);
 }
 
 export const bf16Bytes = (n: number) => Math.ceil(n / 2) * 4;
