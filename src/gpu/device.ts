@@ -2,7 +2,7 @@
 // command encoder, error capture, and the two launch verbs kernel() and dispatch().
 
 import { shaderSource } from '#shaders';
-import { BufferPool, MemoryCounter } from './pool.ts';
+import { BufferPool, MemoryCounter, roundSize } from './pool.ts';
 import { GpuDeviceLostError, GpuError, GpuOutOfMemoryError, GpuUnavailableError, fromGpuError } from './errors.ts';
 import {
   PipelineCache,
@@ -246,7 +246,7 @@ export class Gpu {
     }
     const reused = this.pool.reuse(bytes, STORAGE(), label);
     if (reused) return reused;
-    this.makeRoom(Math.max(4, Math.ceil(bytes / 4) * 4));
+    this.makeRoom(roundSize(bytes));
     this.device.pushErrorScope('out-of-memory');
     const buf = this.pool.create(bytes, STORAGE(), label);
     this.track(this.device.popErrorScope(), `allocating ${label} (${bytes} bytes)`);
@@ -275,13 +275,6 @@ export class Gpu {
       this.submit(); // its trimTo(poolFreeBytes) may already free enough
     }
     trim();
-  }
-
-  /** Destroys the pool's free buffers now (submitting pending work first, which may use them). */
-  releaseFreeBuffers(): void {
-    if (this.pool.freeCount === 0) return;
-    if (this.encoder) this.submit();
-    this.pool.trim();
   }
 
   /** Returns a buffer from createBuffer to the pool; pending work that uses it stays valid. */

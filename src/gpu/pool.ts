@@ -140,7 +140,8 @@ export class BufferPool {
   }
 }
 
-function roundSize(bytes: number): number {
+/** A buffer's size as the pool makes it: a multiple of 4, at least 4. */
+export function roundSize(bytes: number): number {
   return Math.max(4, Math.ceil(bytes / 4) * 4);
 }
 
