@@ -1,11 +1,13 @@
 // `npx tsx bench/fused-ab.ts [--reps 3] [--steps 4] [--shapes tiny,4b-layer] [--weights bf16|q4] [--ops]
-//   [--compare fusions|normFold] [--kernels name=value,...]`
+//   [--compare fusions|normFold|loraFold] [--kernels name=value,...]`
 // The decode fusions side by side on this machine's adapter: Qwen3Model.forward with the fused
 // q/k/v and gate/up GEMVs (K.matmulGroup) and q/k norm + RoPE + KV write in one kernel
 // (K.qkNormRopeKv), against the kernels they replace (K.fusions.enabled = false), runs alternated
 // A B A B so that drift in the machine's load hits both. `--compare normFold`: the fusions on both
 // sides, the RMSNorms folded into the group GEMVs (tuning.normFold 'auto') against 'off'; the fold
 // runs where those GEMVs are gemv_lanes (GPUs; on a CPU adapter add `--kernels matmul=lanes`).
+// `--compare loraFold`: the o_proj and down_proj LoRA B products in their GEMVs' stores
+// (tuning.loraFold 'auto') against their own dispatches ('off').
 // `--kernels` sets kernel switches for both sides (the CLI's --kernels text). LoRA (r 16) on
 // every projection, as a SpyRL policy decodes. Per shape and batch B (1 and 4): dispatches per
 // decode step and the median seconds per step (forward + logits read), then the ratio unfused /
@@ -36,15 +38,16 @@ const { values } = parseArgs({
     kernels: { type: 'string', default: '' },
   },
 });
-if (values.compare !== 'fusions' && values.compare !== 'normFold') {
-  throw new Error(`--compare must be fusions or normFold (got "${values.compare}")`);
+if (!['fusions', 'normFold', 'loraFold'].includes(values.compare)) {
+  throw new Error(`--compare must be fusions, normFold or loraFold (got "${values.compare}")`);
 }
 const baseTuning = K.parseTuning(values.kernels);
-/** Side A (on: the fusions, or the folded norms) or side B of the comparison. */
+/** Side A (on: the fusions, the folded norms or the folded LoRA B products) or side B. */
 function setSide(on: boolean): void {
   K.resetTuning(baseTuning);
   if (values.compare === 'fusions') K.fusions.enabled = on;
-  else K.tuning.normFold = on ? 'auto' : 'off';
+  else if (values.compare === 'normFold') K.tuning.normFold = on ? 'auto' : 'off';
+  else K.tuning.loraFold = on ? 'auto' : 'off';
 }
 const SHAPES: Record<string, TinyCheckpointOptions> = {
   tiny: { layers: 2, hidden: 64, heads: 4, kvHeads: 2, headDim: 16, intermediate: 128 },
@@ -173,9 +176,11 @@ try {
   K.resetTuning(baseTuning);
   console.log(
     `${adapterName(gpu)}, weights ${values.weights}, ${reps} reps x ${steps} decode steps, alternated; ` +
-      (values.compare === 'fusions'
-        ? 'fused = K.fusions on, unfused = off'
-        : "fused = tuning.normFold 'auto' (norms folded), unfused = 'off'") +
+      {
+        fusions: 'fused = K.fusions on, unfused = off',
+        normFold: "fused = tuning.normFold 'auto' (norms folded), unfused = 'off'",
+        loraFold: "fused = tuning.loraFold 'auto' (LoRA B products in the GEMV stores), unfused = 'off'",
+      }[values.compare] +
       (values.kernels ? `; --kernels ${values.kernels}` : ''),
   );
   for (const shape of values.shapes.split(',')) {

@@ -19,7 +19,8 @@ enable subgroups;
 //   blocks, COLS = 256 / LANES columns per workgroup share x, staged chunk by chunk in workgroup
 //   memory; a subgroup (or shared-memory) reduction per column. gemv_lanes_group: the same over
 //   2 or 3 weights (GROUP), as gemv_rows_group. Define NORM: the RMSNorm before the product
-//   folded in (x the residual stream; see normScales).
+//   folded in (x the residual stream; see normScales). Define LORA (one weight, no norm): a LoRA
+//   branch's B product added in the store (loraTerm).
 // Measured on SwiftShader (2 cores), bf16 9728 x 2560: x staged in workgroup memory did not pay
 // there (+20-45% CPU time: barriers, and its reads are per-lane gathers like storage reads);
 // COLS = 4 took half the CPU time of COLS = 1 (each x read serves 4 columns).
@@ -41,6 +42,11 @@ struct GemvParams {
 #endif
 #ifdef NORM
   eps: f32, // gemv_lanes with the RMSNorm folded in
+#endif
+#ifdef LORA
+  // One weight, no norm: the LoRA branch loraScale * u (M, loraR) . B (N, loraR)^T added in store.
+  loraR: u32,
+  loraScale: f32,
 #endif
 }
 
@@ -68,6 +74,23 @@ struct GemvParams {
 #else
 @group(0) @binding(4) var<storage, read> normW: array<u32>;
 #endif
+#endif
+
+#ifdef LORA
+// The LoRA branch of the product (define LORA, one weight and no norm: src/ops/forward.ts matmul's
+// `lora`): u = x A^T was computed before, and each stored output adds its B product, r
+// multiply-adds, instead of a second dispatch accumulating into out.
+@group(0) @binding(4) var<storage, read> loraU: array<f32>; // (M, loraR)
+@group(0) @binding(5) var<storage, read> loraB: array<f32>; // (N, loraR)
+
+// loraScale * sum_j u[t, j] B[n, j] for output o = t N + n.
+fn loraTerm(o: u32) -> f32 {
+  let t = o / p.N;
+  let n = o - t * p.N;
+  var s = 0.0;
+  for (var j = 0u; j < p.loraR; j++) { s += loraU[t * p.loraR + j] * loraB[n * p.loraR + j]; }
+  return p.loraScale * s;
+}
 #endif
 
 #include "common/grid.wgsl"

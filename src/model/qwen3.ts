@@ -175,7 +175,9 @@ export class Qwen3Model {
     const us = lora ? [0, 1, 2].map((i) => gpu.createBuffer(T * lora.settings.r * 4, `loraU${i}`)) : [];
     const u = us[0] ?? null;
     let l = 0;
-    // y (+)= x W^T, plus the LoRA branch s (x A^T) B^T when the adapter targets this projection.
+    // y (+)= x W^T, plus the LoRA branch s (x A^T) B^T when the adapter targets this projection:
+    // its A product first, then the B product inside the projection's GEMV where that takes it
+    // (K.matmul's `lora`: decode), so a LoRA projection is two dispatches, not three.
     const proj = (
       y: GPUBuffer,
       xIn: GPUBuffer,
@@ -185,9 +187,11 @@ export class Qwen3Model {
       Kd: number,
       accumulate = false,
     ) => {
-      K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate);
       const p = lora?.get(l, target);
-      if (p) loraForward(gpu, y, u!, xIn, p, T, lora!.settings.r, lora!.scale);
+      if (!p) return K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate);
+      const r = lora!.settings.r;
+      K.matmulF32(gpu, u!, xIn, p.A, T, r, Kd);
+      K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, { u: u!, B: p.B, r, scale: lora!.scale });
     };
     // Projections of h = rmsNorm(x, normW) sharing one read of it (q/k/v, gate/up): one fused GEMV
     // dispatch in decode (K.matmulGroup), then each target's LoRA branch on its own output.

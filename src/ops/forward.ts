@@ -142,19 +142,32 @@ function blockGemv(
   K: number,
   accumulate: boolean,
   scale: number,
+  lora?: LoraEpilogue,
 ): void {
   const TMAX = tmaxFor(M);
   // gemv_rows' columns per thread: each read of x then serves COLS columns. On SwiftShader, bf16
   // 9728 x 2560: 4 took half the time of 1 at M = 1 and 4, and 0.8x the time of 2 at M = 8 (bf16 and q4).
-  const defines = entry === 'rows' ? { WEIGHTS, TMAX, COLS: 4 } : lanesDefines(gpu, WEIGHTS, M, K);
-  const columnsPerGroup = entry === 'rows' ? 64 * defines.COLS : defines.COLS;
+  const base = entry === 'rows' ? { WEIGHTS, TMAX, COLS: 4 } : lanesDefines(gpu, WEIGHTS, M, K);
+  const columnsPerGroup = entry === 'rows' ? 64 * base.COLS : base.COLS;
   const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), gpu.limits.maxComputeWorkgroupsPerDimension);
+  const params = [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0];
   gpu.dispatch(
-    opKernel(gpu, op, 'gemv', `gemv_${entry}`, defines),
-    [out, x, w],
+    opKernel(gpu, op, 'gemv', `gemv_${entry}`, lora ? { ...base, LORA: 1 } : base),
+    lora ? [out, x, w, lora.u, lora.B] : [out, x, w],
     [x0, y0, entry === 'rows' ? Math.ceil(M / TMAX) : 1],
-    [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0],
+    lora ? [...params, lora.r, f32(lora.scale)] : params,
   );
+}
+
+/**
+ * A LoRA branch's B product added to a projection's output: out += scale * u (T, r) . B (N, r)^T,
+ * u = x A^T computed before (matmul's `lora`).
+ */
+export interface LoraEpilogue {
+  u: GPUBuffer; // (T, r) f32
+  B: GPUBuffer; // (N, r) f32
+  r: number;
+  scale: number;
 }
 
 /**
@@ -278,7 +291,13 @@ function tiledDefines(gpu: Gpu, WEIGHTS: WeightFormat, f16: boolean, aR: number,
   return { WEIGHTS, TILED: 1, ...(f16 ? { F16: 1 } : {}), ...(sga ? { SGA: 1 } : vecDefines) };
 }
 
-/** out (T, N) f32 (+)= x (T, K) f32 . w (N, K) ^T ; w bf16 or q4 (dequantized on the fly) */
+/**
+ * out (T, N) f32 (+)= x (T, K) f32 . w (N, K) ^T ; w bf16 or q4 (dequantized on the fly).
+ * With `lora`, then out += lora.scale * lora.u . lora.B^T (a LoRA branch whose A product the
+ * caller ran): in the GEMV's store where matmul takes shaders/gemv.wgsl (define LORA: decode,
+ * one dispatch instead of two; within f32 rounding of the two, as the B sum's order differs),
+ * else as matmulF32 after the product.
+ */
 export function matmul(
   gpu: Gpu,
   out: GPUBuffer,
@@ -288,21 +307,41 @@ export function matmul(
   N: number,
   K: number,
   accumulate = false,
+  lora?: LoraEpilogue,
 ): void {
   checkSize(out, T * N * 4, 'matmul out');
   checkSize(x, T * K * 4, 'matmul x');
   const wb = checkWeight(w, N, K, 'matmul w');
   check(out !== x, 'matmul: out and x must differ');
   check(T * Math.max(N, K) < 2 ** 32 && N * K < 2 ** 32, 'matmul: sizes overflow u32 indexing');
+  if (lora) {
+    check(Number.isInteger(lora.r) && lora.r >= 1, `matmul: LoRA rank must be a positive integer (got ${lora.r})`);
+    checkSize(lora.u, T * lora.r * 4, 'matmul lora u');
+    checkSize(lora.B, N * lora.r * 4, 'matmul lora B');
+    distinct('matmul', out, lora.u, lora.B);
+  }
   if (T === 0) return;
   const params = [T, N, K, accumulate ? 1 : 0, K, 1, K, 1, f32(1)];
   const WEIGHTS = weightFormat(w);
   const variant = matmulVariant(gpu, T);
-  if (variant === 'blocks' && blockGemvFits(x, wb, WEIGHTS, T, N, K)) {
-    blockGemv(gpu, 'matmul', 'rows', out, x, wb, WEIGHTS, T, N, K, accumulate, 1);
-  } else if (variant === 'lanes' && blockGemvFits(x, wb, WEIGHTS, T, N, K)) {
-    blockGemv(gpu, 'matmul', 'lanes', out, x, wb, WEIGHTS, T, N, K, accumulate, 1);
-  } else if (variant === 'rows' || variant === 'blocks') {
+  // The LoRA branch in the GEMV's store (tuning.loraFold): with the fusions on, where its two
+  // bindings fit.
+  const fold = tuning.loraFold !== 'off' && fusions.enabled && gpu.limits.maxStorageBuffersPerShaderStage >= 5;
+  const inStore = fold ? lora : undefined;
+  if ((variant === 'blocks' || variant === 'lanes') && blockGemvFits(x, wb, WEIGHTS, T, N, K)) {
+    const entry = variant === 'blocks' ? 'rows' : 'lanes';
+    // Recorded as its own op when the LoRA rides along, so kernelVariant(gpu, 'matmul') still
+    // names the plain products (the LM head's).
+    blockGemv(gpu, inStore ? 'matmulLora' : 'matmul', entry, out, x, wb, WEIGHTS, T, N, K, accumulate, 1, inStore);
+    if (lora && !inStore) matmulF32(gpu, out, lora.u, lora.B, T, N, lora.r, true, lora.scale);
+    return;
+  }
+  if (lora) {
+    matmul(gpu, out, x, w, T, N, K, accumulate);
+    matmulF32(gpu, out, lora.u, lora.B, T, N, lora.r, true, lora.scale);
+    return;
+  }
+  if (variant === 'rows' || variant === 'blocks') {
     const TMAX = tmaxFor(T);
     const [x0, y0] = splitGrid(Math.ceil(N / 64), gpu.limits.maxComputeWorkgroupsPerDimension);
     gpu.dispatch(

@@ -62,6 +62,13 @@ export interface Tuning {
    */
   normFold: 'auto' | 'off';
   /**
+   * A LoRA branch's B product added in its projection's GEMV store (shaders/gemv.wgsl LORA: the
+   * o_proj and down_proj products, whose A product ran before; one dispatch instead of two, within
+   * f32 rounding of the separate product, whose sum over r runs in another order): 'auto' wherever
+   * matmul takes gemv_rows or gemv_lanes (decode), 'off' never.
+   */
+  loraFold: 'auto' | 'off';
+  /**
    * Whose choices 'auto' makes in the switches above: the adapter's own ('auto': CPU adapters,
    * i.e. SwiftShader, lavapipe, llvmpipe and WARP, get theirs, every other adapter a GPU's), or a
    * GPU's ('gpu') or a CPU adapter's ('cpu') whatever the adapter. 'gpu' runs the kernels a real
@@ -82,6 +89,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemmSplitK: 'auto',
   attentionBackward: 'auto',
   normFold: 'auto',
+  loraFold: 'auto',
   autoFor: 'auto',
 };
 
@@ -96,6 +104,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemmSplitK: ['auto', 'on', 'off'],
   attentionBackward: ['auto', 'split', 'row'],
   normFold: ['auto', 'off'],
+  loraFold: ['auto', 'off'],
   autoFor: ['auto', 'gpu', 'cpu'],
 };
 

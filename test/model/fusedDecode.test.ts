@@ -111,8 +111,10 @@ describe.each([
     const { lora, weights: loraWeights } = movedLora(model, 4, 3);
     const adapter = attachAdapter(model, lora, loraWeights);
     K.tuning.matmul = matmul;
-    // The RMSNorm fold (on with 'lanes') is not bitwise: it has its own comparison below.
+    // The RMSNorm fold (on with 'lanes') and the LoRA B fold are not bitwise: they have their own
+    // comparisons below.
     K.tuning.normFold = 'off';
+    K.tuning.loraFold = 'off';
     const fused = await decode(model);
     expect(K.kernelVariant(gpu, 'matmulGroup')?.label).toContain(
       { auto: 'gemv.gemv_rows_group', gemv: 'matmul.matmul_gemv_group', lanes: 'gemv.gemv_lanes_group' }[matmul],
@@ -149,6 +151,24 @@ describe.each([
     }
     for (let s = 0; s < fused.dispatches.length; s++)
       expect(fused.dispatches[s] - folded.dispatches[s]).toBe(matmul === 'lanes' ? 2 * LAYERS : 0);
+    // The LoRA B fold (tuning.loraFold 'auto'): where the projections take shaders/gemv.wgsl
+    // (gemv_rows here, gemv_lanes), the o_proj and down_proj B products run in their GEMVs' stores,
+    // 2 dispatches fewer per layer, the logits within f32 rounding; matmul_gemv keeps them apart.
+    K.tuning.loraFold = 'auto';
+    const loraFolded = await decode(model);
+    const gemvFile = matmul !== 'gemv';
+    if (gemvFile) {
+      expect(K.kernelVariant(gpu, 'matmulLora')?.label).toContain(
+        `${matmul === 'lanes' ? 'gemv.gemv_lanes' : 'gemv.gemv_rows'}[`,
+      );
+      expect(K.kernelVariant(gpu, 'matmulLora')?.label).toContain('LORA=1');
+      for (let s = 0; s < fused.logits.length; s++)
+        expectClose(loraFolded.logits[s], folded.logits[s], `LoRA fold, step ${s}`, kv === 'f16' ? 2e-4 : 1e-5);
+    } else {
+      for (let s = 0; s < fused.logits.length; s++) expect(loraFolded.logits[s], `step ${s}`).toEqual(folded.logits[s]);
+    }
+    for (let s = 0; s < fused.dispatches.length; s++)
+      expect(folded.dispatches[s] - loraFolded.dispatches[s]).toBe(gemvFile ? 2 * LAYERS : 0);
     adapter.destroy();
   });
 });
