@@ -20,7 +20,8 @@ enable subgroups;
 //   memory; a subgroup (or shared-memory) reduction per column. gemv_lanes_group: the same over
 //   2 or 3 weights (GROUP), as gemv_rows_group. Define NORM: the RMSNorm before the product
 //   folded in (x the residual stream; see normScales). Define LORA (one weight, no norm): a LoRA
-//   branch's B product added in the store (loraTerm).
+//   branch's B product added in the store (loraTerm). Define XEACH (gemv_lanes_group, no NORM):
+//   each weight multiplies its own x (a, a1, a2).
 // Measured on SwiftShader (2 cores), bf16 9728 x 2560: x staged in workgroup memory did not pay
 // there (+20-45% CPU time: barriers, and its reads are per-lane gathers like storage reads);
 // COLS = 4 took half the CPU time of COLS = 1 (each x read serves 4 columns).
@@ -61,6 +62,18 @@ struct GemvParams {
 #if GROUP > 2
 @group(0) @binding(6) var<storage, read_write> out2: array<f32>; // (M, N2)
 @group(0) @binding(7) var<storage, read> w2: array<vec4u>;        // (N2, K)
+#endif
+#endif
+
+#ifdef XEACH
+// gemv_lanes_group with each weight its own x (define XEACH, no NORM: the LoRA B products of a
+// q/k/v or gate/up group, x = u of each projection, K = r): x of weights 1 and 2 bind after the
+// weights.
+#if GROUP > 2
+@group(0) @binding(8) var<storage, read> a1: array<vec4f>; // (M, K)
+@group(0) @binding(9) var<storage, read> a2: array<vec4f>; // (M, K)
+#else
+@group(0) @binding(6) var<storage, read> a1: array<vec4f>; // (M, K)
 #endif
 #endif
 

@@ -22,7 +22,11 @@
       let v = c0 + i % KCV;
       var xv = vec4f(0.0);
       if (t < p.M && v < xr) {
+#ifdef XEACH
+        xv = a{{WI}}[t * xr + v]; // each weight its own x (gemv.wgsl XEACH)
+#else
         xv = a[t * xr + v];
+#endif
 #ifdef NORM
         ss[h] += dot(xv, xv);
         xv *= normWeights(v);

@@ -196,7 +196,8 @@ export class Qwen3Model {
     // Projections of h = rmsNorm(x, normW) sharing one read of it (q/k/v, gate/up): one fused GEMV
     // dispatch in decode (K.matmulGroup), then each target's LoRA branch on its own output.
     // When the adapter targets every projection of the group, their LoRA A products (which share h
-    // too) run as one dispatch (K.matmulGroupF32), then each B product on its own output.
+    // too) run as one dispatch (K.matmulGroupF32), then their B products, each on its own output,
+    // as one more (K.matmulEachF32: decode on GPUs; one each elsewhere).
     // Where the group products can take it (K.foldsNorm: decode on GPUs), the norm runs inside them
     // and h is never written; a LoRA A product of one projection alone needs h, so not then.
     const projGroup = (normW: GPUBuffer, ys: GPUBuffer[], wts: K.Weight[], targets: LoraTarget[], Ns: number[]) => {
@@ -220,7 +221,17 @@ export class Qwen3Model {
           C,
           norm,
         );
-        pairs.forEach((p, i) => K.matmulF32(gpu, ys[i], us[i], p.B, T, p.N, r, true, lora.scale));
+        K.matmulEachF32(
+          gpu,
+          ys,
+          us.slice(0, pairs.length),
+          pairs.map((p) => p.B),
+          T,
+          pairs.map((p) => p.N),
+          r,
+          true,
+          lora.scale,
+        );
       } else {
         ps.forEach((p, i) => {
           if (p) loraForward(gpu, ys[i], u!, h, p, T, lora!.settings.r, lora!.scale);

@@ -776,6 +776,72 @@ export function matmulGroupF32(
 }
 
 /**
+ * outs[i] (T, Ns[i]) (+)= scale * xs[i] (T, K) . ws[i] (Ns[i], K)^T, f32, for 2 or 3 products of
+ * one K, each over its own x (the LoRA B products of the q/k/v and gate/up projections, x = each
+ * projection's u, K = r): one gemv_lanes_group dispatch (define XEACH) where matmulF32 would take
+ * gemv_lanes and the 3 G storage buffers fit, each output bitwise what matmulF32 would write;
+ * otherwise one matmulF32 per product.
+ */
+export function matmulEachF32(
+  gpu: Gpu,
+  outs: readonly GPUBuffer[],
+  xs: readonly GPUBuffer[],
+  ws: readonly GPUBuffer[],
+  T: number,
+  Ns: readonly number[],
+  K: number,
+  accumulate: boolean,
+  scale: number,
+): void {
+  const G = ws.length;
+  check(
+    (G === 2 || G === 3) && outs.length === G && xs.length === G && Ns.length === G,
+    `matmulEachF32: needs 2 or 3 weights, one output, one x and one N each (got ${G} weights, ${outs.length} outputs, ${xs.length} xs, ${Ns.length} Ns)`,
+  );
+  for (let i = 0; i < G; i++) {
+    checkSize(outs[i], T * Ns[i] * 4, `matmulEachF32 out ${i}`);
+    checkSize(xs[i], T * K * 4, `matmulEachF32 x ${i}`);
+    checkSize(ws[i], Ns[i] * K * 4, `matmulEachF32 w ${i}`);
+    check(
+      T * Math.max(Ns[i], K) < 2 ** 32 && Ns[i] * K < 2 ** 32,
+      `matmulEachF32: weight ${i} sizes overflow u32 indexing`,
+    );
+  }
+  distinct('matmulEachF32', ...outs);
+  for (let i = 0; i < G; i++) distinct('matmulEachF32', outs[i], ...xs, ...ws);
+  if (T === 0) return;
+  const lanes =
+    fusions.enabled &&
+    T <= GEMV_MAX_T &&
+    3 * G <= gpu.limits.maxStorageBuffersPerShaderStage &&
+    gemmVariantLanes(gpu, T) &&
+    ws.every((w, i) => blockGemvFits(xs[i], w, 'f32', T, Ns[i], K));
+  if (!lanes) {
+    for (let i = 0; i < G; i++) matmulF32(gpu, outs[i], xs[i], ws[i], T, Ns[i], K, accumulate, scale);
+    return;
+  }
+  const defines = { ...lanesDefines(gpu, 'f32', T, K), GROUP: G, XEACH: 1 };
+  const buffers = [outs[0], xs[0], ws[0]];
+  for (let i = 1; i < G; i++) buffers.push(outs[i], ws[i]);
+  buffers.push(...xs.slice(1));
+  const [N1, N2 = 0] = Ns.slice(1);
+  const groups = Ns.reduce((n, N) => n + Math.ceil(N / defines.COLS), 0);
+  const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
+  gpu.dispatch(
+    opKernel(gpu, 'matmulEachF32', 'gemv', 'gemv_lanes_group', defines),
+    buffers,
+    [x0, y0],
+    [T, Ns[0], K, accumulate ? 1 : 0, f32(scale), 0, 0, 0, N1, N2],
+  );
+}
+
+/** Whether gemm (matmulF32) takes 'lanes' for a row-major product of T rows (its own variant rule). */
+function gemmVariantLanes(gpu: Gpu, T: number): boolean {
+  if (tuning.matmul === 'auto') return !autoForCpu(gpu) && T <= GEMV_MAX_T;
+  return tuning.matmul === 'lanes' && T <= GEMV_MAX_T;
+}
+
+/**
  * An RMSNorm folded into a group product (matmulGroup, matmulGroupF32): x is then the norm's
  * input, and the product is of rmsNorm(x, w, eps). Where the product runs gemv_lanes_group the
  * norm runs inside it (shaders/gemv.wgsl NORM: x staged times w, each sum times its row's rstd;

@@ -4,7 +4,8 @@
 // and bitwise equal to one K.matmul per weight, for bf16 and q4 weights, 2 and 3 weights of odd
 // widths (past one workgroup's columns), T = 1..8, each GEMV variant forced and checked to have
 // run (gemv_lanes_group and matmul_gemv_group with subgroup and shared-memory reductions); and the fallbacks to one matmul per weight (unaligned K, prefill's tiled GEMM, mixed
-// formats, too few storage bindings).
+// formats, too few storage bindings). K.matmulGroupF32 (the LoRA A products of a group) and
+// K.matmulEachF32 (their B products, each over its own u) bitwise one matmulF32 each.
 // Run: npx vitest run test/ops/matmulGroup.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
@@ -154,6 +155,73 @@ describe.each(['blocks', 'lanes', 'gemv'] as const)("matmulGroupF32, tuning.matm
       ref.matmulF32(want, x, ws[i], T, Ns[i], Kd);
       expectClose(`matmulGroupF32 ${variant} T=${T} w${i}`, got, want, 1e-5, 1e-6);
     }
+  });
+});
+
+// The LoRA B products of a group (f32 (N, r) weights, each over its own u, accumulating with the
+// LoRA scale): one gemv_lanes_group dispatch (XEACH) with 'lanes', bitwise one matmulF32 each;
+// one matmulF32 each elsewhere. With and without subgroups.
+describe.each([
+  ['lanes', true],
+  ['lanes', false],
+  ['blocks', true],
+  ['gemv', true],
+] as const)("matmulEachF32, tuning.matmul '%s', subgroups %s", (variant, subgroups) => {
+  // Without subgroups, a device of its own stands in for `gpu` (the harness uploads to `gpu`).
+  let g: Gpu, saved: Gpu;
+  beforeAll(async () => {
+    saved = gpu;
+    if (!subgroups) gpu = await createGpu({ disableFeatures: ['subgroups'] });
+    g = gpu;
+  });
+  afterAll(() => {
+    if (!subgroups) gpu.destroy();
+    gpu = saved;
+  });
+  it.each([
+    [1, [64, 32, 32], 16, true],
+    [4, [300, 300], 8, true],
+    [3, [37, 9, 70], 4, false],
+    [8, [20, 20, 20], 6, true], // r % 4 != 0: not whole 16-byte rows, one product each
+  ] as const)('T=%i Ns=%j r=%i accumulate %s', async (T, Ns, r, accumulate) => {
+    K.tuning.matmul = variant;
+    const rand = ref.rng(T * 3 + r);
+    const us = Ns.map(() => ref.randn(T * r, rand));
+    const Bs = Ns.map((N) => ref.randn(N * r, rand, 0.3));
+    const inits = Ns.map((N) => ref.randn(T * N, rand));
+    const scale = 1.5;
+    const uBufs = us.map((u) => f32Buf(u, 'u'));
+    const bBufs = Bs.map((b) => f32Buf(b, 'B'));
+    const fused = inits.map((init) => f32Buf(init, 'fused'));
+    const before = g.dispatchCount;
+    K.matmulEachF32(g, fused, uBufs, bBufs, T, [...Ns], r, accumulate, scale);
+    const one = variant === 'lanes' && r % 4 === 0;
+    expect(g.dispatchCount - before).toBe(one ? 1 : Ns.length);
+    if (one) {
+      const v = K.kernelVariant(g, 'matmulEachF32')!;
+      expect(v.label).toContain('gemv.gemv_lanes_group');
+      expect(v.label).toContain('XEACH=1');
+      expect(v.subgroups).toBe(subgroups);
+    }
+    for (let i = 0; i < Ns.length; i++) {
+      const single = f32Buf(inits[i], 'single');
+      K.matmulF32(g, single, uBufs[i], bBufs[i], T, Ns[i], r, accumulate, scale);
+      const got = await g.readF32(fused[i], T * Ns[i]);
+      expect(Array.from(got), `product ${i}: matmulEachF32 != matmulF32`).toEqual(
+        Array.from(await g.readF32(single, T * Ns[i])),
+      );
+      const want = new Float64Array(T * Ns[i]);
+      if (accumulate) want.set(inits[i]);
+      ref.matmulF32(want, us[i], Bs[i], T, Ns[i], r, accumulate, scale);
+      expectClose(`matmulEachF32 ${variant} sg=${subgroups} T=${T} r=${r} w${i}`, got, want, 1e-5, 1e-6);
+    }
+  });
+  it('an output that is also an input is refused, naming the op', () => {
+    const u = f32Buf(new Float32Array(16)),
+      B = f32Buf(new Float32Array(64)),
+      out = outBuf(16);
+    expect(() => K.matmulEachF32(g, [out, u], [u, u], [B, B], 1, [16, 16], 4, true, 1)).toThrow(/matmulEachF32/);
+    expect(() => K.matmulEachF32(g, [out], [u], [B], 1, [16], 4, true, 1)).toThrow(/needs 2 or 3 weights/);
   });
 });
 
