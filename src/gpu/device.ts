@@ -206,7 +206,18 @@ export class Gpu {
       subgroups: device.features.has('subgroups'),
       timestampQuery: device.features.has('timestamp-query'),
     };
-    this.limits = device.limits;
+    // A plain copy: each read of a GPUSupportedLimits attribute is a call into the native binding
+    // in Node (about 0.1 us), and the encode path reads limits on every dispatch.
+    const limits: Record<string, number> = {};
+    for (const name in device.limits) {
+      const v = (device.limits as unknown as Record<string, unknown>)[name];
+      if (typeof v === 'number') limits[name] = v;
+    }
+    // (An implementation whose attributes do not enumerate keeps the native object.)
+    this.limits =
+      'maxComputeWorkgroupsPerDimension' in limits
+        ? (Object.freeze(limits) as unknown as GPUSupportedLimits)
+        : device.limits;
     this.pool = new BufferPool(device, this.counter);
     this.readPool = new BufferPool(device, this.counter);
     // The arena creates its own 64 KiB chunks as dispatches need them: count them through a device view.

@@ -58,6 +58,7 @@ export function splitGrid(n: number, maxPerDim: number): [number, number, number
  */
 export class PipelineCache {
   private pipelines = new Map<string, Kernel>();
+  private byCallOrder = new Map<string, Kernel>();
   private modules = new Map<string, GPUShaderModule>();
 
   /** Pipelines created so far (each a compile: the first use of a kernel variant). */
@@ -73,6 +74,21 @@ export class PipelineCache {
   ) {}
 
   get(shader: string, entry: string, defines: Defines = {}, constants: Constants = {}): Kernel {
+    // Looked up first by the defines in the caller's order (no sort: this runs for every
+    // dispatch); a miss there finds or makes the kernel under the sorted key, so one variant is
+    // one pipeline whatever order its defines come in.
+    let quick = shader + ':' + entry + ':';
+    for (const k in defines) quick += k + '=' + defines[k] + ',';
+    quick += ':';
+    for (const k in constants) quick += k + '=' + constants[k] + ',';
+    const seen = this.byCallOrder.get(quick);
+    if (seen) return seen;
+    const kernel = this.getSorted(shader, entry, defines, constants);
+    this.byCallOrder.set(quick, kernel);
+    return kernel;
+  }
+
+  private getSorted(shader: string, entry: string, defines: Defines, constants: Constants): Kernel {
     const defKey = keyOf(defines);
     const constKey = keyOf(constants);
     const key = `${shader}:${entry}:${defKey}:${constKey}`;
@@ -105,7 +121,7 @@ export class PipelineCache {
  * submitted with this one has read the old contents.
  */
 class StagedChunks {
-  private chunks: { buffer: GPUBuffer; cpu: ArrayBuffer; used: number }[] = [];
+  private chunks: { buffer: GPUBuffer; cpu: ArrayBuffer; u32: Uint32Array; f32: Float32Array; used: number }[] = [];
   private current = 0; // the chunk being filled
 
   constructor(
@@ -116,7 +132,7 @@ class StagedChunks {
   ) {}
 
   /** `bytes` (<= chunkBytes) at the next free offset of a chunk, for the CPU to fill. */
-  alloc(bytes: number): { buffer: GPUBuffer; cpu: ArrayBuffer; offset: number } {
+  alloc(bytes: number): { buffer: GPUBuffer; cpu: ArrayBuffer; u32: Uint32Array; f32: Float32Array; offset: number } {
     if (bytes > this.chunkBytes)
       throw new Error(`${this.label}: ${bytes} bytes exceed a ${this.chunkBytes}-byte chunk`);
     if (this.current < this.chunks.length && this.chunks[this.current].used + bytes > this.chunkBytes) this.current++;
@@ -126,12 +142,13 @@ class StagedChunks {
         usage: this.usage | GPUBufferUsage.COPY_DST,
         label: `${this.label}#${this.current}`,
       });
-      this.chunks.push({ buffer, cpu: new ArrayBuffer(this.chunkBytes), used: 0 });
+      const cpu = new ArrayBuffer(this.chunkBytes);
+      this.chunks.push({ buffer, cpu, u32: new Uint32Array(cpu), f32: new Float32Array(cpu), used: 0 });
     }
     const chunk = this.chunks[this.current];
     const offset = chunk.used;
     chunk.used += bytes;
-    return { buffer: chunk.buffer, cpu: chunk.cpu, offset };
+    return { buffer: chunk.buffer, cpu: chunk.cpu, u32: chunk.u32, f32: chunk.f32, offset };
   }
 
   /** Uploads what this flush filled; call right before queue.submit. */
@@ -169,16 +186,16 @@ export class UniformArena {
   slot(params: readonly Param[], label: string): GPUBufferBinding {
     if (params.length * 4 > this.slotBytes)
       throw new Error(`${label}: ${params.length} params exceed a ${this.slotBytes}-byte slot`);
-    const { buffer, cpu, offset } = this.staged.alloc(this.slotBytes);
-    const u = new Uint32Array(cpu, offset, params.length);
-    const f = new Float32Array(cpu, offset, params.length);
+    // Whole-chunk views made once per chunk, indexed from the slot's word (slots are 4-aligned).
+    const { buffer, u32, f32, offset } = this.staged.alloc(this.slotBytes);
+    const w0 = offset >> 2;
     for (let i = 0; i < params.length; i++) {
       const v = params[i];
-      if (v instanceof F32) f[i] = v.value;
+      if (v instanceof F32) f32[w0 + i] = v.value;
       else {
         if (!Number.isInteger(v) || v < 0 || v > 0xffffffff)
           throw new Error(`${label}: param ${i} = ${v} is not a u32 (wrap floats with f32())`);
-        u[i] = v;
+        u32[w0 + i] = v;
       }
     }
     return { buffer, offset, size: this.slotBytes };

@@ -121,14 +121,15 @@ function checkTree(gpu: Gpu, op: string, keyEnd: GPUBuffer, T: number, HD: numbe
   checkSize(keyEnd, T * 4, `${op} keyEnd`);
   check(
     treeAttentionSupported(gpu, HD),
-    `${op}: a packed prefix tree (keyEnd) needs the tiled kernels (head_dim ${HD}) and 9 storage buffers per stage (this GPU: ${gpu.limits.maxStorageBuffersPerShaderStage})`,
+    () =>
+      `${op}: a packed prefix tree (keyEnd) needs the tiled kernels (head_dim ${HD}) and 9 storage buffers per stage (this GPU: ${gpu.limits.maxStorageBuffersPerShaderStage})`,
   );
 }
 
 function checkTrainingAttention(op: string, T: number, NH: number, NKV: number, HD: number): void {
-  check(HD <= 256, `${op}: HD=${HD} > 256`);
-  check(NH % NKV === 0, `${op}: NH=${NH} not a multiple of NKV=${NKV}`);
-  check(T * NH * HD < 2 ** 32, `${op}: sizes overflow u32 indexing`);
+  check(HD <= 256, () => `${op}: HD=${HD} > 256`);
+  check(NH % NKV === 0, () => `${op}: NH=${NH} not a multiple of NKV=${NKV}`);
+  check(T * NH * HD < 2 ** 32, () => `${op}: sizes overflow u32 indexing`);
 }
 
 /**

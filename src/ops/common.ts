@@ -2,6 +2,7 @@
 // record of which pipeline variant each op last launched (kernelVariant, for tests).
 import type { Gpu } from '../gpu/device.ts';
 import type { Constants, Defines, Kernel } from '../gpu/launch.ts';
+import { bufferSize } from '../gpu/pool.ts';
 import { TUNING_DEFAULTS, type Tuning } from './tuning.ts';
 
 export { formatTuning, parseTuning, TUNING_CHOICES, TUNING_DEFAULTS, type Tuning } from './tuning.ts';
@@ -73,7 +74,7 @@ export interface KernelVariant {
   constants: Constants;
 }
 
-const launched = new WeakMap<Gpu, Map<string, KernelVariant>>();
+const launched = new WeakMap<Gpu, Map<string, Kernel>>();
 
 /** gpu.kernel(...), remembering for kernelVariant which pipeline variant `op` last got. */
 export function opKernel(
@@ -87,18 +88,21 @@ export function opKernel(
   const kernel = gpu.kernel(shader, entry, defines, constants);
   let perGpu = launched.get(gpu);
   if (!perGpu) launched.set(gpu, (perGpu = new Map()));
-  perGpu.set(op, {
-    subgroups: 'SUBGROUPS' in kernel.defines,
-    label: kernel.label,
-    defines: kernel.defines,
-    constants: kernel.constants,
-  });
+  perGpu.set(op, kernel);
   return kernel;
+}
+
+/** Forgets the variants kernelVariant remembers for gpu (tests: did this call run `op`?). */
+export function forgetKernelVariants(gpu: Gpu): void {
+  launched.delete(gpu);
 }
 
 /** The pipeline variant the last call of `op` ('rmsNorm', 'matmul', 'sample', ...) encoded on gpu (tests). */
 export function kernelVariant(gpu: Gpu, op: string): KernelVariant | undefined {
-  return launched.get(gpu)?.get(op);
+  const kernel = launched.get(gpu)?.get(op);
+  if (!kernel) return undefined;
+  const { label, defines, constants } = kernel;
+  return { subgroups: 'SUBGROUPS' in defines, label, defines, constants };
 }
 
 // ---- weights --------------------------------------------------------------------------------------
@@ -148,14 +152,15 @@ export function checkWeight(w: Weight, N: number, K: number, what: string): GPUB
   return w;
 }
 
-export function check(cond: boolean, msg: string): void {
-  if (!cond) throw new RangeError(msg);
+/** Throws a RangeError with msg unless cond; a function msg is built only on failure (hot paths). */
+export function check(cond: boolean, msg: string | (() => string)): void {
+  if (!cond) throw new RangeError(typeof msg === 'string' ? msg : msg());
 }
 
 // The message only when it fails: this runs for every buffer of every dispatch, and a buffer's
-// label is a call into the WebGPU binding.
+// label is a call into the WebGPU binding (its size is read once, bufferSize).
 export function checkSize(buf: GPUBuffer, bytes: number, what: string): void {
-  const size = buf.size;
+  const size = bufferSize(buf);
   if (size < bytes) throw new RangeError(`${what}: buffer '${buf.label}' has ${size} bytes, needs ${bytes}`);
 }
 
@@ -163,7 +168,9 @@ export const bf16Bytes = (n: number) => Math.ceil(n / 2) * 4;
 
 /** WGSL never binds one buffer twice in a dispatch. */
 export function distinct(op: string, ...bufs: GPUBuffer[]): void {
-  check(new Set(bufs).size === bufs.length, `${op}: the same buffer is passed twice`);
+  // Pairwise, not a Set: a handful of buffers per dispatch, on every dispatch's path.
+  for (let i = 1; i < bufs.length; i++)
+    for (let j = 0; j < i; j++) if (bufs[i] === bufs[j]) throw new RangeError(`${op}: the same buffer is passed twice`);
 }
 
 // ---- KV cache layout -------------------------------------------------------------------------

@@ -10,7 +10,7 @@ export type HalfFormat = 'f16' | 'bf16';
 export const halfBytes = (n: number) => Math.ceil(n / 2) * 4;
 
 function checkFormat(op: string, format: HalfFormat): void {
-  check(format === 'f16' || format === 'bf16', `${op}: format must be 'f16' or 'bf16' (got ${String(format)})`);
+  check(format === 'f16' || format === 'bf16', () => `${op}: format must be 'f16' or 'bf16' (got ${String(format)})`);
 }
 
 /** out (ceil(n/2)) u32 = x (n) f32 rounded to `format`, element 2k in the low half of word k */

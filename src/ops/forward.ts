@@ -4,6 +4,7 @@
 import type { Gpu } from '../gpu/device.ts';
 import type { Defines } from '../gpu/launch.ts';
 import { f32, splitGrid } from '../gpu/launch.ts';
+import { bufferSize } from '../gpu/pool.ts';
 import {
   ATTENTION_BINDINGS,
   ELEMS_PER_WG,
@@ -101,7 +102,7 @@ function gemvDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, R: number) {
 /** Elements per 16-byte weight block of shaders/gemv.wgsl. */
 const BLOCK_ELEMS: Record<WeightFormat, number> = { f32: 4, bf16: 8, q4: 32 };
 
-const wholeVec4Bytes = (buf: GPUBuffer) => Math.floor(buf.size / 16) * 16;
+const wholeVec4Bytes = (buf: GPUBuffer) => Math.floor(bufferSize(buf) / 16) * 16;
 
 /**
  * Whether shaders/gemv.wgsl takes out (M, N) = x (M, K) . w (N, K)^T: K a whole number of weight
@@ -315,7 +316,10 @@ export function matmul(
   check(out !== x, 'matmul: out and x must differ');
   check(T * Math.max(N, K) < 2 ** 32 && N * K < 2 ** 32, 'matmul: sizes overflow u32 indexing');
   if (lora) {
-    check(Number.isInteger(lora.r) && lora.r >= 1, `matmul: LoRA rank must be a positive integer (got ${lora.r})`);
+    check(
+      Number.isInteger(lora.r) && lora.r >= 1,
+      () => `matmul: LoRA rank must be a positive integer (got ${lora.r})`,
+    );
     checkSize(lora.u, T * lora.r * 4, 'matmul lora u');
     checkSize(lora.B, N * lora.r * 4, 'matmul lora B');
     distinct('matmul', out, lora.u, lora.B);
@@ -351,7 +355,7 @@ export function matmul(
       params,
     );
   } else if (variant === 'gemv' || variant === 'lanes') {
-    check(T <= GEMV_MAX_T, `matmul: gemv variant needs T <= ${GEMV_MAX_T}`);
+    check(T <= GEMV_MAX_T, () => `matmul: gemv variant needs T <= ${GEMV_MAX_T}`);
     gpu.dispatch(
       opKernel(gpu, 'matmul', 'matmul', 'matmul_gemv', gemvDefines(gpu, WEIGHTS, T, K)),
       [out, x, wb],
@@ -421,6 +425,18 @@ function gemmTiled(
 }
 
 /**
+ * gemm's variant for M rows: row-major A and B with few rows (the LoRA A and B products in
+ * decode) take the GEMV, each column's R reduced by LANES threads, not one thread looping over R.
+ * Other layouts with few rows take 'rows' on a GPU too (and when 'gemv' or 'lanes' is forced).
+ */
+function gemmVariant(gpu: Gpu, M: number, rowMajor: boolean): Tuning['matmul'] {
+  const small = M <= GEMV_MAX_T;
+  if (tuning.matmul === 'auto') return autoForCpu(gpu) ? 'blocks' : small ? (rowMajor ? 'lanes' : 'rows') : 'tiled';
+  const gemvForced = tuning.matmul === 'gemv' || tuning.matmul === 'lanes';
+  return gemvForced && !(small && rowMajor) ? 'rows' : tuning.matmul;
+}
+
+/**
  * out (M, N) (+)= scale * sum_r A(m, r) B(n, r) through strides (shaders/matmul.wgsl):
  * A(m, r) = a[m * aM + r * aR] f32, B(n, r) = element n * bN + r * bR of b (f32, bf16 or q4).
  */
@@ -439,18 +455,11 @@ export function gemm(
   scale: number,
 ): void {
   distinct(op, out, a, b);
-  check(M * Math.max(N, R) < 2 ** 32 && N * R < 2 ** 32, `${op}: sizes overflow u32 indexing`);
+  check(M * Math.max(N, R) < 2 ** 32 && N * R < 2 ** 32, () => `${op}: sizes overflow u32 indexing`);
   if (M === 0 || N === 0) return;
   const params = [M, N, R, accumulate ? 1 : 0, ...strides, f32(scale)];
-  // Row-major A and B with few rows (the LoRA A and B products in decode) take the GEMV: each
-  // column's R reduced by LANES threads, not one thread looping over R. Other layouts with few
-  // rows take 'rows' on a GPU too (and when 'gemv' or 'lanes' is forced).
   const rowMajor = strides[0] === R && strides[1] === 1 && strides[2] === R && strides[3] === 1;
-  const small = M <= GEMV_MAX_T;
-  const auto = autoForCpu(gpu) ? 'blocks' : small ? (rowMajor ? 'lanes' : 'rows') : 'tiled';
-  const gemvForced = tuning.matmul === 'gemv' || tuning.matmul === 'lanes';
-  const forced = gemvForced && !(small && rowMajor) ? 'rows' : tuning.matmul;
-  const variant = tuning.matmul === 'auto' ? auto : forced;
+  const variant = gemmVariant(gpu, M, rowMajor);
   // B read along its rows (the input gradient dx = dy . W): A row-major, B(n, r) = b[r * N + n].
   const wRows = strides[0] === R && strides[1] === 1 && strides[2] === 1 && strides[3] === N;
   if (variant === 'blocks' && rowMajor && blockGemvFits(a, b, WEIGHTS, M, N, R)) {
@@ -537,7 +546,7 @@ export function rotate(
   HD: number,
   theta: number,
 ): void {
-  check(HD % 2 === 0, `${op}: HD=${HD} must be even`);
+  check(HD % 2 === 0, () => `${op}: HD=${HD} must be even`);
   checkSize(x, T * H * HD * 4, `${op} x`);
   checkSize(pos, T * 4, `${op} pos`);
   const inv = invFreqBuffer(gpu, HD, theta);
@@ -565,7 +574,7 @@ export function qkNormRope(
   eps: number,
   theta: number,
 ): void {
-  check(HD % 2 === 0, `qkNormRope: HD=${HD} must be even`);
+  check(HD % 2 === 0, () => `qkNormRope: HD=${HD} must be even`);
   checkSize(qOut, T * NH * HD * 4, 'qkNormRope qOut');
   checkSize(q, T * NH * HD * 4, 'qkNormRope q');
   checkSize(kOut, T * NKV * HD * 4, 'qkNormRope kOut');
@@ -593,20 +602,20 @@ function checkPaging(
   NKV: number,
   HD: number,
 ): number {
-  check(kv.dtype === 'f32' || kv.dtype === 'f16', `${op}: KV dtype must be f32 or f16 (got ${String(kv.dtype)})`);
+  check(kv.dtype === 'f32' || kv.dtype === 'f16', () => `${op}: KV dtype must be f32 or f16 (got ${String(kv.dtype)})`);
   check(
     Number.isInteger(kv.pageSize) && kv.pageSize > 0 && (kv.pageSize & (kv.pageSize - 1)) === 0,
-    `${op}: page size ${kv.pageSize} is not a power of two`,
+    () => `${op}: page size ${kv.pageSize} is not a power of two`,
   );
   check(
     kv.pagesPerSlot === Math.ceil(kv.maxT / kv.pageSize),
-    `${op}: pagesPerSlot ${kv.pagesPerSlot} != ceil(maxT ${kv.maxT} / ${kv.pageSize})`,
+    () => `${op}: pagesPerSlot ${kv.pagesPerSlot} != ceil(maxT ${kv.maxT} / ${kv.pageSize})`,
   );
-  check(kv.dtype === 'f32' || HD % 2 === 0, `${op}: f16 KV needs an even HD (got ${HD})`);
+  check(kv.dtype === 'f32' || HD % 2 === 0, () => `${op}: f16 KV needs an even HD (got ${HD})`);
   checkSize(kCache, kvPoolBytes(kv, NKV, HD), `${op} kCache`);
   checkSize(vCache, kvPoolBytes(kv, NKV, HD), `${op} vCache`);
   checkSize(pageTable, kv.pagesPerSlot * 4, `${op} pageTable`);
-  check(kCache !== vCache, `${op}: kCache and vCache must differ`);
+  check(kCache !== vCache, () => `${op}: kCache and vCache must differ`);
   return Math.log2(kv.pageSize);
 }
 
@@ -675,7 +684,7 @@ export function qkNormRopeKv(
     gpu.releaseBuffer(kn); // later users of the recycled buffer are encoded after kvWrite's reads
     return;
   }
-  check(HD % 2 === 0, `qkNormRopeKv: HD=${HD} must be even`);
+  check(HD % 2 === 0, () => `qkNormRopeKv: HD=${HD} must be even`);
   checkSize(qOut, T * NH * HD * 4, 'qkNormRopeKv qOut');
   checkSize(q, T * NH * HD * 4, 'qkNormRopeKv q');
   checkSize(k, T * NKV * HD * 4, 'qkNormRopeKv k');
@@ -743,9 +752,22 @@ export function matmulGroup(
     withNormed(gpu, x, norm, T, K, (h) => matmulGroup(gpu, outs, h, ws, T, Ns, K));
     return;
   }
-  const single = (i: number) => matmul(gpu, outs[i], x, ws[i], T, Ns[i], K);
-  if (mixed) ws.forEach((_, i) => single(i));
-  else groupGemv(gpu, 'matmulGroup', outs, x, wbs, WEIGHTS, T, Ns, K, single, norm);
+  // An anonymous closure: a named one gets tsx's keepNames wrapper (a defineProperty) per call.
+  if (mixed) for (let i = 0; i < ws.length; i++) matmul(gpu, outs[i], x, ws[i], T, Ns[i], K);
+  else
+    groupGemv(
+      gpu,
+      'matmulGroup',
+      outs,
+      x,
+      wbs,
+      WEIGHTS,
+      T,
+      Ns,
+      K,
+      (i) => matmul(gpu, outs[i], x, ws[i], T, Ns[i], K),
+      norm,
+    );
 }
 
 /**
@@ -771,8 +793,19 @@ export function matmulGroupF32(
     withNormed(gpu, x, norm, T, K, (h) => matmulGroupF32(gpu, outs, h, ws, T, Ns, K));
     return;
   }
-  const single = (i: number) => matmulF32(gpu, outs[i], x, ws[i], T, Ns[i], K);
-  groupGemv(gpu, 'matmulGroupF32', outs, x, ws, 'f32', T, Ns, K, single, norm);
+  groupGemv(
+    gpu,
+    'matmulGroupF32',
+    outs,
+    x,
+    ws,
+    'f32',
+    T,
+    Ns,
+    K,
+    (i) => matmulF32(gpu, outs[i], x, ws[i], T, Ns[i], K),
+    norm,
+  );
 }
 
 /**
@@ -796,7 +829,8 @@ export function matmulEachF32(
   const G = ws.length;
   check(
     (G === 2 || G === 3) && outs.length === G && xs.length === G && Ns.length === G,
-    `matmulEachF32: needs 2 or 3 weights, one output, one x and one N each (got ${G} weights, ${outs.length} outputs, ${xs.length} xs, ${Ns.length} Ns)`,
+    () =>
+      `matmulEachF32: needs 2 or 3 weights, one output, one x and one N each (got ${G} weights, ${outs.length} outputs, ${xs.length} xs, ${Ns.length} Ns)`,
   );
   for (let i = 0; i < G; i++) {
     checkSize(outs[i], T * Ns[i] * 4, `matmulEachF32 out ${i}`);
@@ -804,7 +838,7 @@ export function matmulEachF32(
     checkSize(ws[i], Ns[i] * K * 4, `matmulEachF32 w ${i}`);
     check(
       T * Math.max(Ns[i], K) < 2 ** 32 && Ns[i] * K < 2 ** 32,
-      `matmulEachF32: weight ${i} sizes overflow u32 indexing`,
+      () => `matmulEachF32: weight ${i} sizes overflow u32 indexing`,
     );
   }
   distinct('matmulEachF32', ...outs);
@@ -814,7 +848,7 @@ export function matmulEachF32(
     fusions.enabled &&
     T <= GEMV_MAX_T &&
     3 * G <= gpu.limits.maxStorageBuffersPerShaderStage &&
-    gemmVariantLanes(gpu, T) &&
+    gemmVariant(gpu, T, true) === 'lanes' &&
     ws.every((w, i) => blockGemvFits(xs[i], w, 'f32', T, Ns[i], K));
   if (!lanes) {
     for (let i = 0; i < G; i++) matmulF32(gpu, outs[i], xs[i], ws[i], T, Ns[i], K, accumulate, scale);
@@ -833,12 +867,6 @@ export function matmulEachF32(
     [x0, y0],
     [T, Ns[0], K, accumulate ? 1 : 0, f32(scale), 0, 0, 0, N1, N2],
   );
-}
-
-/** Whether gemm (matmulF32) takes 'lanes' for a row-major product of T rows (its own variant rule). */
-function gemmVariantLanes(gpu: Gpu, T: number): boolean {
-  if (tuning.matmul === 'auto') return !autoForCpu(gpu) && T <= GEMV_MAX_T;
-  return tuning.matmul === 'lanes' && T <= GEMV_MAX_T;
 }
 
 /**
@@ -896,12 +924,16 @@ function groupChecks(
   }
   check(
     (G === 2 || G === 3) && outs.length === G && Ns.length === G,
-    `${op}: needs 2 or 3 weights, one output and one N each (got ${G} weights, ${outs.length} outputs, ${Ns.length} Ns)`,
+    () =>
+      `${op}: needs 2 or 3 weights, one output and one N each (got ${G} weights, ${outs.length} outputs, ${Ns.length} Ns)`,
   );
   checkSize(x, T * K * 4, `${op} x`);
   for (let i = 0; i < G; i++) {
     checkSize(outs[i], T * Ns[i] * 4, `${op} out ${i}`);
-    check(T * Math.max(Ns[i], K) < 2 ** 32 && Ns[i] * K < 2 ** 32, `${op}: weight ${i} sizes overflow u32 indexing`);
+    check(
+      T * Math.max(Ns[i], K) < 2 ** 32 && Ns[i] * K < 2 ** 32,
+      () => `${op}: weight ${i} sizes overflow u32 indexing`,
+    );
   }
   distinct(op, x, ...outs);
   return Array.from({ length: G }, (_, i) => i);
@@ -923,7 +955,7 @@ function groupGemv(
 ): void {
   const G = wbs.length;
   const variant = groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, norm !== undefined);
-  check(!norm || variant === 'lanes', `${op}: a folded norm needs gemv_lanes_group`); // the callers check first
+  check(!norm || variant === 'lanes', () => `${op}: a folded norm needs gemv_lanes_group`); // the callers check first
   if (variant === null) {
     for (let i = 0; i < G; i++) single(i);
     return;
@@ -1014,8 +1046,8 @@ export function attention(
   HD: number,
   kv: KvPaging,
 ): void {
-  check(HD <= 256, `attention: HD=${HD} > 256`);
-  check(NH % NKV === 0, `attention: NH=${NH} not a multiple of NKV=${NKV}`);
+  check(HD <= 256, () => `attention: HD=${HD} > 256`);
+  check(NH % NKV === 0, () => `attention: NH=${NH} not a multiple of NKV=${NKV}`);
   checkSize(out, T * NH * HD * 4, 'attention out');
   checkSize(q, T * NH * HD * 4, 'attention q');
   const pageShift = checkPaging('attention', kv, kCache, vCache, pageTable, NKV, HD);
@@ -1154,7 +1186,7 @@ export function sample(
   checkSize(outIds, B * 4, 'sample outIds');
   checkSize(logits, B * V * 4, 'sample logits');
   if (outLogp) checkSize(outLogp, B * 4, 'sample outLogp');
-  check(opts.temperature >= 0 && opts.topK >= 0 && opts.topP > 0, `sample: bad options ${JSON.stringify(opts)}`);
+  check(opts.temperature >= 0 && opts.topK >= 0 && opts.topP > 0, () => `sample: bad options ${JSON.stringify(opts)}`);
   const lp = outLogp ?? scratchLogp(gpu, B);
   distinct('sample', outIds, logits, lp);
   const WG = sampleWorkgroup(V);
@@ -1185,7 +1217,10 @@ export function sampleRows(
   checkSize(out, 2 * B * 4, 'sampleRows out');
   checkSize(logits, B * V * 4, 'sampleRows logits');
   checkSize(rng, B * 3 * 4, 'sampleRows rng');
-  check(opts.temperature >= 0 && opts.topK >= 0 && opts.topP > 0, `sampleRows: bad options ${JSON.stringify(opts)}`);
+  check(
+    opts.temperature >= 0 && opts.topK >= 0 && opts.topP > 0,
+    () => `sampleRows: bad options ${JSON.stringify(opts)}`,
+  );
   distinct('sampleRows', out, logits, rng);
   const WG = sampleWorkgroup(V); // as sample(): the same WG sums in the same order
   gpu.dispatch(

@@ -18,7 +18,7 @@ export function logSoftmaxGather(
   R: number,
   V: number,
 ): void {
-  check(V >= 1, `logSoftmaxGather: V=${V}`);
+  check(V >= 1, () => `logSoftmaxGather: V=${V}`);
   checkSize(logp, R * 4, 'logSoftmaxGather logp');
   checkSize(lse, R * 4, 'logSoftmaxGather lse');
   checkSize(logits, R * V * 4, 'logSoftmaxGather logits');

@@ -28,7 +28,7 @@ function partialsBuffer(gpu: Gpu): GPUBuffer {
  * the total for finiteness before clipping and skips the step.
  */
 export function sumSquares(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, n: number, outIndex: number): void {
-  check(Number.isInteger(outIndex) && outIndex >= 0, `sumSquares: outIndex ${outIndex}`);
+  check(Number.isInteger(outIndex) && outIndex >= 0, () => `sumSquares: outIndex ${outIndex}`);
   checkSize(out, (outIndex + 1) * 4, 'sumSquares out');
   checkSize(x, n * 4, 'sumSquares x');
   check(out !== x, 'sumSquares: out and x must differ');
@@ -76,16 +76,16 @@ export function adamw(
   ] as const)
     checkSize(buf, n * 4, `adamw ${name}`);
   check(new Set([param, grad, m, v]).size === 4, 'adamw: param, grad, m and v must be four buffers');
-  check(Number.isInteger(hp.step) && hp.step >= 1, `adamw: step ${hp.step} must be an integer >= 1`);
+  check(Number.isInteger(hp.step) && hp.step >= 1, () => `adamw: step ${hp.step} must be an integer >= 1`);
   check(
     hp.beta1 >= 0 && hp.beta1 < 1 && hp.beta2 >= 0 && hp.beta2 < 1,
-    `adamw: betas ${hp.beta1}, ${hp.beta2} outside [0, 1)`,
+    () => `adamw: betas ${hp.beta1}, ${hp.beta2} outside [0, 1)`,
   );
   check(
     hp.lr >= 0 && hp.eps > 0 && hp.weightDecay >= 0,
-    `adamw: bad lr ${hp.lr}, eps ${hp.eps} or weightDecay ${hp.weightDecay}`,
+    () => `adamw: bad lr ${hp.lr}, eps ${hp.eps} or weightDecay ${hp.weightDecay}`,
   );
-  check(Number.isFinite(hp.gradScale), `adamw: gradScale ${hp.gradScale} is not finite`);
+  check(Number.isFinite(hp.gradScale), () => `adamw: gradScale ${hp.gradScale} is not finite`);
   if (n === 0) return;
   // Host-side f64 like PyTorch's Python scalars; (1 - beta) in f64 keeps 1 - 0.999 exact to f32.
   const bias1 = 1 - hp.beta1 ** hp.step;

@@ -24,10 +24,10 @@ export function quantizeQ4(
   K: number,
   slot: number,
 ): void {
-  check(K > 0 && K % 32 === 0, `quantizeQ4: K = ${K} is not a multiple of 32`);
+  check(K > 0 && K % 32 === 0, () => `quantizeQ4: K = ${K} is not a multiple of 32`);
   check(
     Number.isInteger(row0) && Number.isInteger(rows) && row0 >= 0 && rows >= 0 && row0 + rows <= N,
-    `quantizeQ4: rows [${row0}, ${row0 + rows}) outside (0, ${N})`,
+    () => `quantizeQ4: rows [${row0}, ${row0 + rows}) outside (0, ${N})`,
   );
   check(N * K < 2 ** 32, 'quantizeQ4: sizes overflow u32 indexing');
   checkSize(out, q4Words(N, K) * 4, 'quantizeQ4 out');

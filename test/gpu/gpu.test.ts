@@ -12,6 +12,8 @@ import {
   GpuOutOfMemoryError,
   GpuValidationError,
   type Gpu,
+  bufferSize,
+  bufferUsage,
 } from '../../src/gpu/index.ts';
 import * as K from '../../src/ops/index.ts';
 import { MAX_PARAM_DISPATCHES_PER_SUBMIT } from '../../src/gpu/device.ts';
@@ -74,6 +76,19 @@ describe('device', () => {
     expect(gpu.limits.maxStorageBufferBindingSize).toBeGreaterThanOrEqual(128 * 2 ** 20);
     expect(gpu.limits.maxComputeWorkgroupsPerDimension).toBeGreaterThanOrEqual(65535);
   });
+
+  it("keeps a plain copy of the device's limits, every attribute equal", () => {
+    const native = gpu.device.limits;
+    let n = 0;
+    for (const name in native) {
+      const v = (native as unknown as Record<string, unknown>)[name];
+      if (typeof v !== 'number') continue;
+      expect((gpu.limits as unknown as Record<string, number>)[name], name).toBe(v);
+      n++;
+    }
+    expect(n).toBeGreaterThan(20);
+    expect(Object.isFrozen(gpu.limits)).toBe(true);
+  });
 });
 
 describe('subgroups', () => {
@@ -131,6 +146,11 @@ describe('buffers', () => {
     expect(b.label).toBe('b');
     const c = gpu.createBuffer(1004, 'c');
     expect(c).not.toBe(a);
+    // The sizes and usages the encode path reads once per buffer are the buffers' own.
+    for (const buf of [b, c]) {
+      expect(bufferSize(buf)).toBe(buf.size);
+      expect(bufferUsage(buf)).toBe(buf.usage);
+    }
     gpu.releaseBuffer(b);
     gpu.releaseBuffer(c);
   });
@@ -166,6 +186,15 @@ describe('launch', () => {
     expect(gpu.pipelineCount).toBe(before + 1);
     gpu.kernel('test', 'write_ids', { PIPELINE_COUNT_PROBE: 2 }); // another variant of the same entry
     expect(gpu.pipelineCount).toBe(before + 2);
+  });
+
+  it('finds one kernel for the same defines in any order (the call-order lookup falls back to the sorted key)', () => {
+    const before = gpu.pipelineCount;
+    const ab = gpu.kernel('test', 'write_ids', { PIPELINE_ORDER_PROBE: 1, SECOND_PROBE: 2 });
+    expect(gpu.kernel('test', 'write_ids', { SECOND_PROBE: 2, PIPELINE_ORDER_PROBE: 1 })).toBe(ab);
+    expect(gpu.kernel('test', 'write_ids', { PIPELINE_ORDER_PROBE: 1, SECOND_PROBE: 2 })).toBe(ab);
+    expect(gpu.pipelineCount).toBe(before + 1);
+    expect(gpu.kernel('test', 'write_ids', { SECOND_PROBE: 3, PIPELINE_ORDER_PROBE: 1 })).not.toBe(ab);
   });
 
   it('gives every dispatch its own params across uniform chunks (600 dispatches, one flush)', async () => {
