@@ -215,9 +215,7 @@ export class Gpu {
     }
     // (An implementation whose attributes do not enumerate keeps the native object.)
     this.limits =
-      'maxComputeWorkgroupsPerDimension' in limits
-        ? (Object.freeze(limits) as unknown as GPUSupportedLimits)
-        : device.limits;
+      'maxComputeWorkgroupsPerDimension' in limits ? (limits as unknown as GPUSupportedLimits) : device.limits;
     this.pool = new BufferPool(device, this.counter);
     this.readPool = new BufferPool(device, this.counter);
     // The arena creates its own 64 KiB chunks as dispatches need them: count them through a device view.

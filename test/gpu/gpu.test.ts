@@ -87,7 +87,6 @@ describe('device', () => {
       n++;
     }
     expect(n).toBeGreaterThan(20);
-    expect(Object.isFrozen(gpu.limits)).toBe(true);
   });
 });
 
