@@ -5,7 +5,7 @@
 // Every buffer the pool creates or destroys is counted in a MemoryCounter, so the device's
 // allocated bytes (in use + held free) and their peak are known exactly.
 
-// A GPUBuffer's size and usage never change, and in Node (npm \`webgpu\`) each read of them is a
+// A GPUBuffer's size and usage never change, and in Node (npm `webgpu`) each read of them is a
 // call through the native binding (about 0.1 us, against 0.01 us for a WeakMap hit). The encode
 // path reads them for every bound buffer, so they are read once per buffer and kept here.
 const sizes = new WeakMap<GPUBuffer, number>();
