@@ -279,7 +279,7 @@ fn gemv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: v
   let n = linearGroup(wid, nwg) * COLS + col;
   if (linearGroup(wid, nwg) * COLS >= p.N) { return; } // a whole workgroup past N (uniform)
 #include "common/gemvstaged.wgsl" (WI=, WN=p.N)
-#include "common/gemvlanes.wgsl" (WI=, WN=p.N)
+#include "common/gemvlanes.wgsl" (WI=, WN=p.N, AT=wid.z * p.splitStride + )
 }
 
 #ifdef GROUP
@@ -300,18 +300,18 @@ fn gemv_lanes_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) 
   if (g < g0) {
     let n = g * COLS + col;
 #include "common/gemvstaged.wgsl" (WI=, WN=p.N)
-#include "common/gemvlanes.wgsl" (WI=, WN=p.N)
+#include "common/gemvlanes.wgsl" (WI=, WN=p.N, AT=wid.z * p.splitStride + )
 #if GROUP > 2
   } else if (g >= g1) {
     if ((g - g1) * COLS >= p.N2) { return; } // past the grid's count (uniform)
     let n = (g - g1) * COLS + col;
 #include "common/gemvstaged.wgsl" (WI=2, WN=p.N2)
-#include "common/gemvlanes.wgsl" (WI=2, WN=p.N2)
+#include "common/gemvlanes.wgsl" (WI=2, WN=p.N2, AT=wid.z * p.splitStride + )
 #endif
   } else {
     let n = (g - g0) * COLS + col;
 #include "common/gemvstaged.wgsl" (WI=1, WN=p.N1)
-#include "common/gemvlanes.wgsl" (WI=1, WN=p.N1)
+#include "common/gemvlanes.wgsl" (WI=1, WN=p.N1, AT=wid.z * p.splitStride + )
   }
 }
 #endif

@@ -128,7 +128,7 @@ fn matmul_gemv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
   let n = linearGroup(wid, nwg) * COLS + col;
   var acc: array<f32, TMAX>;
   if (n < p.N) { acc = rowDots(n, 0u, p.M, lane, LANES); }
-#include "common/gemvlanes.wgsl" (WI=, WN=p.N)
+#include "common/gemvlanes.wgsl" (WI=, WN=p.N, AT=)
 }
 
 #ifdef GROUP
@@ -152,17 +152,17 @@ fn matmul_gemv_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
   if (g < g0) {
     let n = g * COLS + col;
     if (n < p.N) { acc = rowDots(n, 0u, p.M, lane, LANES); }
-#include "common/gemvlanes.wgsl" (WI=, WN=p.N)
+#include "common/gemvlanes.wgsl" (WI=, WN=p.N, AT=)
 #if GROUP > 2
   } else if (g >= g1) {
     let n = (g - g1) * COLS + col; // ids past the grid's count: n >= N2
     if (n < p.N2) { acc = rowDots2(n, 0u, p.M, lane, LANES); }
-#include "common/gemvlanes.wgsl" (WI=2, WN=p.N2)
+#include "common/gemvlanes.wgsl" (WI=2, WN=p.N2, AT=)
 #endif
   } else {
     let n = (g - g0) * COLS + col;
     if (n < p.N1) { acc = rowDots1(n, 0u, p.M, lane, LANES); }
-#include "common/gemvlanes.wgsl" (WI=1, WN=p.N1)
+#include "common/gemvlanes.wgsl" (WI=1, WN=p.N1, AT=)
   }
 }
 #endif

@@ -1,7 +1,9 @@
 // The end of shaders/matmul.wgsl matmul_gemv for the weight w{{WI}} of {{WN}} rows, a template:
-//   #include "common/gemvlanes.wgsl" (WI=suffix, WN=rows)
+//   #include "common/gemvlanes.wgsl" (WI=suffix, WN=rows, AT=offset + )
 // Reduces each column's LANES partials acc (of column n, lane `lane`, column slot `col`) and
-// stores the sums through store{{WI}}. Holds workgroup barriers: include it in uniform control flow.
+// stores the sums through store{{WI}}, AT elements further on (empty, or gemv_lanes' split over
+// K: `wid.z * p.splitStride + `, common/gemvstaged.wgsl). Holds workgroup barriers: include it in
+// uniform control flow.
 #ifdef SUBGROUPS
   // A column's LANES threads are consecutive invocations (subgroups packed in
   // local_invocation_index order), so a subgroupShuffleXor butterfly over span = min(LANES,
@@ -20,7 +22,7 @@
     for (var t = lane; t < p.M; t += LANES) {
       var s = 0.0;
       for (var j = 0u; j < parts; j++) { s += red[(t * COLS + col) * LANES + j]; }
-      store{{WI}}(t * {{WN}} + n, s);
+      store{{WI}}({{AT}}t * {{WN}} + n, s);
     }
   }
 #else
@@ -38,6 +40,6 @@
   }
   // Lane l writes rows l, l + LANES, ... of this column.
   if (n < {{WN}}) {
-    for (var t = lane; t < p.M; t += LANES) { store{{WI}}(t * {{WN}} + n, red[(t * COLS + col) * LANES]); }
+    for (var t = lane; t < p.M; t += LANES) { store{{WI}}({{AT}}t * {{WN}} + n, red[(t * COLS + col) * LANES]); }
   }
 #endif

@@ -7,6 +7,10 @@
 // 16-byte blocks per step. Columns past {{WN}} read the last row (never stored): every thread
 // reaches every barrier. With define NORM, x is staged times the norm's weights and each sum
 // scaled by its row's rstd at the end (gemv.wgsl normScales).
+// Split over K (p.kChunk > 0, gemv_lanes only, never with NORM: src/ops/forward.ts laneSplit):
+// workgroup z takes elements [z kChunk, (z + 1) kChunk) of each row, kChunk a whole number of
+// LANES-block rounds, so block j still falls to lane j % LANES; common/gemvlanes.wgsl stores its
+// partial sums p.splitStride * z further on, for gemv_cols_reduce to add in split order.
   let blocks = p.K / BE;
   let wbase = min(n, {{WN}} - 1u) * blocks;
   let xr = p.K / 4u; // vec4 per row of x
@@ -14,14 +18,16 @@
 #ifdef NORM
   var ss: array<f32, SH>; // sums of squares of the x this thread stages (gemv.wgsl normScales)
 #endif
-  for (var c0 = 0u; c0 < xr; c0 += KCV) {
+  let kv0 = wid.z * (p.kChunk / 4u); // this split's first vec4 of a row
+  let kv1 = select(xr, min(xr, kv0 + p.kChunk / 4u), p.kChunk != 0u); // and its end
+  for (var c0 = kv0; c0 < kv1; c0 += KCV) {
     workgroupBarrier(); // the previous chunk's reads are done
     for (var h = 0u; h < XS / 256u; h++) {
       let i = lid + 256u * h;
       let t = i / KCV;
       let v = c0 + i % KCV;
       var xv = vec4f(0.0);
-      if (t < p.M && v < xr) {
+      if (t < p.M && v < kv1) {
 #ifdef XEACH
         xv = a{{WI}}[t * xr + v]; // each weight its own x (gemv.wgsl XEACH)
 #else
@@ -36,7 +42,7 @@
     }
     workgroupBarrier();
     let jb = c0 / (BE / 4u); // the chunk's first block (KCV is a whole number of blocks)
-    let je = min(blocks, jb + KCV / (BE / 4u));
+    let je = min(kv1 / (BE / 4u), jb + KCV / (BE / 4u));
     for (var j = jb + lane; j < je; j += LANES) {
       let b = w{{WI}}[wbase + j];
       let s = blockScale{{WI}}(wbase + j);

@@ -41,3 +41,31 @@ export function colsScratchBytes(M: number, N: number, K: number): number {
   const { splits } = colsSplit(M, N, K);
   return splits > 1 ? splits * M * N * 4 : 0;
 }
+
+/** gemv_lanes splits K only below this many workgroups of columns (the LoRA A products: N = r). */
+export const LANES_SPLIT_BELOW = 32;
+/** 16-byte blocks each lane walks per slice of K (a slice is LANES_SPLIT_BLOCKS rounds of LANES blocks). */
+export const LANES_SPLIT_BLOCKS = 8;
+/** Most slices of K: bounds the partial outputs (slices, M, N) and the reduce's loop. */
+export const LANES_SPLIT_MAX = 64;
+
+export interface LanesSplit {
+  kChunk: number; // elements of K per slice (0: one slice), whole rounds of LANES blocks
+  splits: number;
+}
+
+/**
+ * How shaders/gemv.wgsl gemv_lanes splits K (tuning.gemvSplitK): when ceil(N / cols) workgroups
+ * are fewer than LANES_SPLIT_BELOW and each lane would walk at least two slices' worth of blocks,
+ * K is cut into slices of LANES_SPLIT_BLOCKS rounds (more where LANES_SPLIT_MAX caps the count),
+ * each a workgroup of its own. Depends on N, K and the lane layout only, not on the rows M, so a
+ * row's sum is the same in a batch of any size. `blockElems` is the elements of one block (4 f32,
+ * 8 bf16, 32 q4).
+ */
+export function lanesSplit(N: number, K: number, blockElems: number, lanes: number, cols: number): LanesSplit {
+  const round = lanes * blockElems; // elements of one round of the lanes over K
+  const rounds = Math.ceil(K / round);
+  if (Math.ceil(N / cols) >= LANES_SPLIT_BELOW || rounds < 2 * LANES_SPLIT_BLOCKS) return { kChunk: 0, splits: 1 };
+  const perSlice = Math.max(LANES_SPLIT_BLOCKS, Math.ceil(rounds / LANES_SPLIT_MAX));
+  return { kChunk: perSlice * round, splits: Math.ceil(rounds / perSlice) };
+}

@@ -28,7 +28,7 @@ import {
   type Weight,
   type WeightFormat,
 } from './common.ts';
-import { colsShapeFits, colsSplit, tmaxFor } from './colsSplit.ts';
+import { colsShapeFits, colsSplit, lanesSplit, tmaxFor } from './colsSplit.ts';
 import { GEMM_TILE_M, GEMM_TILE_N, splitKFor } from './splitK.ts';
 import { attentionTiledPaged, attentionVariant } from './attentionTiled.ts';
 
@@ -128,7 +128,9 @@ function lanesDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, K: number) {
  * out (M, N) (+)= scale * x (M, K) . w (N, K)^T over 16-byte weight blocks (shaders/gemv.wgsl):
  * 'rows' gemv_rows (CPU adapters): COLS = 4 columns per thread, TMAX rows of x per z;
  * 'lanes' gemv_lanes (GPUs, M <= GEMV_MAX_T): LANES threads per column, 256 / LANES columns per
- * workgroup sharing x staged in workgroup memory.
+ * workgroup sharing x staged in workgroup memory; split over K where its columns make few
+ * workgroups (tuning.gemvSplitK, lanesSplit: the LoRA A products), the slices' partial sums in a
+ * pooled scratch that gemv_cols_reduce adds in order (not with a LoRA epilogue in the store).
  */
 function blockGemv(
   gpu: Gpu,
@@ -150,7 +152,33 @@ function blockGemv(
   // 9728 x 2560: 4 took half the time of 1 at M = 1 and 4, and 0.8x the time of 2 at M = 8 (bf16 and q4).
   const base = entry === 'rows' ? { WEIGHTS, TMAX, COLS: 4 } : lanesDefines(gpu, WEIGHTS, M, K);
   const columnsPerGroup = entry === 'rows' ? 64 * base.COLS : base.COLS;
-  const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), gpu.limits.maxComputeWorkgroupsPerDimension);
+  const maxDim = gpu.limits.maxComputeWorkgroupsPerDimension;
+  const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), maxDim);
+  if (entry === 'lanes' && !lora && tuning.gemvSplitK === 'auto' && (M * N) % 4 === 0) {
+    const { kChunk, splits } = lanesSplit(N, K, BLOCK_ELEMS[WEIGHTS], stagedLanes(K, WEIGHTS), columnsPerGroup);
+    if (splits > 1) {
+      // Each slice of K a workgroup row of its own (wid.z), its partial sums (splits, M, N) in a
+      // pooled scratch that gemv_cols_reduce adds in slice order, with the scale and accumulate.
+      const partials = gpu.createBuffer(splits * M * N * 4, `${op}.lanesPartials`);
+      gpu.dispatch(
+        opKernel(gpu, op, 'gemv', 'gemv_lanes', base),
+        [partials, x, w],
+        [x0, y0, splits],
+        [M, N, K, 0, f32(1), kChunk, 0, M * N],
+      );
+      const n4 = (M * N) / 4;
+      const [r0, r1] = splitGrid(Math.ceil(n4 / 64), maxDim);
+      gpu.dispatch(
+        // Recorded as its own op, so that kernelVariant(gpu, op) still names the GEMV that ran.
+        opKernel(gpu, `${op}.splitK`, 'gemv', 'gemv_cols_reduce', { WEIGHTS: 'f32', TMAX: 1, COLS: 1 }),
+        [out, partials],
+        [r0, r1],
+        [M, n4, splits, accumulate ? 1 : 0, f32(scale), 0, 0, 0],
+      );
+      gpu.releaseBuffer(partials); // safe: later users of the recycled buffer are encoded after these reads
+      return;
+    }
+  }
   const params = [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0];
   gpu.dispatch(
     opKernel(gpu, op, 'gemv', `gemv_${entry}`, lora ? { ...base, LORA: 1 } : base),
@@ -772,8 +800,9 @@ export function matmulGroup(
 
 /**
  * matmulGroup over f32 weights: outs[i] (T, Ns[i]) = x (T, K) . ws[i] (Ns[i], K)^T, each output
- * bitwise what matmulF32 would write (the LoRA A products of the q/k/v and gate/up projections,
- * which share their input: one dispatch instead of 2 or 3). With `norm`, of rmsNorm(x).
+ * bitwise what matmulF32 would write where that does not split K (tuning.gemvSplitK; within f32
+ * rounding where it does) (the LoRA A products of the q/k/v and gate/up projections, which share
+ * their input: one dispatch instead of 2 or 3). With `norm`, of rmsNorm(x).
  */
 export function matmulGroupF32(
   gpu: Gpu,

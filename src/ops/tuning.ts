@@ -49,6 +49,15 @@ export interface Tuning {
    */
   gemmSplitK: 'auto' | 'on' | 'off';
   /**
+   * The decode GEMV (shaders/gemv.wgsl gemv_lanes) split over K when its columns alone make few
+   * workgroups and each lane would walk a long row (the LoRA A products of o_proj and down_proj in
+   * decode on GPUs: N = r columns, one workgroup; src/ops/colsSplit.ts lanesSplit): each slice of
+   * K is a workgroup of its own, and gemv_cols_reduce adds the slices' partial sums in order.
+   * 'auto' wherever gemv_lanes runs one weight without a LoRA epilogue (within f32 rounding of the
+   * unsplit sum), 'off' never.
+   */
+  gemvSplitK: 'auto' | 'off';
+  /**
    * The tiled attention backward's rows: split over 4 threads each with subgroup sums
    * (shaders/attention.wgsl SPLIT; 'auto' on GPUs whose subgroups are at least 4 wide, never on
    * CPU adapters), or one thread per row ('row'). 'split' forces it where it can run.
@@ -87,6 +96,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemmSubgroups: 'auto',
   gemmVec4: 'auto',
   gemmSplitK: 'auto',
+  gemvSplitK: 'auto',
   attentionBackward: 'auto',
   normFold: 'auto',
   loraFold: 'auto',
@@ -102,6 +112,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemmSubgroups: ['auto', 'on', 'off'],
   gemmVec4: ['auto', 'off'],
   gemmSplitK: ['auto', 'on', 'off'],
+  gemvSplitK: ['auto', 'off'],
   attentionBackward: ['auto', 'split', 'row'],
   normFold: ['auto', 'off'],
   loraFold: ['auto', 'off'],

@@ -1,0 +1,137 @@
+// gemv_lanes split over K (tuning.gemvSplitK, src/ops/colsSplit.ts lanesSplit): where the columns
+// make few workgroups (the LoRA A products in decode, N = r) and each lane would walk a long row,
+// each slice of K runs as a workgroup of its own and gemv_cols_reduce adds the slices' partial
+// sums in order. The rule's arithmetic; then, with the GPU GEMV forced ('lanes'), split products
+// against the CPU reference (f64) for f32, bf16 and q4 weights, a short last slice, gemm's
+// accumulate and scale, with the subgroup and the shared-memory reductions; one dispatch more than
+// 'off', whose unsplit sum it matches within f32 rounding; and the shapes it leaves alone.
+// Run: npx vitest run test/ops/gemvSplit.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createGpu, type Gpu } from '../../src/gpu/index.ts';
+import * as K from '../../src/ops/index.ts';
+import { LANES_SPLIT_BLOCKS, LANES_SPLIT_MAX, lanesSplit } from '../../src/ops/colsSplit.ts';
+import { gpuHarness } from '../helpers/gpuHarness.ts';
+import * as ref from '../helpers/reference.ts';
+
+describe('lanesSplit', () => {
+  it('splits K into slices of 8 rounds of the lanes where the columns make few workgroups', () => {
+    // LoRA A of down_proj at 4B: r = 16 columns (1 workgroup), K = 9728 f32, 16 lanes of 4 elements:
+    // 152 rounds, 19 slices of 8.
+    expect(lanesSplit(16, 9728, 4, 16, 16)).toEqual({ kChunk: 8 * 64, splits: 19 });
+    // A rounds count that is not a multiple of 8: the last slice is short.
+    expect(lanesSplit(16, 9732, 4, 16, 16)).toEqual({ kChunk: 512, splits: 20 });
+    // Enough workgroups of columns already (o_proj itself: N = 2560 over 32 columns a workgroup).
+    expect(lanesSplit(2560, 9728, 32, 8, 32)).toEqual({ kChunk: 0, splits: 1 });
+    expect(lanesSplit(31 * 16, 9728, 4, 16, 16).splits).toBeGreaterThan(1);
+    expect(lanesSplit(32 * 16, 9728, 4, 16, 16).splits).toBe(1);
+    // Too short to make two slices of 8 rounds.
+    expect(lanesSplit(16, 2 * LANES_SPLIT_BLOCKS * 64 - 64, 4, 16, 16).splits).toBe(1);
+    expect(lanesSplit(16, 2 * LANES_SPLIT_BLOCKS * 64, 4, 16, 16).splits).toBe(2);
+    // Very long rows: at most LANES_SPLIT_MAX slices, each whole rounds.
+    const long = lanesSplit(8, 4 * 16 * 8 * 1000, 4, 16, 16);
+    expect(long.splits).toBeLessThanOrEqual(LANES_SPLIT_MAX);
+    expect(long.kChunk % 64).toBe(0);
+    expect(long.kChunk * long.splits).toBeGreaterThanOrEqual(4 * 16 * 8 * 1000);
+    expect(long.kChunk * (long.splits - 1)).toBeLessThan(4 * 16 * 8 * 1000);
+  });
+});
+
+let gpu: Gpu;
+let tree: Gpu; // no subgroups: the shared-memory reduction
+let current: Gpu;
+const h = gpuHarness(() => current);
+const { f32Buf, outBuf, expectClose } = h;
+
+beforeAll(async () => {
+  gpu = await createGpu();
+  tree = await createGpu({ disableFeatures: ['subgroups'] });
+  K.tuning.matmul = 'lanes';
+});
+
+afterAll(() => {
+  K.tuning.matmul = 'auto';
+  K.tuning.gemvSplitK = 'auto';
+  h.report('gemv_lanes split errors');
+  gpu?.destroy();
+  tree?.destroy();
+});
+
+type Format = 'bf16' | 'q4' | 'f32';
+
+/** One product through matmul (bf16, q4) or matmulF32 (f32, accumulating with a scale of 0.5). */
+async function product(
+  format: Format,
+  T: number,
+  N: number,
+  Kd: number,
+  accumulate: boolean,
+  seed: number,
+): Promise<{ got: Float32Array; want: Float64Array; dispatches: number }> {
+  const rand = ref.rng(seed);
+  const x = ref.randn(T * Kd, rand);
+  const { w, vals } = h.weight(format, N, Kd, seed + 1);
+  const init = ref.randn(T * N, rand);
+  const out = accumulate ? f32Buf(init, 'out') : outBuf(T * N);
+  const want = new Float64Array(T * N);
+  if (accumulate) want.set(init);
+  const xb = f32Buf(x);
+  const d0 = current.dispatchCount;
+  if (format === 'f32') {
+    K.matmulF32(current, out, xb, w as GPUBuffer, T, N, Kd, accumulate, 0.5);
+    ref.matmulF32(want, x, vals, T, N, Kd, accumulate, 0.5);
+  } else {
+    K.matmul(current, out, xb, w, T, N, Kd, accumulate);
+    ref.matmul(want, x, vals, T, N, Kd, accumulate);
+  }
+  const dispatches = current.dispatchCount - d0;
+  return { got: await current.readF32(out, T * N), want, dispatches };
+}
+
+describe.each([
+  ['subgroups', () => gpu],
+  ['shared memory', () => tree],
+] as const)('gemv_lanes split over K, %s reduction', (_, getGpu) => {
+  beforeAll(() => {
+    current = getGpu();
+  });
+  beforeEach(() => {
+    K.tuning.gemvSplitK = 'auto';
+    K.forgetKernelVariants(current);
+  });
+  // (format, T, N, K, accumulate): every one splits (N over few workgroups, K long).
+  it.each([
+    ['f32', 1, 16, 9728, false], // the LoRA A of down_proj at 4B: 19 slices
+    ['f32', 4, 16, 9732, true], // a short last slice (1 block), accumulate with a scale
+    ['f32', 8, 8, 4096, false], // TMAX 8 (chunks of 256): 16 lanes, 64 rounds
+    ['bf16', 3, 20, 4096, false], // 16 lanes of 8 elements: 32 rounds, 4 slices
+    ['q4', 1, 12, 8192, true], // 16 lanes of 32 elements: 16 rounds, 2 slices
+  ] as const)('%s T=%i N=%i K=%i accumulate=%s', async (format, T, N, Kd, accumulate) => {
+    const name = `${format} T=${T} N=${N} K=${Kd}${accumulate ? ' +=' : ''} ${current === gpu ? 'subgroups' : 'shared'}`;
+    const op = format === 'f32' ? 'matmulF32' : 'matmul';
+    const split = await product(format, T, N, Kd, accumulate, T * 7 + N + Kd);
+    expect(K.kernelVariant(current, op)?.label, name).toContain('gemv.gemv_lanes[');
+    expect(K.kernelVariant(current, `${op}.splitK`)?.label, name).toContain('gemv.gemv_cols_reduce');
+    expect(split.dispatches, name).toBe(2);
+    expectClose(name, split.got, split.want, 2e-6, 1e-6);
+
+    K.tuning.gemvSplitK = 'off';
+    const whole = await product(format, T, N, Kd, accumulate, T * 7 + N + Kd);
+    expect(whole.dispatches, `${name} off`).toBe(1);
+    expectClose(`${name} off`, whole.got, whole.want, 2e-6, 1e-6);
+    // The same sum in another order: within f32 rounding of each other, and not the same bits
+    // everywhere (a split that silently did not happen would be bitwise the unsplit one).
+    expectClose(`${name} split vs off`, split.got, Float64Array.from(whole.got), 2e-6, 1e-6);
+    expect(Array.from(split.got), name).not.toEqual(Array.from(whole.got));
+  });
+  it.each([
+    ['f32', 1, 15, 9728, 'M N not a multiple of 4: the reduce reads vec4s'],
+    ['f32', 2, 16, 956, 'K under two slices of 8 rounds'],
+    ['bf16', 1, 512, 8192, 'enough workgroups of columns'],
+  ] as const)('not split: %s T=%i N=%i K=%i (%s)', async (format, T, N, Kd) => {
+    const name = `${format} T=${T} N=${N} K=${Kd}`;
+    const { got, want, dispatches } = await product(format, T, N, Kd, false, N + Kd);
+    expect(dispatches, name).toBe(1);
+    expect(K.kernelVariant(current, format === 'f32' ? 'matmulF32.splitK' : 'matmul.splitK'), name).toBeUndefined();
+    expectClose(name, got, want, 2e-6, 1e-6);
+  });
+});
