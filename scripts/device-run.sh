@@ -105,12 +105,13 @@ GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 ENC="'$NODE' '$D/bench/decode-encode.mjs' --layers 36"
 run gemv-ab 60 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off; $ENC --batch 1; $ENC --batch 4"
 # attention-ab.log: decode attention (bench/decode-attention-ab.ts), the RMSNorms folded into the
-# decode GEMVs against 'off', one 4B layer, q4, LoRA on (bench/fused-ab.ts --compare normFold), and
+# decode GEMVs against 'off', one 4B layer, q4, LoRA on (bench/fused-ab.ts --compare normFold; then
+# --compare gemvSplitK: the LoRA A products of o_proj and down_proj split over K or not), and
 # the tiled backward's rows: one thread each (HD 128: 512 floats a thread) or split over 4 ('auto'
 # on GPUs).
 # Then the sampling kernel against the one before the radix select (bench/sample-ab.ts, Qwen3's
 # vocabulary and sampling defaults, B = 1 and 4).
-run attention-ab 100 bash -c "'$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/attention-ab.mjs' --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split; '$NODE' '$D/bench/sample-ab.mjs' --old '$D/sample-old.wgsl' --rounds 5"
+run attention-ab 100 bash -c "'$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvSplitK --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/attention-ab.mjs' --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split; '$NODE' '$D/bench/sample-ab.mjs' --old '$D/sample-old.wgsl' --rounds 5"
 # round.log also holds the per-kernel GPU time of a decode step, a prefill and a LoRA step
 # (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
 # warm-up round and one counted round a side, the default game's report and summary lengths).

@@ -154,7 +154,7 @@ function blockGemv(
   const columnsPerGroup = entry === 'rows' ? 64 * base.COLS : base.COLS;
   const maxDim = gpu.limits.maxComputeWorkgroupsPerDimension;
   const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), maxDim);
-  if (entry === 'lanes' && !lora && tuning.gemvSplitK === 'auto' && (M * N) % 4 === 0) {
+  if (entry === 'lanes' && !lora && tuning.gemvSplitK === 'auto' && !autoForCpu(gpu) && (M * N) % 4 === 0) {
     const { kChunk, splits } = lanesSplit(N, K, BLOCK_ELEMS[WEIGHTS], stagedLanes(K, WEIGHTS), columnsPerGroup);
     if (splits > 1) {
       // Each slice of K a workgroup row of its own (wid.z), its partial sums (splits, M, N) in a

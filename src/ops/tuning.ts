@@ -53,8 +53,9 @@ export interface Tuning {
    * workgroups and each lane would walk a long row (the LoRA A products of o_proj and down_proj in
    * decode on GPUs: N = r columns, one workgroup; src/ops/colsSplit.ts lanesSplit): each slice of
    * K is a workgroup of its own, and gemv_cols_reduce adds the slices' partial sums in order.
-   * 'auto' wherever gemv_lanes runs one weight without a LoRA epilogue (within f32 rounding of the
-   * unsplit sum), 'off' never.
+   * 'auto' on GPUs wherever gemv_lanes runs one weight without a LoRA epilogue (within f32
+   * rounding of the unsplit sum; never on CPU adapters, where SwiftShader runs each extra
+   * workgroup's barriers serially: 4-8x slower there), 'off' never.
    */
   gemvSplitK: 'auto' | 'off';
   /**

@@ -50,6 +50,7 @@ beforeAll(async () => {
 
 afterAll(() => {
   K.tuning.matmul = 'auto';
+  K.tuning.autoFor = 'auto';
   K.tuning.gemvSplitK = 'auto';
   h.report('gemv_lanes split errors');
   gpu?.destroy();
@@ -95,6 +96,8 @@ describe.each([
     current = getGpu();
   });
   beforeEach(() => {
+    // A GPU's choices: 'auto' never splits on a CPU adapter (SwiftShader) of its own.
+    K.tuning.autoFor = 'gpu';
     K.tuning.gemvSplitK = 'auto';
     K.forgetKernelVariants(current);
   });
@@ -123,11 +126,18 @@ describe.each([
     expectClose(`${name} split vs off`, split.got, Float64Array.from(whole.got), 2e-6, 1e-6);
     expect(Array.from(split.got), name).not.toEqual(Array.from(whole.got));
   });
+  it("not split on a CPU adapter's own choices (SwiftShader), even with 'lanes' forced", async () => {
+    K.tuning.autoFor = 'auto';
+    const { got, want, dispatches } = await product('f32', 1, 16, 9728, false, 5);
+    expect(dispatches).toBe(1);
+    expect(K.kernelVariant(current, 'matmulF32')?.label).toContain('gemv.gemv_lanes[');
+    expectClose('f32 T=1 N=16 K=9728 CPU adapter', got, want, 2e-6, 1e-6);
+  });
   it.each([
     ['f32', 1, 15, 9728, 'M N not a multiple of 4: the reduce reads vec4s'],
     ['f32', 2, 16, 956, 'K under two slices of 8 rounds'],
     ['bf16', 1, 512, 8192, 'enough workgroups of columns'],
-  ] as const)('not split: %s T=%i N=%i K=%i (%s)', async (format, T, N, Kd) => {
+  ] as const)('not split: %s T=%i N=%i K=%i (%s)', async (format, T, N, Kd, _why) => {
     const name = `${format} T=${T} N=${N} K=${Kd}`;
     const { got, want, dispatches } = await product(format, T, N, Kd, false, N + Kd);
     expect(dispatches, name).toBe(1);
