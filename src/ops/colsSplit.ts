@@ -58,8 +58,8 @@ export interface LanesSplit {
  * How shaders/gemv.wgsl gemv_lanes splits K (tuning.gemvSplitK): when ceil(N / cols) workgroups
  * are fewer than LANES_SPLIT_BELOW and each lane would walk at least two slices' worth of blocks,
  * K is cut into slices of LANES_SPLIT_BLOCKS rounds (more where LANES_SPLIT_MAX caps the count),
- * each a workgroup of its own. Depends on N, K and the lane layout only, not on the rows M, so a
- * row's sum is the same in a batch of any size. `blockElems` is the elements of one block (4 f32,
+ * each a workgroup of its own. Depends on N, K and the lane layout only, not on the rows M (a
+ * batch splits as one row would). `blockElems` is the elements of one block (4 f32,
  * 8 bf16, 32 q4).
  */
 export function lanesSplit(N: number, K: number, blockElems: number, lanes: number, cols: number): LanesSplit {
