@@ -130,7 +130,7 @@ fn pairOf(x0: vec4f, x1: vec4f) -> Pair { return Pair(vec4f(x0.x, x0.z, x1.x, x1
 // The EPP inputs from vec4 xi of x (from vec4 i of the staged chunk: stagedAt, gemv_lanes).
 fn xsAt(xi: u32) -> Pair { return pairOf(a[xi], a[xi + 1u]); }
 #ifdef LANES
-fn stagedAt(i: u32) -> Pair { return pairOf(xs[i], xs[i + 1u]); }
+fn stagedAt(i: u32) -> Pair { return pairOf(xs[swizzled(i)], xs[swizzled(i + 1u)]); }
 #endif
 fn pairDot(q: Pair, x: Pair) -> vec4f { return q.lo * x.lo + q.hi * x.hi; }
 #elif WEIGHTS == q4
@@ -147,7 +147,7 @@ fn part(b: vec4u, s: f32, c: u32) -> Pair {
 }
 fn xsAt(xi: u32) -> Pair { return Pair(a[xi], a[xi + 1u]); }
 #ifdef LANES
-fn stagedAt(i: u32) -> Pair { return Pair(xs[i], xs[i + 1u]); }
+fn stagedAt(i: u32) -> Pair { return Pair(xs[swizzled(i)], xs[swizzled(i + 1u)]); }
 #endif
 fn pairDot(q: Pair, x: Pair) -> vec4f { return q.lo * x.lo + q.hi * x.hi; }
 #elif WEIGHTS == f32
@@ -157,7 +157,7 @@ const PARTS = 1u;
 fn part(b: vec4u, s: f32, c: u32) -> Pair { return Pair(bitcast<vec4f>(b), vec4f(0.0)); }
 fn xsAt(xi: u32) -> Pair { return Pair(a[xi], vec4f(0.0)); }
 #ifdef LANES
-fn stagedAt(i: u32) -> Pair { return Pair(xs[i], vec4f(0.0)); }
+fn stagedAt(i: u32) -> Pair { return Pair(xs[swizzled(i)], vec4f(0.0)); }
 #endif
 fn pairDot(q: Pair, x: Pair) -> vec4f { return q.lo * x.lo; }
 #endif
@@ -228,6 +228,15 @@ const LANES = {{LANES}}u; // threads per output column (a power of two, <= 64)
 const XS = 512u; // vec4s of staged x (8 KB): KCV per row, TMAX rows
 const KCV = XS / TMAX; // whole 16-byte blocks of every format (BE <= 32 elements = 8 vec4s)
 var<workgroup> xs: array<vec4f, XS>;
+// Staged vec4 i lives at xs[swizzled(i)]: the low 3 bits of i XORed with the next 3, a
+// permutation within each aligned group of 8 (no padding, no extra memory). A 16-byte load is
+// served 8 threads at a time, and unswizzled, a q4 column's 8 lanes (block l is vec4s 8 l ..
+// 8 l + 7) would all read the same 4 of the 32 four-byte banks, 8 ways serialized; bf16's (2 l,
+// 2 l + 1) 2 ways. Swizzled, the 8 lanes of a load hit 8 different 4-bank groups (lanes l read
+// vec4 8 l + 2 c + d at 8 l + ((2 c + d) ^ l)): one pass. KCV and the chunk offsets are
+// multiples of 64, so the pattern is the same for every row and chunk; the staging stores of 8
+// consecutive vec4s stay in one group of 8, conflict-free too.
+fn swizzled(i: u32) -> u32 { return i ^ ((i >> 3u) & 7u); }
 var<workgroup> red: array<f32, TMAX * COLS * LANES>; // (TMAX, COLS, LANES), common/gemvlanes.wgsl
 #ifdef NORM
 // The folded RMSNorm (define NORM): out = rstd * sum_k w_k (normW_k x_k), rstd = rsqrt(mean(x^2) +

@@ -38,7 +38,7 @@
         xv *= normWeights(v);
 #endif
       }
-      xs[i] = xv;
+      xs[swizzled(i)] = xv; // shaders/gemv.wgsl swizzled: bank-conflict-free reads
     }
     workgroupBarrier();
     let jb = c0 / (BE / 4u); // the chunk's first block (KCV is a whole number of blocks)
