@@ -19,7 +19,7 @@ D=.device
 mkdir -p "$D/bench" "$D/debs"
 
 # 1. The benchmark entry points, bundled.
-for entry in run gpu-check gemv-ab gemm-f16-ab gemm-ab decode-attention-ab attention-ab fused-ab profile pack-ab sample-ab decode-encode; do
+for entry in run gpu-check gemv-ab gemm-f16-ab gemm-ab decode-attention-ab attention-ab fused-ab profile pack-ab sample-ab shader-ab decode-encode; do
   node_modules/.bin/esbuild "bench/$entry.ts" --bundle --platform=node --format=esm --target=node20 \
     --external:webgpu --log-level=warning --outfile="$D/bench/$entry.mjs" \
     --banner:js="import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);"
@@ -27,6 +27,9 @@ done
 
 # The sampling kernel before the radix select (bench/sample-ab.ts --old): the A/B's baseline.
 git show e432bdf:shaders/sample.wgsl >"$D/sample-old.wgsl"
+# The decode GEMV before its staged x was swizzled (bench/shader-ab.ts --old): that A/B's baseline.
+git show ad6d0c8~1:shaders/gemv.wgsl >"$D/gemv-old.wgsl"
+git show ad6d0c8~1:shaders/common/gemvstaged.wgsl >"$D/gemvstaged-old.wgsl"
 
 # 2. webgpu, linux-x64 only.
 W="$D/node_modules/webgpu"
