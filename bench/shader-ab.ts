@@ -60,7 +60,8 @@ const ops = values.ops.split(',').map((o) => o.trim()) as OpName[];
 for (const o of ops) if (!OP_NAMES.includes(o)) throw new Error(`--ops: "${o}" is not one of ${OP_NAMES.join(', ')}`);
 const rounds = Number(values.rounds),
   minSeconds = Number(values['min-seconds']);
-if (!(Number.isInteger(rounds) && rounds >= 1)) throw new Error(`--rounds must be a positive integer (got "${values.rounds}")`);
+if (!(Number.isInteger(rounds) && rounds >= 1))
+  throw new Error(`--rounds must be a positive integer (got "${values.rounds}")`);
 if (!(minSeconds >= 0)) throw new Error(`--min-seconds must be a number >= 0 (got "${values['min-seconds']}")`);
 if (values.kv !== 'f16' && values.kv !== 'f32') throw new Error(`--kv must be f16 or f32 (got "${values.kv}")`);
 K.resetTuning(K.parseTuning(values.kernels));
@@ -110,10 +111,7 @@ try {
     );
   }
   if (values.json) {
-    writeFileSync(
-      values.json,
-      JSON.stringify({ adapter: adapterName(gpu), old: [...old.keys()], records }, null, 2),
-    );
+    writeFileSync(values.json, JSON.stringify({ adapter: adapterName(gpu), old: [...old.keys()], records }, null, 2));
   }
 } finally {
   for (const [, g] of sides) g.destroy();
