@@ -27,9 +27,13 @@ done
 
 # The sampling kernel before the radix select (bench/sample-ab.ts --old): the A/B's baseline.
 git show e432bdf:shaders/sample.wgsl >"$D/sample-old.wgsl"
-# The decode GEMV before its staged x was swizzled (bench/shader-ab.ts --old): that A/B's baseline.
+# The decode GEMV's files before its staged x was swizzled (ad6d0c8~1), and after that but before
+# the q4 nibbles lost their integer conversions and the per-weight scale (ad6d0c8): the baselines of
+# bench/shader-ab.ts --old in scripts/device-run.sh.
 git show ad6d0c8~1:shaders/gemv.wgsl >"$D/gemv-old.wgsl"
 git show ad6d0c8~1:shaders/common/gemvstaged.wgsl >"$D/gemvstaged-old.wgsl"
+git show ad6d0c8:shaders/gemv.wgsl >"$D/gemv-sw.wgsl"
+git show ad6d0c8:shaders/common/gemvstaged.wgsl >"$D/gemvstaged-sw.wgsl"
 
 # 2. webgpu, linux-x64 only.
 W="$D/node_modules/webgpu"

@@ -141,9 +141,7 @@ const PARTS = 4u;
 // Word c of a block (elements 8c..8c+7, nibble j = element 8c + j), times the block's scale s.
 fn part(b: vec4u, s: f32, c: u32) -> Pair {
   let word = b[c];
-  let lo = vec4i((vec4u(word, word >> 4u, word >> 8u, word >> 12u) & vec4u(0xfu))) - vec4i(8);
-  let hi = vec4i((vec4u(word >> 16u, word >> 20u, word >> 24u, word >> 28u) & vec4u(0xfu))) - vec4i(8);
-  return Pair(vec4f(lo) * s, vec4f(hi) * s);
+  return Pair(q4Low(word) * s, q4High(word) * s);
 }
 fn xsAt(xi: u32) -> Pair { return Pair(a[xi], a[xi + 1u]); }
 #ifdef LANES

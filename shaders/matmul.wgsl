@@ -290,9 +290,7 @@ fn loadB8(e: u32) -> array<vec4<TE>, 2> {
   let word = w[wi >> 2u][wi & 3u];
   let si = q4ScaleBase() + (e >> 6u); // the 8 share one group of 32
   let s = f16ToF32((w[si >> 2u][si & 3u] >> (16u * ((e >> 5u) & 1u))) & 0xffffu);
-  let lo = vec4f(vec4i(vec4u(word, word >> 4u, word >> 8u, word >> 12u) & vec4u(0xfu)) - vec4i(8)) * s;
-  let hi = vec4f(vec4i(vec4u(word >> 16u, word >> 20u, word >> 24u, word >> 28u) & vec4u(0xfu)) - vec4i(8)) * s;
-  return array(vec4<TE>(lo), vec4<TE>(hi));
+  return array(vec4<TE>(q4Low(word) * s), vec4<TE>(q4High(word) * s));
 #elif WEIGHTS == f32
   return array(vec4<TE>(bitcast<vec4f>(w[e >> 2u])), vec4<TE>(bitcast<vec4f>(w[(e >> 2u) + 1u])));
 #endif

@@ -47,12 +47,19 @@
       let b = w{{WI}}[wbase + j];
       let s = blockScale{{WI}}(wbase + j);
       let xo = (j - jb) * (BE / 4u);
+      // The block's sums over its PARTS parts of unscaled weights, then times its scale once per
+      // row (q4: 4 parts; bf16 and f32 have one part and a scale of 1, so acc gets the same sums).
+      // Zeroed explicitly: a var declared in a loop without an initializer kept the previous
+      // iteration's value on SwiftShader and lavapipe (shaders/matmul.wgsl F16 says the same).
+      var blk: array<f32, TMAX>;
+      for (var t = 0u; t < TMAX; t++) { blk[t] = 0.0; }
       for (var c = 0u; c < PARTS; c++) {
-        let q = part(b, s, c);
+        let q = part(b, 1.0, c);
         for (var t = 0u; t < TMAX; t++) {
-          acc[t] += dot(pairDot(q, stagedAt(t * KCV + xo + c * (EPP / 4u))), vec4f(1.0));
+          blk[t] += dot(pairDot(q, stagedAt(t * KCV + xo + c * (EPP / 4u))), vec4f(1.0));
         }
       }
+      for (var t = 0u; t < TMAX; t++) { acc[t] += s * blk[t]; }
     }
   }
 #ifdef NORM
