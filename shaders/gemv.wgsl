@@ -223,7 +223,11 @@ fn gemv_rows_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
 // the workgroup's COLS columns share one staged copy of x (common/gemvstaged.wgsl), so x crosses
 // from global memory once per workgroup, not once per column.
 const LANES = {{LANES}}u; // threads per output column (a power of two, <= 64)
-const XS = 512u; // vec4s of staged x (8 KB): KCV per row, TMAX rows
+// vec4s of staged x, KCV per row for TMAX rows: 1024 (16 KB) where the device's workgroup memory
+// holds it beside the reduction's TMAX KB, else 512 (src/ops/forward.ts stagedVec4s). Each chunk
+// costs two barriers and a global load of x before its weights: the larger chunk halves them
+// (Qwen3-4B's down_proj at B = 4: 10 chunks instead of 19).
+const XS = {{XS}}u;
 const KCV = XS / TMAX; // whole 16-byte blocks of every format (BE <= 32 elements = 8 vec4s)
 var<workgroup> xs: array<vec4f, XS>;
 // Staged vec4 i lives at xs[swizzled(i)]: the low 3 bits of i XORed with the next 3, a

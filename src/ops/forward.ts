@@ -119,9 +119,26 @@ function blockGemvFits(x: GPUBuffer, w: GPUBuffer, WEIGHTS: WeightFormat, M: num
 const stagedLanes = (K: number, WEIGHTS: WeightFormat) =>
   Math.min(16, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, K / BLOCK_ELEMS[WEIGHTS] / 8)))));
 
+/**
+ * gemv_lanes' staged x in vec4s (define XS, a power of two): 1024 (16 KB) where the device's
+ * workgroup memory also holds the lane reduction's TMAX KB, else 512 (8 KB: the WebGPU default of
+ * 16 KB holds it at TMAX 8). Fewer, longer chunks: fewer barriers and x loads between weight loads.
+ */
+function stagedVec4s(gpu: Gpu, TMAX: number): number {
+  return 1024 * 16 + TMAX * 1024 <= gpu.limits.maxComputeWorkgroupStorageSize ? 1024 : 512;
+}
+
 function lanesDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, K: number) {
   const LANES = stagedLanes(K, WEIGHTS);
-  return { WEIGHTS, TMAX: tmaxFor(M), LANES, COLS: 256 / LANES, ...subgroupDefines(useSubgroups(gpu)) };
+  const TMAX = tmaxFor(M);
+  return {
+    WEIGHTS,
+    TMAX,
+    LANES,
+    COLS: 256 / LANES,
+    XS: stagedVec4s(gpu, TMAX),
+    ...subgroupDefines(useSubgroups(gpu)),
+  };
 }
 
 /**
