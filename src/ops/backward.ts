@@ -118,7 +118,7 @@ export function ropeBackward(
 
 /** A tree's keyEnd buffer: T u32, and a GPU whose tiled kernels take it. */
 function checkTree(gpu: Gpu, op: string, keyEnd: GPUBuffer, T: number, HD: number): void {
-  checkSize(keyEnd, T * 4, `${op} keyEnd`);
+  checkSize(keyEnd, T * 4, () => `${op} keyEnd`);
   check(
     treeAttentionSupported(gpu, HD),
     () =>
@@ -205,7 +205,7 @@ export function attentionBackward(
     [k, NKV, 'k'],
     [v, NKV, 'v'],
   ] as const)
-    checkSize(buf, T * n * HD * 4, `attentionBackward ${what}`);
+    checkSize(buf, T * n * HD * 4, () => `attentionBackward ${what}`);
   checkSize(lse, T * NH * 4, 'attentionBackward lse');
   distinct('attentionBackward', dq, dk, dv, dout, out, lse, q, k, v, ...(keyEnd ? [keyEnd] : []));
   if (T === 0) return;
@@ -248,7 +248,7 @@ export function siluMulBackward(
     [gate, 'gate'],
     [up, 'up'],
   ] as const) {
-    checkSize(buf, n * 4, `siluMulBackward ${what}`);
+    checkSize(buf, n * 4, () => `siluMulBackward ${what}`);
   }
   distinct('siluMulBackward', dgate, dup, dout, gate, up);
   gpu.dispatch(

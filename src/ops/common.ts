@@ -159,9 +159,12 @@ export function check(cond: boolean, msg: string | (() => string)): void {
 
 // The message only when it fails: this runs for every buffer of every dispatch, and a buffer's
 // label is a call into the WebGPU binding (its size is read once, bufferSize).
-export function checkSize(buf: GPUBuffer, bytes: number, what: string): void {
+export function checkSize(buf: GPUBuffer, bytes: number, what: string | (() => string)): void {
   const size = bufferSize(buf);
-  if (size < bytes) throw new RangeError(`${what}: buffer '${buf.label}' has ${size} bytes, needs ${bytes}`);
+  if (size < bytes) {
+    const name = typeof what === 'string' ? what : what(); // a function: built only on failure
+    throw new RangeError(`${name}: buffer '${buf.label}' has ${size} bytes, needs ${bytes}`);
+  }
 }
 
 export const bf16Bytes = (n: number) => Math.ceil(n / 2) * 4;

@@ -592,8 +592,8 @@ export function rotate(
   theta: number,
 ): void {
   check(HD % 2 === 0, () => `${op}: HD=${HD} must be even`);
-  checkSize(x, T * H * HD * 4, `${op} x`);
-  checkSize(pos, T * 4, `${op} pos`);
+  checkSize(x, T * H * HD * 4, () => `${op} x`);
+  checkSize(pos, T * 4, () => `${op} pos`);
   const inv = invFreqBuffer(gpu, HD, theta);
   gpu.dispatch(gpu.kernel('rope', entry), [x, pos, inv], Math.ceil((T * H * HD) / 2 / ELEMS_PER_WG), [T, H, HD]);
 }
@@ -657,9 +657,9 @@ function checkPaging(
     () => `${op}: pagesPerSlot ${kv.pagesPerSlot} != ceil(maxT ${kv.maxT} / ${kv.pageSize})`,
   );
   check(kv.dtype === 'f32' || HD % 2 === 0, () => `${op}: f16 KV needs an even HD (got ${HD})`);
-  checkSize(kCache, kvPoolBytes(kv, NKV, HD), `${op} kCache`);
-  checkSize(vCache, kvPoolBytes(kv, NKV, HD), `${op} vCache`);
-  checkSize(pageTable, kv.pagesPerSlot * 4, `${op} pageTable`);
+  checkSize(kCache, kvPoolBytes(kv, NKV, HD), () => `${op} kCache`);
+  checkSize(vCache, kvPoolBytes(kv, NKV, HD), () => `${op} vCache`);
+  checkSize(pageTable, kv.pagesPerSlot * 4, () => `${op} pageTable`);
   check(kCache !== vCache, () => `${op}: kCache and vCache must differ`);
   return Math.log2(kv.pageSize);
 }
@@ -832,7 +832,7 @@ export function matmulGroupF32(
   norm?: FoldedNorm,
 ): void {
   groupChecks('matmulGroupF32', outs, x, ws.length, T, Ns, K, norm).forEach((_, i) =>
-    checkSize(ws[i], Ns[i] * K * 4, `matmulGroupF32 w ${i}`),
+    checkSize(ws[i], Ns[i] * K * 4, () => `matmulGroupF32 w ${i}`),
   );
   if (T === 0) return;
   if (norm && groupVariant(gpu, x, ws, 'f32', T, Ns, K, true) !== 'lanes') {
@@ -879,9 +879,9 @@ export function matmulEachF32(
       `matmulEachF32: needs 2 or 3 weights, one output, one x and one N each (got ${G} weights, ${outs.length} outputs, ${xs.length} xs, ${Ns.length} Ns)`,
   );
   for (let i = 0; i < G; i++) {
-    checkSize(outs[i], T * Ns[i] * 4, `matmulEachF32 out ${i}`);
-    checkSize(xs[i], T * K * 4, `matmulEachF32 x ${i}`);
-    checkSize(ws[i], Ns[i] * K * 4, `matmulEachF32 w ${i}`);
+    checkSize(outs[i], T * Ns[i] * 4, () => `matmulEachF32 out ${i}`);
+    checkSize(xs[i], T * K * 4, () => `matmulEachF32 x ${i}`);
+    checkSize(ws[i], Ns[i] * K * 4, () => `matmulEachF32 w ${i}`);
     check(
       T * Math.max(Ns[i], K) < 2 ** 32 && Ns[i] * K < 2 ** 32,
       () => `matmulEachF32: weight ${i} sizes overflow u32 indexing`,
@@ -965,7 +965,7 @@ function groupChecks(
   norm?: FoldedNorm,
 ): number[] {
   if (norm) {
-    checkSize(norm.w, bf16Bytes(K), `${op} norm w`);
+    checkSize(norm.w, bf16Bytes(K), () => `${op} norm w`);
     distinct(op, x, norm.w, ...outs);
   }
   check(
@@ -973,9 +973,9 @@ function groupChecks(
     () =>
       `${op}: needs 2 or 3 weights, one output and one N each (got ${G} weights, ${outs.length} outputs, ${Ns.length} Ns)`,
   );
-  checkSize(x, T * K * 4, `${op} x`);
+  checkSize(x, T * K * 4, () => `${op} x`);
   for (let i = 0; i < G; i++) {
-    checkSize(outs[i], T * Ns[i] * 4, `${op} out ${i}`);
+    checkSize(outs[i], T * Ns[i] * 4, () => `${op} out ${i}`);
     check(
       T * Math.max(Ns[i], K) < 2 ** 32 && Ns[i] * K < 2 ** 32,
       () => `${op}: weight ${i} sizes overflow u32 indexing`,

@@ -74,7 +74,7 @@ export function adamw(
     ['m', m],
     ['v', v],
   ] as const)
-    checkSize(buf, n * 4, `adamw ${name}`);
+    checkSize(buf, n * 4, () => `adamw ${name}`);
   check(new Set([param, grad, m, v]).size === 4, 'adamw: param, grad, m and v must be four buffers');
   check(Number.isInteger(hp.step) && hp.step >= 1, () => `adamw: step ${hp.step} must be an integer >= 1`);
   check(
