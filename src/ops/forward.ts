@@ -123,12 +123,14 @@ const stagedLanes = (K: number, WEIGHTS: WeightFormat) =>
  * gemv_lanes' staged x in vec4s (define XS, a power of two): 1024 (16 KB) where the device's
  * workgroup memory also holds the lane reduction's TMAX KB, else 512 (8 KB: the WebGPU default of
  * 16 KB holds it at TMAX 8). Fewer, longer chunks: fewer barriers and x loads between weight loads.
+ * With a folded norm (define NORM) 512: its rstd tree over a row's chunk grows with XS, and on
+ * lavapipe those pipelines took 2.7x longer to compile at 1024 (test/ops/normFold.test.ts).
  */
-function stagedVec4s(gpu: Gpu, TMAX: number): number {
-  return 1024 * 16 + TMAX * 1024 <= gpu.limits.maxComputeWorkgroupStorageSize ? 1024 : 512;
+function stagedVec4s(gpu: Gpu, TMAX: number, norm: boolean): number {
+  return !norm && 1024 * 16 + TMAX * 1024 <= gpu.limits.maxComputeWorkgroupStorageSize ? 1024 : 512;
 }
 
-function lanesDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, K: number) {
+function lanesDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, K: number, norm = false) {
   const LANES = stagedLanes(K, WEIGHTS);
   const TMAX = tmaxFor(M);
   return {
@@ -136,7 +138,7 @@ function lanesDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, K: number) {
     TMAX,
     LANES,
     COLS: 256 / LANES,
-    XS: stagedVec4s(gpu, TMAX),
+    XS: stagedVec4s(gpu, TMAX, norm),
     ...subgroupDefines(useSubgroups(gpu)),
   };
 }
@@ -169,8 +171,7 @@ function blockGemv(
   // 9728 x 2560: 4 took half the time of 1 at M = 1 and 4, and 0.8x the time of 2 at M = 8 (bf16 and q4).
   const base = entry === 'rows' ? { WEIGHTS, TMAX, COLS: 4 } : lanesDefines(gpu, WEIGHTS, M, K);
   const columnsPerGroup = entry === 'rows' ? 64 * base.COLS : base.COLS;
-  const maxDim = gpu.limits.maxComputeWorkgroupsPerDimension;
-  const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), maxDim);
+  const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), gpu.limits.maxComputeWorkgroupsPerDimension);
   if (entry === 'lanes' && !lora && tuning.gemvSplitK === 'auto' && !autoForCpu(gpu) && (M * N) % 4 === 0) {
     const { kChunk, splits } = lanesSplit(N, K, BLOCK_ELEMS[WEIGHTS], stagedLanes(K, WEIGHTS), columnsPerGroup);
     if (splits > 1) {
@@ -183,16 +184,8 @@ function blockGemv(
         [x0, y0, splits],
         [M, N, K, 0, f32(1), kChunk, 0, M * N],
       );
-      const n4 = (M * N) / 4;
-      const [r0, r1] = splitGrid(Math.ceil(n4 / 64), maxDim);
-      gpu.dispatch(
-        // Recorded as its own op, so that kernelVariant(gpu, op) still names the GEMV that ran.
-        opKernel(gpu, `${op}.splitK`, 'gemv', 'gemv_cols_reduce', { WEIGHTS: 'f32', TMAX: 1, COLS: 1 }),
-        [out, partials],
-        [r0, r1],
-        [M, n4, splits, accumulate ? 1 : 0, f32(scale), 0, 0, 0],
-      );
-      gpu.releaseBuffer(partials); // safe: later users of the recycled buffer are encoded after these reads
+      // Recorded as its own op, so that kernelVariant(gpu, op) still names the GEMV that ran.
+      reducePartials(gpu, `${op}.splitK`, out, partials, M, N, splits, accumulate, scale);
       return;
     }
   }
@@ -246,8 +239,7 @@ function gemvCols(
   scale: number,
 ): void {
   const { TMAX, zRows, groups, kChunk, splits } = colsSplit(M, N, K);
-  const maxDim = gpu.limits.maxComputeWorkgroupsPerDimension;
-  const [x0, y0] = splitGrid(groups, maxDim);
+  const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
   const kernel = opKernel(gpu, op, 'gemv', 'gemv_cols', { WEIGHTS, TMAX, COLS: 1 });
   if (splits === 1) {
     gpu.dispatch(kernel, [out, a, w], [x0, y0, zRows], [M, N, K, accumulate ? 1 : 0, f32(scale), kChunk, zRows, 0]);
@@ -255,15 +247,35 @@ function gemvCols(
   }
   const partials = gpu.createBuffer(splits * M * N * 4, `${op}.splitPartials`); // (splits, M, N) f32
   gpu.dispatch(kernel, [partials, a, w], [x0, y0, zRows * splits], [M, N, K, 0, f32(1), kChunk, zRows, M * N]);
+  reducePartials(gpu, op, out, partials, M, N, splits, accumulate, scale);
+}
+
+/**
+ * out (M, N) (+)= scale * the sum of `splits` partial products (splits, M, N) f32, in split order
+ * (shaders/gemv.wgsl gemv_cols_reduce: M N % 4 == 0), recorded as `record` (kernelVariant); then
+ * releases the pooled partials, which is safe: later users of the recycled buffer are encoded
+ * after these reads.
+ */
+function reducePartials(
+  gpu: Gpu,
+  record: string,
+  out: GPUBuffer,
+  partials: GPUBuffer,
+  M: number,
+  N: number,
+  splits: number,
+  accumulate: boolean,
+  scale: number,
+): void {
   const n4 = (M * N) / 4;
-  const [r0, r1] = splitGrid(Math.ceil(n4 / 64), maxDim);
+  const [r0, r1] = splitGrid(Math.ceil(n4 / 64), gpu.limits.maxComputeWorkgroupsPerDimension);
   gpu.dispatch(
-    opKernel(gpu, op, 'gemv', 'gemv_cols_reduce', { WEIGHTS: 'f32', TMAX: 1, COLS: 1 }),
+    opKernel(gpu, record, 'gemv', 'gemv_cols_reduce', { WEIGHTS: 'f32', TMAX: 1, COLS: 1 }),
     [out, partials],
     [r0, r1],
     [M, n4, splits, accumulate ? 1 : 0, f32(scale), 0, 0, 0],
   );
-  gpu.releaseBuffer(partials); // safe: later users of the recycled buffer are encoded after these reads
+  gpu.releaseBuffer(partials);
 }
 
 /** matmul's and matmulGroup's variant: tuning.matmul, or for 'auto' 'blocks' on CPU adapters, 'lanes' for T <= GEMV_MAX_T on GPUs, else 'tiled'. */
@@ -457,16 +469,8 @@ function gemmTiled(
     [...grid, slices],
     [M, N, R, 0, ...strides, f32(1), rSlice],
   );
-  const n4 = (M * N) / 4;
-  const [r0, r1] = splitGrid(Math.ceil(n4 / 64), gpu.limits.maxComputeWorkgroupsPerDimension);
-  gpu.dispatch(
-    // Recorded as its own op, so that kernelVariant(gpu, op) still names the GEMM that ran.
-    opKernel(gpu, `${op}.splitK`, 'gemv', 'gemv_cols_reduce', { WEIGHTS: 'f32', TMAX: 1, COLS: 1 }),
-    [out, partials],
-    [r0, r1],
-    [M, n4, slices, accumulate ? 1 : 0, f32(scale), 0, 0, 0],
-  );
-  gpu.releaseBuffer(partials); // safe: later users of the recycled buffer are encoded after these reads
+  // Recorded as its own op, so that kernelVariant(gpu, op) still names the GEMM that ran.
+  reducePartials(gpu, `${op}.splitK`, out, partials, M, N, slices, accumulate, scale);
 }
 
 /**
@@ -1013,7 +1017,7 @@ function groupGemv(
   const [N1, N2 = 0] = Ns.slice(1);
   if (variant === 'lanes') {
     const defines = {
-      ...lanesDefines(gpu, WEIGHTS, T, K),
+      ...lanesDefines(gpu, WEIGHTS, T, K, norm !== undefined),
       GROUP: G,
       ...(norm ? { NORM: 1 } : {}),
     };
