@@ -225,9 +225,8 @@ fn gemv_rows_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
 const LANES = {{LANES}}u; // threads per output column (a power of two, <= 64)
 // vec4s of staged x, KCV per row for TMAX rows: 1024 (16 KB) where the device's workgroup memory
 // holds it beside the reduction's TMAX KB and no norm is folded, else 512 (src/ops/forward.ts
-// stagedVec4s). Each chunk
-// costs two barriers and a global load of x before its weights: the larger chunk halves them
-// (Qwen3-4B's down_proj at B = 4: 10 chunks instead of 19).
+// stagedVec4s). Each chunk costs two barriers and a global load of x before its weights: the
+// larger chunk halves them (Qwen3-4B's down_proj at B = 4: 10 chunks instead of 19).
 const XS = {{XS}}u;
 const KCV = XS / TMAX; // whole 16-byte blocks of every format (BE <= 32 elements = 8 vec4s)
 var<workgroup> xs: array<vec4f, XS>;

@@ -7,7 +7,7 @@
 // 16-byte blocks per step. Columns past {{WN}} read the last row (never stored): every thread
 // reaches every barrier. With define NORM, x is staged times the norm's weights and each sum
 // scaled by its row's rstd at the end (gemv.wgsl normScales).
-// Split over K (p.kChunk > 0, gemv_lanes only, never with NORM: src/ops/forward.ts laneSplit):
+// Split over K (p.kChunk > 0, gemv_lanes only, never with NORM: src/ops/colsSplit.ts lanesSplit):
 // workgroup z takes elements [z kChunk, (z + 1) kChunk) of each row, kChunk a whole number of
 // LANES-block rounds, so block j still falls to lane j % LANES; common/gemvlanes.wgsl stores its
 // partial sums p.splitStride * z further on, for gemv_cols_reduce to add in split order.
