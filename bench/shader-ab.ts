@@ -1,11 +1,12 @@
 // `npx tsx bench/shader-ab.ts --old NAME=FILE[,NAME=FILE...] [--ops gemv] [--full] [--rounds 3]
-//   [--min-seconds 0.2] [--kv f16] [--kernels name=value,...] [--json FILE]`
+//   [--min-seconds 0.2] [--kv f16] [--kernels name=value,...] [--gemv NxK] [--json FILE]`
 // Shader files against earlier versions of them, side by side in one process: two devices on the
 // same adapter, 'old' reading each named shader (`gemv`, `common/gemvstaged`: the name under
 // shaders/ without .wgsl) from its FILE (e.g. `git show ad6d0c8~1:shaders/gemv.wgsl >
 // /tmp/gemv.wgsl`) and every other one from the checkout, 'new' the checkout alone. The same op
 // microbenchmarks (bench/ops.ts: --ops of gemv, gemm, attention, decode-attention, at the quick
-// shapes or --full Qwen3-4B ones) run on each, alternated old new old new for --rounds, so that
+// shapes or --full Qwen3-4B ones; --gemv NxK sets the GEMV's weight shape, e.g. 2560x9728 for
+// down_proj, whose 160 workgroups are few for a large GPU) run on each, alternated old new old new for --rounds, so that
 // drift in the machine's load hits both; each record is the mean over calls filling
 // --min-seconds (at most 100). Prints every record, then per record the old / new ratio of the
 // medians and of the minima (> 1: the new files are faster) with the new side's GB/s. The old
@@ -31,6 +32,7 @@ const { values } = parseArgs({
     'min-seconds': { type: 'string', default: '0.2' },
     kv: { type: 'string', default: 'f16' },
     kernels: { type: 'string', default: '' },
+    gemv: { type: 'string' },
     json: { type: 'string' },
   },
 });
@@ -65,6 +67,14 @@ if (!(Number.isInteger(rounds) && rounds >= 1))
 if (!(minSeconds >= 0)) throw new Error(`--min-seconds must be a number >= 0 (got "${values['min-seconds']}")`);
 if (values.kv !== 'f16' && values.kv !== 'f32') throw new Error(`--kv must be f16 or f32 (got "${values.kv}")`);
 K.resetTuning(K.parseTuning(values.kernels));
+const shapes = { ...OP_SHAPES[values.full ? 'full' : 'quick'] };
+if (values.gemv !== undefined) {
+  const m = /^(\d+)x(\d+)$/.exec(values.gemv);
+  if (!m || Number(m[1]) < 1 || Number(m[2]) < 1)
+    throw new Error(`--gemv must be NxK, the weight's rows and columns (e.g. 2560x9728; got "${values.gemv}")`);
+  shapes.gemvN = Number(m[1]);
+  shapes.gemvK = Number(m[2]);
+}
 
 const sides: [string, Gpu][] = [
   ['old', await createGpu({ shaderSource: (name) => old.get(name) ?? shaderSource(name) })],
@@ -74,14 +84,14 @@ try {
   const [, gpu] = sides[1]!;
   console.log(
     `${adapterName(gpu)}; old: ${[...old.keys()].join(', ')} from --old, the rest from the checkout; ` +
-      `ops ${ops.join(',')}, ${values.full ? 'full' : 'quick'} shapes, ${rounds} rounds alternated` +
+      `ops ${ops.join(',')}, ${values.full ? 'full' : 'quick'} shapes${values.gemv ? ` (GEMV ${values.gemv})` : ''}, ${rounds} rounds alternated` +
       (values.kernels ? `; --kernels ${values.kernels}` : ''),
   );
   const records: Record<string, BenchRecord[]> = { old: [], new: [] };
   for (let round = 0; round < rounds; round++) {
     for (const [side, g] of sides) {
       const rs = await benchOps(g, {
-        shapes: OP_SHAPES[values.full ? 'full' : 'quick'],
+        shapes,
         ops,
         kv: values.kv,
         minSeconds,

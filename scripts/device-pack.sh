@@ -34,6 +34,9 @@ git show ad6d0c8~1:shaders/gemv.wgsl >"$D/gemv-old.wgsl"
 git show ad6d0c8~1:shaders/common/gemvstaged.wgsl >"$D/gemvstaged-old.wgsl"
 git show ad6d0c8:shaders/gemv.wgsl >"$D/gemv-sw.wgsl"
 git show ad6d0c8:shaders/common/gemvstaged.wgsl >"$D/gemvstaged-sw.wgsl"
+# And the files before each lane loaded LU blocks ahead (40e0b4a): one block a step.
+git show 40e0b4a:shaders/gemv.wgsl >"$D/gemv-lu1.wgsl"
+git show 40e0b4a:shaders/common/gemvstaged.wgsl >"$D/gemvstaged-lu1.wgsl"
 
 # 2. webgpu, linux-x64 only.
 W="$D/node_modules/webgpu"

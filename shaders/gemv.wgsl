@@ -229,6 +229,12 @@ const LANES = {{LANES}}u; // threads per output column (a power of two, <= 64)
 // larger chunk halves them (Qwen3-4B's down_proj at B = 4: 10 chunks instead of 19).
 const XS = {{XS}}u;
 const KCV = XS / TMAX; // whole 16-byte blocks of every format (BE <= 32 elements = 8 vec4s)
+// Weight blocks a lane loads before it uses any (common/gemvstaged.wgsl): a loop of one load and
+// its FMAs leaves each thread one 16-byte read in flight, and the bytes in flight (threads x 16)
+// then cap the bandwidth where few workgroups run (o_proj and down_proj at 4B: 160 of them, about
+// 41K threads, 0.65 MB in flight against the several MB an HBM GPU needs). The same sums in the
+// same order as one block a step: bitwise the same results.
+const LU = 4u;
 var<workgroup> xs: array<vec4f, XS>;
 // Staged vec4 i lives at xs[swizzled(i)]: the low 3 bits of i XORed with the next 3, a
 // permutation within each aligned group of 8 (no padding, no extra memory). A 16-byte load is

@@ -4,7 +4,7 @@
 // which reduces acc. Holds workgroup barriers: include it in uniform control flow.
 // x is staged KCV vec4s per row at a time (rows past M as zeros); within a chunk lane l takes
 // blocks l, l + LANES, ... of its column's row, so a column's LANES lanes read LANES neighbouring
-// 16-byte blocks per step. Columns past {{WN}} read the last row (never stored): every thread
+// 16-byte blocks per step, LU steps' loads issued together (gemv.wgsl LU). Columns past {{WN}} read the last row (never stored): every thread
 // reaches every barrier. With define NORM, x is staged times the norm's weights and each sum
 // scaled by its row's rstd at the end (gemv.wgsl normScales).
 // Split over K (p.kChunk > 0, gemv_lanes only, never with NORM: src/ops/colsSplit.ts lanesSplit):
@@ -43,23 +43,36 @@
     workgroupBarrier();
     let jb = c0 / (BE / 4u); // the chunk's first block (KCV is a whole number of blocks)
     let je = min(kv1 / (BE / 4u), jb + KCV / (BE / 4u));
-    for (var j = jb + lane; j < je; j += LANES) {
-      let b = w{{WI}}[wbase + j];
-      let s = blockScale{{WI}}(wbase + j);
-      let xo = (j - jb) * (BE / 4u);
-      // The block's sums over its PARTS parts of unscaled weights, then times its scale once per
-      // row (q4: 4 parts; bf16 and f32 have one part and a scale of 1, so acc gets the same sums).
-      // Zeroed explicitly: a var declared in a loop without an initializer kept the previous
-      // iteration's value on SwiftShader and lavapipe (shaders/matmul.wgsl F16 says the same).
-      var blk: array<f32, TMAX>;
-      for (var t = 0u; t < TMAX; t++) { blk[t] = 0.0; }
-      for (var c = 0u; c < PARTS; c++) {
-        let q = part(b, 1.0, c);
-        for (var t = 0u; t < TMAX; t++) {
-          blk[t] += dot(pairDot(q, stagedAt(t * KCV + xo + c * (EPP / 4u))), vec4f(1.0));
+    // LU blocks a step, all LU loads issued before any is used (gemv.wgsl LU). A lane past the
+    // chunk's end loads its last block again (clamped; cached) and skips the sums.
+    for (var j0 = jb + lane; j0 < je; j0 += LANES * LU) {
+      var wb: array<vec4u, LU>;
+      var ws: array<f32, LU>;
+      for (var u = 0u; u < LU; u++) {
+        let jl = min(j0 + u * LANES, je - 1u);
+        wb[u] = w{{WI}}[wbase + jl];
+        ws[u] = blockScale{{WI}}(wbase + jl);
+      }
+      for (var u = 0u; u < LU; u++) {
+        let j = j0 + u * LANES;
+        if (j < je) {
+          let xo = (j - jb) * (BE / 4u);
+          // The block's sums over its PARTS parts of unscaled weights, then times its scale once
+          // per row (q4: 4 parts; bf16 and f32 have one part and a scale of 1, so acc gets the
+          // same sums). Zeroed explicitly: a var declared in a loop without an initializer kept
+          // the previous iteration's value on SwiftShader and lavapipe (shaders/matmul.wgsl F16
+          // says the same).
+          var blk: array<f32, TMAX>;
+          for (var t = 0u; t < TMAX; t++) { blk[t] = 0.0; }
+          for (var c = 0u; c < PARTS; c++) {
+            let q = part(wb[u], 1.0, c);
+            for (var t = 0u; t < TMAX; t++) {
+              blk[t] += dot(pairDot(q, stagedAt(t * KCV + xo + c * (EPP / 4u))), vec4f(1.0));
+            }
+          }
+          for (var t = 0u; t < TMAX; t++) { acc[t] += ws[u] * blk[t]; }
         }
       }
-      for (var t = 0u; t < TMAX; t++) { acc[t] += s * blk[t]; }
     }
   }
 #ifdef NORM

@@ -103,6 +103,20 @@ export const MAX_PARAM_DISPATCHES_PER_SUBMIT = 2048;
 /** Bind groups kept for reuse (Gpu.bindGroup): a few decode steps' worth of dispatches. */
 const BIND_GROUP_CACHE = 16384;
 
+/**
+ * Gpu.bindGroup's cache: a Map per level, keyed by the pipeline, then each bound buffer in order,
+ * then the params chunk; the last level maps the params slot's offset (-1 without params) to the
+ * bind group.
+ */
+type BindGroupTrie = Map<object | number, BindGroupTrie | GPUBindGroup>;
+
+/** The child of `node` under `key`, made empty when missing. */
+function childOf(node: BindGroupTrie, key: object): BindGroupTrie {
+  let child = node.get(key) as BindGroupTrie | undefined;
+  if (!child) node.set(key, (child = new Map()));
+  return child;
+}
+
 const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
 
 export async function createGpu(opts: CreateGpuOptions = {}): Promise<Gpu> {
@@ -180,10 +194,9 @@ export class Gpu {
   submitCount = 0;
   /** Bind groups created since creation; a repeated dispatch (same kernel, buffers and params slot) reuses its own. */
   bindGroupCount = 0;
-  private bindGroups = new Map<string, GPUBindGroup>();
+  private bindGroups: BindGroupTrie = new Map();
+  private cachedBindGroups = 0;
   private profiler: Profiler | null = null;
-  private objectIds = new WeakMap<object, number>();
-  private nextObjectId = 1;
   /**
    * Bytes of released buffers kept for reuse; older ones are destroyed after each submit. Besides
    * this cap, a createBuffer that finds no free buffer of its size destroys every free buffer
@@ -555,25 +568,26 @@ export class Gpu {
 
   // ---- 3. internals -------------------------------------------------------------------------
 
-  private idOf(o: object): number {
-    let id = this.objectIds.get(o);
-    if (id === undefined) this.objectIds.set(o, (id = this.nextObjectId++));
-    return id;
-  }
-
   /**
    * The bind group of (kernel, buffers, params slot), made once: the uniform arena hands out the
    * same slots in the same order every batch, so the dispatches of a repeated step (a decode
-   * step, a layer of the same shapes) find theirs. Keys hold object identities, and a buffer is
+   * step, a layer of the same shapes) find theirs. The cache is a trie of Maps keyed by the
+   * objects themselves (pipeline, then each buffer, then the params chunk) and the slot's offset:
+   * a lookup is a few identity-hashed Map reads, with no key string built per dispatch (that
+   * string took about a fifth of a decode step's encoding, bench/decode-encode.ts). A buffer is
    * never reused once destroyed, so a stale entry can never match; the cache is dropped when it
-   * passes BIND_GROUP_CACHE entries.
+   * passes BIND_GROUP_CACHE bind groups.
    */
   private bindGroup(kernel: Kernel, buffers: readonly GPUBuffer[], slot: GPUBufferBinding | null): GPUBindGroup {
-    let key = `${this.idOf(kernel.pipeline)}`;
-    for (const b of buffers) key += `,${this.idOf(b)}`;
-    if (slot) key += `|${this.idOf(slot.buffer)}@${slot.offset}`;
-    let group = this.bindGroups.get(key);
+    let node = this.bindGroupNode(kernel, buffers, slot);
+    const leaf = slot ? (slot.offset ?? 0) : -1;
+    let group = node.get(leaf) as GPUBindGroup | undefined;
     if (!group) {
+      if (this.cachedBindGroups >= BIND_GROUP_CACHE) {
+        this.bindGroups = new Map();
+        this.cachedBindGroups = 0;
+        node = this.bindGroupNode(kernel, buffers, slot);
+      }
       const entries: GPUBindGroupEntry[] = buffers.map((buffer, i) => ({ binding: i + 1, resource: { buffer } }));
       if (slot) entries.push({ binding: 0, resource: slot });
       group = this.device.createBindGroup({
@@ -582,10 +596,17 @@ export class Gpu {
         label: kernel.label,
       });
       this.bindGroupCount++;
-      if (this.bindGroups.size >= BIND_GROUP_CACHE) this.bindGroups.clear();
-      this.bindGroups.set(key, group);
+      node.set(leaf, group);
+      this.cachedBindGroups++;
     }
     return group;
+  }
+
+  /** The trie node under which (kernel, buffers, slot's chunk) keep their bind groups by slot offset. */
+  private bindGroupNode(kernel: Kernel, buffers: readonly GPUBuffer[], slot: GPUBufferBinding | null): BindGroupTrie {
+    let node = childOf(this.bindGroups, kernel.pipeline);
+    for (let i = 0; i < buffers.length; i++) node = childOf(node, buffers[i]!);
+    return slot ? childOf(node, slot.buffer) : node;
   }
 
   private getEncoder(): GPUCommandEncoder {

@@ -28,6 +28,12 @@ struct SetParams { i: u32, value: f32 }
 @compute @workgroup_size(1)
 fn set_one() { out[p.i] = p.value; }
 
+@group(0) @binding(2) var<storage, read_write> src: array<f32>; // (n) f32
+
+// out[p.i] = src[p.i] + p.value: two storage buffers, bound in the order the dispatch gives them.
+@compute @workgroup_size(1)
+fn add_from() { out[p.i] = src[p.i] + p.value; }
+
 @group(0) @binding(1) var<storage, read_write> ids: array<u32>; // (n) u32
 
 // ids[i] = i + 1 for the linear workgroup id, so a wrong or missing part of the grid shows.
@@ -206,6 +212,41 @@ describe('launch', () => {
     // Next flush reuses the same uniform buffers with new values.
     for (let i = 0; i < n; i++) gpu.dispatch(k, [out], 1, [i, f32(i)]);
     expect(Array.from(await gpu.readF32(out, n))).toEqual(Array.from({ length: n }, (_, i) => i));
+  });
+
+  it('makes a bind group once per (kernel, buffers in order, params slot) and finds it again the next batch', async () => {
+    const [a, b, c, d] = ['a', 'b', 'c', 'd'].map((n) => gpu.createBuffer(16, `bind-${n}`)) as [
+      GPUBuffer,
+      GPUBuffer,
+      GPUBuffer,
+      GPUBuffer,
+    ];
+    for (const buf of [a, b, c]) gpu.write(buf, new Float32Array(4)); // pooled buffers may hold old values
+    gpu.write(d, new Float32Array([0, 100, 0, 0]));
+    const set = gpu.kernel('test', 'set_one'),
+      add = gpu.kernel('test', 'add_from'),
+      ids = gpu.kernel('test', 'write_ids');
+    // One batch: a params slot each, in order; write_ids has no params.
+    const batch = async (first: GPUBuffer, second: GPUBuffer, src: GPUBuffer, v: number) => {
+      const g0 = gpu.bindGroupCount;
+      gpu.dispatch(set, [first], 1, [0, f32(v)]);
+      gpu.dispatch(set, [second], 1, [0, f32(v + 1)]);
+      gpu.dispatch(add, [a, src], 1, [1, f32(10)]); // a[1] = src[1] + 10
+      gpu.dispatch(add, [b, a], 1, [1, f32(20)]); // b[1] = a[1] + 20
+      gpu.dispatch(ids, [c], 1);
+      const made = gpu.bindGroupCount - g0;
+      const [ga, gb, gc] = [await gpu.readF32(a, 2), await gpu.readF32(b, 2), await gpu.readU32(c, 1)];
+      return { made, a: Array.from(ga), b: Array.from(gb), c: gc[0] };
+    };
+    expect(await batch(a, b, b, 1)).toEqual({ made: 5, a: [1, 10], b: [2, 30], c: 1 });
+    // The same dispatches after a submit: the arena hands out the same slots, every group is found.
+    expect(await batch(a, b, b, 3)).toEqual({ made: 0, a: [3, 40], b: [4, 60], c: 1 });
+    // The first two slots now bind the other buffers: two new groups, the rest found.
+    expect(await batch(b, a, b, 5)).toEqual({ made: 2, a: [6, 70], b: [5, 90], c: 1 });
+    // The same slot, kernel and first buffer with another second buffer: a group of its own.
+    expect(await batch(b, a, d, 7)).toEqual({ made: 1, a: [8, 110], b: [7, 130], c: 1 });
+    expect(await batch(b, a, b, 9)).toEqual({ made: 0, a: [10, 140], b: [9, 160], c: 1 });
+    for (const buf of [a, b, c, d]) gpu.releaseBuffer(buf);
   });
 
   it('splits more than 65535 workgroups over an x/y grid', async () => {
