@@ -52,13 +52,24 @@ export function splitGrid(n: number, maxPerDim: number): [number, number, number
   return [Math.ceil(n / y), y, 1];
 }
 
+/** PipelineCache's lookup by call order: a Map per level, the kernel under KERNEL at the end. */
+type KeyTrie = Map<unknown, unknown>;
+const CONSTANTS = Symbol('constants'); // between the defines and the constants
+const KERNEL = Symbol('kernel');
+
+function trieChild(node: KeyTrie, key: unknown): KeyTrie {
+  let child = node.get(key) as KeyTrie | undefined;
+  if (!child) node.set(key, (child = new Map()));
+  return child;
+}
+
 /**
  * Pipelines cached by (shader, entry, defines, constants); shader modules cached by their
  * preprocessed text, so variants that expand to the same WGSL share one module.
  */
 export class PipelineCache {
   private pipelines = new Map<string, Kernel>();
-  private byCallOrder = new Map<string, Kernel>();
+  private byCallOrder: KeyTrie = new Map();
   private modules = new Map<string, GPUShaderModule>();
 
   /** Pipelines created so far (each a compile: the first use of a kernel variant). */
@@ -75,16 +86,17 @@ export class PipelineCache {
 
   get(shader: string, entry: string, defines: Defines = {}, constants: Constants = {}): Kernel {
     // Looked up first by the defines in the caller's order (no sort: this runs for every
-    // dispatch); a miss there finds or makes the kernel under the sorted key, so one variant is
-    // one pipeline whatever order its defines come in.
-    let quick = shader + ':' + entry + ':';
-    for (const k in defines) quick += k + '=' + defines[k] + ',';
-    quick += ':';
-    for (const k in constants) quick += k + '=' + constants[k] + ',';
-    const seen = this.byCallOrder.get(quick);
+    // dispatch), in a trie of Maps over shader, entry, then each define's name and value and each
+    // constant's (no key string built per call); a miss there finds or makes the kernel under the
+    // sorted key, so one variant is one pipeline whatever order its defines come in.
+    let node = trieChild(trieChild(this.byCallOrder, shader), entry);
+    for (const k in defines) node = trieChild(trieChild(node, k), defines[k]);
+    node = trieChild(node, CONSTANTS);
+    for (const k in constants) node = trieChild(trieChild(node, k), constants[k]);
+    const seen = node.get(KERNEL) as Kernel | undefined;
     if (seen) return seen;
     const kernel = this.getSorted(shader, entry, defines, constants);
-    this.byCallOrder.set(quick, kernel);
+    node.set(KERNEL, kernel);
     return kernel;
   }
 
