@@ -4,9 +4,10 @@
 // which reduces acc. Holds workgroup barriers: include it in uniform control flow.
 // x is staged KCV vec4s per row at a time (rows past M as zeros); within a chunk lane l takes
 // blocks l, l + LANES, ... of its column's row, so a column's LANES lanes read LANES neighbouring
-// 16-byte blocks per step, LU steps' loads issued together (gemv.wgsl LU). Columns past {{WN}} read the last row (never stored): every thread
-// reaches every barrier. With define NORM, x is staged times the norm's weights and each sum
-// scaled by its row's rstd at the end (gemv.wgsl normScales).
+// 16-byte blocks per step, LU steps' loads issued together (gemv.wgsl LU). Columns past {{WN}}
+// read the last row (never stored): every thread reaches every barrier. With define NORM, x is
+// staged times the norm's weights and each sum scaled by its row's rstd at the end (gemv.wgsl
+// normScales).
 // Split over K (p.kChunk > 0, gemv_lanes only, never with NORM: src/ops/colsSplit.ts lanesSplit):
 // workgroup z takes elements [z kChunk, (z + 1) kChunk) of each row, kChunk a whole number of
 // LANES-block rounds, so block j still falls to lane j % LANES; common/gemvlanes.wgsl stores its
