@@ -1,5 +1,5 @@
 // `npx tsx bench/fused-ab.ts [--reps 3] [--steps 4] [--shapes tiny,4b-layer] [--weights bf16|q4] [--ops]
-//   [--compare fusions|normFold|loraFold|gemvSplitK] [--kernels name=value,...]`
+//   [--compare fusions|normFold|loraFold|siluFold|gemvSplitK] [--kernels name=value,...]`
 // The decode fusions side by side on this machine's adapter: Qwen3Model.forward with the fused
 // q/k/v and gate/up GEMVs (K.matmulGroup) and q/k norm + RoPE + KV write in one kernel
 // (K.qkNormRopeKv), against the kernels they replace (K.fusions.enabled = false), runs alternated
@@ -7,7 +7,9 @@
 // sides, the RMSNorms folded into the group GEMVs (tuning.normFold 'auto') against 'off'; the fold
 // runs where those GEMVs are gemv_lanes (GPUs; on a CPU adapter add `--kernels matmul=lanes`).
 // `--compare loraFold`: the o_proj and down_proj LoRA B products in their GEMVs' stores
-// (tuning.loraFold 'auto') against their own dispatches ('off'). `--compare gemvSplitK`: the
+// (tuning.loraFold 'auto') against their own dispatches ('off'). `--compare siluFold`: the
+// SwiGLU activation formed inside down_proj's GEMVs (tuning.siluFold 'auto') against silu_mul's
+// own dispatch ('off'). `--compare gemvSplitK`: the
 // GEMV split over K where its columns make few workgroups (tuning.gemvSplitK 'auto': the o_proj and
 // down_proj LoRA A products, N = r) against one workgroup walking the row ('off').
 // `--kernels` sets kernel switches for both sides (the CLI's --kernels text). LoRA (r 16) on
@@ -40,8 +42,8 @@ const { values } = parseArgs({
     kernels: { type: 'string', default: '' },
   },
 });
-if (!['fusions', 'normFold', 'loraFold', 'gemvSplitK'].includes(values.compare)) {
-  throw new Error(`--compare must be fusions, normFold, loraFold or gemvSplitK (got "${values.compare}")`);
+if (!['fusions', 'normFold', 'loraFold', 'siluFold', 'gemvSplitK'].includes(values.compare)) {
+  throw new Error(`--compare must be fusions, normFold, loraFold, siluFold or gemvSplitK (got "${values.compare}")`);
 }
 const baseTuning = K.parseTuning(values.kernels);
 /** Side A (on: the fusions, the folded norms or the folded LoRA B products) or side B. */
@@ -50,6 +52,7 @@ function setSide(on: boolean): void {
   if (values.compare === 'fusions') K.fusions.enabled = on;
   else if (values.compare === 'normFold') K.tuning.normFold = on ? 'auto' : 'off';
   else if (values.compare === 'loraFold') K.tuning.loraFold = on ? 'auto' : 'off';
+  else if (values.compare === 'siluFold') K.tuning.siluFold = on ? 'auto' : 'off';
   else K.tuning.gemvSplitK = on ? 'auto' : 'off';
 }
 const SHAPES: Record<string, TinyCheckpointOptions> = {

@@ -21,7 +21,8 @@ enable subgroups;
 //   2 or 3 weights (GROUP), as gemv_rows_group. Define NORM: the RMSNorm before the product
 //   folded in (x the residual stream; see normScales). Define LORA (one weight, no norm): a LoRA
 //   branch's B product added in the store (loraTerm). Define XEACH (gemv_lanes_group, no NORM):
-//   each weight multiplies its own x (a, a1, a2).
+//   each weight multiplies its own x (a, a1, a2). Define SILU (gemv_lanes, no norm): x is
+//   silu(a) * aUp, formed as it is staged (siluTimes).
 // Measured on SwiftShader (2 cores), bf16 9728 x 2560: x staged in workgroup memory did not pay
 // there (+20-45% CPU time: barriers, and its reads are per-lane gathers like storage reads);
 // COLS = 4 took half the CPU time of COLS = 1 (each x read serves 4 columns).
@@ -103,6 +104,24 @@ fn loraTerm(o: u32) -> f32 {
   var s = 0.0;
   for (var j = 0u; j < p.loraR; j++) { s += loraU[t * p.loraR + j] * loraB[n * p.loraR + j]; }
   return p.loraScale * s;
+}
+#endif
+
+#ifdef SILU
+// The SwiGLU activation folded into the product (define SILU, gemv_lanes only, no norm: down_proj
+// and its LoRA A product in decode, src/ops/forward.ts matmul's and matmulF32's `up`): a is the
+// gate, and x = silu(gate) * up is formed as it is staged, the expression of shaders/
+// elementwise.wgsl silu_mul_forward per component (bitwise the separate kernel's x). up binds
+// after the LoRA branch's two buffers, else right after the weights.
+#ifdef LORA
+@group(0) @binding(6) var<storage, read> aUp: array<vec4f>; // (M, K)
+#else
+@group(0) @binding(4) var<storage, read> aUp: array<vec4f>; // (M, K)
+#endif
+
+// silu(g) * u, g / (1 + e^-g) * u as silu_mul_forward writes it.
+fn siluTimes(g: vec4f, u: vec4f) -> vec4f {
+  return g / (1.0 + exp(-g)) * u;
 }
 #endif
 

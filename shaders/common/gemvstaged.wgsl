@@ -7,7 +7,7 @@
 // 16-byte blocks per step, LU steps' loads issued together (gemv.wgsl LU). Columns past {{WN}}
 // read the last row (never stored): every thread reaches every barrier. With define NORM, x is
 // staged times the norm's weights and each sum scaled by its row's rstd at the end (gemv.wgsl
-// normScales).
+// normScales). With define SILU, x is silu(a) * aUp (gemv.wgsl siluTimes).
 // Split over K (p.kChunk > 0, gemv_lanes only, never with NORM: src/ops/colsSplit.ts lanesSplit):
 // workgroup z takes elements [z kChunk, (z + 1) kChunk) of each row, kChunk a whole number of
 // LANES-block rounds, so block j still falls to lane j % LANES; common/gemvlanes.wgsl stores its
@@ -29,8 +29,10 @@
       let v = c0 + i % KCV;
       var xv = vec4f(0.0);
       if (t < p.M && v < kv1) {
-#ifdef XEACH
+#if defined(XEACH)
         xv = a{{WI}}[t * xr + v]; // each weight its own x (gemv.wgsl XEACH)
+#elif defined(SILU)
+        xv = siluTimes(a[t * xr + v], aUp[t * xr + v]); // x = silu(gate) * up (gemv.wgsl SILU)
 #else
         xv = a[t * xr + v];
 #endif

@@ -178,6 +178,7 @@ export class Qwen3Model {
     // y (+)= x W^T, plus the LoRA branch s (x A^T) B^T when the adapter targets this projection:
     // its A product first, then the B product inside the projection's GEMV where that takes it
     // (K.matmul's `lora`: decode), so a LoRA projection is two dispatches, not three.
+    // With `up`, xIn is the MLP's gate and the products take silu(gate) * up (K.foldsSilu).
     const proj = (
       y: GPUBuffer,
       xIn: GPUBuffer,
@@ -186,12 +187,13 @@ export class Qwen3Model {
       N: number,
       Kd: number,
       accumulate = false,
+      up?: GPUBuffer,
     ) => {
       const p = lora?.get(l, target);
-      if (!p) return K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate);
+      if (!p) return K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, undefined, up);
       const r = lora!.settings.r;
-      K.matmulF32(gpu, u!, xIn, p.A, T, r, Kd);
-      K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, { u: u!, B: p.B, r, scale: lora!.scale });
+      K.matmulF32(gpu, u!, xIn, p.A, T, r, Kd, false, 1, up);
+      K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, { u: u!, B: p.B, r, scale: lora!.scale }, up);
     };
     // Projections of h = rmsNorm(x, normW) sharing one read of it (q/k/v, gate/up): one fused GEMV
     // dispatch in decode (K.matmulGroup), then each target's LoRA branch on its own output.
@@ -239,6 +241,7 @@ export class Qwen3Model {
       }
     };
 
+    const siluFold = K.foldsSilu(gpu, T);
     if (onGpu) K.embedPicked(gpu, x, onGpu.buffer, ids, w.embed, T, C, V, onGpu.buffer.size / 4);
     else K.embed(gpu, x, ids, w.embed, T, C, V);
     for (l = 0; l < cfg.numLayers; l++) {
@@ -277,8 +280,13 @@ export class Qwen3Model {
       proj(x, att, lw.oProj, 'o_proj', C, NH * HD, true);
       // x = x + down(silu(gate(h)) * up(h))
       projGroup(lw.postNorm, [gate, up], [lw.gateProj, lw.upProj], ['gate_proj', 'up_proj'], [I, I]);
-      K.siluMul(gpu, act, gate, up, T * I);
-      proj(x, act, lw.downProj, 'down_proj', C, I, true);
+      // down_proj over silu(gate) * up: formed inside its GEMVs where they take it (K.foldsSilu),
+      // else by its own kernel first.
+      if (siluFold) proj(x, gate, lw.downProj, 'down_proj', C, I, true, up);
+      else {
+        K.siluMul(gpu, act, gate, up, T * I);
+        proj(x, act, lw.downProj, 'down_proj', C, I, true);
+      }
     }
     if (rows.length > 0) {
       const R = rows.length;

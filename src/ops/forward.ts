@@ -165,11 +165,18 @@ function blockGemv(
   accumulate: boolean,
   scale: number,
   lora?: LoraEpilogue,
+  up?: GPUBuffer,
 ): void {
   const TMAX = tmaxFor(M);
   // gemv_rows' columns per thread: each read of x then serves COLS columns. On SwiftShader, bf16
   // 9728 x 2560: 4 took half the time of 1 at M = 1 and 4, and 0.8x the time of 2 at M = 8 (bf16 and q4).
-  const base = entry === 'rows' ? { WEIGHTS, TMAX, COLS: 4 } : lanesDefines(gpu, WEIGHTS, M, K);
+  check(!up || entry === 'lanes', () => `${op}: a folded SwiGLU needs gemv_lanes`); // the callers check first
+  const base =
+    entry === 'rows'
+      ? { WEIGHTS, TMAX, COLS: 4 }
+      : up
+        ? { ...lanesDefines(gpu, WEIGHTS, M, K), SILU: 1 }
+        : lanesDefines(gpu, WEIGHTS, M, K);
   const columnsPerGroup = entry === 'rows' ? 64 * base.COLS : base.COLS;
   const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), gpu.limits.maxComputeWorkgroupsPerDimension);
   if (entry === 'lanes' && !lora && tuning.gemvSplitK === 'auto' && !autoForCpu(gpu) && (M * N) % 4 === 0) {
@@ -180,7 +187,7 @@ function blockGemv(
       const partials = gpu.createBuffer(splits * M * N * 4, `${op}.lanesPartials`);
       gpu.dispatch(
         opKernel(gpu, op, 'gemv', 'gemv_lanes', base),
-        [partials, x, w],
+        up ? [partials, x, w, up] : [partials, x, w],
         [x0, y0, splits],
         [M, N, K, 0, f32(1), kChunk, 0, M * N],
       );
@@ -192,7 +199,7 @@ function blockGemv(
   const params = [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0];
   gpu.dispatch(
     opKernel(gpu, op, 'gemv', `gemv_${entry}`, lora ? { ...base, LORA: 1 } : base),
-    lora ? [out, x, w, lora.u, lora.B] : [out, x, w],
+    lora ? (up ? [out, x, w, lora.u, lora.B, up] : [out, x, w, lora.u, lora.B]) : up ? [out, x, w, up] : [out, x, w],
     [x0, y0, entry === 'rows' ? Math.ceil(M / TMAX) : 1],
     lora ? [...params, lora.r, f32(lora.scale)] : params,
   );
@@ -366,11 +373,16 @@ export function matmul(
   K: number,
   accumulate = false,
   lora?: LoraEpilogue,
+  up?: GPUBuffer,
 ): void {
   checkSize(out, T * N * 4, 'matmul out');
   checkSize(x, T * K * 4, 'matmul x');
   const wb = checkWeight(w, N, K, 'matmul w');
   check(out !== x, 'matmul: out and x must differ');
+  if (up) {
+    checkSize(up, T * K * 4, 'matmul up');
+    distinct('matmul', out, x, up);
+  }
   check(T * Math.max(N, K) < 2 ** 32 && N * K < 2 ** 32, 'matmul: sizes overflow u32 indexing');
   if (lora) {
     check(
@@ -389,11 +401,16 @@ export function matmul(
   // bindings fit.
   const fold = tuning.loraFold !== 'off' && fusions.enabled && gpu.limits.maxStorageBuffersPerShaderStage >= 5;
   const inStore = fold ? lora : undefined;
+  if (up && !(variant === 'lanes' && siluFits(gpu, x, up, wb, WEIGHTS, T, N, K, inStore ? 6 : 4))) {
+    withSilu(gpu, x, up, T, K, (act) => matmul(gpu, out, act, w, T, N, K, accumulate, lora));
+    return;
+  }
   if ((variant === 'blocks' || variant === 'lanes') && blockGemvFits(x, wb, WEIGHTS, T, N, K)) {
     const entry = variant === 'blocks' ? 'rows' : 'lanes';
     // Recorded as its own op when the LoRA rides along, so kernelVariant(gpu, 'matmul') still
     // names the plain products (the LM head's).
-    blockGemv(gpu, inStore ? 'matmulLora' : 'matmul', entry, out, x, wb, WEIGHTS, T, N, K, accumulate, 1, inStore);
+    const op = inStore ? 'matmulLora' : 'matmul';
+    blockGemv(gpu, op, entry, out, x, wb, WEIGHTS, T, N, K, accumulate, 1, inStore, up);
     if (lora && !inStore) matmulF32(gpu, out, lora.u, lora.B, T, N, lora.r, true, lora.scale);
     return;
   }
@@ -549,11 +566,69 @@ export function matmulF32(
   K: number,
   accumulate = false,
   scale = 1,
+  up?: GPUBuffer,
 ): void {
   checkSize(out, T * N * 4, 'matmulF32 out');
   checkSize(x, T * K * 4, 'matmulF32 x');
   checkSize(w, N * K * 4, 'matmulF32 w');
+  if (up) {
+    checkSize(up, T * K * 4, 'matmulF32 up');
+    distinct('matmulF32', out, x, w, up);
+    check(T * Math.max(N, K) < 2 ** 32 && N * K < 2 ** 32, 'matmulF32: sizes overflow u32 indexing');
+    if (T === 0 || N === 0) return;
+    if (gemmVariant(gpu, T, true) === 'lanes' && siluFits(gpu, x, up, w, 'f32', T, N, K, 4))
+      blockGemv(gpu, 'matmulF32', 'lanes', out, x, w, 'f32', T, N, K, accumulate, scale, undefined, up);
+    else withSilu(gpu, x, up, T, K, (act) => matmulF32(gpu, out, act, w, T, N, K, accumulate, scale));
+    return;
+  }
   gemm(gpu, 'matmulF32', out, x, w, 'f32', T, N, K, [K, 1, K, 1], accumulate, scale);
+}
+
+/**
+ * Whether down_proj's products take the SwiGLU activation inside their GEMVs (tuning.siluFold:
+ * shaders/gemv.wgsl SILU): matmul's and matmulF32's `up` then run gemv_lanes over the gate and up
+ * directly (decode on GPUs), and the caller runs no siluMul. Where a shape does not fit, those ops
+ * still take `up`, forming the activation first themselves.
+ */
+export function foldsSilu(gpu: Gpu, T: number): boolean {
+  return (
+    tuning.siluFold !== 'off' &&
+    fusions.enabled &&
+    T > 0 &&
+    T <= GEMV_MAX_T &&
+    matmulVariant(gpu, T) === 'lanes' &&
+    gemmVariant(gpu, T, true) === 'lanes'
+  );
+}
+
+/** Whether gemv_lanes takes x = silu(gate) * up for this product, with `bindings` storage buffers. */
+function siluFits(
+  gpu: Gpu,
+  gate: GPUBuffer,
+  up: GPUBuffer,
+  w: GPUBuffer,
+  WEIGHTS: WeightFormat,
+  T: number,
+  N: number,
+  K: number,
+  bindings: number,
+): boolean {
+  return (
+    tuning.siluFold !== 'off' &&
+    fusions.enabled &&
+    T <= GEMV_MAX_T &&
+    bindings <= gpu.limits.maxStorageBuffersPerShaderStage &&
+    blockGemvFits(gate, w, WEIGHTS, T, N, K) &&
+    wholeVec4Bytes(up) >= T * K * 4
+  );
+}
+
+/** run(act) with act = silu(gate) * up in a pooled buffer (a folded SwiGLU's fallback). */
+function withSilu(gpu: Gpu, gate: GPUBuffer, up: GPUBuffer, T: number, K: number, run: (act: GPUBuffer) => void): void {
+  const act = gpu.createBuffer(T * K * 4, 'siluAct');
+  siluMul(gpu, act, gate, up, T * K);
+  run(act);
+  gpu.releaseBuffer(act); // safe: later users of the recycled buffer are encoded after these reads
 }
 
 // inv_freq_i = 1 / theta^(2i/HD) rounded to f32, as HF computes it; cached per (Gpu, HD, theta).

@@ -79,6 +79,13 @@ export interface Tuning {
    */
   loraFold: 'auto' | 'off';
   /**
+   * The MLP's SwiGLU activation, silu(gate) * up, formed inside down_proj's GEMV and its LoRA A
+   * product as they stage x (shaders/gemv.wgsl SILU; the same expression, so bitwise the separate
+   * kernel's products), one dispatch fewer per layer and no activation written: 'auto' wherever
+   * those run gemv_lanes (decode on GPUs), 'off' never.
+   */
+  siluFold: 'auto' | 'off';
+  /**
    * Whose choices 'auto' makes in the switches above: the adapter's own ('auto': CPU adapters,
    * i.e. SwiftShader, lavapipe, llvmpipe and WARP, get theirs, every other adapter a GPU's), or a
    * GPU's ('gpu') or a CPU adapter's ('cpu') whatever the adapter. 'gpu' runs the kernels a real
@@ -101,6 +108,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   attentionBackward: 'auto',
   normFold: 'auto',
   loraFold: 'auto',
+  siluFold: 'auto',
   autoFor: 'auto',
 };
 
@@ -117,6 +125,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   attentionBackward: ['auto', 'split', 'row'],
   normFold: ['auto', 'off'],
   loraFold: ['auto', 'off'],
+  siluFold: ['auto', 'off'],
   autoFor: ['auto', 'gpu', 'cpu'],
 };
 

@@ -6,7 +6,8 @@
 // LoRA A products of q/k/v and of gate/up fused too, K.matmulGroupF32), 10 with 'lanes' (their B
 // products too, K.matmulEachF32). With 'lanes' the two
 // RMSNorms also fold into those GEMVs (tuning.normFold): 2 dispatches fewer, logits within f32
-// rounding of 'off'; an adapter on part of a group keeps that group's norm.
+// rounding of 'off'; an adapter on part of a group keeps that group's norm. With 'lanes' the
+// SwiGLU activation folds into down_proj's GEMVs (tuning.siluFold): 1 dispatch fewer, bitwise.
 // Run: npx vitest run test/model/fusedDecode.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -116,6 +117,7 @@ describe.each([
     // comparisons below.
     K.tuning.normFold = 'off';
     K.tuning.loraFold = 'off';
+    K.tuning.siluFold = 'off';
     const fused = await decode(model);
     expect(K.kernelVariant(gpu, 'matmulGroup')?.label).toContain(
       { auto: 'gemv.gemv_rows_group', gemv: 'matmul.matmul_gemv_group', lanes: 'gemv.gemv_lanes_group' }[matmul],
@@ -171,6 +173,19 @@ describe.each([
     }
     for (let s = 0; s < fused.dispatches.length; s++)
       expect(folded.dispatches[s] - loraFolded.dispatches[s]).toBe(gemvFile ? 2 * LAYERS : 0);
+    // The SwiGLU fold (tuning.siluFold 'auto'): with 'lanes' down_proj's GEMV and its LoRA A
+    // product form silu(gate) * up as they stage x (no silu_mul dispatch: 1 fewer per layer), the
+    // logits bitwise those of the separate kernel; elsewhere nothing changes.
+    K.tuning.siluFold = 'auto';
+    const siluFolded = await decode(model);
+    if (matmul === 'lanes') {
+      expect(K.kernelVariant(gpu, 'matmulLora')?.label).toContain('SILU=1');
+      expect(K.kernelVariant(gpu, 'matmulF32')?.label).toContain('SILU=1');
+    } else expect(K.kernelVariant(gpu, 'matmulLora')?.label ?? '').not.toContain('SILU');
+    for (let s = 0; s < fused.logits.length; s++)
+      expect(siluFolded.logits[s], `step ${s}`).toEqual(loraFolded.logits[s]);
+    for (let s = 0; s < fused.dispatches.length; s++)
+      expect(loraFolded.dispatches[s] - siluFolded.dispatches[s]).toBe(matmul === 'lanes' ? LAYERS : 0);
     adapter.destroy();
   });
 });
