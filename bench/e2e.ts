@@ -4,6 +4,7 @@
 import type { Gpu } from '../src/gpu/index.ts';
 import { QWEN3_PRESETS, type Qwen3Config } from '../src/model/config.ts';
 import { Qwen3Model, type Qwen3Weights } from '../src/model/qwen3.ts';
+import { decodeSteps } from '../src/model/generate.ts';
 import * as K from '../src/ops/index.ts';
 import { LoraAdapter } from '../src/model/lora.ts';
 import { initLora, loraConfig } from '../src/model/peft.ts';
@@ -233,6 +234,7 @@ export async function benchModel(
           );
         }
       }
+      const sampling = { temperature: 0.7, topK: 20, topP: 0.8 }; // Qwen3's generation defaults
       for (const B of batches) {
         const slots = Array.from({ length: B }, (_, b) => b);
         const sampled = gpu.createBuffer(B * 4, 'ids');
@@ -244,7 +246,7 @@ export async function benchModel(
               { ids: slots.map((b) => b + 1), slots, positions: slots.map(() => P), logitRows: slots },
               cache,
             );
-            K.sample(gpu, sampled, logits, B, c.vocabSize, { temperature: 0.7, topK: 20, topP: 0.8 }, 0, 0);
+            K.sample(gpu, sampled, logits, B, c.vocabSize, sampling, 0, 0);
             return logits;
           },
           reps,
@@ -258,6 +260,38 @@ export async function benchModel(
           B,
           B * tokenFlops(c, P + 1, true),
           wBytes + kvBytes + B * c.vocabSize * 4 * 2,
+        );
+        // The same steps as generate and the SpyRL rollouts run them (decodeSteps, ahead decoding):
+        // the sampled ids fed back on the GPU, step n + 1 encoded and submitted before step n's ids
+        // are read, so the CPU's reading and encoding overlap the GPU's work. The record above
+        // waits for each step before encoding the next (its latency); this one is the stream's
+        // rate: the time from the first sample to the last token read, over its `reps` forward
+        // steps (reps + 1 samples: the first one's cost counts against it). A loop of one step
+        // first compiles its kernels (the sampling of rows, the ids picked on the GPU).
+        const loop = async (steps: number): Promise<number> => {
+          const first = model.forward(
+            { ids: slots.map((b) => b + 1), slots, positions: slots.map(() => P), logitRows: slots },
+            cache,
+          );
+          await gpu.sync();
+          // Positions P + 1 .. P + steps, inside the cache's P + D + 1.
+          const seqs = slots.map((b) => ({ slot: b, promptLength: P + 1, maxTokens: steps + 1, seed: 1, row: b }));
+          let tokens = 0;
+          const t0 = performance.now();
+          for await (const step of decodeSteps(model, cache, first, seqs, sampling, [], true)) tokens += step.length;
+          const seconds = (performance.now() - t0) / 1000;
+          if (tokens !== B * (steps + 1)) throw new Error(`decode loop: ${tokens} tokens, expected ${B * (steps + 1)}`);
+          return seconds;
+        };
+        await loop(1);
+        const tLoop = (await loop(reps)) / reps;
+        report(
+          `decode B=${B} @ctx ${P} (LoRA, generate loop)`,
+          tLoop,
+          reps,
+          B,
+          B * tokenFlops(c, P + reps / 2, true),
+          wBytes + B * c.numLayers * 2 * (P + reps / 2) * c.numKvHeads * c.headDim * kvElem + B * c.vocabSize * 4 * 2,
         );
       }
     } finally {

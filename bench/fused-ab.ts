@@ -1,5 +1,5 @@
 // `npx tsx bench/fused-ab.ts [--reps 3] [--steps 4] [--shapes tiny,4b-layer] [--weights bf16|q4] [--ops]
-//   [--compare fusions|normFold|loraFold|siluFold|gemvSplitK] [--kernels name=value,...]`
+//   [--compare fusions|normFold|loraFold|siluFold|gemvSplitK|gemvWideLanes] [--kernels name=value,...]`
 // The decode fusions side by side on this machine's adapter: Qwen3Model.forward with the fused
 // q/k/v and gate/up GEMVs (K.matmulGroup) and q/k norm + RoPE + KV write in one kernel
 // (K.qkNormRopeKv), against the kernels they replace (K.fusions.enabled = false), runs alternated
@@ -12,6 +12,9 @@
 // own dispatch ('off'). `--compare gemvSplitK`: the
 // GEMV split over K where its columns make few workgroups (tuning.gemvSplitK 'auto': the o_proj and
 // down_proj LoRA A products, N = r) against one workgroup walking the row ('off').
+// `--compare gemvWideLanes`: up to 64 lanes a column where the GEMV's columns make few workgroups
+// and it does not split (tuning.gemvWideLanes 'auto': the q/k/v and gate/up LoRA A products with
+// their folded norm) against the 16 lanes of their row length alone ('off').
 // `--kernels` sets kernel switches for both sides (the CLI's --kernels text). LoRA (r 16) on
 // every projection, as a SpyRL policy decodes. Per shape and batch B (1 and 4): dispatches per
 // decode step and the median seconds per step (forward + logits read), then the ratio unfused /
@@ -42,8 +45,9 @@ const { values } = parseArgs({
     kernels: { type: 'string', default: '' },
   },
 });
-if (!['fusions', 'normFold', 'loraFold', 'siluFold', 'gemvSplitK'].includes(values.compare)) {
-  throw new Error(`--compare must be fusions, normFold, loraFold, siluFold or gemvSplitK (got "${values.compare}")`);
+const COMPARES = ['fusions', 'normFold', 'loraFold', 'siluFold', 'gemvSplitK', 'gemvWideLanes'];
+if (!COMPARES.includes(values.compare)) {
+  throw new Error(`--compare must be one of ${COMPARES.join(', ')} (got "${values.compare}")`);
 }
 const baseTuning = K.parseTuning(values.kernels);
 /** Side A (on: the fusions, the folded norms or the folded LoRA B products) or side B. */
@@ -53,7 +57,8 @@ function setSide(on: boolean): void {
   else if (values.compare === 'normFold') K.tuning.normFold = on ? 'auto' : 'off';
   else if (values.compare === 'loraFold') K.tuning.loraFold = on ? 'auto' : 'off';
   else if (values.compare === 'siluFold') K.tuning.siluFold = on ? 'auto' : 'off';
-  else K.tuning.gemvSplitK = on ? 'auto' : 'off';
+  else if (values.compare === 'gemvSplitK') K.tuning.gemvSplitK = on ? 'auto' : 'off';
+  else K.tuning.gemvWideLanes = on ? 'auto' : 'off';
 }
 const SHAPES: Record<string, TinyCheckpointOptions> = {
   tiny: { layers: 2, hidden: 64, heads: 4, kvHeads: 2, headDim: 16, intermediate: 128 },

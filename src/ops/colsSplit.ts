@@ -69,3 +69,22 @@ export function lanesSplit(N: number, K: number, blockElems: number, lanes: numb
   const perSlice = Math.max(LANES_SPLIT_BLOCKS, Math.ceil(rounds / LANES_SPLIT_MAX));
   return { kChunk: perSlice * round, splits: Math.ceil(rounds / perSlice) };
 }
+
+/** Most threads per column of gemv_lanes (shaders/gemv.wgsl LANES). */
+export const LANES_MAX = 64;
+
+/**
+ * gemv_lanes' threads per column for N columns over rows of K elements, widened from `lanes`
+ * (tuning.gemvWideLanes): doubled, up to LANES_MAX, while the columns (256 / lanes per
+ * workgroup) make fewer than LANES_SPLIT_BELOW workgroups and each lane would still walk at
+ * least LANES_SPLIT_BLOCKS blocks. Qwen3-4B's LoRA A products in decode (N = r = 16, K = 2,560
+ * f32, 640 blocks a row): 16 lanes (one workgroup a weight, 40 blocks a lane) become 64 (four
+ * workgroups, 10 blocks a lane); the projections' own weights (thousands of columns) keep theirs.
+ */
+export function wideLanes(N: number, K: number, blockElems: number, lanes: number): number {
+  const blocks = K / blockElems;
+  let l = lanes;
+  while (l < LANES_MAX && Math.ceil(N / (256 / l)) < LANES_SPLIT_BELOW && blocks / (2 * l) >= LANES_SPLIT_BLOCKS)
+    l *= 2;
+  return l;
+}

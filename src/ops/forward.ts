@@ -28,7 +28,7 @@ import {
   type Weight,
   type WeightFormat,
 } from './common.ts';
-import { colsShapeFits, colsSplit, lanesSplit, tmaxFor } from './colsSplit.ts';
+import { colsShapeFits, colsSplit, lanesSplit, tmaxFor, wideLanes } from './colsSplit.ts';
 import { GEMM_TILE_M, GEMM_TILE_N, splitKFor } from './splitK.ts';
 import { attentionTiledPaged, attentionVariant } from './attentionTiled.ts';
 
@@ -130,8 +130,18 @@ function stagedVec4s(gpu: Gpu, TMAX: number, norm: boolean): number {
   return !norm && 1024 * 16 + TMAX * 1024 <= gpu.limits.maxComputeWorkgroupStorageSize ? 1024 : 512;
 }
 
-function lanesDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, K: number, norm = false) {
-  const LANES = stagedLanes(K, WEIGHTS);
+/** Whether gemv_lanes widens its lanes where its columns make few workgroups (tuning.gemvWideLanes). */
+const widensLanes = (gpu: Gpu) =>
+  tuning.gemvWideLanes === 'on' || (tuning.gemvWideLanes === 'auto' && !autoForCpu(gpu));
+
+/**
+ * gemv_lanes' defines for M rows of x over rows of K elements. With N (the columns of each
+ * weight; a group's widest) the lanes widen where those make few workgroups (wideLanes), else
+ * stagedLanes alone.
+ */
+function lanesDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, K: number, norm = false, N?: number) {
+  const staged = stagedLanes(K, WEIGHTS);
+  const LANES = N !== undefined && widensLanes(gpu) ? wideLanes(N, K, BLOCK_ELEMS[WEIGHTS], staged) : staged;
   const TMAX = tmaxFor(M);
   return {
     WEIGHTS,
@@ -171,17 +181,13 @@ function blockGemv(
   // gemv_rows' columns per thread: each read of x then serves COLS columns. On SwiftShader, bf16
   // 9728 x 2560: 4 took half the time of 1 at M = 1 and 4, and 0.8x the time of 2 at M = 8 (bf16 and q4).
   check(!up || entry === 'lanes', () => `${op}: a folded SwiGLU needs gemv_lanes`); // the callers check first
-  const base =
-    entry === 'rows'
-      ? { WEIGHTS, TMAX, COLS: 4 }
-      : up
-        ? { ...lanesDefines(gpu, WEIGHTS, M, K), SILU: 1 }
-        : lanesDefines(gpu, WEIGHTS, M, K);
-  const columnsPerGroup = entry === 'rows' ? 64 * base.COLS : base.COLS;
-  const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), gpu.limits.maxComputeWorkgroupsPerDimension);
+  const lanesBase = (n?: number) =>
+    up ? { ...lanesDefines(gpu, WEIGHTS, M, K, false, n), SILU: 1 } : lanesDefines(gpu, WEIGHTS, M, K, false, n);
   if (entry === 'lanes' && !lora && tuning.gemvSplitK === 'auto' && !autoForCpu(gpu) && (M * N) % 4 === 0) {
-    const { kChunk, splits } = lanesSplit(N, K, BLOCK_ELEMS[WEIGHTS], stagedLanes(K, WEIGHTS), columnsPerGroup);
+    const base = lanesBase();
+    const { kChunk, splits } = lanesSplit(N, K, BLOCK_ELEMS[WEIGHTS], base.LANES, base.COLS);
     if (splits > 1) {
+      const [x0, y0] = splitGrid(Math.ceil(N / base.COLS), gpu.limits.maxComputeWorkgroupsPerDimension);
       // Each slice of K a workgroup row of its own (wid.z), its partial sums (splits, M, N) in a
       // pooled scratch that gemv_cols_reduce adds in slice order, with the scale and accumulate.
       const partials = gpu.createBuffer(splits * M * N * 4, `${op}.lanesPartials`);
@@ -196,6 +202,10 @@ function blockGemv(
       return;
     }
   }
+  // Unsplit: a narrow product widens its lanes instead (wideLanes), as a group product does.
+  const base = entry === 'rows' ? { WEIGHTS, TMAX, COLS: 4 } : lanesBase(N);
+  const columnsPerGroup = entry === 'rows' ? 64 * base.COLS : base.COLS;
+  const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), gpu.limits.maxComputeWorkgroupsPerDimension);
   const params = [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0];
   gpu.dispatch(
     opKernel(gpu, op, 'gemv', `gemv_${entry}`, lora ? { ...base, LORA: 1 } : base),
@@ -1092,7 +1102,7 @@ function groupGemv(
   const [N1, N2 = 0] = Ns.slice(1);
   if (variant === 'lanes') {
     const defines = {
-      ...lanesDefines(gpu, WEIGHTS, T, K, norm !== undefined),
+      ...lanesDefines(gpu, WEIGHTS, T, K, norm !== undefined, Math.max(...Ns)),
       GROUP: G,
       ...(norm ? { NORM: 1 } : {}),
     };

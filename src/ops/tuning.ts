@@ -59,6 +59,17 @@ export interface Tuning {
    */
   gemvSplitK: 'auto' | 'off';
   /**
+   * The decode GEMV (shaders/gemv.wgsl gemv_lanes) with more threads per column, up to 64, where
+   * its columns alone make few workgroups and its rows are long enough to share out (src/ops/
+   * colsSplit.ts wideLanes): a product that does not split over K (the LoRA A products of a q/k/v
+   * or gate/up group, r columns each, whose folded norm needs the whole row in one workgroup)
+   * then runs up to 4 times the workgroups, each lane walking a quarter of the blocks. 'auto' on
+   * GPUs (never on CPU adapters, which run more workgroups' barriers serially), 'on' wherever
+   * gemv_lanes runs (tests), 'off' never. Within f32 rounding of the narrower layout (the sums
+   * over a row's blocks in another order).
+   */
+  gemvWideLanes: 'auto' | 'on' | 'off';
+  /**
    * The tiled attention backward's rows: split over 4 threads each with subgroup sums
    * (shaders/attention.wgsl SPLIT; 'auto' on GPUs whose subgroups are at least 4 wide, never on
    * CPU adapters), or one thread per row ('row'). 'split' forces it where it can run.
@@ -105,6 +116,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemmVec4: 'auto',
   gemmSplitK: 'auto',
   gemvSplitK: 'auto',
+  gemvWideLanes: 'auto',
   attentionBackward: 'auto',
   normFold: 'auto',
   loraFold: 'auto',
@@ -122,6 +134,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemmVec4: ['auto', 'off'],
   gemmSplitK: ['auto', 'on', 'off'],
   gemvSplitK: ['auto', 'off'],
+  gemvWideLanes: ['auto', 'on', 'off'],
   attentionBackward: ['auto', 'split', 'row'],
   normFold: ['auto', 'off'],
   loraFold: ['auto', 'off'],

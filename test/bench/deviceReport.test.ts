@@ -79,6 +79,17 @@ describe('device-report', () => {
     const slow = report([rec('4b decode B=1 @ctx 128 (LoRA)', '4b q4 kv=f16 L=4', 1e-3, 2e9), bench.records[4]!]);
     const worse = deviceReport({ bench: slow, round: roundReport(10), peft: peft(4096) });
     expect(rowOf(worse, 'decode B=1')).toMatch(/50\.0% of copy \| >= 70\.0% of copy \| no \|$/);
+    // With the generate loop's record too, the target is judged on it, the waited step for reference.
+    const both = deviceReport({
+      bench: report([
+        rec('4b decode B=1 @ctx 128 (LoRA)', '4b q4 kv=f16 L=4', 1e-3, 2e9),
+        rec('4b decode B=1 @ctx 128 (LoRA, generate loop)', '4b q4 kv=f16 L=4', 1e-3, 3e9),
+      ]),
+    });
+    expect(rowOf(both, 'decode B=1 @ctx 128 (LoRA),')).toMatch(/\(for reference\) \| .*50\.0% of copy \| {2}\| {2}\|$/);
+    expect(rowOf(both, 'decode B=1 @ctx 128 (LoRA, generate loop)')).toMatch(
+      /75\.0% of copy \| >= 70\.0% of copy \| yes \|$/,
+    );
     expect(rowOf(worse, 'LoRA step')).toMatch(/PEFT \/ ours = 4\.00x \| PEFT \/ ours <= 3x \| no \|$/);
     expect(rowOf(worse, 'default SpyRL round')).toMatch(/at most 90\.0 s .* \| open \(between the bounds\) \|$/);
     expect(rowOf(deviceReport({ round: roundReport(61) }), 'default SpyRL round')).toMatch(/\| no \|$/);

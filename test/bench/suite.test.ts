@@ -177,7 +177,7 @@ describe('benchmark kernels and suite on the GPU', () => {
     expect(table).toMatch(/^group\s+name\s+shape\s+FLOP\/call/);
   });
 
-  it('end to end at toy shapes: prefill and decode per context with LoRA on, then a LoRA step', async () => {
+  it('end to end at toy shapes: prefill and decode per context with LoRA on (each step waited for, and the generate loop), then a LoRA step', async () => {
     const toy = { ...TINY, hiddenSize: 32, intermediateSize: 64, vocabSize: 256 };
     const recs = await benchModel(gpu, 'toy', toy, {
       prompts: [8, 20],
@@ -191,10 +191,14 @@ describe('benchmark kernels and suite on the GPU', () => {
     expect(recs.map((r) => r.name)).toEqual([
       'toy prefill 8 (LoRA r=4)',
       'toy decode B=1 @ctx 8 (LoRA)',
+      'toy decode B=1 @ctx 8 (LoRA, generate loop)',
       'toy decode B=2 @ctx 8 (LoRA)',
+      'toy decode B=2 @ctx 8 (LoRA, generate loop)',
       'toy prefill 20 (LoRA r=4)',
       'toy decode B=1 @ctx 20 (LoRA)',
+      'toy decode B=1 @ctx 20 (LoRA, generate loop)',
       'toy decode B=2 @ctx 20 (LoRA)',
+      'toy decode B=2 @ctx 20 (LoRA, generate loop)',
       'toy LoRA step 6 tok r=4',
     ]);
     expect(recs.every((r) => r.group === 'e2e' && r.seconds > 0 && r.tokPerS! > 0)).toBe(true);

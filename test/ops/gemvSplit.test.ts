@@ -5,11 +5,15 @@
 // against the CPU reference (f64) for f32, bf16 and q4 weights, a short last slice, gemm's
 // accumulate and scale, with the subgroup and the shared-memory reductions; one dispatch more than
 // 'off', whose unsplit sum it matches within f32 rounding; and the shapes it leaves alone.
+// Then the narrow products that do not split widening their lanes instead (tuning.gemvWideLanes,
+// src/ops/colsSplit.ts wideLanes): the rule's arithmetic, and the widened GEMV (64 and 32 lanes a
+// column) against the CPU reference and the narrow layout, f32 (with the SwiGLU formed as x is
+// staged), bf16 and q4, both reductions; the splits keep the narrow lanes.
 // Run: npx vitest run test/ops/gemvSplit.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
 import * as K from '../../src/ops/index.ts';
-import { LANES_SPLIT_BLOCKS, LANES_SPLIT_MAX, lanesSplit } from '../../src/ops/colsSplit.ts';
+import { LANES_SPLIT_BLOCKS, LANES_SPLIT_MAX, lanesSplit, wideLanes } from '../../src/ops/colsSplit.ts';
 import { gpuHarness } from '../helpers/gpuHarness.ts';
 import * as ref from '../helpers/reference.ts';
 
@@ -36,6 +40,24 @@ describe('lanesSplit', () => {
   });
 });
 
+describe('wideLanes', () => {
+  it('doubles the lanes up to 64 while the columns make few workgroups and each lane keeps 8 blocks', () => {
+    // The LoRA A products at 4B (r = 16 columns, K = 2560 f32: 640 blocks): 16 lanes -> 64.
+    expect(wideLanes(16, 2560, 4, 16)).toBe(64);
+    expect(wideLanes(48, 2560, 4, 16)).toBe(64); // 12 workgroups of 4 columns
+    // 1024 blocks: 32 lanes keep 16 each, 64 would keep 8: still 64; 256 blocks stop at 32.
+    expect(wideLanes(20, 8192, 8, 16)).toBe(64);
+    expect(wideLanes(12, 8192, 32, 16)).toBe(32);
+    // Enough workgroups already: o_proj itself (2560 columns, 32 a workgroup), or 600 columns at 16 lanes.
+    expect(wideLanes(2560, 9728, 32, 8)).toBe(8);
+    expect(wideLanes(600, 2560, 4, 16)).toBe(16);
+    // 300 columns: 32 lanes would make 38 workgroups, so 16 lanes (19) become 32 and stop there.
+    expect(wideLanes(300, 8192, 4, 16)).toBe(32);
+    // Rows too short to share out: a tiny model's K = 64.
+    expect(wideLanes(16, 64, 4, 4)).toBe(4);
+  });
+});
+
 let gpu: Gpu;
 let tree: Gpu; // no subgroups: the shared-memory reduction
 let current: Gpu;
@@ -52,6 +74,7 @@ afterAll(() => {
   K.tuning.matmul = 'auto';
   K.tuning.autoFor = 'auto';
   K.tuning.gemvSplitK = 'auto';
+  K.tuning.gemvWideLanes = 'auto';
   h.report('gemv_lanes split errors');
   gpu?.destroy();
   tree?.destroy();
@@ -67,6 +90,7 @@ async function product(
   Kd: number,
   accumulate: boolean,
   seed: number,
+  silu = false,
 ): Promise<{ got: Float32Array; want: Float64Array; dispatches: number }> {
   const rand = ref.rng(seed);
   const x = ref.randn(T * Kd, rand);
@@ -77,7 +101,13 @@ async function product(
   if (accumulate) want.set(init);
   const xb = f32Buf(x);
   const d0 = current.dispatchCount;
-  if (format === 'f32') {
+  if (silu) {
+    // x is the gate, and the product is of silu(gate) * up (matmulF32's `up`, f32 only).
+    const up = ref.randn(T * Kd, rand);
+    K.matmulF32(current, out, xb, w as GPUBuffer, T, N, Kd, accumulate, 0.5, f32Buf(up, 'up'));
+    const act = Float64Array.from(x, (g, i) => (g / (1 + Math.exp(-g))) * up[i]);
+    ref.matmulF32(want, act, vals, T, N, Kd, accumulate, 0.5);
+  } else if (format === 'f32') {
     K.matmulF32(current, out, xb, w as GPUBuffer, T, N, Kd, accumulate, 0.5);
     ref.matmulF32(want, x, vals, T, N, Kd, accumulate, 0.5);
   } else {
@@ -113,6 +143,7 @@ describe.each([
     const op = format === 'f32' ? 'matmulF32' : 'matmul';
     const split = await product(format, T, N, Kd, accumulate, T * 7 + N + Kd);
     expect(K.kernelVariant(current, op)?.label, name).toContain('gemv.gemv_lanes[');
+    expect(K.kernelVariant(current, op)?.label, `${name}: a split keeps its lanes`).toContain('LANES=16');
     expect(K.kernelVariant(current, `${op}.splitK`)?.label, name).toContain('gemv.gemv_cols_reduce');
     expect(split.dispatches, name).toBe(2);
     expectClose(name, split.got, split.want, 2e-6, 1e-6);
@@ -143,5 +174,58 @@ describe.each([
     expect(dispatches, name).toBe(1);
     expect(K.kernelVariant(current, format === 'f32' ? 'matmulF32.splitK' : 'matmul.splitK'), name).toBeUndefined();
     expectClose(name, got, want, 2e-6, 1e-6);
+  });
+});
+
+// Products that do not split (here: a CPU adapter's own choices, which never split) widen their
+// lanes with 'on' (what 'auto' does on GPUs): the same products over 64 or 32 lanes a column,
+// against the CPU reference and within f32 rounding of the narrow layout ('off'), whose bits they
+// do not all share (a widening that silently did not happen would).
+describe.each([
+  ['subgroups', () => gpu],
+  ['shared memory', () => tree],
+] as const)('gemv_lanes widened, %s reduction', (_, getGpu) => {
+  beforeAll(() => {
+    current = getGpu();
+  });
+  beforeEach(() => {
+    K.tuning.autoFor = 'auto';
+    K.tuning.gemvSplitK = 'auto';
+    K.forgetKernelVariants(current);
+  });
+  it.each([
+    ['f32', 1, 16, 2560, false, false, 64], // a LoRA A product at 4B: 4 workgroups, 10 blocks a lane
+    ['f32', 4, 16, 2560, true, true, 64], // with the SwiGLU (down_proj's A product), accumulating
+    ['bf16', 2, 20, 8192, false, false, 64],
+    ['q4', 3, 12, 8192, true, false, 32], // 256 blocks a row: 32 lanes keep 8 each
+  ] as const)('%s T=%i N=%i K=%i accumulate=%s silu=%s: %i lanes', async (format, T, N, Kd, acc, silu, lanes) => {
+    const name = `${format} T=${T} N=${N} K=${Kd}${silu ? ' silu' : ''} ${current === gpu ? 'subgroups' : 'shared'}`;
+    const op = format === 'f32' ? 'matmulF32' : 'matmul';
+    const seed = T * 5 + N + Kd;
+    K.tuning.gemvWideLanes = 'on';
+    const wide = await product(format, T, N, Kd, acc, seed, silu);
+    const label = K.kernelVariant(current, op)?.label ?? '';
+    expect(label, name).toContain('gemv.gemv_lanes[');
+    expect(label, name).toContain(`LANES=${lanes}`);
+    expect(label, name).toContain(`COLS=${256 / lanes}`);
+    if (silu) expect(label, name).toContain('SILU=1');
+    expect(wide.dispatches, name).toBe(1);
+    expectClose(name, wide.got, wide.want, 2e-6, 1e-6);
+
+    K.tuning.gemvWideLanes = 'off';
+    const narrow = await product(format, T, N, Kd, acc, seed, silu);
+    expect(K.kernelVariant(current, op)?.label, `${name} off`).toContain('LANES=16');
+    expectClose(`${name} off`, narrow.got, narrow.want, 2e-6, 1e-6);
+    expectClose(`${name} wide vs off`, wide.got, Float64Array.from(narrow.got), 2e-6, 1e-6);
+    expect(Array.from(wide.got), name).not.toEqual(Array.from(narrow.got));
+  });
+  it("'auto' keeps a CPU adapter's lanes; a GPU's choices split this product instead", async () => {
+    K.tuning.gemvWideLanes = 'auto';
+    await product('f32', 1, 16, 2560, false, 3);
+    expect(K.kernelVariant(current, 'matmulF32')?.label).toContain('LANES=16');
+    K.tuning.autoFor = 'gpu';
+    const split = await product('f32', 1, 16, 2560, false, 3);
+    expect(split.dispatches).toBe(2);
+    expect(K.kernelVariant(current, 'matmulF32')?.label).toContain('LANES=16');
   });
 });

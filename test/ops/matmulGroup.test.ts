@@ -5,7 +5,8 @@
 // widths (past one workgroup's columns), T = 1..8, each GEMV variant forced and checked to have
 // run (gemv_lanes_group and matmul_gemv_group with subgroup and shared-memory reductions); and the fallbacks to one matmul per weight (unaligned K, prefill's tiled GEMM, mixed
 // formats, too few storage bindings). K.matmulGroupF32 (the LoRA A products of a group) and
-// K.matmulEachF32 (their B products, each over its own u) bitwise one matmulF32 each.
+// K.matmulEachF32 (their B products, each over its own u) bitwise one matmulF32 each, also with
+// the lanes widened at 4B's width (tuning.gemvWideLanes).
 // Run: npx vitest run test/ops/matmulGroup.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
@@ -23,6 +24,7 @@ beforeAll(async () => {
 
 afterEach(() => {
   K.tuning.matmul = 'auto';
+  K.tuning.gemvWideLanes = 'auto';
 });
 
 afterAll(() => {
@@ -124,8 +126,10 @@ describe.each(['blocks', 'lanes', 'gemv'] as const)("matmulGroupF32, tuning.matm
     [1, [16, 16, 16], 64],
     [4, [8, 8], 96],
     [8, [16, 16, 16], 100], // K % 4 != 0: not whole 16-byte rows ('lanes' takes matmul_gemv_group, 'blocks' one product each)
+    [2, [16, 16, 16], 2560], // 4B's width: 'lanes' widened to 64 lanes a column in the group and alone
   ] as const)('T=%i Ns=%j K=%i', async (T, Ns, Kd) => {
     K.tuning.matmul = variant;
+    K.tuning.gemvWideLanes = 'on';
     const rand = ref.rng(T + Kd);
     const x = ref.randn(T * Kd, rand);
     const xb = f32Buf(x);
@@ -144,6 +148,7 @@ describe.each(['blocks', 'lanes', 'gemv'] as const)("matmulGroupF32, tuning.matm
     const aligned = Kd % 4 === 0;
     if (aligned) expect(label).toContain(entry);
     else if (variant !== 'blocks') expect(label).toContain('matmul.matmul_gemv_group');
+    if (variant === 'lanes' && Kd === 2560) expect(label).toContain('LANES=64');
     for (let i = 0; i < Ns.length; i++) {
       const single = outBuf(T * Ns[i], 'single');
       K.matmulF32(gpu, single, xb, f32Buf(ws[i]), T, Ns[i], Kd);

@@ -6,7 +6,7 @@
 // last in a chunk, with subgroup and shared-memory lane reductions; the cases that do not fold
 // (tuning.normFold 'off', the CPU adapters' gemv_rows, the word-by-word GEMV, prefill's tiled GEMM,
 // too few storage bindings) run K.rmsNorm first, bitwise the same; and a norm weight too short is
-// one error naming it.
+// one error naming it. The LoRA A products at 4B's width with their lanes widened (64 a column).
 // Run: npx vitest run test/ops/normFold.test.ts   (SwiftShader in Node; see docs/ENGINE.md)
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
@@ -126,6 +126,23 @@ describe.each(['bf16', 'q4', 'f32'] as const)("folded into gemv_lanes_group ('la
     expect(dispatches).toBe(1);
     expect(label).toContain('gemv.gemv_lanes_group');
     expect(label).toContain('NORM=1');
+  });
+});
+
+// The LoRA A products of a q/k/v or gate/up group at Qwen3-4B's width (r = 16 rows each, K = 2560),
+// their lanes widened (tuning.gemvWideLanes 'on', what 'auto' does on GPUs): 64 a column, each
+// workgroup still staging whole rows, so the folded norm's sums of squares are whole.
+describe('folded, lanes widened (the LoRA A products of a group at 4B)', () => {
+  it.each([
+    [1, [16, 16, 16]],
+    [4, [16, 16]],
+  ] as const)('f32 T=%i Ns=%j K=2560', async (T, Ns) => {
+    K.resetTuning({ matmul: 'lanes', gemvWideLanes: 'on' });
+    const { dispatches, label } = await foldedVsNormed(gpu, 'f32', T, Ns, 2560, `wide f32 T=${T}`);
+    expect(dispatches).toBe(1);
+    expect(label).toContain('gemv.gemv_lanes_group');
+    expect(label).toContain('NORM=1');
+    expect(label).toContain('LANES=64');
   });
 });
 
