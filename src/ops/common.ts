@@ -38,10 +38,16 @@ export function tuningProblem(gpu: Gpu, settings: Partial<Tuning>): string | nul
   return null;
 }
 
+const cpuAdapters = new WeakMap<Gpu, boolean>(); // isCpuAdapter's answers: asked on every dispatch's path
+
 /** Whether gpu is a CPU emulation of a GPU (SwiftShader, lavapipe, llvmpipe, WARP), by its adapter info. */
 export function isCpuAdapter(gpu: Gpu): boolean {
-  const id = `${gpu.info.architecture} ${gpu.info.description}`.toLowerCase();
-  return /swiftshader|llvmpipe|lavapipe|warp/.test(id);
+  let cpu = cpuAdapters.get(gpu);
+  if (cpu === undefined) {
+    const id = `${gpu.info.architecture} ${gpu.info.description}`.toLowerCase();
+    cpuAdapters.set(gpu, (cpu = /swiftshader|llvmpipe|lavapipe|warp/.test(id)));
+  }
+  return cpu;
 }
 
 /**

@@ -181,10 +181,9 @@ function blockGemv(
   // gemv_rows' columns per thread: each read of x then serves COLS columns. On SwiftShader, bf16
   // 9728 x 2560: 4 took half the time of 1 at M = 1 and 4, and 0.8x the time of 2 at M = 8 (bf16 and q4).
   check(!up || entry === 'lanes', () => `${op}: a folded SwiGLU needs gemv_lanes`); // the callers check first
-  const lanesBase = (n?: number) =>
-    up ? { ...lanesDefines(gpu, WEIGHTS, M, K, false, n), SILU: 1 } : lanesDefines(gpu, WEIGHTS, M, K, false, n);
-  if (entry === 'lanes' && !lora && tuning.gemvSplitK === 'auto' && !autoForCpu(gpu) && (M * N) % 4 === 0) {
-    const base = lanesBase();
+  const lanes = entry === 'lanes' ? lanesDefines(gpu, WEIGHTS, M, K) : null;
+  if (lanes && !lora && tuning.gemvSplitK === 'auto' && !autoForCpu(gpu) && (M * N) % 4 === 0) {
+    const base = up ? { ...lanes, SILU: 1 } : lanes;
     const { kChunk, splits } = lanesSplit(N, K, BLOCK_ELEMS[WEIGHTS], base.LANES, base.COLS);
     if (splits > 1) {
       const [x0, y0] = splitGrid(Math.ceil(N / base.COLS), gpu.limits.maxComputeWorkgroupsPerDimension);
@@ -203,8 +202,13 @@ function blockGemv(
     }
   }
   // Unsplit: a narrow product widens its lanes instead (wideLanes), as a group product does.
-  const base = entry === 'rows' ? { WEIGHTS, TMAX, COLS: 4 } : lanesBase(N);
-  const columnsPerGroup = entry === 'rows' ? 64 * base.COLS : base.COLS;
+  let base: Defines = { WEIGHTS, TMAX, COLS: 4 };
+  if (lanes) {
+    const LANES = widensLanes(gpu) ? wideLanes(N, K, BLOCK_ELEMS[WEIGHTS], lanes.LANES) : lanes.LANES;
+    base = LANES === lanes.LANES ? lanes : { ...lanes, LANES, COLS: 256 / LANES };
+    if (up) base = { ...base, SILU: 1 };
+  }
+  const columnsPerGroup = entry === 'rows' ? 64 * (base.COLS as number) : (base.COLS as number);
   const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), gpu.limits.maxComputeWorkgroupsPerDimension);
   const params = [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0];
   gpu.dispatch(
