@@ -1,5 +1,5 @@
 // `npm run bench -- [--quick|--full] [--parts roofline,ops,e2e,round] [--ops gemv,gemm,attention,decode-attention]
-//                   [--model tiny,4b] [--weights bf16,q4] [--kv f32,f16] [--layers N] [--prompt 128] [--decode 16]
+//                   [--model tiny,4b] [--weights bf16,q4] [--kv f32,f16] [--layers N,...] [--prompt 128] [--decode 16]
 //                   [--batch 1,4] [--train-len N] [--lora-r 16] [--rounds 2] [--json FILE]`
 // The suite of bench/suite.ts on Node (Dawn, the npm `webgpu` package): progress lines while it
 // runs, then the table, and the report as JSON with --json. A benchmark, not a test: nothing here
@@ -39,18 +39,19 @@ try {
   if (opts.parts.includes('round')) {
     const { benchRound } = await import('./round.node.ts');
     for (const name of opts.models) {
-      for (const format of opts.weights)
-        for (const kv of opts.kv)
-          report.records.push(
-            ...(await benchRound(gpu, name, {
-              mode: opts.mode,
-              layers: opts.layers,
-              format,
-              kv,
-              rounds: opts.rounds,
-              log,
-            })),
-          );
+      for (const layers of opts.layers ?? [undefined])
+        for (const format of opts.weights)
+          for (const kv of opts.kv)
+            report.records.push(
+              ...(await benchRound(gpu, name, {
+                mode: opts.mode,
+                layers,
+                format,
+                kv,
+                rounds: opts.rounds,
+                log,
+              })),
+            );
     }
   }
   console.log(`\n${reportTable(report)}`);

@@ -14,10 +14,9 @@ export const PARTS = ['roofline', 'ops', 'e2e', 'round'] as const;
 export type Part = (typeof PARTS)[number];
 
 /** The model benchmark's shape options, plus what to run and which formats side by side. */
-export interface SuiteOptions extends Pick<
-  ModelBenchOptions,
-  'layers' | 'prompts' | 'decode' | 'batches' | 'trainLen' | 'loraR'
-> {
+export interface SuiteOptions extends Pick<ModelBenchOptions, 'prompts' | 'decode' | 'batches' | 'trainLen' | 'loraR'> {
+  /** Layer counts the e2e models (and rounds) run with, each in turn; undefined: the default. */
+  layers: number[] | undefined;
   mode: 'quick' | 'full';
   parts: Part[];
   ops: OpName[];
@@ -37,7 +36,8 @@ export const SUITE_FLAGS = {
   model: `end-to-end models: ${Object.keys(MODELS).join(',')}, all or none (default tiny,4b; quick: tiny)`,
   weights: 'e2e weights bf16,q4 (default both; quick: bf16)',
   kv: 'KV cache f32,f16 (default f32)',
-  layers: 'layers of each e2e model (default all; 1 for non-tiny models on a CPU adapter)',
+  layers:
+    'layers of each e2e model and round, or a list run in turn (e.g. 4,36; default all; 1 for non-tiny models on a CPU adapter)',
   prompt: 'e2e contexts: prefill tokens, then decode at that context (default 128,2048; quick: 128)',
   decode: 'decode steps timed (default 16)',
   batch: 'decode batch sizes (default 1,4)',
@@ -82,7 +82,12 @@ export function suiteOptions(v: FlagValues, cpu: boolean): SuiteOptions {
     models: list('model', str('model', mode === 'quick' ? 'tiny' : 'tiny,4b'), Object.keys(MODELS)),
     weights: list('weights', str('weights', mode === 'quick' ? 'bf16' : 'bf16,q4'), ['bf16', 'q4'] as const),
     kv: list('kv', str('kv', 'f32'), ['f32', 'f16'] as const),
-    layers: positive('layers', v.layers),
+    layers:
+      typeof v.layers === 'string'
+        ? v.layers.split(',').map((n) => positive('layers', n, 1))
+        : positive('layers', v.layers) === undefined
+          ? undefined
+          : [positive('layers', v.layers)!],
     prompts: str('prompt', mode === 'quick' ? '128' : '128,2048')
       .split(',')
       .map((p) => positive('prompt', p, 1)),
@@ -174,23 +179,24 @@ export async function runSuite(
   }
   if (o.parts.includes('e2e')) {
     for (const name of o.models) {
-      for (const format of o.weights) {
-        for (const kv of o.kv) {
-          const recs = await benchModel(gpu, name, MODELS[name], {
-            layers: o.layers,
-            prompts: o.prompts,
-            decode: o.decode,
-            batches: o.batches,
-            trainLen: o.trainLen,
-            loraR: o.loraR,
-            format,
-            kv,
-            roofline: report.roofline,
-            log,
-          });
-          recs.forEach(add);
+      for (const layers of o.layers ?? [undefined])
+        for (const format of o.weights) {
+          for (const kv of o.kv) {
+            const recs = await benchModel(gpu, name, MODELS[name], {
+              layers,
+              prompts: o.prompts,
+              decode: o.decode,
+              batches: o.batches,
+              trainLen: o.trainLen,
+              loraR: o.loraR,
+              format,
+              kv,
+              roofline: report.roofline,
+              log,
+            });
+            recs.forEach(add);
+          }
         }
-      }
     }
   }
   return report;

@@ -4,12 +4,11 @@
 # Writes to $OUT (or ./device-out): summary.log, which also holds bench/gpu-check.ts's lines (run
 # first: the model against the PyTorch fixtures with this GPU's own 'auto' kernels, golden logits
 # and greedy tokens, LoRA loss and gradients, q4, attention at 4B heads), bench.json and bench.log (`npm run bench` at
-# Qwen3-4B shapes: roofline, every op, e2e 4b with LAYERS of 36 layers, q4 and bf16), peft.log
+# Qwen3-4B shapes: roofline, every op, e2e 4b with 4 and with all 36 layers (DEPTHS), q4 and bf16), peft.log
 # (scripts/bench_peft_step.py's JSON: PyTorch + PEFT's LoRA step at the same shapes and training
 # length), gemv-ab.log (with the f16 GEMM A/B), attention-ab.log (decode attention, the norm fold
-# A/B, the tiled backward's rows) and round.log with round.json (two default SpyRL rounds at 4B
-# shapes with LAYERS layers, q4 weights and f16 KV: the first with its pipeline compiles, the
-# second split by stage, then
+# A/B, the tiled backward's rows) and round.log with round.json (a default SpyRL round at 4B
+# shapes with all 36 layers, q4 weights and f16 KV, split by stage, then, with LAYERS layers,
 # bench/profile.ts: GPU time per kernel of a decode step, a prefill and a LoRA step, then
 # bench/pack-ab.ts: the default round's update with its sequences packed by shared
 # prompt against one sequence a pass). Each step has its own time limit so a slow one cannot eat
@@ -18,7 +17,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
-LAYERS=${LAYERS:-4}
+LAYERS=${LAYERS:-4}           # PEFT's LoRA step, the profiles and the packing A/B
+DEPTHS=${DEPTHS:-4,36}        # the bench's e2e models: 4 layers (PEFT's comparison), then all 36
+ROUND_LAYERS=${ROUND_LAYERS:-36} # the default round, judged at the full depth
 TRAIN_LEN=${TRAIN_LEN:-512}
 D=$PWD/.device
 log() { echo "## $(date +%T) $*" | tee -a "$OUT/summary.log"; }
@@ -87,14 +88,23 @@ run() { # name seconds command...
 }
 # The device tool returns at most 8 files and stops a command at 600 s: 6 logs, bench.json and
 # round.json (bench/device-report.ts DIR turns them into issue 12's table),
-# about 585 s of limits in all (the H200 run of 2026-12-04 took 263 s). The kernels' correctness first: numbers from wrong kernels are moot.
-run gpu-check 60 "$NODE" "$D/bench/gpu-check.mjs"
+# about 595 s of limits in all (the H200 run of 2026-12-04 took 263 s, before the 36-layer runs).
+# The targets' measurements first (correctness, bench, PEFT, the round), then the A/Bs. The
+# kernels' correctness first of all: numbers from wrong kernels are moot.
+run gpu-check 50 "$NODE" "$D/bench/gpu-check.mjs"
 cat "$OUT/gpu-check.log" >>"$OUT/summary.log" && rm -f "$OUT/gpu-check.log" # 8 files at most
 # PyTorch + PEFT first after the bench: its ratio is the issue's target.
-run bench 165 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$LAYERS" \
+run bench 200 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$DEPTHS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 3
+# round.log: one default SpyRL round at all ROUND_LAYERS = 36 layers (q4, f16 KV; one round: its
+# few pipeline compiles, about 0.2 s on the H200 of 2026-12-04, count against it), split by stage,
+# which bench/device-report.ts judges directly; then the per-kernel GPU time of a decode step, a prefill and a LoRA step
+# (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
+# warm-up round and one counted round a side, the default game's report and summary lengths).
+# Then the same profile with split-K off (tuning.gemmSplitK): the A/B of the sliced GEMMs.
+run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=off"
 # gemv-ab.log also holds the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts),
 # and the tiled GEMM's three layouts at the 4B MLP's shape with A in shared memory, A by subgroup
 # shuffles (the 'auto' choice on Intel only), and f16 tiles (bench/gemm-ab.ts); with and without
@@ -103,7 +113,7 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # (bench/decode-encode.ts: the host's share of a step, which at full depth the GPU waits on).
 GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 ENC="'$NODE' '$D/bench/decode-encode.mjs' --layers 36"
-run gemv-ab 60 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off; $ENC --batch 1; $ENC --batch 4"
+run gemv-ab 50 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off; $ENC --batch 1; $ENC --batch 4"
 # attention-ab.log: decode attention (bench/decode-attention-ab.ts), the RMSNorms folded into the
 # decode GEMVs against 'off', one 4B layer, q4, LoRA on (bench/fused-ab.ts --compare normFold; then
 # --compare gemvSplitK: the LoRA A products of o_proj and down_proj split over K or not), and
@@ -119,10 +129,5 @@ run gemv-ab 60 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,g
 # the LU loads ahead (bench/shader-ab.ts; Qwen3-4B's gate/up shape, bf16 and q4, B = 1 and 4; the
 # last also at down_proj's, 2560 x 9728: 160 workgroups, where the loads in flight matter most).
 SAB="'$NODE' '$D/bench/shader-ab.mjs' --ops gemv --full --rounds 3 --old"
-run attention-ab 100 bash -c "$SAB 'gemv=$D/gemv-old.wgsl,common/gemvstaged=$D/gemvstaged-old.wgsl'; $SAB 'gemv=$D/gemv-sw.wgsl,common/gemvstaged=$D/gemvstaged-sw.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728; '$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvSplitK --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/attention-ab.mjs' --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split; '$NODE' '$D/bench/sample-ab.mjs' --old '$D/sample-old.wgsl' --rounds 5; '$NODE' '$D/bench/fused-ab.mjs' --compare siluFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvWideLanes --shapes 4b-layer --weights q4 --reps 3 --steps 4"
-# round.log also holds the per-kernel GPU time of a decode step, a prefill and a LoRA step
-# (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
-# warm-up round and one counted round a side, the default game's report and summary lengths).
-# Then the same profile with split-K off (tuning.gemmSplitK): the A/B of the sliced GEMMs.
-run round 140 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$LAYERS' --weights q4 --kv f16 --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=off"
+run attention-ab 75 bash -c "$SAB 'gemv=$D/gemv-old.wgsl,common/gemvstaged=$D/gemvstaged-old.wgsl'; $SAB 'gemv=$D/gemv-sw.wgsl,common/gemvstaged=$D/gemvstaged-sw.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728; '$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvSplitK --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/attention-ab.mjs' --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split; '$NODE' '$D/bench/sample-ab.mjs' --old '$D/sample-old.wgsl' --rounds 5; '$NODE' '$D/bench/fused-ab.mjs' --compare siluFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvWideLanes --shapes 4b-layer --weights q4 --reps 3 --steps 4"
 log "done"

@@ -90,6 +90,26 @@ describe('device-report', () => {
     expect(rowOf(both, 'decode B=1 @ctx 128 (LoRA, generate loop)')).toMatch(
       /75\.0% of copy \| >= 70\.0% of copy \| yes \|$/,
     );
+    // A run at 4 and at all 36 layers: judged at 36, the 4-layer record for reference; the round
+    // played with all 36 layers is judged on its own time.
+    const deep = deviceReport({
+      bench: report([
+        rec('4b decode B=1 @ctx 128 (LoRA, generate loop)', '4b q4 kv=f16 L=4', 1e-3, 3e9),
+        rec('4b decode B=1 @ctx 128 (LoRA, generate loop)', '4b q4 kv=f16 L=36', 10e-3, 2e10),
+      ]),
+      round: report([
+        rec('round: round total (play + update)', '4b q4 kv=f16 L=36 players=4', 42),
+        rec('round: votes', '4b q4 kv=f16 L=36 players=4', 7),
+      ]),
+    });
+    expect(deep.find((l) => l.includes('(L=4 of 36)'))).toMatch(
+      /\(for reference\) \| .*75\.0% of copy \| {2}\| {2}\|$/,
+    );
+    expect(deep.find((l) => l.includes('(L=36 of 36)'))).toMatch(/50\.0% of copy \| >= 70\.0% of copy \| no \|$/);
+    expect(rowOf(deep, 'default SpyRL round')).toMatch(
+      /\| 42\.0 s with all 36 layers \| < 60 s at 36 layers \| yes \|$/,
+    );
+    expect(deep).toContain('- round: votes: 7.00 s');
     expect(rowOf(worse, 'LoRA step')).toMatch(/PEFT \/ ours = 4\.00x \| PEFT \/ ours <= 3x \| no \|$/);
     expect(rowOf(worse, 'default SpyRL round')).toMatch(/at most 90\.0 s .* \| open \(between the bounds\) \|$/);
     expect(rowOf(deviceReport({ round: roundReport(61) }), 'default SpyRL round')).toMatch(/\| no \|$/);

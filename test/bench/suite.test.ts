@@ -85,6 +85,11 @@ describe('benchmark arithmetic', () => {
     expect(() => suiteOptions({ batch: '1,0' }, true)).toThrow("--batch: '0' is not a positive integer");
     expect(() => suiteOptions({ rounds: '0' }, true)).toThrow("--rounds: '0' is not a positive integer");
     expect(() => suiteOptions({ qiuck: true }, true)).toThrow('unknown flag --qiuck');
+    // --layers: one count or a list run in turn (a few layers, then the full depth); none: the default.
+    expect(suiteOptions({}, false).layers).toBeUndefined();
+    expect(suiteOptions({ layers: '4' }, false).layers).toEqual([4]);
+    expect(suiteOptions({ layers: '4,36' }, false).layers).toEqual([4, 36]);
+    expect(() => suiteOptions({ layers: '4,x' }, true)).toThrow("--layers: 'x' is not a positive integer");
     expect(() => suiteOptions({ quick: true, full: true }, true)).toThrow('exclude each other');
   });
 });
