@@ -309,7 +309,8 @@ export async function benchModel(
 
     // LoRA training step: forward keeping layer inputs, then backward with per-layer recompute.
     // FLOPs: the forward's matmuls run 3 times (forward, recompute, input gradients) plus the
-    // LM head 3 times on every target row; LoRA's own matmuls are counted separately (small).
+    // LM head twice on every target row (its logits, then its input gradient, both in the forward:
+    // src/train/trainingPass.ts); LoRA's own matmuls are counted separately (small).
     const TT = o.trainLen ?? (slow ? (name === 'tiny' ? 64 : 16) : 512);
     const tIds = Array.from({ length: TT }, (_, i) => (i * 104729) % c.vocabSize);
     const trainStep = async () => {
@@ -325,9 +326,10 @@ export async function benchModel(
     const tTrain = (performance.now() - t0) / reps / 1000;
     let trainFlops = 0;
     for (let t = 0; t < TT; t++) trainFlops += 3 * tokenFlops(c, t + 1, false);
-    trainFlops += 3 * 2 * (TT - 1) * c.vocabSize * c.hiddenSize;
+    trainFlops += 2 * 2 * (TT - 1) * c.vocabSize * c.hiddenSize;
     const loraFlops = 6 * TT * adapter.numParams; // forward, recompute, backward (dA, dB, dx): ~6 flops per param per token
-    const trainBytes = wBytes * 3 + 4 * (c.numLayers + 2) * TT * c.hiddenSize * 2;
+    const headBytes = modelWeightBytes({ ...c, numLayers: 0 }, format); // the LM head (and an untied embedding)
+    const trainBytes = (wBytes - headBytes) * 3 + headBytes * 2 + 4 * (c.numLayers + 2) * TT * c.hiddenSize * 2;
     report(`LoRA step ${TT} tok r=${lcfg.r}`, tTrain, reps, TT, trainFlops + loraFlops, trainBytes);
     log(
       `   peak GPU memory held ${gib(gpu.memory.peakBytes)} (weights ${gib(wBytes)}, the rest: KV cache, activations, LoRA state, pool)`,

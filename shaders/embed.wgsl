@@ -32,3 +32,21 @@ fn gather_rows(th: ElementThread) {
   let r = i / p.C;
   out[i] = weightAt(rowOf(r) * p.C + (i - r * p.C));
 }
+
+#ifdef SCATTER
+// Row scatter with a scale a row (define SCATTER, WEIGHTS f32; src/ops/forward.ts scatterRowsScaled):
+// out[rows[r], :] = scale[r] * w[r, :], out (p.V, C): the LM head's input gradient, kept per
+// target row by the forward, into the residual stream's rows (src/train/trainingPass.ts). A row
+// index past p.V writes nothing. Rows not named keep their contents.
+@group(0) @binding(4) var<storage, read> scale: array<f32>; // (R) f32
+
+@compute @workgroup_size(256)
+fn scatter_rows_scaled(th: ElementThread) {
+  let i = elementIndex(th);
+  if (i >= p.R * p.C) { return; }
+  let r = i / p.C;
+  let row = rows[r];
+  if (row >= p.V) { return; }
+  out[row * p.C + (i - r * p.C)] = scale[r] * weightAt(i);
+}
+#endif

@@ -1283,6 +1283,36 @@ export function gatherRows(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, rows: GPUBuff
   );
 }
 
+/**
+ * out[rows[r], :] = scale[r] * src[r, :] for r < R: out (outRows, C) f32, src (R, C) f32, rows (R)
+ * u32 (distinct, each < outRows; a row past it writes nothing), scale (R) f32. Rows of out not
+ * named keep their contents.
+ */
+export function scatterRowsScaled(
+  gpu: Gpu,
+  out: GPUBuffer,
+  src: GPUBuffer,
+  rows: GPUBuffer,
+  scale: GPUBuffer,
+  R: number,
+  C: number,
+  outRows: number,
+): void {
+  checkSize(out, outRows * C * 4, 'scatterRowsScaled out');
+  checkSize(src, R * C * 4, 'scatterRowsScaled src');
+  checkSize(rows, R * 4, 'scatterRowsScaled rows');
+  checkSize(scale, R * 4, 'scatterRowsScaled scale');
+  check(Math.max(R, outRows) * C < 2 ** 32, 'scatterRowsScaled: sizes overflow u32 indexing');
+  distinct('scatterRowsScaled', out, src, rows, scale);
+  if (R === 0) return;
+  gpu.dispatch(
+    gpu.kernel('embed', 'scatter_rows_scaled', { WEIGHTS: 'f32', SCATTER: 1 }),
+    [out, rows, src, scale],
+    Math.ceil((R * C) / ELEMS_PER_WG),
+    [R, C, outRows],
+  );
+}
+
 export interface SampleOptions {
   /** 0 = greedy argmax. */
   temperature: number;

@@ -31,7 +31,7 @@ export function epochOrder(n: number, seed: number, epoch: number): number[] {
 
 /** Mean next-token cross-entropy of one window under the current adapter (no gradient). */
 export async function sequenceLoss(model: Qwen3Model, lora: LoraAdapter, ids: readonly number[]): Promise<number> {
-  const pass = new TrainingPass(model, lora, ids, [...ids.slice(1), -1]);
+  const pass = new TrainingPass(model, lora, ids, [...ids.slice(1), -1], null, { logpOnly: true });
   try {
     return crossEntropyLoss(await pass.forward()).loss;
   } finally {

@@ -10,6 +10,14 @@
 // of `mlpChunk` tokens (its (T, I) activations never exist whole); the LM head over chunks of at
 // most HEAD_ROWS target rows (the final norm is applied per chunk).
 //
+// The LM head's gradient is formed in the forward, where its logits are: d log p(y_m) / d x_L of
+// target row m is E_m = RMSNorm'((onehot(y_m) - p_m) W) (the final norm's backward of the softmax
+// gradient through the head), the same for any loss, and the backward only scales row m by
+// d(loss)/d(log p(y_m)) (both are linear in it). So a pass runs the head's big products twice
+// (the logits, then (onehot - p) W), not three times (a backward that recomputed the logits), and
+// holds E, (M, C) f32, from construction to release. Restricted (vote) passes, logpOnly passes and
+// passes built with the adapter off keep the recompute.
+//
 // Reduced-precision checkpoints: the forward continues from the ROUNDED layer input, exactly what
 // the backward unpacks, so forward() and backward() are of one function; rounding counts as the
 // identity in the backward (straight-through), which is that function's gradient up to rounding.
@@ -53,6 +61,11 @@ export interface TrainingPassOptions {
    * keyEnd (token j is seen by queries j <= t < keyEnd[j]). Needs K.treeAttentionSupported.
    */
   layout?: { positions: readonly number[]; keyEnd: readonly number[] };
+  /**
+   * Log-probs only (an evaluation): the forward does not form the LM head's gradient for a
+   * backward (which then recomputes the head's logits, as a restricted pass's always does).
+   */
+  logpOnly?: boolean;
 }
 
 /** Candidates of restricted log-probs: one list for every target row, or one list per row. */
@@ -106,6 +119,13 @@ export class TrainingPass {
   private readonly runs: { start: number; length: number; offset: number }[] = []; // target rows as contiguous runs
   private readonly targets: GPUBuffer; // (M) u32 target ids of the rows with a target
   private readonly lse: GPUBuffer; // (M) f32 log-sum-exp of the LM-head rows
+  /** (M, C) f32 d log p(target) / d x_L of each target row, formed by the forward (the header); null: recomputed. */
+  private readonly headGrad: GPUBuffer | null;
+  /** (M) u32 the position of each target row: where headGrad's rows go in d x_L. */
+  private readonly targetRows: GPUBuffer | null;
+  private readonly logpOnly: boolean;
+  /** Whether the last forward filled headGrad. */
+  private headGradReady = false;
   private readonly M: number;
   private readonly targetList: number[];
   private readonly temperature: number;
@@ -204,6 +224,19 @@ export class TrainingPass {
     this.targets = this.alloc(Math.max(1, this.M) * 4, 'targets');
     if (this.M) this.gpu.write(this.targets, Uint32Array.from(tgt));
     this.lse = this.alloc(Math.max(1, this.M) * 4, 'lseHead');
+    this.logpOnly = opts.logpOnly ?? false;
+    // The LM head's gradient formed in the forward: full-vocabulary passes that can run a backward.
+    if (this.M > 0 && this.lora?.enabled && !this.rowCands && !this.logpOnly) {
+      this.headGrad = this.alloc(this.M * C * 4, 'headGrad');
+      this.targetRows = this.alloc(this.M * 4, 'targetRows');
+      this.gpu.write(
+        this.targetRows,
+        Uint32Array.from(this.runs.flatMap((r) => Array.from({ length: r.length }, (_, i) => r.start + i))),
+      );
+    } else {
+      this.headGrad = null;
+      this.targetRows = null;
+    }
   }
 
   /** Number of positions with a target (the length of logp / dlogp). */
@@ -225,6 +258,7 @@ export class TrainingPass {
       candidates: this.rowCands ? Math.max(...this.rowCands.map((c) => c.length)) : undefined,
       packed: this.keyEnd !== null,
       splitK: K.splitKAuto(this.gpu),
+      logpOnly: this.logpOnly,
     });
   }
 
@@ -468,22 +502,44 @@ export class TrainingPass {
     }
   }
 
-  /** log p(target) over the whole vocabulary; keeps each row's log-sum-exp for the backward. */
+  /**
+   * log p(target) over the whole vocabulary; keeps each row's log-sum-exp for the backward, and
+   * with headGrad each row's E_m = RMSNorm'((onehot - p) W) (the header).
+   */
   private async fullLogp(xL: GPUBuffer): Promise<Float32Array> {
     const { gpu } = this;
-    const V = this.model.cfg.vocabSize;
+    const { cfg, weights } = this.model;
+    const V = cfg.vocabSize,
+      C = cfg.hiddenSize;
     const Hr = headRows(this.M);
     const logp = gpu.createBuffer(this.M * 4, 'logp'); // (M)
     const tg = gpu.createBuffer(Hr * 4, 'tgtChunk'); // (Hr) u32
     const lp = gpu.createBuffer(Hr * 4, 'logpChunk'); // (Hr)
     const ls = gpu.createBuffer(Hr * 4, 'lseChunk'); // (Hr)
-    this.headChunks(xL, (m0, R, logits) => {
+    const grad = this.headGrad
+      ? {
+          ones: gpu.createBuffer(Hr * 4, 'onesChunk'), // (Hr) 1.0: dlogits = onehot - p
+          dlogits: gpu.createBuffer(Hr * V * 4, 'dlogitsRows'), // (Hr, V)
+          dh: gpu.createBuffer(Hr * C * 4, 'dhRows'), // (Hr, C) (onehot - p) W
+          dxr: gpu.createBuffer(Hr * C * 4, 'dxRows'), // (Hr, C) that through the final norm
+        }
+      : null;
+    if (grad) gpu.write(grad.ones, new Float32Array(Hr).fill(1));
+    this.headChunks(xL, (m0, R, logits, xr) => {
       gpu.copy(this.targets, m0 * 4, tg, 0, R * 4);
       K.logSoftmaxGather(gpu, lp, ls, logits, tg, R, V);
       gpu.copy(lp, 0, logp, m0 * 4, R * 4);
       gpu.copy(ls, 0, this.lse, m0 * 4, R * 4);
+      if (grad) {
+        K.logSoftmaxBackward(gpu, grad.dlogits, grad.ones, logits, ls, tg, R, V);
+        K.matmulBackwardInput(gpu, grad.dh, grad.dlogits, weights.lmHead, R, V, C, false);
+        gpu.clear(grad.dxr);
+        K.rmsNormBackward(gpu, grad.dxr, grad.dh, xr, weights.norm, R, C, cfg.rmsNormEps);
+        gpu.copy(grad.dxr, 0, this.headGrad!, m0 * C * 4, R * C * 4);
+      }
     });
-    for (const x of [tg, lp, ls]) gpu.releaseBuffer(x);
+    for (const x of [tg, lp, ls, ...(grad ? Object.values(grad) : [])]) gpu.releaseBuffer(x);
+    this.headGradReady = grad !== null;
     const out = await gpu.readF32(logp, this.M);
     gpu.releaseBuffer(logp);
     return out;
@@ -601,7 +657,6 @@ export class TrainingPass {
       numKvHeads: NKV,
       headDim: HD,
       intermediateSize: I,
-      vocabSize: V,
       rmsNormEps: eps,
       ropeTheta: theta,
     } = cfg;
@@ -609,34 +664,17 @@ export class TrainingPass {
     if (!lora) throw new Error('backward needs an enabled LoRA adapter: only LoRA parameters are trained');
     if (this.M === 0) return; // no target: every gradient is zero
     const r = lora.settings.r;
-    const Hr = headRows(this.M);
     const xF32 = this.createScratch();
 
-    // d x_L from the LM head and the final norm, chunk by chunk (logits recomputed, never stored for all rows).
     const dx = gpu.createBuffer(T * C * 4, 'dx'); // (T, C) gradient of the residual stream
     gpu.clear(dx);
     const dlogpBuf = gpu.createBuffer(this.M * 4, 'dlogp'); // (M)
     gpu.write(dlogpBuf, Float32Array.from(dlogp));
-    const dlogits = gpu.createBuffer(Hr * V * 4, 'dlogitsRows'); // (Hr, V)
-    const dhr = gpu.createBuffer(Hr * C * 4, 'dhRows'); // (Hr, C) d(normed rows)
-    const dxr = gpu.createBuffer(Hr * C * 4, 'dxRows'); // (Hr, C) d(residual rows)
-    const tg = gpu.createBuffer(Hr * 4, 'tgtChunk'); // (Hr) u32
-    const ls = gpu.createBuffer(Hr * 4, 'lseChunk'); // (Hr)
-    const dl = gpu.createBuffer(Hr * 4, 'dlogpChunk'); // (Hr)
-    this.headChunks(this.loadCheckpoint(cfg.numLayers, xF32), (m0, R, logits, xr) => {
-      if (this.candidateProbs) this.restrictedDlogits(dlogits, dlogp, m0, R);
-      else {
-        gpu.copy(this.targets, m0 * 4, tg, 0, R * 4);
-        gpu.copy(this.lse, m0 * 4, ls, 0, R * 4);
-        gpu.copy(dlogpBuf, m0 * 4, dl, 0, R * 4);
-        K.logSoftmaxBackward(gpu, dlogits, dl, logits, ls, tg, R, V);
-      }
-      K.matmulBackwardInput(gpu, dhr, dlogits, weights.lmHead, R, V, C, false);
-      gpu.clear(dxr);
-      K.rmsNormBackward(gpu, dxr, dhr, xr, weights.norm, R, C, eps);
-      for (const s of this.segments(m0, R)) gpu.copy(dxr, (s.m - m0) * C * 4, dx, s.t0 * C * 4, s.n * C * 4);
-    });
-    for (const x of [dlogpBuf, dlogits, dhr, dxr, tg, ls, dl]) gpu.releaseBuffer(x);
+    // d x_L: the forward's E_m (the header), row m scaled by its dlogp, at its target's position;
+    // else from the LM head and the final norm with the logits recomputed.
+    if (this.headGradReady) K.scatterRowsScaled(gpu, dx, this.headGrad!, this.targetRows!, dlogpBuf, this.M, C, T);
+    else this.headBackwardRecomputed(dx, dlogpBuf, dlogp, xF32);
+    gpu.releaseBuffer(dlogpBuf);
 
     // Layer by layer, recomputing each layer's forward from its checkpoint. dx holds d x_{l+1}.
     const b = this.layerBuffers();
@@ -679,6 +717,42 @@ export class TrainingPass {
     }
     this.releaseAll({ ...b });
     this.releaseAll({ ...g, dx, xF32 });
+  }
+
+  /**
+   * d x_L into dx from the LM head and the final norm, chunk by chunk, the logits recomputed (never
+   * stored for all rows): for passes whose forward did not form headGrad (restricted, logpOnly).
+   */
+  private headBackwardRecomputed(
+    dx: GPUBuffer,
+    dlogpBuf: GPUBuffer,
+    dlogp: ArrayLike<number>,
+    xF32: GPUBuffer | null,
+  ): void {
+    const { gpu } = this;
+    const { cfg, weights } = this.model;
+    const { hiddenSize: C, vocabSize: V, rmsNormEps: eps } = cfg;
+    const Hr = headRows(this.M);
+    const dlogits = gpu.createBuffer(Hr * V * 4, 'dlogitsRows'); // (Hr, V)
+    const dhr = gpu.createBuffer(Hr * C * 4, 'dhRows'); // (Hr, C) d(normed rows)
+    const dxr = gpu.createBuffer(Hr * C * 4, 'dxRows'); // (Hr, C) d(residual rows)
+    const tg = gpu.createBuffer(Hr * 4, 'tgtChunk'); // (Hr) u32
+    const ls = gpu.createBuffer(Hr * 4, 'lseChunk'); // (Hr)
+    const dl = gpu.createBuffer(Hr * 4, 'dlogpChunk'); // (Hr)
+    this.headChunks(this.loadCheckpoint(cfg.numLayers, xF32), (m0, R, logits, xr) => {
+      if (this.candidateProbs) this.restrictedDlogits(dlogits, dlogp, m0, R);
+      else {
+        gpu.copy(this.targets, m0 * 4, tg, 0, R * 4);
+        gpu.copy(this.lse, m0 * 4, ls, 0, R * 4);
+        gpu.copy(dlogpBuf, m0 * 4, dl, 0, R * 4);
+        K.logSoftmaxBackward(gpu, dlogits, dl, logits, ls, tg, R, V);
+      }
+      K.matmulBackwardInput(gpu, dhr, dlogits, weights.lmHead, R, V, C, false);
+      gpu.clear(dxr);
+      K.rmsNormBackward(gpu, dxr, dhr, xr, weights.norm, R, C, eps);
+      for (const s of this.segments(m0, R)) gpu.copy(dxr, (s.m - m0) * C * 4, dx, s.t0 * C * 4, s.n * C * 4);
+    });
+    for (const x of [dlogits, dhr, dxr, tg, ls, dl]) gpu.releaseBuffer(x);
   }
 
   /** dlogits rows: dlogp * (onehot - p) on the candidates, zero elsewhere. */

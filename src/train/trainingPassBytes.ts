@@ -34,6 +34,8 @@ export interface TrainingPassShape {
   candidates?: number;
   /** A packed prefix tree (src/train/packing.ts): the pass also holds keyEnd (T) u32. */
   packed?: boolean;
+  /** Log-probs only (TrainingPassOptions.logpOnly): no LM head gradient formed in the forward. */
+  logpOnly?: boolean;
   /**
    * Count the tiled GEMM's split-K scratch (src/ops/splitK.ts, 'auto' on a GPU). Default true: a
    * plan is for a GPU. A pass on a CPU adapter, which never splits that way, says false.
@@ -63,12 +65,12 @@ export interface TrainingPassLayout {
 
 export interface TrainingPassBytes {
   checkpoints: number; // (L+1) x (T, C) in the checkpoint dtype, held from construction to release
-  pass: number; // positions (T) u32, target ids and head lse (M), held likewise
+  pass: number; // positions (T) u32, target ids and head lse (M), with headGrad (M, C) f32 and targetRows (M) u32, held likewise
   scratch: number; // (T, C) f32 unpacked layer input (reduced checkpoints), during forward() and backward()
   layerForward: number; // one layer's intermediates in the forward (attention over T, MLP over a chunk)
   layerBackward: number; // the same, recomputed, plus their gradients, d(residual) and op scratch
-  headForward: number; // LM head: target rows, logits chunk, log-probs
-  headBackward: number; // the same plus dlogits, row gradients and d(residual)
+  headForward: number; // LM head: target rows, logits chunk, log-probs; with headGrad, dlogits and row gradients
+  headBackward: number; // d(residual), dlogp; recomputed (no headGrad): the forward's plus dlogits and row gradients
   peakForward: number; // the most live during construction + forward()
   peakBackward: number; // the most live during backward()
   peak: number;
@@ -106,6 +108,9 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
   const Tc = mlpChunkRows(T, s.mlpChunk ?? DEFAULT_MLP_CHUNK);
   const chunked = Tc < T;
   const Hr = headRows(M);
+  const backward = M > 0 && s.lora !== null && !s.logpOnly;
+  // The LM head's gradient formed in the forward (src/train/trainingPass.ts, the header).
+  const headGrad = backward && !s.candidates;
   const f32 = (name: string, shape: string, n: number, cls: BufferClass): PassBuffer => ({
     name,
     shape,
@@ -121,6 +126,7 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     ...(s.packed ? [f32('keyEnd', '(T) u32', T, 'pass')] : []),
     f32('targets', '(M) u32', Math.max(1, M), 'pass'),
     f32('lseHead', '(M) f32', Math.max(1, M), 'pass'),
+    ...(headGrad ? [f32('headGrad', '(M, C) f32', M * C, 'pass'), f32('targetRows', '(M) u32', M, 'pass')] : []),
   );
 
   const scratch = dtype === 'f32' ? [] : [f32('xF32', '(T, C) f32', T * C, 'scratch')];
@@ -212,12 +218,20 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
         : [
             ...scratch,
             f32('logp', '(M)', M, 'head'),
-            ...headRowsBufs,
             f32('tgtChunk', '(Hr) u32', Hr, 'head'),
             f32('logpChunk', '(Hr)', Hr, 'head'),
             f32('lseChunk', '(Hr)', Hr, 'head'),
+            ...(headGrad
+              ? [
+                  f32('onesChunk', '(Hr)', Hr, 'head'),
+                  f32('dlogitsRows', '(Hr, V)', Hr * V, 'head'),
+                  f32('dhRows', '(Hr, C)', Hr * C, 'head'),
+                  f32('dxRows', '(Hr, C)', Hr * C, 'head'),
+                  ...partials(headPartials, '(splits, Hr, C) f32', 'head'),
+                ]
+              : []),
+            ...headRowsBufs,
           ];
-  const backward = M > 0 && s.lora !== null;
   return {
     held,
     embed: [...scratch, f32('ids', '(T) u32', T, 'scratch')],
@@ -229,19 +243,21 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     forwardHead,
     backwardHead: !backward
       ? []
-      : [
-          ...scratch,
-          dx,
-          f32('dlogp', '(M)', M, 'head'),
-          ...headRowsBufs,
-          f32('dlogitsRows', '(Hr, V)', Hr * V, 'head'),
-          f32('dhRows', '(Hr, C)', Hr * C, 'head'),
-          f32('dxRows', '(Hr, C)', Hr * C, 'head'),
-          f32('tgtChunk', '(Hr) u32', Hr, 'head'),
-          f32('lseChunk', '(Hr)', Hr, 'head'),
-          f32('dlogpChunk', '(Hr)', Hr, 'head'),
-          ...partials(headPartials, '(splits, Hr, C) f32', 'head'),
-        ],
+      : headGrad
+        ? [...scratch, dx, f32('dlogp', '(M)', M, 'head')]
+        : [
+            ...scratch,
+            dx,
+            f32('dlogp', '(M)', M, 'head'),
+            ...headRowsBufs,
+            f32('dlogitsRows', '(Hr, V)', Hr * V, 'head'),
+            f32('dhRows', '(Hr, C)', Hr * C, 'head'),
+            f32('dxRows', '(Hr, C)', Hr * C, 'head'),
+            f32('tgtChunk', '(Hr) u32', Hr, 'head'),
+            f32('lseChunk', '(Hr)', Hr, 'head'),
+            f32('dlogpChunk', '(Hr)', Hr, 'head'),
+            ...partials(headPartials, '(splits, Hr, C) f32', 'head'),
+          ],
     backwardLayers: !backward ? [] : [...scratch, { ...dx, cls: 'layer' }, ...layer, ...layerGrads],
   };
 }
@@ -252,14 +268,16 @@ const sum = (bufs: readonly PassBuffer[], cls?: BufferClass) =>
 /**
  * Bytes of one TrainingPass by buffer class, and its peaks. With w = 4 bytes, Tc = min(T, chunk),
  * Hr = min(64, M), ck = T*C*w (f32) or ceil(T*C/2)*w (f16/bf16), nA / nM adapted attention / MLP
- * projections, [c] = 1 when T > chunk:
+ * projections, [c] = 1 when T > chunk, [g] = 1 when the forward forms the LM head's gradient (M > 0,
+ * an adapter, the full vocabulary, not logpOnly; src/train/trainingPass.ts):
  *   checkpoints   = (L+1) ck
- *   pass          = w (T + 2 max(1, M))
+ *   pass          = w (T + 2 max(1, M)) + [g] w M (C + 1)
  *   scratch       = T C w when the checkpoints are f16/bf16, else 0
  *   layerForward  = w [T (3C + 3 NH HD + 3 NKV HD + NH) + 3 Tc I + 2 [c] Tc C + r (nA T + nM Tc)] + Pf
  *   layerBackward = layerForward + w [T (2C + 2 NH HD + 2 NKV HD + NH + r) + 3 Tc I] + Pl
- *   headForward   = w [M + Hr (2C + V + 3)]        (restricted: w [M nc + Hr (2C + V)])
- *   headBackward  = w [T C + M + Hr (4C + 2V + 3)] + Ph
+ *   headForward   = w [M + Hr (2C + V + 3)] + [g] (w Hr (2C + V + 1) + Ph)
+ *                                                  (restricted: w [M nc + Hr (2C + V)])
+ *   headBackward  = [g] w [T C + M], else w [T C + M + Hr (4C + 2V + 3)] + Ph
  * where Pl and Ph are the split scratch of partial outputs, gemv_cols' (colsScratchBytes,
  * src/ops/colsSplit.ts; CPU adapters) or, with `splitK` (the default), the larger of that and the
  * tiled GEMM's split-K (splitKScratchBytes, src/ops/splitK.ts; GPUs) over every product below:

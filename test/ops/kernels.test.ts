@@ -295,6 +295,29 @@ describe('gatherRows', () => {
   });
 });
 
+describe('scatterRowsScaled', () => {
+  it('R=4 rows of C=37 into T=9, each scaled; the other rows kept; a row past T writes nothing', async () => {
+    const [T, R, C] = [9, 4, 37];
+    const rand = ref.rng(12);
+    const init = ref.randn(T * C, rand);
+    const src = ref.randn(R * C, rand);
+    const scale = Float32Array.from([0.5, -2, 3, 7]);
+    const rows = Uint32Array.from([8, 0, 3, 9]); // 9 is past T: skipped
+    const out = f32Buf(init, 'out');
+    K.scatterRowsScaled(gpu, out, f32Buf(src, 'src'), u32Buf(rows), f32Buf(scale, 'scale'), R, C, T);
+    const want = Float32Array.from(init);
+    for (let r = 0; r < R; r++)
+      if (rows[r] < T) for (let c = 0; c < C; c++) want[rows[r] * C + c] = Math.fround(scale[r] * src[r * C + c]);
+    expectClose('scatterRowsScaled', await gpu.readF32(out, T * C), want, 0, 0);
+  });
+  it('names a buffer that is too small', () => {
+    const b = outBuf(4);
+    expect(() => K.scatterRowsScaled(gpu, outBuf(8 * 3), outBuf(2 * 3), b, outBuf(1), 2, 3, 8)).toThrow(
+      'scatterRowsScaled scale',
+    );
+  });
+});
+
 describe('sample', () => {
   const greedy = { temperature: 0, topK: 0, topP: 1 };
 

@@ -390,9 +390,13 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
       );
       const Ph = Math.max(...rowCounts(M, Hr).map((R) => colsScratchBytes(R, C, V)));
       const layerBackward = layerForward + w * (T * (2 * C + 2 * NH * HD + 2 * NKV * HD + NH + r) + 3 * Tc * I) + Pl;
-      const headForward = nc ? w * (M * nc + Hr * (2 * C + V)) : w * (M + Hr * (2 * C + V + 3));
-      const headBackward = w * (T * C + M + Hr * (4 * C + 2 * V + 3)) + Ph;
-      const base = (L + 1) * ck + w * (T + 2 * M) + (dtype === 'f32' ? 0 : T * C * w);
+      // [g]: the forward forms the LM head's gradient (full vocabulary, an adapter).
+      const g = nc ? 0 : 1;
+      const headForward = nc
+        ? w * (M * nc + Hr * (2 * C + V))
+        : w * (M + Hr * (2 * C + V + 3)) + g * (w * Hr * (2 * C + V + 1) + Ph);
+      const headBackward = g ? w * (T * C + M) : w * (T * C + M + Hr * (4 * C + 2 * V + 3)) + Ph;
+      const base = (L + 1) * ck + w * (T + 2 * M) + g * w * M * (C + 1) + (dtype === 'f32' ? 0 : T * C * w);
       const got = trainingPassBytes(cfg, {
         seqLen: T,
         numTargets: M,
