@@ -2,7 +2,7 @@
 // command encoder, error capture, and the two launch verbs kernel() and dispatch().
 
 import { shaderSource } from '#shaders';
-import { BufferPool, MemoryCounter, roundSize } from './pool.ts';
+import { BufferPool, MemoryCounter, objectId, roundSize } from './pool.ts';
 import { GpuDeviceLostError, GpuError, GpuOutOfMemoryError, GpuUnavailableError, fromGpuError } from './errors.ts';
 import {
   PipelineCache,
@@ -103,19 +103,17 @@ export const MAX_PARAM_DISPATCHES_PER_SUBMIT = 2048;
 /** Bind groups kept for reuse (Gpu.bindGroup): a few decode steps' worth of dispatches. */
 const BIND_GROUP_CACHE = 16384;
 
-/**
- * Gpu.bindGroup's cache: a Map per level, keyed by the pipeline, then each bound buffer in order,
- * then the params chunk; the last level maps the params slot's offset (-1 without params) to the
- * bind group.
- */
-type BindGroupTrie = Map<object | number, BindGroupTrie | GPUBindGroup>;
-
-/** The child of `node` under `key`, made empty when missing. */
-function childOf(node: BindGroupTrie, key: object): BindGroupTrie {
-  let child = node.get(key) as BindGroupTrie | undefined;
-  if (!child) node.set(key, (child = new Map()));
-  return child;
+/** One cached bind group and what it binds (Gpu.bindGroup). */
+interface CachedBindGroup {
+  readonly pipeline: GPUComputePipeline;
+  readonly buffers: readonly GPUBuffer[];
+  readonly slotBuffer: GPUBuffer | null;
+  readonly offset: number;
+  readonly group: GPUBindGroup;
 }
+
+/** FNV-1a's step over a 32-bit word. */
+const mix = (h: number, word: number) => Math.imul(h ^ word, 16777619);
 
 const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
 
@@ -194,7 +192,8 @@ export class Gpu {
   submitCount = 0;
   /** Bind groups created since creation; a repeated dispatch (same kernel, buffers and params slot) reuses its own. */
   bindGroupCount = 0;
-  private bindGroups: BindGroupTrie = new Map();
+  /** Bind groups by the hash of what they bind (bindGroupHash), each bucket checked in full. */
+  private bindGroups = new Map<number, CachedBindGroup[]>();
   private cachedBindGroups = 0;
   private profiler: Profiler | null = null;
   /**
@@ -571,43 +570,50 @@ export class Gpu {
   /**
    * The bind group of (kernel, buffers, params slot), made once: the uniform arena hands out the
    * same slots in the same order every batch, so the dispatches of a repeated step (a decode
-   * step, a layer of the same shapes) find theirs. The cache is a trie of Maps keyed by the
-   * objects themselves (pipeline, then each buffer, then the params chunk) and the slot's offset:
-   * a lookup is a few identity-hashed Map reads, with no key string built per dispatch (with
-   * that string, this method held a fifth of a decode step's encoding samples; without it a step
-   * encodes about 1.2x faster, bench/decode-encode.ts). A buffer is
-   * never reused once destroyed, so a stale entry can never match; the cache is dropped when it
-   * passes BIND_GROUP_CACHE bind groups.
+   * step, a layer of the same shapes) find theirs. Looked up by a hash of the objects' own
+   * numbers (objectId: the pipeline, each buffer, the slot's chunk) and the slot's offset, then
+   * compared in full: one Map read a dispatch. (A trie with a Map per bound object, which this
+   * replaced, held a fifth of a decode step's encoding samples in its reads; a key string built
+   * per dispatch before that, as much.) A buffer is never reused once destroyed, so a stale entry
+   * can never match; the cache is dropped when it passes BIND_GROUP_CACHE bind groups.
    */
   private bindGroup(kernel: Kernel, buffers: readonly GPUBuffer[], slot: GPUBufferBinding | null): GPUBindGroup {
-    let node = this.bindGroupNode(kernel, buffers, slot);
-    const leaf = slot ? (slot.offset ?? 0) : -1;
-    let group = node.get(leaf) as GPUBindGroup | undefined;
-    if (!group) {
-      if (this.cachedBindGroups >= BIND_GROUP_CACHE) {
-        this.bindGroups = new Map();
-        this.cachedBindGroups = 0;
-        node = this.bindGroupNode(kernel, buffers, slot);
+    const { pipeline } = kernel;
+    const slotBuffer = slot ? slot.buffer : null;
+    const offset = slot ? (slot.offset ?? 0) : -1;
+    let h = mix(0x811c9dc5, objectId(pipeline));
+    for (let i = 0; i < buffers.length; i++) h = mix(h, objectId(buffers[i]!));
+    h = mix(mix(h, slotBuffer ? objectId(slotBuffer) : 0), offset);
+    let bucket = this.bindGroups.get(h);
+    if (bucket) {
+      for (let j = 0; j < bucket.length; j++) {
+        const e = bucket[j]!;
+        if (e.pipeline !== pipeline || e.slotBuffer !== slotBuffer || e.offset !== offset) continue;
+        const bound = e.buffers;
+        if (bound.length !== buffers.length) continue;
+        let same = true;
+        for (let i = 0; i < bound.length && same; i++) same = bound[i] === buffers[i];
+        if (same) return e.group;
       }
-      const entries: GPUBindGroupEntry[] = buffers.map((buffer, i) => ({ binding: i + 1, resource: { buffer } }));
-      if (slot) entries.push({ binding: 0, resource: slot });
-      group = this.device.createBindGroup({
-        layout: kernel.pipeline.getBindGroupLayout(0),
-        entries,
-        label: kernel.label,
-      });
-      this.bindGroupCount++;
-      node.set(leaf, group);
-      this.cachedBindGroups++;
     }
+    if (this.cachedBindGroups >= BIND_GROUP_CACHE) {
+      this.bindGroups = new Map();
+      this.cachedBindGroups = 0;
+      bucket = undefined;
+    }
+    const entries: GPUBindGroupEntry[] = buffers.map((buffer, i) => ({ binding: i + 1, resource: { buffer } }));
+    if (slot) entries.push({ binding: 0, resource: slot });
+    const group = this.device.createBindGroup({
+      layout: pipeline.getBindGroupLayout(0),
+      entries,
+      label: kernel.label,
+    });
+    this.bindGroupCount++;
+    const entry: CachedBindGroup = { pipeline, buffers: buffers.slice(), slotBuffer, offset, group };
+    if (bucket) bucket.push(entry);
+    else this.bindGroups.set(h, [entry]);
+    this.cachedBindGroups++;
     return group;
-  }
-
-  /** The trie node under which (kernel, buffers, slot's chunk) keep their bind groups by slot offset. */
-  private bindGroupNode(kernel: Kernel, buffers: readonly GPUBuffer[], slot: GPUBufferBinding | null): BindGroupTrie {
-    let node = childOf(this.bindGroups, kernel.pipeline);
-    for (let i = 0; i < buffers.length; i++) node = childOf(node, buffers[i]!);
-    return slot ? childOf(node, slot.buffer) : node;
   }
 
   private getEncoder(): GPUCommandEncoder {

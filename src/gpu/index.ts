@@ -16,5 +16,5 @@ export {
   type Kernel,
   type Workgroups,
 } from './launch.ts';
-export { BufferPool, bufferSize, bufferUsage } from './pool.ts';
+export { BufferPool, bufferSize, bufferUsage, objectId } from './pool.ts';
 export { preprocess, ShaderPreprocessError } from './preprocess.ts';

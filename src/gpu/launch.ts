@@ -70,6 +70,8 @@ function trieChild(node: KeyTrie, key: unknown): KeyTrie {
 export class PipelineCache {
   private pipelines = new Map<string, Kernel>();
   private byCallOrder: KeyTrie = new Map();
+  /** Frozen defines objects (internDefines): their own trie over shader, entry and the constants. */
+  private byFrozenDefines = new WeakMap<Defines, KeyTrie>();
   private modules = new Map<string, GPUShaderModule>();
 
   /** Pipelines created so far (each a compile: the first use of a kernel variant). */
@@ -88,10 +90,19 @@ export class PipelineCache {
     // Looked up first by the defines in the caller's order (no sort: this runs for every
     // dispatch), in a trie of Maps over shader, entry, then each define's name and value and each
     // constant's (no key string built per call); a miss there finds or makes the kernel under the
-    // sorted key, so one variant is one pipeline whatever order its defines come in.
-    let node = trieChild(trieChild(this.byCallOrder, shader), entry);
-    for (const k in defines) node = trieChild(trieChild(node, k), defines[k]);
-    node = trieChild(node, CONSTANTS);
+    // sorted key, so one variant is one pipeline whatever order its defines come in. A frozen
+    // defines object (internDefines: one object per content, never changed) is looked up by
+    // identity instead of by its names and values: 3 Map reads, not 2 a define.
+    let node: KeyTrie;
+    if (Object.isFrozen(defines)) {
+      let root = this.byFrozenDefines.get(defines);
+      if (!root) this.byFrozenDefines.set(defines, (root = new Map()));
+      node = trieChild(trieChild(root, shader), entry);
+    } else {
+      node = trieChild(trieChild(this.byCallOrder, shader), entry);
+      for (const k in defines) node = trieChild(trieChild(node, k), defines[k]);
+      node = trieChild(node, CONSTANTS);
+    }
     for (const k in constants) node = trieChild(trieChild(node, k), constants[k]);
     const seen = node.get(KERNEL) as Kernel | undefined;
     if (seen) return seen;

@@ -68,9 +68,12 @@ export function useSubgroups(gpu: Gpu): boolean {
   return gpu.features.subgroups;
 }
 
-/** The SUBGROUPS define when `on`. */
+const SUBGROUPS_ON: Defines = Object.freeze({ SUBGROUPS: 1 });
+const SUBGROUPS_OFF: Defines = Object.freeze({});
+
+/** The SUBGROUPS define when `on` (frozen: the pipeline cache finds its kernels by identity). */
 export function subgroupDefines(on: boolean): Defines {
-  return on ? { SUBGROUPS: 1 } : {};
+  return on ? SUBGROUPS_ON : SUBGROUPS_OFF;
 }
 
 export interface KernelVariant {

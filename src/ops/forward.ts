@@ -3,6 +3,7 @@
 // Argument order (llm.c): outputs, saved tensors, inputs/weights, sizes.
 import type { Gpu } from '../gpu/device.ts';
 import type { Defines } from '../gpu/launch.ts';
+import type { DefineValue } from '../gpu/preprocess.ts';
 import { f32, splitGrid } from '../gpu/launch.ts';
 import { bufferSize } from '../gpu/pool.ts';
 import {
@@ -115,6 +116,72 @@ function blockGemvFits(x: GPUBuffer, w: GPUBuffer, WEIGHTS: WeightFormat, M: num
   return wholeVec4Bytes(w) >= Math.ceil(wBytes / 16) * 16 && wholeVec4Bytes(x) >= M * K * 4;
 }
 
+/** shaders/gemv.wgsl's defines (blockDefines): the shape's, then the group and these flags. */
+type BlockDefines = Defines & {
+  readonly WEIGHTS: WeightFormat;
+  readonly TMAX: number;
+  readonly COLS: number;
+  readonly LANES?: number;
+  readonly XS?: number;
+};
+type LanesDefines = BlockDefines & { readonly LANES: number; readonly XS: number };
+/** blockDefines' flags: each sets its define to 1. */
+const NORM_FLAG = 1,
+  SILU_FLAG = 2,
+  LORA_FLAG = 4,
+  XEACH_FLAG = 8;
+const WEIGHT_CODES: Record<WeightFormat, number> = { f32: 0, bf16: 1, q4: 2 };
+const blockDefinesMemo = new Map<number, BlockDefines>();
+const fitsBits = (v: number, bits: number) => Number.isInteger(v) && v >= 0 && v < 2 ** bits;
+
+/**
+ * shaders/gemv.wgsl's defines as one frozen object per content, found by a number packed from the
+ * values (46 bits), so a dispatch builds no object and the pipeline cache finds its kernel by
+ * identity (src/gpu/launch.ts). A decode step makes hundreds of these calls; the object spreads
+ * they replace were a sixth of its encoding (bench/decode-encode.ts). LANES and XS of 0 leave
+ * their define out (gemv_rows, gemv_cols).
+ */
+function blockDefines(
+  WEIGHTS: WeightFormat,
+  TMAX: number,
+  COLS: number,
+  LANES = 0,
+  XS = 0,
+  subgroups = false,
+  GROUP = 0,
+  flags = 0,
+): BlockDefines {
+  const packs = fitsBits(TMAX, 8) && fitsBits(COLS, 9) && fitsBits(LANES, 8) && fitsBits(XS, 13) && fitsBits(GROUP, 2);
+  const key = packs
+    ? (((((WEIGHT_CODES[WEIGHTS] * 256 + TMAX) * 512 + COLS) * 256 + LANES) * 8192 + XS) * 2 + (subgroups ? 1 : 0)) *
+        64 +
+      GROUP * 16 +
+      (flags & 15)
+    : -1;
+  const hit = blockDefinesMemo.get(key);
+  if (hit) return hit;
+  const d: Record<string, DefineValue> = { WEIGHTS, TMAX };
+  if (LANES) d.LANES = LANES;
+  d.COLS = COLS;
+  if (XS) d.XS = XS;
+  if (subgroups) d.SUBGROUPS = 1;
+  if (GROUP) d.GROUP = GROUP;
+  if (flags & NORM_FLAG) d.NORM = 1;
+  if (flags & SILU_FLAG) d.SILU = 1;
+  if (flags & LORA_FLAG) d.LORA = 1;
+  if (flags & XEACH_FLAG) d.XEACH = 1;
+  const out = d as BlockDefines;
+  if (!packs) return out; // outside the packing: built each call, and looked up by its values
+  blockDefinesMemo.set(key, Object.freeze(out));
+  return out;
+}
+
+/** d with the group and flags set (those of d dropped); LANES replaced (COLS 256 / LANES) when given. */
+function withBlock<D extends BlockDefines>(d: D, GROUP: number, flags: number, LANES = d.LANES ?? 0): D {
+  const COLS = LANES === (d.LANES ?? 0) ? d.COLS : 256 / LANES;
+  return blockDefines(d.WEIGHTS, d.TMAX, COLS, LANES, d.XS ?? 0, 'SUBGROUPS' in d, GROUP, flags) as D;
+}
+
 /** gemv_lanes' threads per output column: ~8+ 16-byte blocks per lane, 4 to 16 lanes. */
 const stagedLanes = (K: number, WEIGHTS: WeightFormat) =>
   Math.min(16, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, K / BLOCK_ELEMS[WEIGHTS] / 8)))));
@@ -139,18 +206,21 @@ const widensLanes = (gpu: Gpu) =>
  * weight; a group's widest) the lanes widen where those make few workgroups (wideLanes), else
  * stagedLanes alone.
  */
-function lanesDefines(gpu: Gpu, WEIGHTS: WeightFormat, M: number, K: number, norm = false, N?: number) {
+function lanesDefines(
+  gpu: Gpu,
+  WEIGHTS: WeightFormat,
+  M: number,
+  K: number,
+  norm = false,
+  N?: number,
+  GROUP = 0,
+  flags = 0,
+): LanesDefines {
   const staged = stagedLanes(K, WEIGHTS);
   const LANES = N !== undefined && widensLanes(gpu) ? wideLanes(N, K, BLOCK_ELEMS[WEIGHTS], staged) : staged;
   const TMAX = tmaxFor(M);
-  return {
-    WEIGHTS,
-    TMAX,
-    LANES,
-    COLS: 256 / LANES,
-    XS: stagedVec4s(gpu, TMAX, norm),
-    ...subgroupDefines(useSubgroups(gpu)),
-  };
+  const XS = stagedVec4s(gpu, TMAX, norm);
+  return blockDefines(WEIGHTS, TMAX, 256 / LANES, LANES, XS, useSubgroups(gpu), GROUP, flags) as LanesDefines;
 }
 
 /**
@@ -183,7 +253,7 @@ function blockGemv(
   check(!up || entry === 'lanes', () => `${op}: a folded SwiGLU needs gemv_lanes`); // the callers check first
   const lanes = entry === 'lanes' ? lanesDefines(gpu, WEIGHTS, M, K) : null;
   if (lanes && !lora && tuning.gemvSplitK === 'auto' && !autoForCpu(gpu) && (M * N) % 4 === 0) {
-    const base = up ? { ...lanes, SILU: 1 } : lanes;
+    const base = up ? withBlock(lanes, 0, SILU_FLAG) : lanes;
     const { kChunk, splits } = lanesSplit(N, K, BLOCK_ELEMS[WEIGHTS], base.LANES, base.COLS);
     if (splits > 1) {
       const [x0, y0] = splitGrid(Math.ceil(N / base.COLS), gpu.limits.maxComputeWorkgroupsPerDimension);
@@ -202,17 +272,17 @@ function blockGemv(
     }
   }
   // Unsplit: a narrow product widens its lanes instead (wideLanes), as a group product does.
-  let base: Defines = { WEIGHTS, TMAX, COLS: 4 };
+  const flags = (up ? SILU_FLAG : 0) | (lora ? LORA_FLAG : 0);
+  let base: BlockDefines;
   if (lanes) {
     const LANES = widensLanes(gpu) ? wideLanes(N, K, BLOCK_ELEMS[WEIGHTS], lanes.LANES) : lanes.LANES;
-    base = LANES === lanes.LANES ? lanes : { ...lanes, LANES, COLS: 256 / LANES };
-    if (up) base = { ...base, SILU: 1 };
-  }
-  const columnsPerGroup = entry === 'rows' ? 64 * (base.COLS as number) : (base.COLS as number);
+    base = withBlock(lanes, 0, flags, LANES);
+  } else base = blockDefines(WEIGHTS, TMAX, 4, 0, 0, false, 0, flags);
+  const columnsPerGroup = entry === 'rows' ? 64 * base.COLS : base.COLS;
   const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), gpu.limits.maxComputeWorkgroupsPerDimension);
   const params = [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0];
   gpu.dispatch(
-    opKernel(gpu, op, 'gemv', `gemv_${entry}`, lora ? { ...base, LORA: 1 } : base),
+    opKernel(gpu, op, 'gemv', entry === 'lanes' ? 'gemv_lanes' : 'gemv_rows', base),
     lora ? (up ? [out, x, w, lora.u, lora.B, up] : [out, x, w, lora.u, lora.B]) : up ? [out, x, w, up] : [out, x, w],
     [x0, y0, entry === 'rows' ? Math.ceil(M / TMAX) : 1],
     lora ? [...params, lora.r, f32(lora.scale)] : params,
@@ -261,7 +331,7 @@ function gemvCols(
 ): void {
   const { TMAX, zRows, groups, kChunk, splits } = colsSplit(M, N, K);
   const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
-  const kernel = opKernel(gpu, op, 'gemv', 'gemv_cols', { WEIGHTS, TMAX, COLS: 1 });
+  const kernel = opKernel(gpu, op, 'gemv', 'gemv_cols', blockDefines(WEIGHTS, TMAX, 1));
   if (splits === 1) {
     gpu.dispatch(kernel, [out, a, w], [x0, y0, zRows], [M, N, K, accumulate ? 1 : 0, f32(scale), kChunk, zRows, 0]);
     return;
@@ -291,7 +361,7 @@ function reducePartials(
   const n4 = (M * N) / 4;
   const [r0, r1] = splitGrid(Math.ceil(n4 / 64), gpu.limits.maxComputeWorkgroupsPerDimension);
   gpu.dispatch(
-    opKernel(gpu, record, 'gemv', 'gemv_cols_reduce', { WEIGHTS: 'f32', TMAX: 1, COLS: 1 }),
+    opKernel(gpu, record, 'gemv', 'gemv_cols_reduce', blockDefines('f32', 1, 1)),
     [out, partials],
     [r0, r1],
     [M, n4, splits, accumulate ? 1 : 0, f32(scale), 0, 0, 0],
@@ -993,7 +1063,7 @@ export function matmulEachF32(
     for (let i = 0; i < G; i++) matmulF32(gpu, outs[i], xs[i], ws[i], T, Ns[i], K, accumulate, scale);
     return;
   }
-  const defines = { ...lanesDefines(gpu, 'f32', T, K), GROUP: G, XEACH: 1 };
+  const defines = lanesDefines(gpu, 'f32', T, K, false, undefined, G, XEACH_FLAG);
   const buffers = [outs[0], xs[0], ws[0]];
   for (let i = 1; i < G; i++) buffers.push(outs[i], ws[i]);
   buffers.push(...xs.slice(1));
@@ -1056,7 +1126,7 @@ function groupChecks(
   Ns: readonly number[],
   K: number,
   norm?: FoldedNorm,
-): number[] {
+): readonly number[] {
   if (norm) {
     checkSize(norm.w, bf16Bytes(K), () => `${op} norm w`);
     distinct(op, x, norm.w, ...outs);
@@ -1075,8 +1145,10 @@ function groupChecks(
     );
   }
   distinct(op, x, ...outs);
-  return Array.from({ length: G }, (_, i) => i);
+  return G === 2 ? GROUP_OF_2 : GROUP_OF_3;
 }
+const GROUP_OF_2: readonly number[] = Object.freeze([0, 1]);
+const GROUP_OF_3: readonly number[] = Object.freeze([0, 1, 2]);
 
 /** One GEMV dispatch over 2 or 3 weights of one format sharing x, or `single(i)` per weight where none applies. */
 function groupGemv(
@@ -1105,11 +1177,8 @@ function groupGemv(
   for (let i = 1; i < G; i++) buffers.push(outs[i], wbs[i]);
   const [N1, N2 = 0] = Ns.slice(1);
   if (variant === 'lanes') {
-    const defines = {
-      ...lanesDefines(gpu, WEIGHTS, T, K, norm !== undefined, Math.max(...Ns)),
-      GROUP: G,
-      ...(norm ? { NORM: 1 } : {}),
-    };
+    const N = G === 2 ? Math.max(Ns[0], Ns[1]) : Math.max(Ns[0], Ns[1], Ns[2]);
+    const defines = lanesDefines(gpu, WEIGHTS, T, K, norm !== undefined, N, G, norm ? NORM_FLAG : 0);
     const groups = Ns.reduce((n, N) => n + Math.ceil(N / defines.COLS), 0);
     const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
     gpu.dispatch(
@@ -1123,7 +1192,7 @@ function groupGemv(
     const groups = Ns.reduce((n, N) => n + Math.ceil(N / (64 * GROUP_COLS)), 0);
     const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
     gpu.dispatch(
-      opKernel(gpu, op, 'gemv', 'gemv_rows_group', { WEIGHTS, TMAX, COLS: GROUP_COLS, GROUP: G }),
+      opKernel(gpu, op, 'gemv', 'gemv_rows_group', blockDefines(WEIGHTS, TMAX, GROUP_COLS, 0, 0, false, G)),
       buffers,
       [x0, y0, Math.ceil(T / TMAX)],
       [T, Ns[0], K, 0, f32(1), 0, 0, 0, N1, N2],

@@ -14,6 +14,7 @@ import {
   type Gpu,
   bufferSize,
   bufferUsage,
+  objectId,
 } from '../../src/gpu/index.ts';
 import * as K from '../../src/ops/index.ts';
 import { MAX_PARAM_DISPATCHES_PER_SUBMIT } from '../../src/gpu/device.ts';
@@ -158,6 +159,11 @@ describe('buffers', () => {
     }
     gpu.releaseBuffer(b);
     gpu.releaseBuffer(c);
+    // An object that takes no property of ours keeps its size, usage and id all the same.
+    const sealed = Object.freeze({ size: 48, usage: 12 }) as unknown as GPUBuffer;
+    expect([bufferSize(sealed), bufferUsage(sealed)]).toEqual([48, 12]);
+    expect(objectId(sealed)).toBe(objectId(sealed));
+    expect(objectId(sealed)).not.toBe(objectId(a));
   });
 
   it('copy and clear are ordered with dispatches', async () => {
@@ -200,6 +206,23 @@ describe('launch', () => {
     expect(gpu.kernel('test', 'write_ids', { PIPELINE_ORDER_PROBE: 1, SECOND_PROBE: 2 })).toBe(ab);
     expect(gpu.pipelineCount).toBe(before + 1);
     expect(gpu.kernel('test', 'write_ids', { SECOND_PROBE: 3, PIPELINE_ORDER_PROBE: 1 })).not.toBe(ab);
+  });
+
+  it("finds a frozen defines object's kernel by identity, the same kernel as its content under any object", () => {
+    const before = gpu.pipelineCount;
+    const frozen = Object.freeze({ FROZEN_PROBE: 1, SECOND_PROBE: 4 });
+    const k = gpu.kernel('test', 'write_ids', frozen);
+    expect(gpu.kernel('test', 'write_ids', frozen)).toBe(k);
+    expect(gpu.kernel('test', 'write_ids', { SECOND_PROBE: 4, FROZEN_PROBE: 1 })).toBe(k);
+    expect(gpu.kernel('test', 'write_ids', Object.freeze({ FROZEN_PROBE: 1, SECOND_PROBE: 4 }))).toBe(k);
+    expect(gpu.pipelineCount).toBe(before + 1);
+    // The identity lookup still tells entries, shaders and constants apart.
+    expect(gpu.kernel('test', 'set_one', frozen)).not.toBe(k);
+    const norm = Object.freeze({});
+    const k64 = gpu.kernel('rmsnorm', 'rmsnorm_forward', norm, { WG: 64 });
+    expect(gpu.kernel('rmsnorm', 'rmsnorm_forward', norm, { WG: 64 })).toBe(k64);
+    expect(gpu.kernel('rmsnorm', 'rmsnorm_forward', norm, { WG: 256 })).not.toBe(k64);
+    expect(gpu.kernel('rmsnorm', 'rmsnorm_forward', {}, { WG: 64 })).toBe(k64);
   });
 
   it('gives every dispatch its own params across uniform chunks (600 dispatches, one flush)', async () => {
@@ -247,6 +270,30 @@ describe('launch', () => {
     expect(await batch(b, a, d, 7)).toEqual({ made: 1, a: [8, 110], b: [7, 130], c: 1 });
     expect(await batch(b, a, b, 9)).toEqual({ made: 0, a: [10, 140], b: [9, 160], c: 1 });
     for (const buf of [a, b, c, d]) gpu.releaseBuffer(buf);
+  });
+
+  it('binds exactly the buffers of each dispatch across many (pipeline, buffers, slot) combinations', async () => {
+    const n = 8;
+    const src = Array.from({ length: n }, (_, j) => gpu.createBuffer(16, `combo-src-${j}`));
+    for (let j = 0; j < n; j++) gpu.write(src[j]!, new Float32Array([0, 100 * j, 0, 0]));
+    const dst = Array.from({ length: n * n }, (_, k) => gpu.createBuffer(16, `combo-dst-${k}`));
+    const out = gpu.createBuffer(n * n * 4, 'combo-out');
+    const add = gpu.kernel('test', 'add_from');
+    // dst[i n + j][1] = src[j][1] + i: every (dst, src) pair a bind group of its own.
+    const run = async () => {
+      for (let i = 0; i < n; i++)
+        for (let j = 0; j < n; j++) gpu.dispatch(add, [dst[i * n + j]!, src[j]!], 1, [1, f32(i)]);
+      for (let k = 0; k < n * n; k++) gpu.copy(dst[k]!, 4, out, 4 * k, 4);
+      return Array.from(await gpu.readF32(out, n * n));
+    };
+    const want = Array.from({ length: n * n }, (_, k) => 100 * (k % n) + Math.floor(k / n));
+    const g0 = gpu.bindGroupCount;
+    expect(await run()).toEqual(want);
+    expect(gpu.bindGroupCount - g0).toBe(n * n);
+    for (let j = 0; j < n; j++) gpu.write(src[j]!, new Float32Array([0, 1000 * j, 0, 0]));
+    expect(await run()).toEqual(want.map((v, k) => v + 900 * (k % n))); // found again, the same buffers bound
+    expect(gpu.bindGroupCount - g0).toBe(n * n);
+    for (const buf of [...src, ...dst, out]) gpu.releaseBuffer(buf);
   });
 
   it('splits more than 65535 workgroups over an x/y grid', async () => {
