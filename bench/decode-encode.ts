@@ -1,5 +1,5 @@
 // `npx tsx bench/decode-encode.ts [--layers 36] [--batch 4] [--steps 12] [--format q4] [--r 16]
-//   [--kernels autoFor=gpu] [--json FILE]`
+//   [--kernels autoFor=gpu] [--stub-dawn] [--json FILE]`
 // The CPU side of a decode step: the time to encode one step (Qwen3Model.forward with a LoRA
 // adapter, then K.sample, as a rollout runs them) with no GPU wait in it, and per step the
 // dispatches, the bind groups made and the submits. Qwen3-4B's depth (36 layers) with narrow
@@ -7,6 +7,11 @@
 // on the dispatches and not on their sizes, is that of the full model. The GPU's 'auto' kernel
 // choices by default (what a rollout on a GPU encodes). Each step is followed by a sync, as a
 // rollout that reads its sampled ids does, and only the encoding is timed.
+// --stub-dawn: after the 2 warm-up steps the compute pass's setPipeline, setBindGroup and
+// dispatchWorkgroups become no-ops, so the time is that of our JavaScript alone (the op wrappers,
+// the kernel and bind-group lookups, the params), without Dawn's validation and recording, which on
+// this machine's SwiftShader shares the 2 cores with the rasterizer's threads and varies run to run.
+// The GPU then runs empty passes; the numbers it returns are not used.
 // For a ratio against an earlier commit, run this file on both checkouts in one sitting
 // (`git worktree add /tmp/old <commit>`, copy this file into /tmp/old/bench, alternate the runs).
 // A benchmark, not a test: nothing here asserts a time.
@@ -30,6 +35,7 @@ const { values } = parseArgs({
     format: { type: 'string', default: 'q4' },
     r: { type: 'string', default: '16' },
     kernels: { type: 'string', default: 'autoFor=gpu' },
+    'stub-dawn': { type: 'boolean', default: false },
     json: { type: 'string' },
   },
 });
@@ -65,8 +71,21 @@ K.sample(gpu, sampled, pre, B, c.vocabSize, sampling, 1, 0);
 await gpu.sync();
 gpu.releaseBuffer(pre);
 
+const WARM_UP = 2; // steps left out of the medians: the first meet new buffer sizes
+const stubDawn = values['stub-dawn'];
+/** Makes the compute pass's encode calls no-ops (--stub-dawn). */
+function stubPassCalls(): void {
+  const enc = gpu.device.createCommandEncoder();
+  const pass = enc.beginComputePass();
+  const proto = Object.getPrototypeOf(pass) as GPUComputePassEncoder;
+  pass.end();
+  enc.finish();
+  const none = () => {};
+  Object.assign(proto, { setPipeline: none, setBindGroup: none, dispatchWorkgroups: none });
+}
 const rows: { encodeMs: number; dispatches: number; bindGroups: number; submits: number }[] = [];
 for (let s = 0; s < steps; s++) {
+  if (stubDawn && s === WARM_UP) stubPassCalls();
   const d0 = gpu.dispatchCount,
     b0 = gpu.bindGroupCount,
     s0 = gpu.submitCount;
@@ -86,7 +105,7 @@ for (let s = 0; s < steps; s++) {
   await gpu.sync();
   gpu.releaseBuffer(logits);
 }
-const warm = rows.slice(2); // the first steps meet new buffer sizes
+const warm = rows.slice(WARM_UP);
 const median = (x: number[]) => [...x].sort((a, b) => a - b)[Math.floor(x.length / 2)]!;
 const enc = median(warm.map((x) => x.encodeMs));
 const summary = {
@@ -96,6 +115,7 @@ const summary = {
   format,
   loraR: r,
   kernels: values.kernels,
+  stubDawn,
   steps: warm.length,
   encodeMsMedian: enc,
   encodeMsMin: Math.min(...warm.map((x) => x.encodeMs)),
@@ -105,12 +125,12 @@ const summary = {
   usPerDispatch: (1000 * enc) / median(warm.map((x) => x.dispatches)),
 };
 console.log(
-  `# decode-step encoding on ${summary.adapter}: ${L} layers, B=${B}, ${format}, LoRA r=${r}, ${values.kernels}`,
+  `# decode-step encoding on ${summary.adapter}: ${L} layers, B=${B}, ${format}, LoRA r=${r}, ${values.kernels}${stubDawn ? ", Dawn's pass calls stubbed after the warm-up (our JavaScript alone)" : ''}`,
 );
 console.log('step  encode ms  dispatches  bind groups  submits');
 rows.forEach((x, i) =>
   console.log(
-    `${String(i).padStart(4)}  ${x.encodeMs.toFixed(2).padStart(9)}  ${String(x.dispatches).padStart(10)}  ${String(x.bindGroups).padStart(11)}  ${String(x.submits).padStart(7)}${i < 2 ? '  (warm-up)' : ''}`,
+    `${String(i).padStart(4)}  ${x.encodeMs.toFixed(2).padStart(9)}  ${String(x.dispatches).padStart(10)}  ${String(x.bindGroups).padStart(11)}  ${String(x.submits).padStart(7)}${i < WARM_UP ? '  (warm-up)' : ''}`,
   ),
 );
 console.log(
