@@ -110,10 +110,11 @@ run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4
 # shuffles (the 'auto' choice on Intel only), and f16 tiles (bench/gemm-ab.ts); with and without
 # the 16-byte loads (--vec4 off: the forward and the input gradient), in f32 and f16 tiles.
 # Then the CPU time to encode a decode step at Qwen3-4B's depth, 36 layers, LoRA on, B = 1 and 4
-# (bench/decode-encode.ts: the host's share of a step, which at full depth the GPU waits on).
+# (bench/decode-encode.ts: the host's share of a step, which at full depth the GPU waits on), and
+# at B = 4 with Dawn's pass calls stubbed (--stub-dawn: our JavaScript's share of that).
 GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 ENC="'$NODE' '$D/bench/decode-encode.mjs' --layers 36"
-run gemv-ab 50 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off; $ENC --batch 1; $ENC --batch 4"
+run gemv-ab 50 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off; $ENC --batch 1; $ENC --batch 4; $ENC --batch 4 --steps 8 --stub-dawn"
 # attention-ab.log: decode attention (bench/decode-attention-ab.ts), the RMSNorms folded into the
 # decode GEMVs against 'off', one 4B layer, q4, LoRA on (bench/fused-ab.ts --compare normFold; then
 # --compare gemvSplitK: the LoRA A products of o_proj and down_proj split over K or not), and
