@@ -192,7 +192,7 @@ export class Gpu {
   submitCount = 0;
   /** Bind groups created since creation; a repeated dispatch (same kernel, buffers and params slot) reuses its own. */
   bindGroupCount = 0;
-  /** Bind groups by the hash of what they bind (bindGroupHash), each bucket checked in full. */
+  /** Bind groups by a hash of what they bind (Gpu.bindGroup), each bucket checked in full. */
   private bindGroups = new Map<number, CachedBindGroup[]>();
   private cachedBindGroups = 0;
   private profiler: Profiler | null = null;

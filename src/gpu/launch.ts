@@ -70,7 +70,7 @@ function trieChild(node: KeyTrie, key: unknown): KeyTrie {
 export class PipelineCache {
   private pipelines = new Map<string, Kernel>();
   private byCallOrder: KeyTrie = new Map();
-  /** Frozen defines objects (internDefines): their own trie over shader, entry and the constants. */
+  /** Frozen defines objects (ops' blockDefines, subgroupDefines): a trie each, over shader, entry, constants. */
   private byFrozenDefines = new WeakMap<Defines, KeyTrie>();
   private modules = new Map<string, GPUShaderModule>();
 
@@ -91,8 +91,8 @@ export class PipelineCache {
     // dispatch), in a trie of Maps over shader, entry, then each define's name and value and each
     // constant's (no key string built per call); a miss there finds or makes the kernel under the
     // sorted key, so one variant is one pipeline whatever order its defines come in. A frozen
-    // defines object (internDefines: one object per content, never changed) is looked up by
-    // identity instead of by its names and values: 3 Map reads, not 2 a define.
+    // defines object (src/ops/forward.ts blockDefines: one object per content, never changed) is
+    // looked up by identity instead of by its names and values: 3 Map reads, not 2 a define.
     let node: KeyTrie;
     if (Object.isFrozen(defines)) {
       let root = this.byFrozenDefines.get(defines);
