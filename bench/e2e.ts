@@ -310,27 +310,45 @@ export async function benchModel(
     // LoRA training step: forward keeping layer inputs, then backward with per-layer recompute.
     // FLOPs: the forward's matmuls run 3 times (forward, recompute, input gradients) plus the
     // LM head twice on every target row (its logits, then its input gradient, both in the forward:
-    // src/train/trainingPass.ts); LoRA's own matmuls are counted separately (small).
+    // src/train/trainingPass.ts); LoRA's own matmuls are counted separately (small). Then the same
+    // step with every layer kept (TrainingPassOptions.keepLayers = L): no recompute, 2 times.
     const TT = o.trainLen ?? (slow ? (name === 'tiny' ? 64 : 16) : 512);
     const tIds = Array.from({ length: TT }, (_, i) => (i * 104729) % c.vocabSize);
-    const trainStep = async () => {
-      const pass = new TrainingPass(model, adapter, tIds, [...tIds.slice(1), -1]);
+    const trainStep = async (keepLayers: number) => {
+      const pass = new TrainingPass(model, adapter, tIds, [...tIds.slice(1), -1], null, { keepLayers });
       pass.backward(crossEntropyLoss(await pass.forward()).dlogp);
       await gpu.sync();
+      const bytes = pass.bytes.peak;
       pass.release();
+      return bytes;
     };
-    await trainStep(); // warm-up: pipelines compiled, pool filled
     const reps = slow ? 1 : 3;
-    const t0 = performance.now();
-    for (let i = 0; i < reps; i++) await trainStep();
-    const tTrain = (performance.now() - t0) / reps / 1000;
-    let trainFlops = 0;
-    for (let t = 0; t < TT; t++) trainFlops += 3 * tokenFlops(c, t + 1, false);
-    trainFlops += 2 * 2 * (TT - 1) * c.vocabSize * c.hiddenSize;
-    const loraFlops = 6 * TT * adapter.numParams; // forward, recompute, backward (dA, dB, dx): ~6 flops per param per token
     const headBytes = modelWeightBytes({ ...c, numLayers: 0 }, format); // the LM head (and an untied embedding)
-    const trainBytes = (wBytes - headBytes) * 3 + headBytes * 2 + 4 * (c.numLayers + 2) * TT * c.hiddenSize * 2;
-    report(`LoRA step ${TT} tok r=${lcfg.r}`, tTrain, reps, TT, trainFlops + loraFlops, trainBytes);
+    const times: number[] = [];
+    for (const keep of [0, c.numLayers]) {
+      await trainStep(keep); // warm-up: pipelines compiled, pool filled
+      const t0 = performance.now();
+      let passBytes = 0;
+      for (let i = 0; i < reps; i++) passBytes = await trainStep(keep);
+      const tTrain = (performance.now() - t0) / reps / 1000;
+      times.push(tTrain);
+      const runs = keep ? 2 : 3;
+      let trainFlops = 0;
+      for (let t = 0; t < TT; t++) trainFlops += runs * tokenFlops(c, t + 1, false);
+      trainFlops += 2 * 2 * (TT - 1) * c.vocabSize * c.hiddenSize;
+      const loraFlops = 2 * runs * TT * adapter.numParams; // ~2 flops per param per token and layer pass
+      const trainBytes = (wBytes - headBytes) * runs + headBytes * 2 + 4 * (c.numLayers + 2) * TT * c.hiddenSize * 2;
+      report(
+        `LoRA step ${TT} tok r=${lcfg.r}${keep ? `, ${keep} layers kept` : ''}`,
+        tTrain,
+        reps,
+        TT,
+        trainFlops + loraFlops,
+        trainBytes,
+      );
+      log(`   training pass peak ${gib(passBytes)} (trainingPassBytes)`);
+    }
+    log(`   every layer kept vs recomputed: ${(times[0]! / times[1]!).toFixed(2)}x the step rate, same run`);
     log(
       `   peak GPU memory held ${gib(gpu.memory.peakBytes)} (weights ${gib(wBytes)}, the rest: KV cache, activations, LoRA state, pool)`,
     );

@@ -49,7 +49,8 @@ Usage:
              [--held-out N] [--out FILE.jsonl]   ROUGE-1/2/L (stemmed) of greedy summaries of the held-out reports
   spyrl memory (--model DIR | --config config.json | --preset Qwen/Qwen3-4B-Instruct-2507) [--weights bf16|q4 --kv f32|f16
                --players 4 --doc-tokens 2048 --summary-tokens 256 --reason-tokens 0 --lora-r 16 --lora-targets q_proj,...
-               --checkpoints bf16|f16|f32 --mlp-chunk 256 --eval-docs 0 --run-config FILE.json]
+               --checkpoints bf16|f16|f32 --mlp-chunk 256 --keep-layers auto|N --gpu-memory GIB --eval-docs 0
+               --run-config FILE.json]
                the GPU memory plan of a round as one JSON line (bytes), without a GPU
   spyrl memory --table   the plan of the default round for every Qwen3 preset (the README table)
 

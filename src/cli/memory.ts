@@ -2,7 +2,7 @@
 // for a model folder, a config.json or a preset, without touching the GPU.
 import { readFile } from 'node:fs/promises';
 import { ModelLoadError } from '../model/errors.ts';
-import { bool, engineOptions, ENGINE_FLAGS, int, parse, str, UsageError } from './args.ts';
+import { bool, engineOptions, ENGINE_FLAGS, gpuMemoryBudget, int, parse, str, UsageError } from './args.ts';
 import { modelSource } from './open.ts';
 
 const CHECKPOINTS = ['f32', 'f16', 'bf16'] as const;
@@ -62,6 +62,8 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
     'lora-targets': { type: 'string' },
     checkpoints: { type: 'string' },
     'mlp-chunk': { type: 'string' },
+    'keep-layers': { type: 'string' },
+    'gpu-memory': { type: 'string' },
     training: { type: 'string' },
     'eval-docs': { type: 'string' },
     table: { type: 'boolean' },
@@ -81,7 +83,7 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
     { parseQwen3Config, QWEN3_PRESETS },
     { validateConfig },
     { LORA_TARGETS },
-    { planRound, roundPlanOptions },
+    { planRound, roundPlanOptions, withKeptLayers },
     { DEFAULT_MLP_CHUNK },
   ] = await Promise.all([
     import('../model/config.ts'),
@@ -152,7 +154,15 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
     },
   );
   if (opts.players > 8) throw new UsageError(`--players must be at most 8 (got ${opts.players})`);
-  const p = planRound(cfg, opts);
+  const keep = str(f, 'keep-layers') ?? 'auto';
+  if (keep !== 'auto') {
+    if (!/^\d+$/.test(keep) || Number(keep) > cfg.numLayers)
+      throw new UsageError(`--keep-layers must be auto or an integer in 0..${cfg.numLayers} (got "${keep}")`);
+    opts.keepLayers = Number(keep);
+  }
+  // auto: as many kept layers as the round's own peak, or --gpu-memory, leaves room for (what a run does).
+  const p =
+    keep === 'auto' ? withKeptLayers(planRound(cfg, opts), undefined, gpuMemoryBudget(f)) : planRound(cfg, opts);
   out.write(
     JSON.stringify({
       weights: p.weights,
@@ -175,6 +185,7 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
         kv: engine.kv,
         checkpoints: p.options.checkpoints,
         mlpChunk: p.options.mlpChunk,
+        keepLayers: p.keepLayers,
       },
     }) + '\n',
   );

@@ -328,6 +328,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
           plannedBytes: plan.total,
           loadedBytes: m.loadedBytes,
           plannedWeightsBytes: plan.weights,
+          keepLayers: plan.keepLayers, // layers whose activations the update kept (withKeptLayers)
           phases: {
             play: { peakBytes: m.play, plannedBytes: planned(['summaries', 'reasons', 'votes']) },
             update: { peakBytes: m.update, plannedBytes: planned(['update']) },

@@ -308,6 +308,12 @@ export interface RoundPlanOptions extends RoundShape {
   /** TrainingPass options (defaults: ROUND_CHECKPOINTS, DEFAULT_MLP_CHUNK). */
   checkpoints?: CheckpointDtype;
   mlpChunk?: number;
+  /**
+   * Layers of the update's training passes that keep their activations for the backward instead
+   * of recomputing them (TrainingPassOptions.keepLayers; default 0). withKeptLayers picks it:
+   * planMemory, and so every run, keeps as many as fit the round's own peak or the user's budget.
+   */
+  keepLayers?: number;
   /** Held-out reports at an evaluation (0: none); src/train/evaluate.ts summarises them one at a time. */
   evalDocs?: number;
   /** Report and summary budgets of the evaluation (evalDocTokenBudget, evalSummaryMaxTokens; default: the game's). */
@@ -332,6 +338,8 @@ export interface MemoryPlan {
   sequences: RoundSequences | null;
   /** Longest sequence of the update (the training pass). */
   trainSeqLen: number;
+  /** Layers whose activations the update's passes keep (options.keepLayers; 0 without training). */
+  keepLayers: number;
   cfg: Qwen3Config;
   options: Required<Omit<RoundPlanOptions, 'prompts'>> & { prompts?: PromptConfig };
 }
@@ -345,6 +353,7 @@ function resolve(o: RoundPlanOptions): MemoryPlan['options'] {
     training: o.training ?? true,
     checkpoints: o.checkpoints ?? ROUND_CHECKPOINTS,
     mlpChunk: o.mlpChunk ?? DEFAULT_MLP_CHUNK,
+    keepLayers: o.keepLayers ?? 0,
     evalDocs: o.evalDocs ?? 0,
     evalDocTokens: o.evalDocTokens ?? o.docTokens,
     evalSummaryTokens: o.evalSummaryTokens ?? o.summaryTokens,
@@ -544,7 +553,11 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
     );
   }
   let trainSeqLen = 0;
+  let keepLayers = 0;
   if (o.training) {
+    const L = cfg.numLayers;
+    if (!(Number.isInteger(o.keepLayers) && o.keepLayers >= 0 && o.keepLayers <= L))
+      throw new RangeError(`keepLayers must be an integer in 0..${L} (got ${String(o.keepLayers)})`);
     const shape = {
       lora: o.lora.targets.length ? { r: o.lora.r, targetModules: o.lora.targets } : null,
       checkpoints: o.checkpoints,
@@ -565,12 +578,16 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
       },
       { seqLen: seq.summaryPrompt - 1 + civ * (o.summaryTokens + 1), numTargets: civ * o.summaryTokens, packed: true },
     ];
-    const passes = shapes.map((x) => ({ seqLen: x.seqLen, bytes: trainingPassBytes(cfg, { ...shape, ...x }) }));
+    keepLayers = o.keepLayers;
+    const passes = shapes.map((x) => ({
+      seqLen: x.seqLen,
+      bytes: trainingPassBytes(cfg, { ...shape, ...x, keepLayers }),
+    }));
     const pass = passes.reduce((a, b) => (b.bytes.peak > a.bytes.peak ? b : a));
     trainSeqLen = pass.seqLen;
-    phases.push(updatePhase(pass.bytes, trainSeqLen, base, workspace));
+    phases.push(updatePhase(pass.bytes, trainSeqLen, base, workspace, keepLayers, L));
   }
-  return finish('round', cfg, o, weights, lora, phases, seq, trainSeqLen);
+  return finish('round', cfg, o, weights, lora, phases, seq, trainSeqLen, keepLayers);
 }
 
 /**
@@ -599,11 +616,15 @@ function updatePhase(
   T: number,
   base: number,
   workspace: PlannedBuffer[],
+  keepLayers = 0,
+  L = 0,
 ): PhasePlan {
   const act = [
     buf(
       `training pass (T=${T})`,
-      'checkpoints + one layer or the LM head, forward or backward (trainingPassBytes)',
+      keepLayers === 0
+        ? 'checkpoints + one layer or the LM head, forward or backward (trainingPassBytes)'
+        : `checkpoints + the activations of ${keepLayers === L ? 'all' : `the last ${keepLayers} of`} ${L} layers kept + one layer or the LM head, forward or backward (trainingPassBytes)`,
       pass.peak,
     ),
   ];
@@ -621,6 +642,7 @@ function finish(
   phases: PhasePlan[],
   seq: RoundSequences | null,
   trainSeqLen: number,
+  keepLayers = 0,
 ): MemoryPlan {
   const peak = phases.reduce((a, p) => (p.total > a.total ? p : a));
   const largestBuffer = [weights.largest, ...phases.map((p) => p.largest)].reduce((a, b) =>
@@ -639,6 +661,7 @@ function finish(
     largestBuffer,
     sequences: seq,
     trainSeqLen,
+    keepLayers,
     cfg,
     options: o,
   };
@@ -861,5 +884,38 @@ export function planMemory(
   } catch (e) {
     return { plan, problem: (e as Error).message, blocking: false };
   }
-  return { plan, problem: null, blocking: false };
+  return {
+    plan: extra.keepLayers === undefined ? withKeptLayers(plan, limits, budgetBytes) : plan,
+    problem: null,
+    blocking: false,
+  };
+}
+
+/** Kept layers fill at most this share of the user's budget: the rest stays free for the browser and the display. */
+export const KEPT_BUDGET_SHARE = 0.9;
+
+/**
+ * The round's plan with as many kept layers (RoundPlanOptions.keepLayers) as memory allows: the
+ * most k whose plan stays within the larger of the plan's own peak (memory the summaries or the
+ * votes hold anyway) and KEPT_BUDGET_SHARE of `budgetBytes` (the GPU memory the user allows),
+ * and, given `limits`, whose buffers fit them. Each kept layer saves recomputing it in every training pass's
+ * backward: all L make a pass two layer passes (forward, backward) instead of three. A plan
+ * without training, or one with keepLayers set, comes back as it is.
+ */
+export function withKeptLayers(p: MemoryPlan, limits?: AdapterLimits, budgetBytes?: number): MemoryPlan {
+  if (p.kind !== 'round' || !p.options.training) return p;
+  const ceiling = Math.max(p.total, KEPT_BUDGET_SHARE * (budgetBytes ?? 0));
+  const fits = (q: MemoryPlan) => {
+    if (q.total > ceiling) return false;
+    if (!limits) return true;
+    try {
+      checkPlanFits(q, limits);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  // Bytes grow with k, so the fitting k are 0 .. some k*.
+  const k = largestFitting(p.keepLayers, p.cfg.numLayers, (v) => fits(replan(p, { keepLayers: v })));
+  return k === null || k === p.keepLayers ? p : replan(p, { keepLayers: k });
 }

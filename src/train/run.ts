@@ -62,7 +62,15 @@ export class Run {
     const plan = checkRunFits(o.model, o);
     // Packed (prefix-sharing) update passes may use what the plan holds for the update's pass.
     const packBytes = plan.phases.find((p) => p.phase === 'update')?.activations;
-    return new Run(await SpyRLTrainer.create({ ...o, packBytes: o.packBytes ?? packBytes }), plan);
+    // Layers whose activations the passes keep: as many as the plan found room for (memory the round holds anyway).
+    return new Run(
+      await SpyRLTrainer.create({
+        ...o,
+        packBytes: o.packBytes ?? packBytes,
+        keepLayers: o.keepLayers ?? plan.keepLayers,
+      }),
+      plan,
+    );
   }
 
   /** Continues a checkpoint (Run.checkpointFiles): every file is checked before any is used. */

@@ -79,6 +79,12 @@ export interface TrainerOptions {
   packBytes?: number;
   /** Share prompt prefixes between the update's sequences (default true). */
   packPrefixes?: boolean;
+  /**
+   * Layers of each training pass that keep their activations for the backward instead of
+   * recomputing them (TrainingPassOptions.keepLayers; default 0). src/train/run.ts sets the memory
+   * plan's: as many as fit under the round's other phases.
+   */
+  keepLayers?: number;
 }
 
 interface TrainerState {
@@ -92,7 +98,7 @@ export class SpyRLTrainer {
   private readonly log: RoundRecord[] = [];
   private listener: TrainListener | undefined;
   private checkpoints: CheckpointDtype = ROUND_CHECKPOINTS;
-  private packing: Pick<UpdateContext, 'packBytes' | 'packPrefixes'> = {};
+  private packing: Pick<UpdateContext, 'packBytes' | 'packPrefixes' | 'keepLayers'> = {};
   private stamp: RunStamp = runStamp();
 
   private constructor(
@@ -146,7 +152,7 @@ export class SpyRLTrainer {
     );
     t.listener = o.onEvent;
     t.checkpoints = o.checkpoints ?? ROUND_CHECKPOINTS;
-    t.packing = { packBytes: o.packBytes, packPrefixes: o.packPrefixes };
+    t.packing = { packBytes: o.packBytes, packPrefixes: o.packPrefixes, keepLayers: o.keepLayers };
     if (o.now) t.policy.clock = o.now;
     t.policy.hooks.onDelta = (seat, text) => t.listener?.({ type: 'summary-delta', round: t.state.round, seat, text });
     if (o.runId) t.stamp = runStamp(o.runId);

@@ -18,6 +18,14 @@
 // holds E, (M, C) f32, from construction to release. Restricted (vote) passes, logpOnly passes and
 // passes built with the adapter off keep the recompute.
 //
+// Kept layers (opts.keepLayers = k): the forward keeps the intermediates of the last k layers, the
+// ones the backward reaches first, instead of dropping them; the backward uses them as they are
+// and recomputes only layers 0 .. L-k-1. Each kept layer holds its attention over all T tokens
+// and its MLP activations for all T tokens too (mlpChunk bounds only the recomputed layers), from
+// its forward until its own backward, and the MLP gradients then have T rows. k = L makes a pass
+// two passes of layer products (forward, backward), as an eager framework's, instead of three.
+// The kernels are the same, so a kept layer's intermediates are the recomputed ones bit for bit.
+//
 // Reduced-precision checkpoints: the forward continues from the ROUNDED layer input, exactly what
 // the backward unpacks, so forward() and backward() are of one function; rounding counts as the
 // identity in the backward (straight-through), which is that function's gradient up to rounding.
@@ -66,13 +74,23 @@ export interface TrainingPassOptions {
    * backward (which then recomputes the head's logits, as a restricted pass's always does).
    */
   logpOnly?: boolean;
+  /**
+   * Layers whose intermediates the forward keeps for the backward, the last ones (default 0:
+   * every layer recomputed). 0 .. numLayers; more memory (trainingPassBytes' `kept`), less work.
+   * Ignored where no backward can follow (logpOnly, no enabled adapter, no target).
+   */
+  keepLayers?: number;
 }
 
 /** Candidates of restricted log-probs: one list for every target row, or one list per row. */
 export type RestrictTo = readonly number[] | readonly (readonly number[])[];
 
-/** One recomputed layer's intermediates: attention over T tokens, MLP over Tc = min(T, mlpChunk). */
+/**
+ * One layer's intermediates: attention over T tokens, MLP over `rows` tokens at a time (a
+ * recomputed layer's Tc = min(T, mlpChunk), a kept layer's T).
+ */
 interface LayerBuffers {
+  rows: number;
   h1: GPUBuffer; // (T, C) input_layernorm(x)
   q: GPUBuffer; // (T, NH, HD) before q_norm
   k: GPUBuffer; // (T, NKV, HD) before k_norm
@@ -83,12 +101,12 @@ interface LayerBuffers {
   lse: GPUBuffer; // (T, NH) log-sum-exp of each attention row
   xMid: GPUBuffer; // (T, C) x + o_proj(att); the forward adds the MLP into it in place (x_{l+1})
   h2: GPUBuffer; // (T, C) post_attention_layernorm(xMid)
-  gate: GPUBuffer; // (Tc, I)
-  up: GPUBuffer; // (Tc, I)
-  act: GPUBuffer; // (Tc, I) silu(gate) * up
-  h2c: GPUBuffer | null; // (Tc, C) rows of h2 of the current chunk (only when T > Tc)
-  yc: GPUBuffer | null; // (Tc, C) rows of the chunk's output or incoming gradient (only when T > Tc)
-  u: Map<LoraTarget, GPUBuffer>; // (T, r) x A^T of each adapted attention projection, (Tc, r) MLP
+  gate: GPUBuffer; // (rows, I)
+  up: GPUBuffer; // (rows, I)
+  act: GPUBuffer; // (rows, I) silu(gate) * up
+  h2c: GPUBuffer | null; // (rows, C) rows of h2 of the current chunk (only when T > rows)
+  yc: GPUBuffer | null; // (rows, C) rows of the chunk's output or incoming gradient (only when T > rows)
+  u: Map<LoraTarget, GPUBuffer>; // (T, r) x A^T of each adapted attention projection, (rows, r) MLP
 }
 
 /** Gradients of one layer, reused layer after layer. */
@@ -99,9 +117,9 @@ interface LayerGrads {
   dkr: GPUBuffer; // (T, NKV, HD)
   dv: GPUBuffer; // (T, NKV, HD)
   du: GPUBuffer; // (T, r) LoRA scratch
-  dAct: GPUBuffer; // (Tc, I)
-  dGate: GPUBuffer; // (Tc, I)
-  dUp: GPUBuffer; // (Tc, I)
+  dAct: GPUBuffer; // (Tc, I), or (T, I) with kept layers
+  dGate: GPUBuffer; // the same
+  dUp: GPUBuffer; // the same
 }
 
 export class TrainingPass {
@@ -110,6 +128,10 @@ export class TrainingPass {
   private readonly dtype: CheckpointDtype;
   private readonly Tc: number; // MLP chunk rows, min(T, mlpChunk)
   private readonly mlpChunk: number;
+  /** Layers L-keep .. L-1 keep their intermediates from the forward to the backward. */
+  private readonly keep: number;
+  /** The kept layers' intermediates, by layer, from their forward until their backward. */
+  private kept: (LayerBuffers | undefined)[] = [];
   private readonly xs: GPUBuffer[] = []; // L+1 of (T, C) f32 or packed f16/bf16: input of each layer, then the final residual
   private readonly pos: GPUBuffer; // (T) u32 positions: 0..T-1, or the layout's
   private readonly keyEnd: GPUBuffer | null; // (T) u32 the layout's keyEnd (tree attention)
@@ -168,6 +190,11 @@ export class TrainingPass {
     if (!Number.isSafeInteger(this.mlpChunk) || this.mlpChunk < 1)
       throw new RangeError(`TrainingPass option mlpChunk must be a positive integer (got ${opts.mlpChunk})`);
     this.Tc = mlpChunkRows(T, this.mlpChunk);
+    const keep = opts.keepLayers ?? 0;
+    if (!Number.isInteger(keep) || keep < 0 || keep > cfg.numLayers)
+      throw new RangeError(
+        `TrainingPass option keepLayers must be an integer in 0..${cfg.numLayers} (got ${opts.keepLayers})`,
+      );
     this.temperature = opts.temperature ?? 1;
     if (!(Number.isFinite(this.temperature) && this.temperature > 0))
       throw new RangeError(`TrainingPass option temperature must be a positive number (got ${opts.temperature})`);
@@ -225,6 +252,7 @@ export class TrainingPass {
     if (this.M) this.gpu.write(this.targets, Uint32Array.from(tgt));
     this.lse = this.alloc(Math.max(1, this.M) * 4, 'lseHead');
     this.logpOnly = opts.logpOnly ?? false;
+    this.keep = this.M > 0 && this.lora?.enabled && !this.logpOnly ? keep : 0;
     // The LM head's gradient formed in the forward: full-vocabulary passes that can run a backward.
     if (this.M > 0 && this.lora?.enabled && !this.rowCands && !this.logpOnly) {
       this.headGrad = this.alloc(this.M * C * 4, 'headGrad');
@@ -255,6 +283,7 @@ export class TrainingPass {
       lora,
       checkpoints: this.dtype,
       mlpChunk: this.mlpChunk,
+      keepLayers: this.keep,
       candidates: this.rowCands ? Math.max(...this.rowCands.map((c) => c.length)) : undefined,
       packed: this.keyEnd !== null,
       splitK: K.splitKAuto(this.gpu),
@@ -311,9 +340,10 @@ export class TrainingPass {
 
   // ---- 2. one layer --------------------------------------------------------------------------
 
-  private layerBuffers(): LayerBuffers {
+  /** A layer's intermediates with the MLP over Tc rows at a time (recomputed) or all T (kept). */
+  private layerBuffers(Tc: number): LayerBuffers {
     const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = this.model.cfg;
-    const { T, Tc } = this;
+    const { T } = this;
     const f = (n: number, label: string) => this.gpu.createBuffer(n * 4, label);
     const u = new Map<LoraTarget, GPUBuffer>();
     if (this.lora?.enabled)
@@ -321,6 +351,7 @@ export class TrainingPass {
         u.set(t, f((isMlpTarget(t) ? Tc : T) * this.lora.settings.r, `u.${t}`));
     const chunked = Tc < T;
     return {
+      rows: Tc,
       h1: f(T * C, 'h1'),
       q: f(T * NH * HD, 'q'),
       k: f(T * NKV * HD, 'k'),
@@ -340,8 +371,9 @@ export class TrainingPass {
     };
   }
 
-  private releaseAll(bufs: Record<string, GPUBuffer | null | Map<LoraTarget, GPUBuffer>>): void {
+  private releaseAll(bufs: Record<string, number | GPUBuffer | null | Map<LoraTarget, GPUBuffer>>): void {
     for (const b of Object.values(bufs)) {
+      if (typeof b === 'number') continue;
       if (b instanceof Map) for (const x of b.values()) this.gpu.releaseBuffer(x);
       else if (b) this.gpu.releaseBuffer(b);
     }
@@ -385,9 +417,9 @@ export class TrainingPass {
     K.rmsNorm(gpu, b.h2, b.xMid, lw.postNorm, T, C, eps);
   }
 
-  /** Calls fn(t0, R) for each MLP chunk of rows t0 .. t0+R-1. */
-  private forEachChunk(fn: (t0: number, R: number) => void): void {
-    for (let t0 = 0; t0 < this.T; t0 += this.Tc) fn(t0, Math.min(this.Tc, this.T - t0));
+  /** Calls fn(t0, R) for each MLP chunk of b's rows t0 .. t0+R-1. */
+  private forEachChunk(b: LayerBuffers, fn: (t0: number, R: number) => void): void {
+    for (let t0 = 0; t0 < this.T; t0 += b.rows) fn(t0, Math.min(b.rows, this.T - t0));
   }
 
   /** Rows t0 .. t0+R-1 of src (T, C): src itself when the MLP runs in one chunk, else copied into stage. */
@@ -407,15 +439,18 @@ export class TrainingPass {
     K.siluMul(this.gpu, b.act, b.gate, b.up, R * I);
   }
 
-  /** MLP of layer l, chunk by chunk: xMid (T, C) += down(silu(gate(h2)) * up(h2)), so xMid ends as x_{l+1}. */
-  private mlpForward(l: number, b: LayerBuffers): void {
+  /**
+   * MLP of layer l, chunk by chunk: out (T, C) += down(silu(gate(h2)) * up(h2)). With out = xMid
+   * (a recomputed layer) xMid ends as x_{l+1}; a kept layer keeps xMid and adds into a copy.
+   */
+  private mlpForward(l: number, b: LayerBuffers, out: GPUBuffer): void {
     const lw = this.model.weights.layers[l];
     const { hiddenSize: C, intermediateSize: I } = this.model.cfg;
-    this.forEachChunk((t0, R) => {
+    this.forEachChunk(b, (t0, R) => {
       this.mlpUp(l, b, this.chunkRows(b.h2, b.h2c, t0, R), R);
-      const y = this.chunkRows(b.xMid, b.yc, t0, R);
+      const y = this.chunkRows(out, b.yc, t0, R);
       this.proj(l, b, y, b.act, lw.downProj, 'down_proj', R, C, I, true);
-      if (b.yc) this.gpu.copy(b.yc, 0, b.xMid, t0 * C * 4, R * C * 4);
+      if (b.yc) this.gpu.copy(b.yc, 0, out, t0 * C * 4, R * C * 4);
     });
   }
 
@@ -441,19 +476,22 @@ export class TrainingPass {
   }
 
   /**
-   * MLP backward of layer l, chunk by chunk (gate, up, act recomputed from h2's rows): given
-   * dx (T, C) = d x_{l+1}, writes g.dh (T, C) = d h2 and adds into the MLP's LoRA gradients.
+   * MLP backward of layer l, chunk by chunk (gate, up, act recomputed from h2's rows unless the
+   * layer was kept): given dx (T, C) = d x_{l+1}, writes g.dh (T, C) = d h2 and adds into the
+   * MLP's LoRA gradients.
    */
-  private mlpBackward(l: number, b: LayerBuffers, g: LayerGrads, dx: GPUBuffer): void {
+  private mlpBackward(l: number, b: LayerBuffers, g: LayerGrads, dx: GPUBuffer, recompute: boolean): void {
     const { gpu } = this;
     const lw = this.model.weights.layers[l];
     const { hiddenSize: C, intermediateSize: I } = this.model.cfg;
     const down = this.lora!.get(l, 'down_proj');
-    this.forEachChunk((t0, R) => {
+    this.forEachChunk(b, (t0, R) => {
       const h2 = this.chunkRows(b.h2, b.h2c, t0, R);
-      this.mlpUp(l, b, h2, R);
-      // down_proj's LoRA backward needs u = act A^T; its output itself is not needed.
-      if (down) K.matmulF32(gpu, b.u.get('down_proj')!, b.act, down.A, R, this.lora!.settings.r, I);
+      if (recompute) {
+        this.mlpUp(l, b, h2, R);
+        // down_proj's LoRA backward needs u = act A^T; its output itself is not needed.
+        if (down) K.matmulF32(gpu, b.u.get('down_proj')!, b.act, down.A, R, this.lora!.settings.r, I);
+      }
       const dy = this.chunkRows(dx, b.yc, t0, R);
       this.projBack(l, b, g, g.dAct, dy, b.act, lw.downProj, 'down_proj', R, C, I, false);
       gpu.clear(g.dGate);
@@ -480,13 +518,28 @@ export class TrainingPass {
     K.embed(gpu, x0, idsBuf, weights.embed, T, C, cfg.vocabSize);
     gpu.releaseBuffer(idsBuf);
     this.storeCheckpoint(0, x0, xF32);
-    const b = this.layerBuffers();
+    this.releaseKept(); // a second forward replaces the first's
+    const firstKept = cfg.numLayers - this.keep;
+    let b = firstKept > 0 ? this.layerBuffers(this.Tc) : null; // the recomputed layers' workspace
     for (let l = 0; l < cfg.numLayers; l++) {
-      this.attentionForward(l, xF32 ?? this.xs[l], b);
-      this.mlpForward(l, b);
-      this.storeCheckpoint(l + 1, b.xMid, xF32);
+      const x = xF32 ?? this.xs[l];
+      if (l < firstKept) {
+        this.attentionForward(l, x, b!);
+        this.mlpForward(l, b!, b!.xMid);
+        this.storeCheckpoint(l + 1, b!.xMid, xF32);
+        continue;
+      }
+      if (b) this.releaseAll({ ...b });
+      b = null;
+      const k = (this.kept[l] = this.layerBuffers(T));
+      this.attentionForward(l, x, k);
+      // x_{l+1} = xMid + MLP, formed where the checkpoint is stored from; x itself is spent.
+      const y = xF32 ?? this.xs[l + 1];
+      gpu.copy(k.xMid, 0, y, 0, T * C * 4);
+      this.mlpForward(l, k, y);
+      this.storeCheckpoint(l + 1, y, xF32);
     }
-    this.releaseAll({ ...b });
+    if (b) this.releaseAll({ ...b });
     const xL = xF32 ?? this.xs[cfg.numLayers]; // (T, C) f32 final residual (rounded like the checkpoint)
     try {
       if (this.M === 0) return new Float32Array(0);
@@ -676,9 +729,10 @@ export class TrainingPass {
     else this.headBackwardRecomputed(dx, dlogpBuf, dlogp, xF32);
     gpu.releaseBuffer(dlogpBuf);
 
-    // Layer by layer, recomputing each layer's forward from its checkpoint. dx holds d x_{l+1}.
-    const b = this.layerBuffers();
+    // Layer by layer, from the kept intermediates, else recomputing the layer's forward from its
+    // checkpoint. dx holds d x_{l+1}.
     const f = (n: number, label: string) => gpu.createBuffer(n * 4, label);
+    const mlpRows = this.kept.some((k) => k) ? T : this.Tc;
     const g: LayerGrads = {
       dh: f(T * C, 'dh'),
       dAtt: f(T * NH * HD, 'dAtt'),
@@ -686,16 +740,20 @@ export class TrainingPass {
       dkr: f(T * NKV * HD, 'dkr'),
       dv: f(T * NKV * HD, 'dv'),
       du: f(T * r, 'du'),
-      dAct: f(this.Tc * I, 'dAct'),
-      dGate: f(this.Tc * I, 'dGate'),
-      dUp: f(this.Tc * I, 'dUp'),
+      dAct: f(mlpRows * I, 'dAct'),
+      dGate: f(mlpRows * I, 'dGate'),
+      dUp: f(mlpRows * I, 'dUp'),
     };
+    let shared: LayerBuffers | null = null; // the recomputed layers' workspace, made after the kept are spent
     for (let l = cfg.numLayers - 1; l >= 0; l--) {
       const lw = weights.layers[l];
       const x = this.loadCheckpoint(l, xF32);
-      this.attentionForward(l, x, b);
+      const kept = this.kept[l];
+      this.kept[l] = undefined;
+      const b = kept ?? (shared ??= this.layerBuffers(this.Tc));
+      if (!kept) this.attentionForward(l, x, b);
       // MLP: x_out = x_mid + down(silu(gate(h2)) * up(h2)), h2 = norm(x_mid).
-      this.mlpBackward(l, b, g, dx);
+      this.mlpBackward(l, b, g, dx, !kept);
       K.rmsNormBackward(gpu, dx, g.dh, b.xMid, lw.postNorm, T, C, eps); // dx now holds d x_mid
       // Attention: x_mid = x + o(attn(rope(qnorm(q)), rope(knorm(k)), v)), q/k/v from h1 = norm(x).
       this.projBack(l, b, g, g.dAtt, dx, b.att, lw.oProj, 'o_proj', T, C, NH * HD, false);
@@ -714,8 +772,9 @@ export class TrainingPass {
       this.projBack(l, b, g, g.dh, dk, b.h1, lw.kProj, 'k_proj', T, NKV * HD, C, true);
       this.projBack(l, b, g, g.dh, g.dv, b.h1, lw.vProj, 'v_proj', T, NKV * HD, C, true);
       K.rmsNormBackward(gpu, dx, g.dh, x, lw.inputNorm, T, C, eps); // dx now holds d x_l
+      if (kept) this.releaseAll({ ...kept });
     }
-    this.releaseAll({ ...b });
+    if (shared) this.releaseAll({ ...(shared as LayerBuffers) });
     this.releaseAll({ ...g, dx, xF32 });
   }
 
@@ -772,9 +831,16 @@ export class TrainingPass {
     }
   }
 
+  /** Releases the kept layers' intermediates a backward has not used. */
+  private releaseKept(): void {
+    for (const k of this.kept) if (k) this.releaseAll({ ...k });
+    this.kept = [];
+  }
+
   release(): void {
     if (this.released) return;
     this.released = true;
+    this.releaseKept();
     for (const b of this.buffers) this.gpu.releaseBuffer(b);
   }
 }

@@ -30,6 +30,11 @@ export interface TrainingPassShape {
   lora: { r: number; targetModules: readonly LoraTarget[] } | null;
   checkpoints?: CheckpointDtype; // default 'f32'
   mlpChunk?: number; // default DEFAULT_MLP_CHUNK
+  /**
+   * Layers whose intermediates the forward keeps for the backward (TrainingPassOptions.keepLayers,
+   * default 0). Counted only where a backward can follow (targets, an adapter, not logpOnly).
+   */
+  keepLayers?: number;
   /** Restricted (vote) log-probs over this many candidate ids; leave out for the full vocabulary. */
   candidates?: number;
   /** A packed prefix tree (src/train/packing.ts): the pass also holds keyEnd (T) u32. */
@@ -44,7 +49,7 @@ export interface TrainingPassShape {
 }
 
 /** What a buffer is for, the classes of the report. */
-export type BufferClass = 'checkpoints' | 'pass' | 'scratch' | 'layer' | 'head';
+export type BufferClass = 'checkpoints' | 'pass' | 'scratch' | 'layer' | 'kept' | 'head';
 
 export interface PassBuffer {
   name: string;
@@ -53,13 +58,20 @@ export interface PassBuffer {
   cls: BufferClass;
 }
 
-/** The buffers live in each phase, on top of `held` (construction to release). */
+/**
+ * The buffers live in each phase, on top of `held` (construction to release). With kept layers
+ * (k > 0): forwardLayers and backwardLayers are the recomputed layers' phases (empty when k = L);
+ * forwardKept ends with all k layers' intermediates alive, which forwardHead and backwardHead hold
+ * too, and backwardKept starts with them all (its first layer).
+ */
 export interface TrainingPassLayout {
   held: PassBuffer[];
   embed: PassBuffer[];
   forwardLayers: PassBuffer[];
+  forwardKept: PassBuffer[];
   forwardHead: PassBuffer[];
   backwardHead: PassBuffer[];
+  backwardKept: PassBuffer[];
   backwardLayers: PassBuffer[];
 }
 
@@ -67,8 +79,9 @@ export interface TrainingPassBytes {
   checkpoints: number; // (L+1) x (T, C) in the checkpoint dtype, held from construction to release
   pass: number; // positions (T) u32, target ids and head lse (M), with headGrad (M, C) f32 and targetRows (M) u32, held likewise
   scratch: number; // (T, C) f32 unpacked layer input (reduced checkpoints), during forward() and backward()
-  layerForward: number; // one layer's intermediates in the forward (attention over T, MLP over a chunk)
-  layerBackward: number; // the same, recomputed, plus their gradients, d(residual) and op scratch
+  layerForward: number; // one recomputed layer's intermediates in the forward (attention over T, MLP over a chunk); 0 when every layer is kept
+  layerBackward: number; // the same, recomputed, plus their gradients, d(residual) and op scratch; 0 when every layer is kept
+  kept: number; // the kept layers' intermediates (attention and MLP over all T), from their forward to their backward
   headForward: number; // LM head: target rows, logits chunk, log-probs; with headGrad, dlogits and row gradients
   headBackward: number; // d(residual), dlogp; recomputed (no headGrad): the forward's plus dlogits and row gradients
   peakForward: number; // the most live during construction + forward()
@@ -106,9 +119,12 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     M = s.numTargets;
   const dtype = s.checkpoints ?? 'f32';
   const Tc = mlpChunkRows(T, s.mlpChunk ?? DEFAULT_MLP_CHUNK);
-  const chunked = Tc < T;
   const Hr = headRows(M);
   const backward = M > 0 && s.lora !== null && !s.logpOnly;
+  const keep = backward ? (s.keepLayers ?? 0) : 0;
+  if (!Number.isInteger(keep) || keep < 0 || keep > L)
+    throw new RangeError(`keepLayers must be an integer in 0..${L} (got ${s.keepLayers})`);
+  const mlpRows = keep > 0 ? T : Tc; // rows of the MLP gradients
   // The LM head's gradient formed in the forward (src/train/trainingPass.ts, the header).
   const headGrad = backward && !s.candidates;
   const f32 = (name: string, shape: string, n: number, cls: BufferClass): PassBuffer => ({
@@ -130,27 +146,34 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
   );
 
   const scratch = dtype === 'f32' ? [] : [f32('xF32', '(T, C) f32', T * C, 'scratch')];
-  const layer: PassBuffer[] = [
-    f32('h1', '(T, C)', T * C, 'layer'),
-    f32('q', '(T, NH, HD)', T * NH * HD, 'layer'),
-    f32('k', '(T, NKV, HD)', T * NKV * HD, 'layer'),
-    f32('v', '(T, NKV, HD)', T * NKV * HD, 'layer'),
-    f32('qr', '(T, NH, HD)', T * NH * HD, 'layer'),
-    f32('kr', '(T, NKV, HD)', T * NKV * HD, 'layer'),
-    f32('att', '(T, NH, HD)', T * NH * HD, 'layer'),
-    f32('lse', '(T, NH)', T * NH, 'layer'),
-    f32('xMid', '(T, C)', T * C, 'layer'),
-    f32('h2', '(T, C)', T * C, 'layer'),
-    f32('gate', '(Tc, I)', Tc * I, 'layer'),
-    f32('up', '(Tc, I)', Tc * I, 'layer'),
-    f32('act', '(Tc, I)', Tc * I, 'layer'),
-    ...(chunked ? [f32('h2c', '(Tc, C)', Tc * C, 'layer'), f32('yc', '(Tc, C)', Tc * C, 'layer')] : []),
-  ];
-  if (s.lora)
-    for (const t of s.lora.targetModules) {
-      const rows = isMlpTarget(t) ? Tc : T;
-      layer.push(f32(`u.${t}`, `(${isMlpTarget(t) ? 'Tc' : 'T'}, r)`, rows * s.lora.r, 'layer'));
-    }
+  // One layer's intermediates, the MLP's over R rows (R = Tc recomputed, T kept).
+  const layerOf = (R: number, Rn: string, cls: BufferClass, prefix = ''): PassBuffer[] => {
+    const out = [
+      f32('h1', '(T, C)', T * C, cls),
+      f32('q', '(T, NH, HD)', T * NH * HD, cls),
+      f32('k', '(T, NKV, HD)', T * NKV * HD, cls),
+      f32('v', '(T, NKV, HD)', T * NKV * HD, cls),
+      f32('qr', '(T, NH, HD)', T * NH * HD, cls),
+      f32('kr', '(T, NKV, HD)', T * NKV * HD, cls),
+      f32('att', '(T, NH, HD)', T * NH * HD, cls),
+      f32('lse', '(T, NH)', T * NH, cls),
+      f32('xMid', '(T, C)', T * C, cls),
+      f32('h2', '(T, C)', T * C, cls),
+      f32('gate', `(${Rn}, I)`, R * I, cls),
+      f32('up', `(${Rn}, I)`, R * I, cls),
+      f32('act', `(${Rn}, I)`, R * I, cls),
+      ...(R < T ? [f32('h2c', `(${Rn}, C)`, R * C, cls), f32('yc', `(${Rn}, C)`, R * C, cls)] : []),
+    ];
+    if (s.lora)
+      for (const t of s.lora.targetModules) {
+        const rows = isMlpTarget(t) ? R : T;
+        out.push(f32(`u.${t}`, `(${isMlpTarget(t) ? Rn : 'T'}, r)`, rows * s.lora.r, cls));
+      }
+    return prefix ? out.map((b) => ({ ...b, name: prefix + b.name })) : out;
+  };
+  const layer = layerOf(Tc, 'Tc', 'layer');
+  const kept: PassBuffer[] = [];
+  for (let l = L - keep; l < L; l++) kept.push(...layerOf(T, 'T', 'kept', `kept.${l}.`));
   const layerGrads: PassBuffer[] = [
     f32('dh', '(T, C)', T * C, 'layer'),
     f32('dAtt', '(T, NH, HD)', T * NH * HD, 'layer'),
@@ -158,9 +181,9 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     f32('dkr', '(T, NKV, HD)', T * NKV * HD, 'layer'),
     f32('dv', '(T, NKV, HD)', T * NKV * HD, 'layer'),
     f32('du', '(T, r)', T * (s.lora?.r ?? 0), 'layer'),
-    f32('dAct', '(Tc, I)', Tc * I, 'layer'),
-    f32('dGate', '(Tc, I)', Tc * I, 'layer'),
-    f32('dUp', '(Tc, I)', Tc * I, 'layer'),
+    f32('dAct', `(${keep ? 'T' : 'Tc'}, I)`, mlpRows * I, 'layer'),
+    f32('dGate', `(${keep ? 'T' : 'Tc'}, I)`, mlpRows * I, 'layer'),
+    f32('dUp', `(${keep ? 'T' : 'Tc'}, I)`, mlpRows * I, 'layer'),
     f32('attentionBackward.D', '(T, NH)', T * NH, 'layer'), // inside K.attentionBackward
   ];
   // The scratch of split partial outputs, transient inside one product: gemv_cols' (CPU adapters,
@@ -181,29 +204,30 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     ['up_proj', I, C],
     ['down_proj', C, I],
   ];
-  let layerPartials = 0;
-  let forwardPartials = 0; // the forward's own products, x . W^T and u = x . A^T
-  for (const [t, N, Kin] of projShapes)
-    for (const rows of isMlpTarget(t) ? rowCounts(T, Tc) : [T]) {
-      const r = s.lora?.targetModules.includes(t) ? s.lora.r : 0;
-      const forward = Math.max(gk(rows, N, Kin), r ? gk(rows, r, Kin) : 0);
-      forwardPartials = Math.max(forwardPartials, forward);
-      // The backward recomputes the forward; then dx = dy . W, and with LoRA du = dy . B, dx += du . A,
-      // dA = du^T . x, dB = dy^T . u.
-      layerPartials = Math.max(layerPartials, forward, dxSplit(rows, Kin, N));
-      if (r)
-        layerPartials = Math.max(
-          layerPartials,
-          dxSplit(rows, r, N),
-          dxSplit(rows, Kin, r),
-          gk(r, Kin, rows),
-          gk(N, r, rows),
-        );
-    }
+  // The forward's own products, x . W^T and u = x . A^T, and the backward's: dx = dy . W, and with
+  // LoRA du = dy . B, dx += du . A, dA = du^T . x, dB = dy^T . u. A recomputed layer's backward
+  // runs its forward's too. MLP products over Tc (and T mod Tc) rows, or a kept layer's T.
+  const partialsOf = (mlpRowCounts: number[], recompute: boolean) => {
+    let fwd = 0,
+      bwd = 0;
+    for (const [t, N, Kin] of projShapes)
+      for (const rows of isMlpTarget(t) ? mlpRowCounts : [T]) {
+        const r = s.lora?.targetModules.includes(t) ? s.lora.r : 0;
+        const forward = Math.max(gk(rows, N, Kin), r ? gk(rows, r, Kin) : 0);
+        fwd = Math.max(fwd, forward);
+        bwd = Math.max(bwd, recompute ? forward : 0, dxSplit(rows, Kin, N));
+        if (r) bwd = Math.max(bwd, dxSplit(rows, r, N), dxSplit(rows, Kin, r), gk(r, Kin, rows), gk(N, r, rows));
+      }
+    return { fwd, bwd };
+  };
+  const recomputed = partialsOf(rowCounts(T, Tc), true);
+  const keptPartials = partialsOf([T], false);
+  const forwardPartials = recomputed.fwd;
+  const layerPartials = recomputed.bwd;
   const headPartials = Math.max(...rowCounts(M, Hr).map((R) => Math.max(dxSplit(R, C, V), gk(R, V, C))));
   const partials = (n: number, shape: string, cls: BufferClass): PassBuffer[] =>
     n > 0 ? [{ name: 'matmul.splitPartials', shape, bytes: pooled(n), cls }] : [];
-  layerGrads.push(...partials(layerPartials, '(splits, M, N) f32, the largest of the layer', 'layer'));
+  const layerShape = '(splits, M, N) f32, the largest of the layer';
   const dx = f32('dx', '(T, C)', T * C, 'head');
   const headRowsBufs = [
     f32('xRows', '(Hr, C)', Hr * C, 'head'),
@@ -232,20 +256,19 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
               : []),
             ...headRowsBufs,
           ];
+  const recomputes = keep < L; // some layer runs on the shared workspace
   return {
     held,
     embed: [...scratch, f32('ids', '(T) u32', T, 'scratch')],
-    forwardLayers: [
-      ...scratch,
-      ...layer,
-      ...partials(forwardPartials, '(splits, M, N) f32, the largest of the layer', 'layer'),
-    ],
-    forwardHead,
+    forwardLayers: recomputes ? [...scratch, ...layer, ...partials(forwardPartials, layerShape, 'layer')] : [],
+    forwardKept: keep ? [...scratch, ...kept, ...partials(keptPartials.fwd, layerShape, 'layer')] : [],
+    forwardHead: [...forwardHead, ...kept],
     backwardHead: !backward
       ? []
       : headGrad
-        ? [...scratch, dx, f32('dlogp', '(M)', M, 'head')]
+        ? [...scratch, dx, f32('dlogp', '(M)', M, 'head'), ...kept]
         : [
+            ...kept,
             ...scratch,
             dx,
             f32('dlogp', '(M)', M, 'head'),
@@ -258,7 +281,26 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
             f32('dlogpChunk', '(Hr)', Hr, 'head'),
             ...partials(headPartials, '(splits, Hr, C) f32', 'head'),
           ],
-    backwardLayers: !backward ? [] : [...scratch, { ...dx, cls: 'layer' }, ...layer, ...layerGrads],
+    backwardKept:
+      backward && keep
+        ? [
+            ...scratch,
+            { ...dx, cls: 'layer' },
+            ...kept,
+            ...layerGrads,
+            ...partials(keptPartials.bwd, layerShape, 'layer'),
+          ]
+        : [],
+    backwardLayers:
+      backward && recomputes
+        ? [
+            ...scratch,
+            { ...dx, cls: 'layer' },
+            ...layer,
+            ...layerGrads,
+            ...partials(layerPartials, layerShape, 'layer'),
+          ]
+        : [],
   };
 }
 
@@ -288,21 +330,39 @@ const sum = (bufs: readonly PassBuffer[], cls?: BufferClass) =>
  * weight gradients, and Pf, the forward pass's own, the largest of x . W^T and u = x . A^T.
  *   peakForward   = checkpoints + pass + scratch + max(w T, layerForward, headForward)
  *   peakBackward  = checkpoints + pass + scratch + max(headBackward, layerBackward)
+ * With k kept layers (keepLayers, where a backward can follow):
+ *   kept          = k w T [3C + 3 NH HD + 3 NKV HD + NH + 3 I + r (nA + nM)]
+ * the MLP gradients dAct, dGate, dUp have T rows instead of Tc, layerForward and layerBackward are
+ * 0 when k = L, and the forward and the backward each gain a phase, the kept layers': forwardKept
+ * (kept + the largest forward product's split scratch at T rows) and backwardKept (kept + the
+ * layer gradients + d(residual) + the largest backward product's). forwardHead and headBackward
+ * are counted with kept alive.
  */
 export function trainingPassBytes(cfg: Qwen3Config, s: TrainingPassShape): TrainingPassBytes {
   const layout = trainingPassLayout(cfg, s);
   const held = sum(layout.held);
   const phase = (bufs: readonly PassBuffer[]) => held + sum(bufs);
-  const peakForward = Math.max(phase(layout.embed), phase(layout.forwardLayers), phase(layout.forwardHead));
-  const peakBackward = Math.max(held, phase(layout.backwardHead), phase(layout.backwardLayers));
+  const peakForward = Math.max(
+    phase(layout.embed),
+    phase(layout.forwardLayers),
+    phase(layout.forwardKept),
+    phase(layout.forwardHead),
+  );
+  const peakBackward = Math.max(
+    held,
+    phase(layout.backwardHead),
+    phase(layout.backwardKept),
+    phase(layout.backwardLayers),
+  );
   const all = Object.values(layout).flat() as PassBuffer[];
   const largest = all.reduce((a, b) => (b.bytes > a.bytes ? b : a));
   return {
     checkpoints: sum(layout.held, 'checkpoints'),
     pass: sum(layout.held, 'pass'),
-    scratch: sum(layout.forwardLayers, 'scratch'),
+    scratch: sum(layout.embed.filter((b) => b.name === 'xF32')),
     layerForward: sum(layout.forwardLayers, 'layer'),
     layerBackward: sum(layout.backwardLayers, 'layer'),
+    kept: sum(layout.forwardKept, 'kept'),
     headForward: sum(layout.forwardHead, 'head'),
     headBackward: sum(layout.backwardHead, 'head'),
     peakForward,

@@ -47,6 +47,8 @@ export interface UpdateContext {
   ppo: PpoConfig;
   /** Storage of the training passes' layer checkpoints. */
   checkpoints: CheckpointDtype;
+  /** Layers whose activations each pass keeps for its backward (TrainingPassOptions.keepLayers; default 0). */
+  keepLayers?: number;
   /** sampling.temperature: sampled text (candidateTokenIds null) is recomputed at it, vote labels at 1. */
   temperature: number;
   /**
@@ -111,11 +113,13 @@ export function samplePass(
   s: PolicySample,
   checkpoints: CheckpointDtype,
   temperature: number,
+  keepLayers = 0,
 ): TrainingPass {
   const { ids, targets } = sampleSequence(s);
   return new TrainingPass(model, adapter, ids, targets, s.candidateTokenIds, {
     checkpoints,
     temperature: s.candidateTokenIds ? 1 : temperature,
+    keepLayers,
   });
 }
 
@@ -136,6 +140,7 @@ function packPeak(
   M: number,
   candidates: number | undefined,
   packed: boolean,
+  keepLayers: number,
 ): number {
   return trainingPassBytes(model.cfg, {
     seqLen: T,
@@ -144,6 +149,7 @@ function packPeak(
     checkpoints,
     candidates,
     packed,
+    keepLayers,
   }).peak;
 }
 
@@ -160,6 +166,7 @@ export function planPacks(
   which: readonly number[],
   checkpoints: CheckpointDtype,
   budget: number,
+  keepLayers = 0,
 ): SamplePack[] {
   const kind = (i: number) => {
     const x = samples[i]!;
@@ -196,6 +203,7 @@ export function planPacks(
         layout.rows.reduce((n, r) => n + r.length, 0),
         cands ? Math.max(...members.map((m) => samples[m]!.sample.candidateTokenIds!.length)) : undefined,
         true,
+        keepLayers,
       );
       const before = open.layout ? open.tokens - open.layout.ids.length : 0;
       if (saved - before >= seq.ids.length / 2 && peak <= budget) {
@@ -218,8 +226,10 @@ function packPass(
   pack: SamplePack,
   checkpoints: CheckpointDtype,
   temperature: number,
+  keepLayers: number,
 ): TrainingPass {
-  if (!pack.layout) return samplePass(model, adapter, samples[pack.members[0]!]!.sample, checkpoints, temperature);
+  if (!pack.layout)
+    return samplePass(model, adapter, samples[pack.members[0]!]!.sample, checkpoints, temperature, keepLayers);
   const first = samples[pack.members[0]!]!.sample;
   const L = pack.layout;
   let restrict: number[][] | null = null; // each target row's candidates: its voter's
@@ -232,6 +242,7 @@ function packPass(
     checkpoints,
     temperature: first.candidateTokenIds ? 1 : temperature,
     layout: { positions: L.positions, keyEnd: L.keyEnd },
+    keepLayers,
   });
 }
 
@@ -343,6 +354,7 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
 
   // Which samples run together (the same packs in every epoch).
   const share = ctx.packPrefixes !== false && K.treeAttentionSupported(gpu, model.cfg.headDim);
+  const keep = ctx.keepLayers ?? 0;
   const budget =
     ctx.packBytes ??
     Math.max(
@@ -350,17 +362,17 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
         const { ids, targets } = sampleSequence(x.sample);
         const M = targets.filter((t) => t >= 0).length;
         const nc = x.sample.candidateTokenIds?.length;
-        return packPeak(model, adapter, ctx.checkpoints, ids.length, M, nc, false);
+        return packPeak(model, adapter, ctx.checkpoints, ids.length, M, nc, false, keep);
       }),
     );
   const packsOf = (which: number[]): SamplePack[] =>
     share
-      ? planPacks(model, adapter, samples, which, ctx.checkpoints, budget)
+      ? planPacks(model, adapter, samples, which, ctx.checkpoints, budget, keep)
       : which.map((i) => ({ members: [i], layout: null }));
   const indices = (keep: (x: RoundSample) => boolean) => [...samples.keys()].filter((i) => keep(samples[i]!));
   /** A pack's pass, forward run: the pass (to run its backward, then release) and each member's log-probs. */
   const forward = async (p: SamplePack) => {
-    const pass = packPass(model, adapter, samples, p, ctx.checkpoints, ctx.temperature);
+    const pass = packPass(model, adapter, samples, p, ctx.checkpoints, ctx.temperature, keep);
     try {
       const logp = await pass.forward();
       passes.forward++;

@@ -226,6 +226,13 @@ function MemoryCheck() {
           ) : (
             <p className="ok">Fits this GPU's limits{budget ? ' and your memory' : ''}.</p>
           )}
+          {p.keepLayers > 0 && !check.problem ? (
+            <p className="muted" data-testid="kept-layers">
+              The LoRA update keeps the activations of {p.keepLayers} of {p.cfg.numLayers} layers for its backward
+              instead of recomputing them (less work per update), in memory{' '}
+              {budget ? 'within your GPU memory' : 'the round needs anyway'}.
+            </p>
+          ) : null}
         </>
       ) : (
         <p className="muted">

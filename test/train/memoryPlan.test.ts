@@ -29,6 +29,8 @@ import {
   planSft,
   roundPlanOptions,
   roundSequences,
+  withKeptLayers,
+  KEPT_BUDGET_SHARE,
   type MemoryPlan,
 } from '../../src/train/memory.ts';
 import { ROOT, spyrl } from '../helpers/spyrl.ts';
@@ -112,6 +114,66 @@ describe('round sequence lengths: the plan bounds the prompts the game renders',
       expect(Math.max(...rp.map((p) => p.tokenIds.length))).toBeLessThanOrEqual(seq.reasonPrompt);
       expect(seq.reasonPrompt - Math.max(...rp.map((p) => p.tokenIds.length))).toBeLessThanOrEqual(4 * N + 4 + shorter);
     }
+  });
+});
+
+describe('kept layers: as many as memory allows (withKeptLayers)', () => {
+  const q4 = roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f16' });
+  const L = QWEN3_4B.numLayers;
+
+  it("the default 4B round keeps none without a budget (the update is the round's peak)", () => {
+    const p = planRound(QWEN3_4B, q4);
+    expect(p.peakPhase).toBe('update');
+    expect(withKeptLayers(p, NO_LIMITS)).toBe(p);
+    expect(
+      planMemory(QWEN3_4B, DEFAULT_CONFIG, NO_LIMITS, undefined, { weights: 'q4', kv: 'f16' }).plan.keepLayers,
+    ).toBe(0);
+  });
+
+  it('with a budget: the most layers whose plan stays within its share, each one a whole layer of activations', () => {
+    const base = planRound(QWEN3_4B, q4);
+    for (const gib of [8, 12, 24]) {
+      const budget = gib * GiB;
+      const check = planMemory(QWEN3_4B, DEFAULT_CONFIG, NO_LIMITS, budget, { weights: 'q4', kv: 'f16' });
+      expect(check.problem).toBeNull();
+      const k = check.plan.keepLayers;
+      expect(k, `${gib} GiB`).toBeGreaterThan(0);
+      expect(k).toBeLessThan(L);
+      expect(check.plan.total).toBeLessThanOrEqual(KEPT_BUDGET_SHARE * budget);
+      expect(planRound(QWEN3_4B, { ...q4, keepLayers: k + 1 }).total).toBeGreaterThan(KEPT_BUDGET_SHARE * budget);
+      // Only the update phase changes, by k layers' (T, .) f32 intermediates at the update's longest pass.
+      const T = check.plan.trainSeqLen;
+      const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = QWEN3_4B;
+      const perLayer = 4 * T * (3 * C + 3 * NH * HD + 3 * NKV * HD + NH + 3 * I + 16 * 7);
+      const grown = check.plan.total - base.total;
+      expect(grown).toBeGreaterThan(k * perLayer);
+      expect(grown).toBeLessThan(k * perLayer + 3 * 4 * T * I); // + the MLP gradients at T rows
+      expect(check.plan.phases.filter((ph) => ph.phase !== 'update')).toEqual(
+        base.phases.filter((ph) => ph.phase !== 'update'),
+      );
+    }
+    // An explicit choice stays.
+    expect(
+      planMemory(QWEN3_4B, DEFAULT_CONFIG, NO_LIMITS, 24 * GiB, { weights: 'q4', kv: 'f16' }, { keepLayers: 2 }).plan
+        .keepLayers,
+    ).toBe(2);
+  });
+
+  it("keeps none when a kept layer's (T, I) buffer would break the binding limit", () => {
+    const long = { ...DEFAULT_CONFIG, docTokenBudget: 8192 };
+    const limits = { maxStorageBufferBindingSize: 256 * 2 ** 20, maxBufferSize: 2 ** 40 };
+    const plain = planMemory(QWEN3_4B, long, limits, 64 * GiB, { weights: 'q4', kv: 'f16' });
+    expect(plain.problem).toBeNull();
+    expect(plain.plan.keepLayers).toBe(0);
+    const kept = planRound(QWEN3_4B, { ...roundPlanOptions(long, { weights: 'q4', kv: 'f16' }), keepLayers: 1 });
+    expect(kept.largestBuffer.bytes).toBeGreaterThan(256 * 2 ** 20);
+    expect(
+      planMemory(QWEN3_4B, long, NO_LIMITS, 64 * GiB, { weights: 'q4', kv: 'f16' }).plan.keepLayers,
+    ).toBeGreaterThan(0);
+  });
+
+  it('refuses a keepLayers outside 0..L', () => {
+    expect(() => planRound(QWEN3_4B, { ...q4, keepLayers: L + 1 })).toThrow(`keepLayers must be an integer in 0..${L}`);
   });
 });
 
@@ -200,8 +262,11 @@ describe('the plan', () => {
     const limits = { maxStorageBufferBindingSize: 2 ** 30, maxBufferSize: 2 ** 30 };
     const q4 = { weights: 'q4' as const, kv: 'f16' as const };
     expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 6 * GiB, q4)).toMatchObject({ problem: null, blocking: false });
-    expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 6 * GiB, q4).plan.total).toBe(
-      planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, q4)).total,
+    // It fits, so the update keeps layers' activations in what the budget leaves (withKeptLayers).
+    const fits = planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 6 * GiB, q4).plan;
+    expect(fits.keepLayers).toBeGreaterThan(0);
+    expect(fits.total).toBe(
+      planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, q4, { keepLayers: fits.keepLayers })).total,
     );
     expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 3 * GiB, q4)).toMatchObject({
       problem: expect.stringMatching(/above the 3\.00 GiB available/),
@@ -308,6 +373,14 @@ const CASES = [
     },
     engine: ['--kv', 'f16'],
   },
+  {
+    // 1 GiB of GPU memory: the plan keeps both layers' activations in the update (withKeptLayers).
+    name: 'bf16 weights, f32 KV, 3 players, 48-token reports, --gpu-memory 1: every layer kept',
+    model: [] as string[],
+    config: { groupSize: 3, docTokenBudget: 48, summaryMaxTokens: 8, lora: { r: 4, alpha: 8 }, seed: 5 },
+    engine: ['--gpu-memory', '1'],
+    keepLayers: 2,
+  },
 ];
 
 describe('planned vs measured peak GPU memory of a round (spyrl train --report-memory)', () => {
@@ -321,7 +394,7 @@ describe('planned vs measured peak GPU memory of a round (spyrl train --report-m
 
   it.each(CASES.map((c, i) => ({ ...c, i })))(
     '$name: within 15%',
-    async ({ model, config, engine, i }) => {
+    async ({ model, config, engine, i, ...c }) => {
       const dir = join(tmp, `tiny${i}`);
       expect((await spyrl('tiny-model', '--out', dir, ...model)).code).toBe(0);
       const cfgFile = join(tmp, `config${i}.json`);
@@ -348,10 +421,12 @@ describe('planned vs measured peak GPU memory of a round (spyrl train --report-m
         plannedBytes: number;
         loadedBytes: number;
         plannedWeightsBytes: number;
+        keepLayers: number;
         phases: Record<'play' | 'update', { peakBytes: number; plannedBytes: number }>;
       };
       // The weights are exact: the same tensors, the same packing.
       expect(m.loadedBytes).toBe(m.plannedWeightsBytes);
+      expect(m.keepLayers).toBe('keepLayers' in c ? c.keepLayers : 0);
       expect(m.peakBytes / m.plannedBytes, last).toBeGreaterThan(0.85);
       expect(m.peakBytes / m.plannedBytes, last).toBeLessThan(1.15);
       for (const phase of ['play', 'update'] as const) {

@@ -208,6 +208,20 @@ describe('a packed TrainingPass', () => {
         );
         expect(worst).toBeLessThan(2e-5);
         expect(err).toBeLessThan(1e-4);
+        // Every layer kept (no recompute in the backward): the same log-probs and gradients, bit for bit.
+        adapter.zeroGrad();
+        const kept = new TrainingPass(t.model, adapter, L.ids, L.targets, cands[0] ? rowCands : null, {
+          temperature,
+          checkpoints: 'f32',
+          layout: { positions: L.positions, keyEnd: L.keyEnd },
+          keepLayers: t.model.cfg.numLayers,
+        });
+        expect(kept.bytes.kept).toBeGreaterThan(0);
+        expect(await kept.forward()).toEqual(logp);
+        kept.backward(dlogp);
+        kept.release();
+        const keptGrads = await readGrads(adapter);
+        expect(keptGrads).toEqual(got);
         // The control: the same packed tokens with plain causal attention (no keyEnd) see their
         // siblings, and the log-probs move.
         const causal = new TrainingPass(t.model, adapter, L.ids, L.targets, cands[0] ? rowCands : null, {

@@ -295,12 +295,75 @@ function trackLiveBytes(g: Gpu) {
   };
 }
 
+// Kept layers: the forward keeps the last k layers' intermediates and the backward uses them
+// instead of recomputing them. Same kernels on the same inputs, so with the MLP in one chunk the
+// log-probs and gradients are the recomputing pass's bit for bit; with chunks, a kept layer's MLP
+// runs over all T rows at once and only the summation order of its LoRA gradients changes.
+describe.each(['tied-all', 'untied-rslora'])('kept layers: %s', (variant) => {
+  it("give the recomputing pass's log-probs and gradients exactly, and still match PyTorch", async () => {
+    const s = await setup(variant);
+    const L = s.cfg.numLayers;
+    expect(L).toBeGreaterThan(1); // some layers kept, some recomputed
+    for (const checkpoints of ['f32', 'bf16'] as const) {
+      const base = await gradients(s, { checkpoints });
+      for (const keepLayers of [1, L]) {
+        const kept = await gradients(s, { checkpoints, keepLayers });
+        expect(kept.logp, `${checkpoints} keepLayers ${keepLayers}`).toEqual(base.logp);
+        for (const [key, g] of base.grads)
+          expect(kept.grads.get(key), `${checkpoints} ${keepLayers} ${key}`).toEqual(g);
+      }
+    }
+    const chunked = await gradients(s, { mlpChunk: 5 });
+    const keptChunked = await gradients(s, { mlpChunk: 5, keepLayers: 1 });
+    expect(maxAbsDiff(keptChunked.logp, chunked.logp)).toBeLessThanOrEqual(1e-5);
+    expect(compareGrads(keptChunked.grads, chunked.grads, 1e-5, 0).bad).toEqual([]);
+    const vsTorch = compareGrads(keptChunked.grads, await readF32Tensors(join(s.dir, 'grads.safetensors')), 1e-3, 1e-6);
+    expect(vsTorch.bad).toEqual([]);
+    s.adapter.destroy();
+  });
+
+  it('a second backward after one forward recomputes what the first spent', async () => {
+    const s = await setup(variant);
+    const once = await gradients(s, {});
+    s.adapter.zeroGrad();
+    const pass = new TrainingPass(s.model, s.adapter, s.ids, s.targets, null, { keepLayers: s.cfg.numLayers });
+    const { dlogp } = crossEntropyLoss(await pass.forward());
+    pass.backward(dlogp);
+    pass.backward(dlogp);
+    pass.release();
+    const twice = await s.adapter.getTensors('grads');
+    for (const [key, g] of once.grads) {
+      const got = twice.get(key)!;
+      expect(
+        maxAbsDiff(
+          got,
+          g.map((x) => 2 * x),
+        ),
+        key,
+      ).toBeLessThanOrEqual(1e-6 * Math.max(1, ...g.map(Math.abs)));
+    }
+    s.adapter.destroy();
+  });
+});
+
 describe('trainingPassBytes against the live bytes of real passes', () => {
   const cases: { name: string; opts: TrainingPassOptions; T?: number; restrict?: boolean; targets?: string[] }[] = [
     { name: 'f32, one MLP chunk, all targets', opts: {} },
     { name: 'f16, 5-token MLP chunks', opts: { checkpoints: 'f16', mlpChunk: 5 } },
     { name: 'bf16, restricted vote, 3-token chunks', opts: { checkpoints: 'bf16', mlpChunk: 3 }, restrict: true },
     { name: 'f16, T = 70: two head chunks, 16-token MLP chunks', opts: { checkpoints: 'f16', mlpChunk: 16 }, T: 70 },
+    { name: 'f32, every layer kept', opts: { keepLayers: 2 } },
+    { name: 'f16, 5-token MLP chunks, 1 layer kept', opts: { checkpoints: 'f16', mlpChunk: 5, keepLayers: 1 } },
+    {
+      name: 'bf16, restricted vote, 1 layer kept',
+      opts: { checkpoints: 'bf16', mlpChunk: 3, keepLayers: 1 },
+      restrict: true,
+    },
+    {
+      name: 'f16, T = 70, 16-token MLP chunks, every layer kept',
+      opts: { checkpoints: 'f16', mlpChunk: 16, keepLayers: 2 },
+      T: 70,
+    },
   ];
   it.each(cases)('$name', async ({ opts, T, restrict }) => {
     const s = await setup('tied-all');
@@ -321,6 +384,12 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
       pass.release();
       expect(track.bytes).toBe(0);
       expect({ fwdPeak, bwdPeak }).toEqual({ fwdPeak: want.peakForward, bwdPeak: want.peakBackward });
+      const k = opts.keepLayers ?? 0;
+      const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = s.cfg;
+      const { r, targetModules } = s.adapter.settings;
+      expect(want.kept).toBe(
+        k * ids.length * 4 * (3 * C + 3 * NH * HD + 3 * NKV * HD + NH + 3 * I + r * targetModules.length),
+      );
       expect(want.checkpoints).toBe(
         (s.cfg.numLayers + 1) *
           ids.length *
@@ -428,6 +497,27 @@ describe('TrainingPass options', () => {
     expect(() => new TrainingPass(s.model, s.adapter, s.ids, s.targets, null, { mlpChunk: 0 })).toThrow(
       /option mlpChunk must be a positive integer/,
     );
+    for (const keepLayers of [-1, 1.5, s.cfg.numLayers + 1])
+      expect(() => new TrainingPass(s.model, s.adapter, s.ids, s.targets, null, { keepLayers })).toThrow(
+        `option keepLayers must be an integer in 0..${s.cfg.numLayers} (got ${keepLayers})`,
+      );
     s.adapter.destroy();
+  });
+
+  it('release() after a forward with kept layers and no backward frees every buffer', async () => {
+    const s = await setup('tied-all');
+    await gradients(s, {}); // warm-up: the RoPE table is cached per device
+    const track = trackLiveBytes(gpu);
+    try {
+      const pass = new TrainingPass(s.model, s.adapter, s.ids, s.targets, null, { keepLayers: 2 });
+      await pass.forward();
+      expect(track.bytes).toBeGreaterThanOrEqual(pass.bytes.kept);
+      expect(pass.bytes.kept).toBeGreaterThan(0);
+      pass.release();
+      expect(track.bytes).toBe(0);
+    } finally {
+      track.restore();
+      s.adapter.destroy();
+    }
   });
 });
