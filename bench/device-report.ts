@@ -154,7 +154,7 @@ export function deviceReport(run: DeviceRun): string[] {
       const ratio = peft.tok_per_s / mine.tokPerS!;
       row(
         `LoRA step, ${peft.tokens} tokens, r=${peft.r}, 4B shapes (L=${peft.layers} of ${FULL_LAYERS}, ${mine.shape.split(' ')[1]} weights)`,
-        `ours ${sig(mine.tokPerS!)} tok/s (${num(mine.seconds * 1000)} ms${/layers kept/.test(mine.name) ? ', every layer kept' : ''}), ${peft.engine} ${peft.dtype} on ${peft.device} ${sig(peft.tok_per_s)} tok/s: PEFT / ours = ${num(ratio, 2)}x`,
+        `ours ${sig(mine.tokPerS!)} tok/s (${num(mine.seconds * 1000)} ms${/every layer kept/.test(mine.name) ? ', every layer kept' : ''}), ${peft.engine} ${peft.dtype} on ${peft.device} ${sig(peft.tok_per_s)} tok/s: PEFT / ours = ${num(ratio, 2)}x`,
         goal,
         ratio <= TARGETS.loraVsPeft ? 'yes' : 'no',
       );

@@ -339,7 +339,7 @@ export async function benchModel(
       const loraFlops = 2 * runs * TT * adapter.numParams; // ~2 flops per param per token and layer pass
       const trainBytes = (wBytes - headBytes) * runs + headBytes * 2 + 4 * (c.numLayers + 2) * TT * c.hiddenSize * 2;
       report(
-        `LoRA step ${TT} tok r=${lcfg.r}${keep ? `, ${keep} layers kept` : ''}`,
+        `LoRA step ${TT} tok r=${lcfg.r}${keep ? ', every layer kept' : ''}`,
         tTrain,
         reps,
         TT,

@@ -25,6 +25,10 @@ function safetensorsHeader(bytes: Uint8Array): Record<string, { dtype: string; s
 
 async function loadTinyModel(page: Page) {
   await pickTinyModel(page);
+  // 1 GiB of GPU memory: the plan keeps both layers' activations for the update's backward, and
+  // the round below trains that way in the worker (src/train/memory.ts withKeptLayers).
+  await page.getByLabel('GPU memory in GiB').fill('1');
+  await expect(page.getByTestId('kept-layers')).toContainText('keeps the activations of 2 of 2 layers');
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   // Small rounds for a software GPU: 3 players, 96-token reports, 12-token summaries, LoRA r=4, an update every round.

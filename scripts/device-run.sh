@@ -11,7 +11,8 @@
 # shapes with all 36 layers, q4 weights and f16 KV, split by stage, then, with LAYERS layers,
 # bench/profile.ts: GPU time per kernel of a decode step, a prefill and a LoRA step, then
 # bench/pack-ab.ts: the default round's update with its sequences packed by shared
-# prompt against one sequence a pass). Each step has its own time limit so a slow one cannot eat
+# prompt against one sequence a pass, then bench/keep-ab.ts: a LoRA step at all 36 layers keeping
+# every layer's activations against recomputing them). Each step has its own time limit so a slow one cannot eat
 # the rest; the whole run stays under 10 minutes. Then, here: npx tsx bench/device-report.ts DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -102,9 +103,10 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # few pipeline compiles, about 0.2 s on the H200 of 2026-12-04, count against it), split by stage,
 # which bench/device-report.ts judges directly; then the per-kernel GPU time of a decode step, a prefill and a LoRA step
 # (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
-# warm-up round and one counted round a side, the default game's report and summary lengths).
-# Then the same profile with split-K off (tuning.gemmSplitK): the A/B of the sliced GEMMs.
-run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=off"
+# warm-up round and one counted round a side, the default game's report and summary lengths), then
+# the LoRA step with every layer kept against every layer recomputed (bench/keep-ab.ts, all 36
+# layers, TRAIN_LEN tokens). Then the same profile with split-K off (tuning.gemmSplitK): the A/B of the sliced GEMMs.
+run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/keep-ab.mjs' --shape 4b --layers 36 --weights q4 --tokens '$TRAIN_LEN' --reps 2; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=off"
 # gemv-ab.log also holds the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts),
 # and the tiled GEMM's three layouts at the 4B MLP's shape with A in shared memory, A by subgroup
 # shuffles (the 'auto' choice on Intel only), and f16 tiles (bench/gemm-ab.ts); with and without

@@ -219,7 +219,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
     { LoraAdapter },
     { LoraAdamW },
     { packSequences, epochOrder, sftStep },
-    { planSft, checkPlanFits },
+    { planSft, checkPlanFits, withKeptLayers },
     { nodeFolderSource },
     { runStamp },
   ] = await Promise.all([
@@ -286,11 +286,14 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
       lora = fresh!;
       weights = initLora(cfg, lora, seed);
     }
-    checkPlanFits(
-      planSft(cfg, { weights: engine.weights, lora: { r: lora.r, targets: lora.targetModules }, seqLen }),
-      gpu.limits,
-      budget,
-    );
+    const sftPlan = planSft(cfg, {
+      weights: engine.weights,
+      lora: { r: lora.r, targets: lora.targetModules },
+      seqLen,
+    });
+    checkPlanFits(sftPlan, gpu.limits, budget);
+    // With --gpu-memory, the passes keep as many layers' activations as fit in 90% of it.
+    const { keepLayers } = withKeptLayers(sftPlan, gpu.limits, budget);
 
     const windows = packSequences(tokenizer.encode(text), seqLen);
     if (windows.length === 0) throw new ModelLoadError(textPath, 'has fewer than 2 tokens');
@@ -318,7 +321,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
     const started = performance.now();
     let tokensSeen = 0;
     out.write(
-      `sft: ${n} windows of <= ${seqLen} tokens, batch ${batch}, LoRA r=${lora.r} alpha=${lora.alpha} on ${lora.targetModules.join(',')} (${adapter.numParams.toLocaleString()} params), lr ${lr} ${scheduleKind}\n`,
+      `sft: ${n} windows of <= ${seqLen} tokens, batch ${batch}, LoRA r=${lora.r} alpha=${lora.alpha} on ${lora.targetModules.join(',')} (${adapter.numParams.toLocaleString()} params), lr ${lr} ${scheduleKind}${keepLayers ? `; keeping ${keepLayers} of ${cfg.numLayers} layers' activations (--gpu-memory)` : ''}\n`,
     );
     for (let step = opt.step + 1; step <= steps; step++) {
       // The windows of a step follow from the step number alone, so a resumed run sees the same data.
@@ -326,7 +329,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
         const g = (step - 1) * batch + i;
         return windows[epochOrder(n, seed, Math.floor(g / n))[g % n]];
       });
-      const res = await sftStep(model, adapter, opt, picked);
+      const res = await sftStep(model, adapter, opt, picked, keepLayers);
       tokensSeen += res.tokens;
       const elapsed = (performance.now() - started) / 1000;
       const eta = (elapsed / (step - firstStep + 1)) * (steps - step);

@@ -131,7 +131,8 @@ export function memoryPlanOf(i: ReturnType<typeof selectMemoryInputs>): MemoryCh
   return planMemory(i.cfg, i.run, i.probe.limits, budgetBytes(i.budget), { weights: i.weights, kv: i.kv });
 }
 
-function budgetBytes(gib: string): number | undefined {
+/** The model panel's "Your GPU memory" field in bytes; undefined when empty or not a positive number. */
+export function budgetBytes(gib: string): number | undefined {
   const n = Number(gib);
   return gib.trim() !== '' && Number.isFinite(n) && n > 0 ? n * 2 ** 30 : undefined;
 }

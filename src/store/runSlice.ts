@@ -8,6 +8,7 @@ import type { TrainEvent } from '../train/events.ts';
 import { errorKind, errorMessage, type PendingAdapterInfo, type SavedRunMeta } from '../worker/protocol.ts';
 import { EMPTY_ROUNDS, EMPTY_SERIES, reduceRounds, reduceSeries, type RoundsState, type Series } from './rounds.ts';
 import { canTransition, isBusy, transition, type RunEvent, type RunStatus } from './runStatus.ts';
+import { budgetBytes } from './modelSlice.ts';
 import { selectEvalDocs, selectTrainDocs } from './setupSlice.ts';
 import { defaultTabLock, OTHER_TAB_MESSAGE } from './tabLock.ts';
 import type { AppState, StoreDeps } from './store.ts';
@@ -129,7 +130,10 @@ export const createRunSlice =
       move('create', { runError: null });
       let round: number;
       try {
-        ({ round } = await deps.engine.startRun({ config, train, evalDocs: selectEvalDocs(s) }, onEvent));
+        ({ round } = await deps.engine.startRun(
+          { config, train, evalDocs: selectEvalDocs(s), gpuMemoryBytes: budgetBytes(s.gpuBudgetGiB) },
+          onEvent,
+        ));
       } catch (e) {
         tabLock.release();
         move('start-failed', { runError: `Could not start the run: ${errorMessage(e)}`, resetPending: false });
@@ -366,7 +370,7 @@ export const createRunSlice =
         move('resume', { runError: null });
         let r: Awaited<ReturnType<typeof deps.engine.resumeSavedRun>>;
         try {
-          r = await deps.engine.resumeSavedRun(onEvent);
+          r = await deps.engine.resumeSavedRun(onEvent, budgetBytes(get().gpuBudgetGiB));
         } catch (e) {
           tabLock.release();
           move('start-failed', { runError: `Could not resume: ${errorMessage(e)}`, resetPending: false });

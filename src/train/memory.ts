@@ -673,6 +673,8 @@ export interface SftPlanOptions {
   seqLen: number;
   checkpoints?: CheckpointDtype;
   mlpChunk?: number;
+  /** Layers whose activations each pass keeps (TrainingPassOptions.keepLayers; default 0). */
+  keepLayers?: number;
 }
 
 /** The memory of `spyrl sft`: weights, LoRA state and one training pass of seqLen tokens (T - 1 targets). */
@@ -702,6 +704,7 @@ export function planSft(cfg: Qwen3Config, s: SftPlanOptions): MemoryPlan {
     lora: { r: o.lora.r, targetModules: o.lora.targets },
     checkpoints: o.checkpoints,
     mlpChunk: o.mlpChunk,
+    keepLayers: o.keepLayers,
   });
   return finish(
     'sft',
@@ -709,9 +712,13 @@ export function planSft(cfg: Qwen3Config, s: SftPlanOptions): MemoryPlan {
     o,
     weights,
     lora,
-    [...loadPhase(cfg, o.weights, weights.total), updatePhase(pass, s.seqLen, base, workspace)],
+    [
+      ...loadPhase(cfg, o.weights, weights.total),
+      updatePhase(pass, s.seqLen, base, workspace, o.keepLayers, cfg.numLayers),
+    ],
     null,
     s.seqLen,
+    o.keepLayers,
   );
 }
 
@@ -742,6 +749,7 @@ function replan(p: MemoryPlan, change: Partial<RoundPlanOptions> & { seqLen?: nu
         seqLen: change.seqLen ?? p.trainSeqLen,
         checkpoints: o.checkpoints,
         mlpChunk: o.mlpChunk,
+        keepLayers: o.keepLayers,
       })
     : planRound(p.cfg, o);
 }
@@ -879,13 +887,15 @@ export function planMemory(
   } catch (e) {
     return { plan, problem: (e as Error).message, blocking: true };
   }
+  const keep = extra.keepLayers === undefined;
   try {
     checkPlanFits(plan, limits, budgetBytes);
   } catch (e) {
-    return { plan, problem: (e as Error).message, blocking: false };
+    // Above the budget (a warning, the run may go ahead): keeping only within the round's own peak.
+    return { plan: keep ? withKeptLayers(plan, limits) : plan, problem: (e as Error).message, blocking: false };
   }
   return {
-    plan: extra.keepLayers === undefined ? withKeptLayers(plan, limits, budgetBytes) : plan,
+    plan: keep ? withKeptLayers(plan, limits, budgetBytes) : plan,
     problem: null,
     blocking: false,
   };
@@ -895,7 +905,7 @@ export function planMemory(
 export const KEPT_BUDGET_SHARE = 0.9;
 
 /**
- * The round's plan with as many kept layers (RoundPlanOptions.keepLayers) as memory allows: the
+ * The round's (or an SFT step's) plan with as many kept layers (RoundPlanOptions.keepLayers) as memory allows: the
  * most k whose plan stays within the larger of the plan's own peak (memory the summaries or the
  * votes hold anyway) and KEPT_BUDGET_SHARE of `budgetBytes` (the GPU memory the user allows),
  * and, given `limits`, whose buffers fit them. Each kept layer saves recomputing it in every training pass's
@@ -903,7 +913,7 @@ export const KEPT_BUDGET_SHARE = 0.9;
  * without training, or one with keepLayers set, comes back as it is.
  */
 export function withKeptLayers(p: MemoryPlan, limits?: AdapterLimits, budgetBytes?: number): MemoryPlan {
-  if (p.kind !== 'round' || !p.options.training) return p;
+  if (!p.options.training) return p;
   const ceiling = Math.max(p.total, KEPT_BUDGET_SHARE * (budgetBytes ?? 0));
   const fits = (q: MemoryPlan) => {
     if (q.total > ceiling) return false;

@@ -13,7 +13,7 @@ import type { Qwen3Model } from '../model/qwen3.ts';
 import { TRAINER_STATE_FILE } from '../model/peft.ts';
 import type { EvalProgress, EvalSystem } from './evaluate.ts';
 import type { TrainListener } from './events.ts';
-import type { MemoryPlan } from './memory.ts';
+import { withKeptLayers, type MemoryPlan } from './memory.ts';
 import { evalDocCount, planRunMemory, type EngineFormat } from './runPlan.ts';
 import { SpyRLTrainer, type CheckpointFiles, type TrainerEvaluation, type TrainerOptions } from './spyrl.ts';
 
@@ -23,6 +23,11 @@ export { evaluatePolicy, type PolicyEvalOptions } from './runEval.ts';
 export interface RunOptions extends TrainerOptions {
   /** The GPU memory the user allows (`--gpu-memory`); left out, only the adapter's hard limits are checked. */
   budgetBytes?: number;
+  /**
+   * The GPU memory the user gave where it is advice, not a refusal (the app's model panel, which
+   * warns above it): kept layers fill at most 90% of it (withKeptLayers), as they do of budgetBytes.
+   */
+  keepBudgetBytes?: number;
 }
 
 /** The weights and KV formats the model was loaded with: what the plan must be made for. */
@@ -50,6 +55,21 @@ export function checkRunFits(
   return check.plan;
 }
 
+/**
+ * The plan a run follows: checkRunFits (refusing what cannot fit), then, where the GPU memory came
+ * as advice (keepBudgetBytes, the app's) rather than a budget, as many kept layers as fit in it:
+ * the plan the model panel shows for the same memory.
+ */
+export function planRun(
+  model: Qwen3Model,
+  o: Pick<RunOptions, 'config' | 'evalDocs' | 'budgetBytes' | 'keepBudgetBytes'>,
+): MemoryPlan {
+  const plan = checkRunFits(model, o);
+  return o.keepBudgetBytes !== undefined && o.budgetBytes === undefined
+    ? withKeptLayers(plan, model.gpu.limits, o.keepBudgetBytes)
+    : plan;
+}
+
 export class Run {
   private constructor(
     private readonly trainer: SpyRLTrainer,
@@ -59,7 +79,7 @@ export class Run {
 
   /** A new run (or one starting from the PEFT adapter in `resume`); refused when it cannot fit. */
   static async create(o: RunOptions): Promise<Run> {
-    const plan = checkRunFits(o.model, o);
+    const plan = planRun(o.model, o);
     // Packed (prefix-sharing) update passes may use what the plan holds for the update's pass.
     const packBytes = plan.phases.find((p) => p.phase === 'update')?.activations;
     // Layers whose activations the passes keep: as many as the plan found room for (memory the round holds anyway).

@@ -45,17 +45,21 @@ export interface SftStepResult extends StepReport {
   tokens: number;
 }
 
-/** One optimizer step over `windows` (gradients accumulated, then averaged). */
+/**
+ * One optimizer step over `windows` (gradients accumulated, then averaged); each pass keeps the
+ * activations of its last `keepLayers` layers (TrainingPassOptions.keepLayers; the plan's).
+ */
 export async function sftStep(
   model: Qwen3Model,
   lora: LoraAdapter,
   opt: LoraAdamW,
   windows: readonly (readonly number[])[],
+  keepLayers = 0,
 ): Promise<SftStepResult> {
   let loss = 0,
     tokens = 0;
   for (const ids of windows) {
-    const pass = new TrainingPass(model, lora, ids, [...ids.slice(1), -1]);
+    const pass = new TrainingPass(model, lora, ids, [...ids.slice(1), -1], null, { keepLayers });
     try {
       const ce = crossEntropyLoss(await pass.forward());
       pass.backward(ce.dlogp);

@@ -93,6 +93,8 @@ export interface TrainerCreateOptions {
   baseModel?: string;
   /** The run's id: the autosave's when resuming it (the checkpoint must carry the same). */
   runId?: string;
+  /** The model panel's GPU memory (RunOptions.gpuMemoryBytes): kept layers fill up to 90% of it. */
+  keepBudgetBytes?: number;
 }
 
 export interface EngineDeps {
@@ -451,7 +453,10 @@ export class PlaygroundEngine {
   }
 
   /** Continues the autosaved run on the loaded model (which must be the one it was trained on). */
-  async resumeSavedRun(onEvent: TrainListener): Promise<{ round: number; meta: SavedRunMeta; options: RunOptions }> {
+  async resumeSavedRun(
+    onEvent: TrainListener,
+    gpuMemoryBytes?: number,
+  ): Promise<{ round: number; meta: SavedRunMeta; options: RunOptions }> {
     return this.exclusive(async () => {
       const m = this.requireModel();
       const meta = await this.deps.storage.meta();
@@ -472,7 +477,7 @@ export class PlaygroundEngine {
         files[DOCUMENTS_FILE] === undefined ? undefined : String(files[DOCUMENTS_FILE]),
         DOCUMENTS_FILE,
       );
-      const options: RunOptions = { config, train: docs.train, evalDocs: docs.evalDocs };
+      const options: RunOptions = { config, train: docs.train, evalDocs: docs.evalDocs, gpuMemoryBytes };
       this.dropRun();
       const trainer = await this.createTrainer(m, options, onEvent, trainerFiles(files), stamp.runId);
       return { round: trainer.round, meta, options };
@@ -530,6 +535,7 @@ export class PlaygroundEngine {
       config: options.config,
       train: options.train,
       evalDocs: options.evalDocs,
+      keepBudgetBytes: options.gpuMemoryBytes,
       resume,
       onEvent: listener,
       now: () => performance.now(),

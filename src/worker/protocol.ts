@@ -66,6 +66,12 @@ export interface RunOptions {
   config: SpyRLConfig;
   train: SpyDocument[];
   evalDocs: SpyDocument[];
+  /**
+   * The GPU memory the user gave in the model panel (bytes; absent: none): the update keeps as
+   * many layers' activations as fit in 90% of it (src/train/memory.ts withKeptLayers). Advice, not
+   * a refusal: the panel warns above it.
+   */
+  gpuMemoryBytes?: number;
 }
 
 /** The autosave's index: written last, so a present meta means a complete save. */

@@ -74,6 +74,14 @@ describe('device-report', () => {
     expect(rowOf(lines, 'default SpyRL round')).toMatch(
       /1\.5 s with 4 layers; 36 layers: at most 13\.5 s \(x 36\/4\) \| < 60 s at 36 layers \| yes \|$/,
     );
+    // The step with every layer kept (no recompute, as PEFT eager) is compared when it is the faster.
+    const kept = report([
+      ...bench.records,
+      rec('4b LoRA step 512 tok r=16, every layer kept', '4b bf16 kv=f16 L=4', 0.4, 1, 512), // 1,280 tok/s
+    ]);
+    expect(rowOf(deviceReport({ bench: kept, peft: peft(2048) }), 'LoRA step')).toMatch(
+      /ours 1,280 tok\/s \(400\.0 ms, every layer kept\), .*PEFT \/ ours = 1\.60x \| PEFT \/ ours <= 3x \| yes \|$/,
+    );
     expect(lines).toContain('- round: votes: 1.00 s');
 
     const slow = report([rec('4b decode B=1 @ctx 128 (LoRA)', '4b q4 kv=f16 L=4', 1e-3, 2e9), bench.records[4]!]);

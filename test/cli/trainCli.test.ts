@@ -169,8 +169,13 @@ describe('spyrl sft', () => {
       join(tmp, 'half'),
       '--out',
       join(tmp, 'resumed'),
+      // 1 GiB: the passes keep the layer's activations instead of recomputing it, bit for bit the same.
+      '--gpu-memory',
+      '1',
     );
     expect(resumed.code, resumed.stderr).toBe(0);
+    expect(resumed.stdout).toContain("keeping 1 of 1 layers' activations (--gpu-memory)");
+    expect(full.stdout).not.toContain('keeping');
     expect(losses(resumed.stdout)).toEqual(l.slice(3));
     const a = await tensors(join(tmp, 'full'), 'adapter_model.safetensors');
     const b = await tensors(join(tmp, 'resumed'), 'adapter_model.safetensors');

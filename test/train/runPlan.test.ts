@@ -7,7 +7,7 @@ import { QWEN3_PRESETS, type Qwen3Config } from '../../src/model/config.ts';
 import type { Qwen3Model } from '../../src/model/qwen3.ts';
 import { DEFAULT_CONFIG, validateConfig, type SpyRLConfig } from '../../src/game/config.ts';
 import { loadDocs } from '../../src/cli/spyrl.ts';
-import { checkRunFits, modelFormat, Run } from '../../src/train/run.ts';
+import { checkRunFits, modelFormat, planRun, Run } from '../../src/train/run.ts';
 import { evalDocCount, planRunMemory } from '../../src/train/runPlan.ts';
 import { planRound, roundPlanOptions, type AdapterLimits, type WeightsFormat } from '../../src/train/memory.ts';
 import { createAppStore } from '../../src/store/store.ts';
@@ -48,6 +48,16 @@ function appCheck(c: Case) {
     configResult: { config: c.config, error: null },
   });
   return memoryPlanOf(selectMemoryInputs(store.getState()))!;
+}
+
+/** What checkRunFits reads of a loaded model: config.json, the device's limits, the weights and KV formats. */
+function fakeModel(c: Case): Qwen3Model {
+  return {
+    cfg: QWEN3_4B,
+    gpu: { limits: c.limits },
+    weights: { embed: c.weights === 'q4' ? { format: 'q4' } : {} },
+    kv: c.kv,
+  } as unknown as Qwen3Model;
 }
 
 /** `spyrl train --docs bundled --gpu-memory GIB` on the loaded model: Run.create's check. */
@@ -109,8 +119,23 @@ describe('one memory plan: the app (store) and spyrl train', () => {
     expect(app.plan.phases.some((p) => p.phase === 'eval')).toBe(c.config.evalEvery > 0);
   });
 
+  // The app's GPU memory is advice (the panel warns above it), so the worker passes it as
+  // keepBudgetBytes, not as a budget: the run keeps the layers the panel shows, and still starts
+  // when the plan is above it.
+  it.each(cases.filter((c) => c.limits === BIG))('the worker keeps the layers the panel shows: $name', async (c) => {
+    const app = appCheck(c);
+    const { evalDocs } = await loadDocs(undefined, c.config.evalHeldOut);
+    const keepBudgetBytes = c.budgetGiB === '' ? undefined : Number(c.budgetGiB) * GiB;
+    const run = planRun(fakeModel(c), { config: c.config, evalDocs, keepBudgetBytes });
+    expect(run.keepLayers).toBe(app.plan.keepLayers);
+    expect(run).toEqual(app.plan);
+    if (c.budgetGiB === '24') expect(run.keepLayers).toBeGreaterThan(0);
+  });
+
   it('plans the evaluation the run will do: a long held-out read can be the peak', () => {
-    const c = cases[1]!;
+    // No budget: kept layers then fill only what the evaluation holds anyway (with 24 GiB they would
+    // make the update the peak).
+    const c = { ...cases[1]!, budgetGiB: '' };
     const app = appCheck(c);
     expect(app.plan.peakPhase).toBe('eval');
     const noEval = planRound(QWEN3_4B, roundPlanOptions(c.config, { weights: c.weights, kv: c.kv }));

@@ -123,7 +123,9 @@ describe('PlaygroundEngine', () => {
     expect(progress.at(-1)).toMatchObject({ stage: 'upload', fraction: 1 });
 
     const events: TrainEvent[] = [];
-    await engine.startRun({ config, ...docs }, (e) => events.push(e));
+    // The model panel's GPU memory reaches the run core, where kept layers fill up to 90% of it.
+    await engine.startRun({ config, ...docs, gpuMemoryBytes: 2 ** 30 }, (e) => events.push(e));
+    expect(created.at(-1)!.keepBudgetBytes).toBe(2 ** 30);
     const step = await engine.step();
     expect(step.round).toBe(1);
     expect(events.map((e) => e.type)).toContain('reveal');
@@ -138,8 +140,9 @@ describe('PlaygroundEngine', () => {
     expect(readme).toContain('| rounds played | 1 |');
     expect(readme).toContain('| optimizer steps | 1 |');
 
-    const resumed = await engine.resumeSavedRun(() => undefined);
+    const resumed = await engine.resumeSavedRun(() => undefined, 3 * 2 ** 30);
     expect(resumed.round).toBe(1);
+    expect(created.at(-1)!.keepBudgetBytes).toBe(3 * 2 ** 30);
     expect(resumed.options.train).toEqual(docs.train);
     expect(Object.keys(created.at(-1)!.resume!).sort()).toEqual([
       'adapter_config.json',
