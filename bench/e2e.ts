@@ -40,6 +40,33 @@ export const MODELS: Record<string, Qwen3Config> = {
 
 export type Format = 'bf16' | 'q4';
 
+/**
+ * The model of the A/B benches (bench/pack-ab.ts, bench/keep-ab.ts) from their --shape, --layers
+ * and --weights: 'tiny' (hidden 64, 2 layers), 'small' (hidden 256, 4 layers, 4/2 heads of 64,
+ * MLP 768), '4b' (Qwen3-4B's layers, `layers` of its 36), all with the real 151,936-token vocabulary.
+ */
+export function abModel(shape: string, layers: string, weights: string): { cfg: Qwen3Config; format: Format } {
+  const shapes: Record<string, Qwen3Config> = {
+    tiny: MODELS.tiny!,
+    small: {
+      ...MODELS.tiny!,
+      hiddenSize: 256,
+      numLayers: 4,
+      numHeads: 4,
+      numKvHeads: 2,
+      headDim: 64,
+      intermediateSize: 768,
+    },
+    '4b': { ...MODELS['4b']!, numLayers: Number(layers) },
+  };
+  const cfg = shapes[shape];
+  if (!cfg) throw new Error(`--shape must be one of ${Object.keys(shapes).join(', ')} (got "${shape}")`);
+  if (!(Number.isInteger(cfg.numLayers) && cfg.numLayers >= 1))
+    throw new Error(`--layers must be a whole number >= 1 (got "${layers}")`);
+  if (weights !== 'bf16' && weights !== 'q4') throw new Error(`--weights must be bf16 or q4 (got "${weights}")`);
+  return { cfg, format: weights };
+}
+
 export function matmulParams(c: Qwen3Config): number {
   const {
     hiddenSize: C,

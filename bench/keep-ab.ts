@@ -13,13 +13,12 @@
 import '../bin/gpu-env.mjs';
 import { parseArgs } from 'node:util';
 import { createGpu } from '../src/gpu/index.ts';
-import type { Qwen3Config } from '../src/model/config.ts';
 import { LoraAdapter } from '../src/model/lora.ts';
 import { initLora, loraConfig } from '../src/model/peft.ts';
 import { Qwen3Model } from '../src/model/qwen3.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 import { TrainingPass, type CheckpointDtype } from '../src/train/trainingPass.ts';
-import { MODELS, randomWeights, tokenFlops } from './e2e.ts';
+import { abModel, randomWeights, tokenFlops } from './e2e.ts';
 import { adapterName } from './suite.ts';
 
 const { values } = parseArgs({
@@ -32,25 +31,7 @@ const { values } = parseArgs({
     checkpoints: { type: 'string', default: 'bf16' },
   },
 });
-const SHAPES: Record<string, Qwen3Config> = {
-  tiny: MODELS.tiny!,
-  small: {
-    ...MODELS.tiny!,
-    hiddenSize: 256,
-    numLayers: 4,
-    numHeads: 4,
-    numKvHeads: 2,
-    headDim: 64,
-    intermediateSize: 768,
-  },
-  '4b': { ...MODELS['4b']!, numLayers: Number(values.layers) },
-};
-const cfg = SHAPES[values.shape];
-if (!cfg) throw new Error(`--shape must be one of ${Object.keys(SHAPES).join(', ')} (got "${values.shape}")`);
-if (!(Number.isInteger(cfg.numLayers) && cfg.numLayers >= 1))
-  throw new Error(`--layers must be a whole number >= 1 (got "${values.layers}")`);
-const format = values.weights;
-if (format !== 'bf16' && format !== 'q4') throw new Error(`--weights must be bf16 or q4 (got "${format}")`);
+const { cfg, format } = abModel(values.shape, values.layers, values.weights);
 const checkpoints = values.checkpoints as CheckpointDtype;
 if (!['bf16', 'f16', 'f32'].includes(checkpoints))
   throw new Error(`--checkpoints must be bf16, f16 or f32 (got "${values.checkpoints}")`);

@@ -17,7 +17,6 @@ import { parseArgs } from 'node:util';
 import { createGpu } from '../src/gpu/index.ts';
 import { validateConfig } from '../src/game/config.ts';
 import { loadGovReportNode } from '../src/game/govreport.node.ts';
-import type { Qwen3Config } from '../src/model/config.ts';
 import { Qwen3Model } from '../src/model/qwen3.ts';
 import { memorySource } from '../src/model/sources.ts';
 import { makeTinyCheckpoint } from '../src/model/tinyModel.ts';
@@ -25,7 +24,7 @@ import { qwen3TokenizerFiles } from '../src/model/tinyModel.node.ts';
 import { loadTokenizer } from '../src/model/tokenizer.ts';
 import { checkRunFits } from '../src/train/run.ts';
 import { SpyRLTrainer } from '../src/train/spyrl.ts';
-import { MODELS, randomWeights } from './e2e.ts';
+import { abModel, randomWeights } from './e2e.ts';
 import { adapterName } from './suite.ts';
 
 const { values } = parseArgs({
@@ -38,25 +37,7 @@ const { values } = parseArgs({
     'summary-tokens': { type: 'string', default: '8' },
   },
 });
-const SHAPES: Record<string, Qwen3Config> = {
-  tiny: MODELS.tiny!,
-  small: {
-    ...MODELS.tiny!,
-    hiddenSize: 256,
-    numLayers: 4,
-    numHeads: 4,
-    numKvHeads: 2,
-    headDim: 64,
-    intermediateSize: 768,
-  },
-  '4b': { ...MODELS['4b']!, numLayers: Number(values.layers) },
-};
-const cfg = SHAPES[values.shape];
-if (!cfg) throw new Error(`--shape must be one of ${Object.keys(SHAPES).join(', ')} (got "${values.shape}")`);
-if (!(Number.isInteger(cfg.numLayers) && cfg.numLayers >= 1))
-  throw new Error(`--layers must be a whole number >= 1 (got "${values.layers}")`);
-const format = values.weights;
-if (format !== 'bf16' && format !== 'q4') throw new Error(`--weights must be bf16 or q4 (got "${format}")`);
+const { cfg, format } = abModel(values.shape, values.layers, values.weights);
 const reps = Number(values.reps);
 const config = validateConfig({
   groupSize: 4,
