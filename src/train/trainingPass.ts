@@ -20,11 +20,16 @@
 //
 // Kept layers (opts.keepLayers = k): the forward keeps the intermediates of the last k layers, the
 // ones the backward reaches first, instead of dropping them; the backward uses them as they are
-// and recomputes only layers 0 .. L-k-1. Each kept layer holds its attention over all T tokens
-// and its MLP activations for all T tokens too (mlpChunk bounds only the recomputed layers), from
-// its forward until its own backward, and the MLP gradients then have T rows. k = L makes a pass
-// two passes of layer products (forward, backward), as an eager framework's, instead of three.
-// The kernels are the same, so a kept layer's intermediates are the recomputed ones bit for bit.
+// and recomputes only layers 0 .. L-k-1. Each kept layer holds the products of its attention over
+// all T tokens (q, k, v, the attention output and its log-sum-exp, xMid) and of its MLP for all T
+// tokens too (gate, up; mlpChunk bounds only the recomputed layers), from its forward until its
+// own backward, and the MLP gradients then have T rows. What an element-wise kernel makes from
+// those (the normed h1 and h2, q and k after their norms and RoPE, silu(gate) * up) it does not
+// keep: one shared workspace holds them while a kept layer runs, and the backward forms them again
+// from the kept products, about 38% of a layer's intermediates at Qwen3-4B's shapes for a few
+// element-wise dispatches. k = L makes a pass two passes of layer products (forward, backward), as
+// an eager framework's, instead of three. The kernels are the same, so a kept layer's
+// intermediates are the recomputed ones bit for bit.
 //
 // Reduced-precision checkpoints: the forward continues from the ROUNDED layer input, exactly what
 // the backward unpacks, so forward() and backward() are of one function; rounding counts as the
@@ -109,6 +114,11 @@ interface LayerBuffers {
   u: Map<LoraTarget, GPUBuffer>; // (T, r) x A^T of each adapted attention projection, (rows, r) MLP
 }
 
+/** What a kept layer holds from its forward to its backward: the products, at T rows. */
+type KeptBuffers = Pick<LayerBuffers, 'q' | 'k' | 'v' | 'att' | 'lse' | 'xMid' | 'gate' | 'up' | 'u'>;
+/** What element-wise kernels form from a kept layer's products: one workspace while a kept layer runs. */
+type DerivedBuffers = Pick<LayerBuffers, 'h1' | 'qr' | 'kr' | 'h2' | 'act'>;
+
 /** Gradients of one layer, reused layer after layer. */
 interface LayerGrads {
   dh: GPUBuffer; // (T, C) d h2, then d h1
@@ -131,7 +141,7 @@ export class TrainingPass {
   /** Layers L-keep .. L-1 keep their intermediates from the forward to the backward. */
   private readonly keep: number;
   /** The kept layers' intermediates, by layer, from their forward until their backward. */
-  private kept: (LayerBuffers | undefined)[] = [];
+  private kept: (KeptBuffers | undefined)[] = [];
   private readonly xs: GPUBuffer[] = []; // L+1 of (T, C) f32 or packed f16/bf16: input of each layer, then the final residual
   private readonly pos: GPUBuffer; // (T) u32 positions: 0..T-1, or the layout's
   private readonly keyEnd: GPUBuffer | null; // (T) u32 the layout's keyEnd (tree attention)
@@ -340,35 +350,78 @@ export class TrainingPass {
 
   // ---- 2. one layer --------------------------------------------------------------------------
 
-  /** A layer's intermediates with the MLP over Tc rows at a time (recomputed) or all T (kept). */
+  /** A recomputed layer's intermediates, the MLP's over Tc rows at a time. */
   private layerBuffers(Tc: number): LayerBuffers {
+    const C = this.model.cfg.hiddenSize;
+    const f = (n: number, label: string) => this.gpu.createBuffer(n * 4, label);
+    const chunked = Tc < this.T;
+    return {
+      rows: Tc,
+      ...this.derivedBuffers(Tc),
+      ...this.keptBuffers(Tc),
+      h2c: chunked ? f(Tc * C, 'h2Chunk') : null,
+      yc: chunked ? f(Tc * C, 'yChunk') : null,
+    };
+  }
+
+  /** The products of a layer (what a kept layer keeps), the MLP's over `rows` rows. */
+  private keptBuffers(rows: number): KeptBuffers {
     const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = this.model.cfg;
     const { T } = this;
     const f = (n: number, label: string) => this.gpu.createBuffer(n * 4, label);
     const u = new Map<LoraTarget, GPUBuffer>();
     if (this.lora?.enabled)
       for (const t of this.lora.settings.targetModules)
-        u.set(t, f((isMlpTarget(t) ? Tc : T) * this.lora.settings.r, `u.${t}`));
-    const chunked = Tc < T;
+        u.set(t, f((isMlpTarget(t) ? rows : T) * this.lora.settings.r, `u.${t}`));
     return {
-      rows: Tc,
-      h1: f(T * C, 'h1'),
       q: f(T * NH * HD, 'q'),
       k: f(T * NKV * HD, 'k'),
       v: f(T * NKV * HD, 'v'),
-      qr: f(T * NH * HD, 'qr'),
-      kr: f(T * NKV * HD, 'kr'),
       att: f(T * NH * HD, 'att'),
       lse: f(T * NH, 'lse'),
       xMid: f(T * C, 'xMid'),
-      h2: f(T * C, 'h2'),
-      gate: f(Tc * I, 'gate'),
-      up: f(Tc * I, 'up'),
-      act: f(Tc * I, 'act'),
-      h2c: chunked ? f(Tc * C, 'h2Chunk') : null,
-      yc: chunked ? f(Tc * C, 'yChunk') : null,
+      gate: f(rows * I, 'gate'),
+      up: f(rows * I, 'up'),
       u,
     };
+  }
+
+  /** What element-wise kernels form from a layer's products, the MLP's over `rows` rows. */
+  private derivedBuffers(rows: number): DerivedBuffers {
+    const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = this.model.cfg;
+    const { T } = this;
+    const f = (n: number, label: string) => this.gpu.createBuffer(n * 4, label);
+    return {
+      h1: f(T * C, 'h1'),
+      qr: f(T * NH * HD, 'qr'),
+      kr: f(T * NKV * HD, 'kr'),
+      h2: f(T * C, 'h2'),
+      act: f(rows * I, 'act'),
+    };
+  }
+
+  /** A kept layer's buffers: its products, and the shared workspace for what is formed from them. */
+  private keptView(k: KeptBuffers, d: DerivedBuffers): LayerBuffers {
+    return { rows: this.T, ...k, ...d, h2c: null, yc: null };
+  }
+
+  /**
+   * Forms again, from a kept layer's products and its input x, what the forward's element-wise
+   * kernels formed from them: h1, q and k after their norms and RoPE, h2, silu(gate) * up. The
+   * same kernels on the same inputs: the forward's values bit for bit.
+   */
+  private rederive(l: number, x: GPUBuffer, b: LayerBuffers): void {
+    const { gpu, T } = this;
+    const lw = this.model.weights.layers[l];
+    const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = this.model.cfg;
+    const { rmsNormEps: eps, ropeTheta: theta } = this.model.cfg;
+    K.rmsNorm(gpu, b.h1, x, lw.inputNorm, T, C, eps);
+    K.rmsNorm(gpu, b.qr, b.q, lw.qNorm, T * NH, HD, eps);
+    K.rmsNorm(gpu, b.kr, b.k, lw.kNorm, T * NKV, HD, eps);
+    K.rope(gpu, b.qr, this.pos, T, NH, HD, theta);
+    K.rope(gpu, b.kr, this.pos, T, NKV, HD, theta);
+    K.rmsNorm(gpu, b.h2, b.xMid, lw.postNorm, T, C, eps);
+    K.siluMul(gpu, b.act, b.gate, b.up, T * I);
   }
 
   private releaseAll(bufs: Record<string, number | GPUBuffer | null | Map<LoraTarget, GPUBuffer>>): void {
@@ -521,6 +574,7 @@ export class TrainingPass {
     this.releaseKept(); // a second forward replaces the first's
     const firstKept = cfg.numLayers - this.keep;
     let b = firstKept > 0 ? this.layerBuffers(this.Tc) : null; // the recomputed layers' workspace
+    let derived: DerivedBuffers | null = null; // the kept layers' workspace
     for (let l = 0; l < cfg.numLayers; l++) {
       const x = xF32 ?? this.xs[l];
       if (l < firstKept) {
@@ -531,7 +585,8 @@ export class TrainingPass {
       }
       if (b) this.releaseAll({ ...b });
       b = null;
-      const k = (this.kept[l] = this.layerBuffers(T));
+      derived ??= this.derivedBuffers(T);
+      const k = this.keptView((this.kept[l] = this.keptBuffers(T)), derived);
       this.attentionForward(l, x, k);
       // x_{l+1} = xMid + MLP, formed where the checkpoint is stored from; x itself is spent.
       const y = xF32 ?? this.xs[l + 1];
@@ -540,6 +595,7 @@ export class TrainingPass {
       this.storeCheckpoint(l + 1, y, xF32);
     }
     if (b) this.releaseAll({ ...b });
+    if (derived) this.releaseAll({ ...derived });
     const xL = xF32 ?? this.xs[cfg.numLayers]; // (T, C) f32 final residual (rounded like the checkpoint)
     try {
       if (this.M === 0) return new Float32Array(0);
@@ -744,14 +800,22 @@ export class TrainingPass {
       dGate: f(mlpRows * I, 'dGate'),
       dUp: f(mlpRows * I, 'dUp'),
     };
+    let derived: DerivedBuffers | null = null; // the kept layers' workspace
     let shared: LayerBuffers | null = null; // the recomputed layers' workspace, made after the kept are spent
     for (let l = cfg.numLayers - 1; l >= 0; l--) {
       const lw = weights.layers[l];
       const x = this.loadCheckpoint(l, xF32);
       const kept = this.kept[l];
       this.kept[l] = undefined;
-      const b = kept ?? (shared ??= this.layerBuffers(this.Tc));
-      if (!kept) this.attentionForward(l, x, b);
+      if (!kept && derived) {
+        this.releaseAll({ ...derived });
+        derived = null;
+      }
+      const b = kept
+        ? this.keptView(kept, (derived ??= this.derivedBuffers(T)))
+        : (shared ??= this.layerBuffers(this.Tc));
+      if (kept) this.rederive(l, x, b);
+      else this.attentionForward(l, x, b);
       // MLP: x_out = x_mid + down(silu(gate(h2)) * up(h2)), h2 = norm(x_mid).
       this.mlpBackward(l, b, g, dx, !kept);
       K.rmsNormBackward(gpu, dx, g.dh, b.xMid, lw.postNorm, T, C, eps); // dx now holds d x_mid
@@ -775,6 +839,7 @@ export class TrainingPass {
       if (kept) this.releaseAll({ ...kept });
     }
     if (shared) this.releaseAll({ ...(shared as LayerBuffers) });
+    if (derived) this.releaseAll({ ...(derived as DerivedBuffers) });
     this.releaseAll({ ...g, dx, xF32 });
   }
 

@@ -81,7 +81,7 @@ export interface TrainingPassBytes {
   scratch: number; // (T, C) f32 unpacked layer input (reduced checkpoints), during forward() and backward()
   layerForward: number; // one recomputed layer's intermediates in the forward (attention over T, MLP over a chunk); 0 when every layer is kept
   layerBackward: number; // the same, recomputed, plus their gradients, d(residual) and op scratch; 0 when every layer is kept
-  kept: number; // the kept layers' intermediates (attention and MLP over all T), from their forward to their backward
+  kept: number; // the kept layers' products (attention and MLP over all T), from their forward to their backward, and the workspace of a kept layer's element-wise intermediates
   headForward: number; // LM head: target rows, logits chunk, log-probs; with headGrad, dlogits and row gradients
   headBackward: number; // d(residual), dlogp; recomputed (no headGrad): the forward's plus dlogits and row gradients
   peakForward: number; // the most live during construction + forward()
@@ -146,23 +146,17 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
   );
 
   const scratch = dtype === 'f32' ? [] : [f32('xF32', '(T, C) f32', T * C, 'scratch')];
-  // One layer's intermediates, the MLP's over R rows (R = Tc recomputed, T kept).
-  const layerOf = (R: number, Rn: string, cls: BufferClass, prefix = ''): PassBuffer[] => {
+  // A layer's products (what a kept layer keeps), the MLP's over R rows (R = Tc recomputed, T kept).
+  const productsOf = (R: number, Rn: string, cls: BufferClass, prefix = ''): PassBuffer[] => {
     const out = [
-      f32('h1', '(T, C)', T * C, cls),
       f32('q', '(T, NH, HD)', T * NH * HD, cls),
       f32('k', '(T, NKV, HD)', T * NKV * HD, cls),
       f32('v', '(T, NKV, HD)', T * NKV * HD, cls),
-      f32('qr', '(T, NH, HD)', T * NH * HD, cls),
-      f32('kr', '(T, NKV, HD)', T * NKV * HD, cls),
       f32('att', '(T, NH, HD)', T * NH * HD, cls),
       f32('lse', '(T, NH)', T * NH, cls),
       f32('xMid', '(T, C)', T * C, cls),
-      f32('h2', '(T, C)', T * C, cls),
       f32('gate', `(${Rn}, I)`, R * I, cls),
       f32('up', `(${Rn}, I)`, R * I, cls),
-      f32('act', `(${Rn}, I)`, R * I, cls),
-      ...(R < T ? [f32('h2c', `(${Rn}, C)`, R * C, cls), f32('yc', `(${Rn}, C)`, R * C, cls)] : []),
     ];
     if (s.lora)
       for (const t of s.lora.targetModules) {
@@ -171,9 +165,23 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
       }
     return prefix ? out.map((b) => ({ ...b, name: prefix + b.name })) : out;
   };
-  const layer = layerOf(Tc, 'Tc', 'layer');
+  // What element-wise kernels form from those: a recomputed layer's own, the kept layers' shared.
+  const derivedOf = (R: number, Rn: string, cls: BufferClass, prefix = ''): PassBuffer[] =>
+    [
+      f32('h1', '(T, C)', T * C, cls),
+      f32('qr', '(T, NH, HD)', T * NH * HD, cls),
+      f32('kr', '(T, NKV, HD)', T * NKV * HD, cls),
+      f32('h2', '(T, C)', T * C, cls),
+      f32('act', `(${Rn}, I)`, R * I, cls),
+    ].map((b) => ({ ...b, name: prefix + b.name }));
+  const layer = [
+    ...derivedOf(Tc, 'Tc', 'layer'),
+    ...productsOf(Tc, 'Tc', 'layer'),
+    ...(Tc < T ? [f32('h2c', '(Tc, C)', Tc * C, 'layer'), f32('yc', '(Tc, C)', Tc * C, 'layer')] : []),
+  ];
   const kept: PassBuffer[] = [];
-  for (let l = L - keep; l < L; l++) kept.push(...layerOf(T, 'T', 'kept', `kept.${l}.`));
+  for (let l = L - keep; l < L; l++) kept.push(...productsOf(T, 'T', 'kept', `kept.${l}.`));
+  const keptWork = keep ? derivedOf(T, 'T', 'kept', 'keptWork.') : [];
   const layerGrads: PassBuffer[] = [
     f32('dh', '(T, C)', T * C, 'layer'),
     f32('dAtt', '(T, NH, HD)', T * NH * HD, 'layer'),
@@ -261,7 +269,7 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     held,
     embed: [...scratch, f32('ids', '(T) u32', T, 'scratch')],
     forwardLayers: recomputes ? [...scratch, ...layer, ...partials(forwardPartials, layerShape, 'layer')] : [],
-    forwardKept: keep ? [...scratch, ...kept, ...partials(keptPartials.fwd, layerShape, 'layer')] : [],
+    forwardKept: keep ? [...scratch, ...kept, ...keptWork, ...partials(keptPartials.fwd, layerShape, 'layer')] : [],
     forwardHead: [...forwardHead, ...kept],
     backwardHead: !backward
       ? []
@@ -287,6 +295,7 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
             ...scratch,
             { ...dx, cls: 'layer' },
             ...kept,
+            ...keptWork,
             ...layerGrads,
             ...partials(keptPartials.bwd, layerShape, 'layer'),
           ]
@@ -331,12 +340,14 @@ const sum = (bufs: readonly PassBuffer[], cls?: BufferClass) =>
  *   peakForward   = checkpoints + pass + scratch + max(w T, layerForward, headForward)
  *   peakBackward  = checkpoints + pass + scratch + max(headBackward, layerBackward)
  * With k kept layers (keepLayers, where a backward can follow):
- *   kept          = k w T [3C + 3 NH HD + 3 NKV HD + NH + 3 I + r (nA + nM)]
+ *   kept          = k w T [C + 2 NH HD + 2 NKV HD + NH + 2 I + r (nA + nM)]
+ *   keptWork      = w T [2C + NH HD + NKV HD + I]  (h1, h2, q and k normed and rotated, silu(gate) up)
  * the MLP gradients dAct, dGate, dUp have T rows instead of Tc, layerForward and layerBackward are
  * 0 when k = L, and the forward and the backward each gain a phase, the kept layers': forwardKept
- * (kept + the largest forward product's split scratch at T rows) and backwardKept (kept + the
- * layer gradients + d(residual) + the largest backward product's). forwardHead and headBackward
- * are counted with kept alive.
+ * (kept + keptWork + the largest forward product's split scratch at T rows) and backwardKept
+ * (kept + keptWork + the layer gradients + d(residual) + the largest backward product's).
+ * forwardHead and headBackward are counted with the kept products alive, keptWork released. The
+ * report's `kept` is k kept layers' products + keptWork.
  */
 export function trainingPassBytes(cfg: Qwen3Config, s: TrainingPassShape): TrainingPassBytes {
   const layout = trainingPassLayout(cfg, s);

@@ -387,8 +387,14 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
       const k = opts.keepLayers ?? 0;
       const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = s.cfg;
       const { r, targetModules } = s.adapter.settings;
+      // k layers' products (q, k, v, attention output and lse, xMid, gate, up, u) and one workspace
+      // for what element-wise kernels form from them (h1, h2, normed and rotated q and k, the MLP's act).
       expect(want.kept).toBe(
-        k * ids.length * 4 * (3 * C + 3 * NH * HD + 3 * NKV * HD + NH + 3 * I + r * targetModules.length),
+        k &&
+          ids.length *
+            4 *
+            (k * (C + 2 * NH * HD + 2 * NKV * HD + NH + 2 * I + r * targetModules.length) +
+              (2 * C + NH * HD + NKV * HD + I)),
       );
       expect(want.checkpoints).toBe(
         (s.cfg.numLayers + 1) *
@@ -475,6 +481,23 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
         candidates: nc || undefined,
         splitK: false, // the formula's Pl and Ph above: gemv_cols' alone (a CPU adapter)
       });
+      // k kept layers' products, and the workspace of a kept layer.
+      for (const k of [1, 5, L]) {
+        const kept = trainingPassBytes(cfg, {
+          seqLen: T,
+          numTargets: M,
+          lora: { r, targetModules: [...targets] },
+          checkpoints: dtype as CheckpointDtype,
+          mlpChunk: chunk,
+          candidates: nc || undefined,
+          splitK: false,
+          keepLayers: k,
+        });
+        expect(kept.kept).toBe(
+          w * T * (k * (C + 2 * NH * HD + 2 * NKV * HD + NH + 2 * I + r * (nA + nM)) + 2 * C + NH * HD + NKV * HD + I),
+        );
+        expect(kept.layerForward).toBe(k === L ? 0 : layerForward);
+      }
       expect(got).toMatchObject({
         checkpoints: (L + 1) * ck,
         layerForward,
@@ -511,8 +534,14 @@ describe('TrainingPass options', () => {
     try {
       const pass = new TrainingPass(s.model, s.adapter, s.ids, s.targets, null, { keepLayers: 2 });
       await pass.forward();
-      expect(track.bytes).toBeGreaterThanOrEqual(pass.bytes.kept);
-      expect(pass.bytes.kept).toBeGreaterThan(0);
+      // The kept products stay after the forward; the workspace of a kept layer does not.
+      const products = pass.bytes.layout.forwardKept.filter((b) => b.name.startsWith('kept.'));
+      const workspace = pass.bytes.layout.forwardKept.filter((b) => b.name.startsWith('keptWork.'));
+      expect(products.length).toBeGreaterThan(0);
+      expect(workspace.length).toBe(5);
+      const held = pass.bytes.checkpoints + pass.bytes.pass;
+      expect(track.bytes).toBeGreaterThanOrEqual(held + products.reduce((n, b) => n + b.bytes, 0));
+      expect(track.bytes).toBeLessThan(held + pass.bytes.kept);
       pass.release();
       expect(track.bytes).toBe(0);
     } finally {
