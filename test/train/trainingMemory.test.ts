@@ -472,7 +472,7 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
         : w * (M + Hr * (2 * C + V + 3)) + g * (w * Hr * (2 * C + V + 1) + Ph);
       const headBackward = g ? w * (T * C + M) : w * (T * C + M + Hr * (4 * C + 2 * V + 3)) + Ph;
       const base = (L + 1) * ck + w * (T + 2 * M) + g * w * M * (C + 1) + (dtype === 'f32' ? 0 : T * C * w);
-      const got = trainingPassBytes(cfg, {
+      const shape = {
         seqLen: T,
         numTargets: M,
         lora: { r, targetModules: [...targets] },
@@ -480,19 +480,11 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
         mlpChunk: chunk,
         candidates: nc || undefined,
         splitK: false, // the formula's Pl and Ph above: gemv_cols' alone (a CPU adapter)
-      });
+      };
+      const got = trainingPassBytes(cfg, shape);
       // k kept layers' products, and the workspace of a kept layer.
       for (const k of [1, 5, L]) {
-        const kept = trainingPassBytes(cfg, {
-          seqLen: T,
-          numTargets: M,
-          lora: { r, targetModules: [...targets] },
-          checkpoints: dtype as CheckpointDtype,
-          mlpChunk: chunk,
-          candidates: nc || undefined,
-          splitK: false,
-          keepLayers: k,
-        });
+        const kept = trainingPassBytes(cfg, { ...shape, keepLayers: k });
         expect(kept.kept).toBe(
           w * T * (k * (C + 2 * NH * HD + 2 * NKV * HD + NH + 2 * I + r * (nA + nM)) + 2 * C + NH * HD + NKV * HD + I),
         );
