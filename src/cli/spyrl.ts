@@ -273,7 +273,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
         if (e.type === 'round-done') compiledKernels = e.compiledKernels ?? 0;
         if (e.type === 'update')
           out.write(
-            `  update ${e.step}: loss ${e.loss.toFixed(4)}  kl ${e.kl === null ? 'off' : e.kl.toFixed(4)}${e.stages ? `  summaries ${e.stages.summary.loss.toFixed(4)} (grad share ${e.stages.summary.gradShare.toFixed(2)})  votes ${e.stages.vote.loss.toFixed(4)} (grad share ${e.stages.vote.gradShare.toFixed(2)})` : ''}  grad-norm ${e.gradNorm.toPrecision(4)}  lr ${e.lr.toExponential(2)}${e.packing && e.packing.sequences > 0 ? `  trained ${e.packing.tokens} tokens in ${e.packing.passes} passes (${e.packing.unpackedTokens} one sequence a pass)` : ''}${e.skipped ? `  SKIPPED: ${e.reason}` : ''}\n`,
+            `  update ${e.step}: loss ${e.loss.toFixed(4)}  kl ${e.kl === null ? 'off' : e.kl.toFixed(4)}${e.stages ? `  summaries ${e.stages.summary.loss.toFixed(4)} (grad share ${e.stages.summary.gradShare.toFixed(2)})  votes ${e.stages.vote.loss.toFixed(4)} (grad share ${e.stages.vote.gradShare.toFixed(2)})` : ''}  grad-norm ${e.gradNorm.toPrecision(4)}  lr ${e.lr.toExponential(2)}${e.packing && e.packing.sequences > 0 ? `  trained ${e.packing.tokens} tokens in ${e.packing.passes} passes (${e.packing.unpackedTokens} one sequence a pass)${e.packing.layers ? `, ${e.packing.keptLayers ?? 0} of ${e.packing.layers} layers' activations kept` : ''}` : ''}${e.skipped ? `  SKIPPED: ${e.reason}` : ''}\n`,
           );
         if (e.type === 'eval')
           out.write(`  eval: ROUGE-L base ${e.base.toFixed(4)}  adapter ${e.adapter.toFixed(4)}\n`);

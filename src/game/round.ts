@@ -148,6 +148,12 @@ export interface PackingStats {
   passes: number;
   tokens: number;
   unpackedTokens: number;
+  /**
+   * Layers whose activations the passes with the adapter on kept for their backward, and their
+   * layers, each summed over those passes (absent in older saves).
+   */
+  keptLayers?: number;
+  layers?: number;
 }
 
 /** Each stage's part of an update: its loss and its share of the squared gradient norm. */

@@ -281,7 +281,9 @@ export function describeRoundTime(time: RoundTime, tokensPerSecond: number | nul
         : p.passes < p.sequences
           ? ` (${p.sequences} sequences in ${p.passes} passes, prefix sharing ran ${n(p.tokens)} of ${n(p.unpackedTokens)} tokens)`
           : ` (${p.sequences} sequences, one a pass)`;
-    parts.push(`update ${formatDuration(time.updateMs)}${packed}`);
+    // Layers kept for the backward (the rest recomputed in it), over the passes.
+    const kept = p?.layers ? `, ${n(p.keptLayers ?? 0)} of ${n(p.layers)} layers' activations kept` : '';
+    parts.push(`update ${formatDuration(time.updateMs)}${packed}${kept}`);
   }
   const rate = tokensPerSecond === null ? '' : `; ${Math.round(tokensPerSecond).toLocaleString('en-US')} tokens/s`;
   // The first rounds compile the GPU kernels they use first: say so, or round 1 looks slow for no reason.

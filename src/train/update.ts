@@ -19,6 +19,11 @@
 // the backward once. A pack grows only while its pass fits the memory of the largest single
 // pass the run was planned for (UpdateContext.packBytes), so packing never raises the peak.
 //
+// Kept layers (TrainingPassOptions.keepLayers): each pass keeps the activations of at least
+// UpdateContext.keepLayers layers (the memory plan's, for its longest pass), and more where its
+// own peak stays within the same bytes: a shorter pass keeps more, so it recomputes fewer. Kept or
+// recomputed, a layer's log-probs and gradients are the same bit for bit.
+//
 // Per-stage gradient norms are exact: the vote stage is backpropagated first and its gradient
 // g_v measured and set aside (read back to the CPU, so no second gradient set on the GPU during
 // the summary passes), then the summary stage's g_s is measured and g_v added back. The
@@ -151,6 +156,50 @@ function packPeak(
     packed,
     keepLayers,
   }).peak;
+}
+
+/** A pack's pass shape: tokens, target rows, candidates (restricted votes), packed or not. */
+function packShape(
+  samples: readonly RoundSample[],
+  pack: SamplePack,
+): { T: number; M: number; candidates: number | undefined; packed: boolean } {
+  const cands = (m: number) => samples[m]!.sample.candidateTokenIds?.length;
+  const candidates =
+    cands(pack.members[0]!) === undefined ? undefined : Math.max(...pack.members.map((m) => cands(m)!));
+  if (pack.layout)
+    return {
+      T: pack.layout.ids.length,
+      M: pack.layout.rows.reduce((n, r) => n + r.length, 0),
+      candidates,
+      packed: true,
+    };
+  const { ids, targets } = sampleSequence(samples[pack.members[0]!]!.sample);
+  return { T: ids.length, M: targets.filter((t) => t >= 0).length, candidates, packed: false };
+}
+
+/**
+ * The most layers (at least `keep`) a pack's pass keeps with its peak (trainingPassBytes) within
+ * `budget` bytes; `keep` where even that is over.
+ */
+export function packKeepLayers(
+  model: Qwen3Model,
+  adapter: LoraAdapter,
+  samples: readonly RoundSample[],
+  pack: SamplePack,
+  checkpoints: CheckpointDtype,
+  budget: number,
+  keep: number,
+): number {
+  const { T, M, candidates, packed } = packShape(samples, pack);
+  const fits = (k: number) => packPeak(model, adapter, checkpoints, T, M, candidates, packed, k) <= budget;
+  let lo = keep,
+    hi = model.cfg.numLayers; // the peak grows with k: the largest k that fits, by bisection
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 /**
@@ -325,7 +374,7 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
   const gpu = model.gpu;
   const samples = all.filter((x) => x.sample.completionTokenIds.length > 0);
   const passes = { forward: 0, backward: 0 };
-  const packing: PackingStats = { sequences: 0, passes: 0, tokens: 0, unpackedTokens: 0 };
+  const packing: PackingStats = { sequences: 0, passes: 0, tokens: 0, unpackedTokens: 0, keptLayers: 0, layers: 0 };
   const none: UpdateResult = {
     loss: 0,
     kl: null,
@@ -372,12 +421,17 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
   const indices = (keep: (x: RoundSample) => boolean) => [...samples.keys()].filter((i) => keep(samples[i]!));
   /** A pack's pass, forward run: the pass (to run its backward, then release) and each member's log-probs. */
   const forward = async (p: SamplePack) => {
-    const pass = packPass(model, adapter, samples, p, ctx.checkpoints, ctx.temperature, keep);
+    const k = adapter.enabled ? packKeepLayers(model, adapter, samples, p, ctx.checkpoints, budget, keep) : 0;
+    const pass = packPass(model, adapter, samples, p, ctx.checkpoints, ctx.temperature, k);
     try {
       const logp = await pass.forward();
       passes.forward++;
       packing.passes++;
       packing.sequences += p.members.length;
+      if (adapter.enabled) {
+        packing.keptLayers = (packing.keptLayers ?? 0) + k;
+        packing.layers = (packing.layers ?? 0) + model.cfg.numLayers;
+      }
       packing.tokens += p.layout ? p.layout.ids.length : sampleSequence(samples[p.members[0]!]!.sample).ids.length;
       for (const i of p.members) packing.unpackedTokens += sampleSequence(samples[i]!.sample).ids.length;
       return { pass, logp, parts: splitLogp(p, logp) };

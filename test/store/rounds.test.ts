@@ -423,6 +423,15 @@ describe('round time', () => {
     expect(
       describeRoundTime({ ...time, packing: { sequences: 2, passes: 2, tokens: 90, unpackedTokens: 90 } }, null),
     ).toBe('Took 9.5 s: summaries 5.0 s (prefill 1.2 s), votes 1.5 s, update 2.8 s (2 sequences, one a pass).');
+    // Kept layers (their backward skips the recompute): over the passes with the adapter on.
+    expect(
+      describeRoundTime(
+        { ...time, packing: { sequences: 2, passes: 2, tokens: 90, unpackedTokens: 90, keptLayers: 5, layers: 72 } },
+        null,
+      ),
+    ).toBe(
+      "Took 9.5 s: summaries 5.0 s (prefill 1.2 s), votes 1.5 s, update 2.8 s (2 sequences, one a pass), 5 of 72 layers' activations kept.",
+    );
     // A round that compiled kernels says so (the first round's time is mostly that on some GPUs).
     expect(describeRoundTime({ ...time, compiledKernels: 45 }, null)).toMatch(
       /^Took 9\.5 s, 45 GPU kernels compiled on first use included: summaries 5\.0 s/,

@@ -15,7 +15,14 @@ import { packSequences, sharedTokens, type PackInput } from '../../src/train/pac
 import { LoraAdamW, DEFAULT_ADAMW } from '../../src/train/optimizer.ts';
 import { TrainingPass, trainingPassBytes } from '../../src/train/trainingPass.ts';
 import { splitKAuto } from '../../src/ops/forward.ts';
-import { planPacks, ppoUpdate, samplePass, sampleSequence, type RoundSample } from '../../src/train/update.ts';
+import {
+  packKeepLayers,
+  planPacks,
+  ppoUpdate,
+  samplePass,
+  sampleSequence,
+  type RoundSample,
+} from '../../src/train/update.ts';
 import { attachAdapter, movedLora, tinySetup, type TinySetup } from '../helpers/train.ts';
 
 /** A prompt + completion as TrainingPass sees it (targets from the last prompt token on). */
@@ -342,6 +349,12 @@ describe('ppoUpdate with prefix sharing', () => {
       expect(a.packing.sequences).toBe(b.packing.sequences);
       expect(a.packing.tokens).toBeLessThan((budget ? 0.75 : 0.9) * b.packing.tokens);
       expect(a.passes.forward).toBeLessThan(b.passes.forward);
+      // Kept layers fill each pass up to the budget (every layer with the roomy one); bit for bit
+      // the recomputed layers' results, so the comparisons below hold either way.
+      expect(a.packing.layers).toBeGreaterThan(0);
+      expect(a.packing.layers! % t.model.cfg.numLayers).toBe(0);
+      if (budget) expect(a.packing.keptLayers).toBe(a.packing.layers);
+      expect(b.packing.keptLayers).toBeGreaterThan(0); // the shorter passes, alone
       for (const [x, y] of a.epochs.map((e, i) => [e, b.epochs[i]!] as const)) {
         expect(Math.abs(x.loss - y.loss)).toBeLessThan(1e-5 * Math.max(1, Math.abs(y.loss)));
         expect(Math.abs(x.gradNorm - y.gradNorm)).toBeLessThan(1e-4 * y.gradNorm);
@@ -403,6 +416,48 @@ describe('ppoUpdate with prefix sharing', () => {
         }).peak;
         expect(peak).toBeLessThanOrEqual(10 * largest);
       }
+    } finally {
+      adapter.destroy();
+      t.model.lora = null;
+    }
+  });
+
+  it('a pass keeps the most layers its peak allows within the budget: a shorter pass more', () => {
+    const { lora, weights } = movedLora(t.model, 4, 3, 0.1);
+    const adapter = attachAdapter(t.model, lora, weights);
+    const L = t.model.cfg.numLayers;
+    try {
+      const which = [...SAMPLES.keys()];
+      const peakOf = (i: number, keepLayers: number) => {
+        const { ids, targets } = sampleSequence(SAMPLES[i]!.sample);
+        return trainingPassBytes(t.model.cfg, {
+          seqLen: ids.length,
+          numTargets: targets.filter((x) => x >= 0).length,
+          lora: { r: 4, targetModules: adapter.settings.targetModules },
+          checkpoints: 'f32',
+          candidates: SAMPLES[i]!.sample.candidateTokenIds?.length,
+          keepLayers,
+        }).peak;
+      };
+      const alone = which.map((i) => ({ members: [i], layout: null }));
+      const keepOf = (i: number, budget: number, keep = 0) =>
+        packKeepLayers(t.model, adapter, SAMPLES, alone[i]!, 'f32', budget, keep);
+      // The budget of the longest pass without kept layers: it keeps none, a shorter one some.
+      const longest = which.reduce((a, b) => (peakOf(b, 0) > peakOf(a, 0) ? b : a));
+      const budget = peakOf(longest, 0);
+      expect(keepOf(longest, budget)).toBe(0);
+      const ks = which.map((i) => keepOf(i, budget));
+      expect(Math.max(...ks)).toBeGreaterThan(0);
+      for (const [i, k] of ks.entries()) {
+        expect(peakOf(i, k), `sample ${i} keeps ${k}`).toBeLessThanOrEqual(budget);
+        if (k < L) expect(peakOf(i, k + 1), `sample ${i}: ${k + 1} would fit`).toBeGreaterThan(budget);
+      }
+      // Room for all: every layer; no room even for the floor: the floor.
+      expect(keepOf(longest, 1e12)).toBe(L);
+      expect(keepOf(longest, 1, 1)).toBe(1);
+      // A packed pass counts its packed shape.
+      const packs = planPacks(t.model, adapter, SAMPLES, which, 'f32', 1e12);
+      for (const p of packs) expect(packKeepLayers(t.model, adapter, SAMPLES, p, 'f32', 1e12, 0)).toBe(L);
     } finally {
       adapter.destroy();
       t.model.lora = null;
