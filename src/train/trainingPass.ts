@@ -22,14 +22,16 @@
 // ones the backward reaches first, instead of dropping them; the backward uses them as they are
 // and recomputes only layers 0 .. L-k-1. Each kept layer holds the products of its attention over
 // all T tokens (q, k, v, the attention output and its log-sum-exp, xMid) and of its MLP for all T
-// tokens too (gate, up; mlpChunk bounds only the recomputed layers), from its forward until its
-// own backward, and the MLP gradients then have T rows. What an element-wise kernel makes from
-// those (the normed h1 and h2, q and k after their norms and RoPE, silu(gate) * up) it does not
-// keep: one shared workspace holds them while a kept layer runs, and the backward forms them again
-// from the kept products, about 38% of a layer's intermediates at Qwen3-4B's shapes for a few
-// element-wise dispatches. k = L makes a pass two passes of layer products (forward, backward), as
-// an eager framework's, instead of three. The kernels are the same, so a kept layer's
-// intermediates are the recomputed ones bit for bit.
+// tokens too (gate, up, and the LoRA x A^T), from its forward until its own backward. What an
+// element-wise kernel makes from those (the normed h1 and h2, q and k after their norms and RoPE,
+// silu(gate) * up) it does not keep: one shared workspace holds them while a kept layer runs, and
+// the backward forms them again from the kept products, about 38% of a layer's intermediates at
+// Qwen3-4B's shapes for a few element-wise dispatches. The MLP runs in mlpChunk chunks as a
+// recomputed layer's does: the forward copies each chunk's gate, up and x A^T rows into the kept
+// buffers, the backward copies them back instead of recomputing them, so silu(gate) * up and the
+// MLP gradients have chunk rows, not T. k = L makes a pass two passes of layer products (forward,
+// backward), as an eager framework's, instead of three. The kernels and the chunks are the same,
+// so a kept layer's intermediates are the recomputed ones bit for bit.
 //
 // Reduced-precision checkpoints: the forward continues from the ROUNDED layer input, exactly what
 // the backward unpacks, so forward() and backward() are of one function; rounding counts as the
@@ -91,8 +93,8 @@ export interface TrainingPassOptions {
 export type RestrictTo = readonly number[] | readonly (readonly number[])[];
 
 /**
- * One layer's intermediates: attention over T tokens, MLP over `rows` tokens at a time (a
- * recomputed layer's Tc = min(T, mlpChunk), a kept layer's T).
+ * One layer's intermediates: attention over T tokens, MLP over `rows` = Tc = min(T, mlpChunk)
+ * tokens at a time (a kept layer's view: its own buffers and the kept layers' workspace).
  */
 interface LayerBuffers {
   rows: number;
@@ -116,8 +118,15 @@ interface LayerBuffers {
 
 /** What a kept layer holds from its forward to its backward: the products, at T rows. */
 type KeptBuffers = Pick<LayerBuffers, 'q' | 'k' | 'v' | 'att' | 'lse' | 'xMid' | 'gate' | 'up' | 'u'>;
-/** What element-wise kernels form from a kept layer's products: one workspace while a kept layer runs. */
+/** What element-wise kernels form from a layer's products (act over the MLP chunk's rows). */
 type DerivedBuffers = Pick<LayerBuffers, 'h1' | 'qr' | 'kr' | 'h2' | 'act'>;
+/**
+ * The kept layers' workspace, one while a kept layer runs: the derived buffers and, when the MLP
+ * runs in chunks, the chunk's gate, up and MLP x A^T rows (copied to and from the kept buffers)
+ * and its row staging. Unchunked, the kept buffers serve directly (gate, up null; u empty).
+ */
+type KeptWork = DerivedBuffers &
+  Pick<LayerBuffers, 'rows' | 'h2c' | 'yc' | 'u'> & { gate: GPUBuffer | null; up: GPUBuffer | null };
 
 /** Gradients of one layer, reused layer after layer. */
 interface LayerGrads {
@@ -127,7 +136,7 @@ interface LayerGrads {
   dkr: GPUBuffer; // (T, NKV, HD)
   dv: GPUBuffer; // (T, NKV, HD)
   du: GPUBuffer; // (T, r) LoRA scratch
-  dAct: GPUBuffer; // (Tc, I), or (T, I) with kept layers
+  dAct: GPUBuffer; // (Tc, I): the MLP chunk's rows
   dGate: GPUBuffer; // the same
   dUp: GPUBuffer; // the same
 }
@@ -400,20 +409,61 @@ export class TrainingPass {
     };
   }
 
-  /** A kept layer's buffers: its products, and the shared workspace for what is formed from them. */
-  private keptView(k: KeptBuffers, d: DerivedBuffers): LayerBuffers {
-    return { rows: this.T, ...k, ...d, h2c: null, yc: null };
+  /** The kept layers' workspace (KeptWork), the MLP's over Tc rows at a time. */
+  private keptWork(): KeptWork {
+    const { hiddenSize: C, intermediateSize: I } = this.model.cfg;
+    const { T, Tc } = this;
+    const f = (n: number, label: string) => this.gpu.createBuffer(n * 4, label);
+    const chunked = Tc < T;
+    const u = new Map<LoraTarget, GPUBuffer>();
+    if (chunked && this.lora?.enabled)
+      for (const t of this.lora.settings.targetModules)
+        if (isMlpTarget(t)) u.set(t, f(Tc * this.lora.settings.r, `u.${t}`));
+    return {
+      rows: Tc,
+      ...this.derivedBuffers(Tc),
+      gate: chunked ? f(Tc * I, 'gate') : null,
+      up: chunked ? f(Tc * I, 'up') : null,
+      u,
+      h2c: chunked ? f(Tc * C, 'h2Chunk') : null,
+      yc: chunked ? f(Tc * C, 'yChunk') : null,
+    };
+  }
+
+  /** A kept layer's buffers: its products, and the shared workspace for the rest. */
+  private keptView(k: KeptBuffers, w: KeptWork): LayerBuffers {
+    const u = new Map(k.u);
+    for (const [t, b] of w.u) u.set(t, b); // the MLP chunk's rows, when chunked
+    return { ...k, ...w, gate: w.gate ?? k.gate, up: w.up ?? k.up, u };
+  }
+
+  /**
+   * Copies rows t0 .. t0+R-1 of the MLP chunk's gate, up and LoRA x A^T between a kept layer's
+   * buffers (T rows) and the chunk's (b, R rows): into the kept ones in the forward (`save`),
+   * back in the backward. Nothing to copy when the MLP runs in one chunk (the same buffers).
+   */
+  private chunkRowsKept(b: LayerBuffers, k: KeptBuffers, t0: number, R: number, save: boolean): void {
+    if (b.gate === k.gate) return;
+    const I = this.model.cfg.intermediateSize;
+    const copy = (chunk: GPUBuffer, kept: GPUBuffer, n: number) =>
+      save
+        ? this.gpu.copy(chunk, 0, kept, t0 * n * 4, R * n * 4)
+        : this.gpu.copy(kept, t0 * n * 4, chunk, 0, R * n * 4);
+    copy(b.gate, k.gate, I);
+    copy(b.up, k.up, I);
+    for (const [t, kept] of k.u) if (isMlpTarget(t)) copy(b.u.get(t)!, kept, this.lora!.settings.r);
   }
 
   /**
    * Forms again, from a kept layer's products and its input x, what the forward's element-wise
-   * kernels formed from them: h1, q and k after their norms and RoPE, h2, silu(gate) * up. The
-   * same kernels on the same inputs: the forward's values bit for bit.
+   * kernels formed from them over all T tokens: h1, q and k after their norms and RoPE, h2
+   * (silu(gate) * up follows chunk by chunk in mlpBackward). The same kernels on the same inputs:
+   * the forward's values bit for bit.
    */
   private rederive(l: number, x: GPUBuffer, b: LayerBuffers): void {
     const { gpu, T } = this;
     const lw = this.model.weights.layers[l];
-    const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = this.model.cfg;
+    const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD } = this.model.cfg;
     const { rmsNormEps: eps, ropeTheta: theta } = this.model.cfg;
     K.rmsNorm(gpu, b.h1, x, lw.inputNorm, T, C, eps);
     K.rmsNorm(gpu, b.qr, b.q, lw.qNorm, T * NH, HD, eps);
@@ -421,7 +471,6 @@ export class TrainingPass {
     K.rope(gpu, b.qr, this.pos, T, NH, HD, theta);
     K.rope(gpu, b.kr, this.pos, T, NKV, HD, theta);
     K.rmsNorm(gpu, b.h2, b.xMid, lw.postNorm, T, C, eps);
-    K.siluMul(gpu, b.act, b.gate, b.up, T * I);
   }
 
   private releaseAll(bufs: Record<string, number | GPUBuffer | null | Map<LoraTarget, GPUBuffer>>): void {
@@ -494,9 +543,10 @@ export class TrainingPass {
 
   /**
    * MLP of layer l, chunk by chunk: out (T, C) += down(silu(gate(h2)) * up(h2)). With out = xMid
-   * (a recomputed layer) xMid ends as x_{l+1}; a kept layer keeps xMid and adds into a copy.
+   * (a recomputed layer) xMid ends as x_{l+1}; a kept layer keeps xMid and adds into a copy, and
+   * each chunk's gate, up and LoRA x A^T rows into `kept`.
    */
-  private mlpForward(l: number, b: LayerBuffers, out: GPUBuffer): void {
+  private mlpForward(l: number, b: LayerBuffers, out: GPUBuffer, kept: KeptBuffers | null = null): void {
     const lw = this.model.weights.layers[l];
     const { hiddenSize: C, intermediateSize: I } = this.model.cfg;
     this.forEachChunk(b, (t0, R) => {
@@ -504,6 +554,7 @@ export class TrainingPass {
       const y = this.chunkRows(out, b.yc, t0, R);
       this.proj(l, b, y, b.act, lw.downProj, 'down_proj', R, C, I, true);
       if (b.yc) this.gpu.copy(b.yc, 0, out, t0 * C * 4, R * C * 4);
+      if (kept) this.chunkRowsKept(b, kept, t0, R, true);
     });
   }
 
@@ -529,18 +580,21 @@ export class TrainingPass {
   }
 
   /**
-   * MLP backward of layer l, chunk by chunk (gate, up, act recomputed from h2's rows unless the
-   * layer was kept): given dx (T, C) = d x_{l+1}, writes g.dh (T, C) = d h2 and adds into the
-   * MLP's LoRA gradients.
+   * MLP backward of layer l, chunk by chunk (gate, up and the LoRA x A^T recomputed from h2's
+   * rows, or copied back from a kept layer's `kept`; act formed from them): given dx (T, C) =
+   * d x_{l+1}, writes g.dh (T, C) = d h2 and adds into the MLP's LoRA gradients.
    */
-  private mlpBackward(l: number, b: LayerBuffers, g: LayerGrads, dx: GPUBuffer, recompute: boolean): void {
+  private mlpBackward(l: number, b: LayerBuffers, g: LayerGrads, dx: GPUBuffer, kept: KeptBuffers | null): void {
     const { gpu } = this;
     const lw = this.model.weights.layers[l];
     const { hiddenSize: C, intermediateSize: I } = this.model.cfg;
     const down = this.lora!.get(l, 'down_proj');
     this.forEachChunk(b, (t0, R) => {
       const h2 = this.chunkRows(b.h2, b.h2c, t0, R);
-      if (recompute) {
+      if (kept) {
+        this.chunkRowsKept(b, kept, t0, R, false);
+        K.siluMul(gpu, b.act, b.gate, b.up, R * I);
+      } else {
         this.mlpUp(l, b, h2, R);
         // down_proj's LoRA backward needs u = act A^T; its output itself is not needed.
         if (down) K.matmulF32(gpu, b.u.get('down_proj')!, b.act, down.A, R, this.lora!.settings.r, I);
@@ -574,7 +628,7 @@ export class TrainingPass {
     this.releaseKept(); // a second forward replaces the first's
     const firstKept = cfg.numLayers - this.keep;
     let b = firstKept > 0 ? this.layerBuffers(this.Tc) : null; // the recomputed layers' workspace
-    let derived: DerivedBuffers | null = null; // the kept layers' workspace
+    let work: KeptWork | null = null; // the kept layers' workspace
     for (let l = 0; l < cfg.numLayers; l++) {
       const x = xF32 ?? this.xs[l];
       if (l < firstKept) {
@@ -585,17 +639,18 @@ export class TrainingPass {
       }
       if (b) this.releaseAll({ ...b });
       b = null;
-      derived ??= this.derivedBuffers(T);
-      const k = this.keptView((this.kept[l] = this.keptBuffers(T)), derived);
+      work ??= this.keptWork();
+      const kept = (this.kept[l] = this.keptBuffers(T));
+      const k = this.keptView(kept, work);
       this.attentionForward(l, x, k);
       // x_{l+1} = xMid + MLP, formed where the checkpoint is stored from; x itself is spent.
       const y = xF32 ?? this.xs[l + 1];
       gpu.copy(k.xMid, 0, y, 0, T * C * 4);
-      this.mlpForward(l, k, y);
+      this.mlpForward(l, k, y, kept);
       this.storeCheckpoint(l + 1, y, xF32);
     }
     if (b) this.releaseAll({ ...b });
-    if (derived) this.releaseAll({ ...derived });
+    if (work) this.releaseAll({ ...work });
     const xL = xF32 ?? this.xs[cfg.numLayers]; // (T, C) f32 final residual (rounded like the checkpoint)
     try {
       if (this.M === 0) return new Float32Array(0);
@@ -788,7 +843,6 @@ export class TrainingPass {
     // Layer by layer, from the kept intermediates, else recomputing the layer's forward from its
     // checkpoint. dx holds d x_{l+1}.
     const f = (n: number, label: string) => gpu.createBuffer(n * 4, label);
-    const mlpRows = this.kept.some((k) => k) ? T : this.Tc;
     const g: LayerGrads = {
       dh: f(T * C, 'dh'),
       dAtt: f(T * NH * HD, 'dAtt'),
@@ -796,28 +850,26 @@ export class TrainingPass {
       dkr: f(T * NKV * HD, 'dkr'),
       dv: f(T * NKV * HD, 'dv'),
       du: f(T * r, 'du'),
-      dAct: f(mlpRows * I, 'dAct'),
-      dGate: f(mlpRows * I, 'dGate'),
-      dUp: f(mlpRows * I, 'dUp'),
+      dAct: f(this.Tc * I, 'dAct'),
+      dGate: f(this.Tc * I, 'dGate'),
+      dUp: f(this.Tc * I, 'dUp'),
     };
-    let derived: DerivedBuffers | null = null; // the kept layers' workspace
+    let work: KeptWork | null = null; // the kept layers' workspace
     let shared: LayerBuffers | null = null; // the recomputed layers' workspace, made after the kept are spent
     for (let l = cfg.numLayers - 1; l >= 0; l--) {
       const lw = weights.layers[l];
       const x = this.loadCheckpoint(l, xF32);
       const kept = this.kept[l];
       this.kept[l] = undefined;
-      if (!kept && derived) {
-        this.releaseAll({ ...derived });
-        derived = null;
+      if (!kept && work) {
+        this.releaseAll({ ...work });
+        work = null;
       }
-      const b = kept
-        ? this.keptView(kept, (derived ??= this.derivedBuffers(T)))
-        : (shared ??= this.layerBuffers(this.Tc));
+      const b = kept ? this.keptView(kept, (work ??= this.keptWork())) : (shared ??= this.layerBuffers(this.Tc));
       if (kept) this.rederive(l, x, b);
       else this.attentionForward(l, x, b);
       // MLP: x_out = x_mid + down(silu(gate(h2)) * up(h2)), h2 = norm(x_mid).
-      this.mlpBackward(l, b, g, dx, !kept);
+      this.mlpBackward(l, b, g, dx, kept ?? null);
       K.rmsNormBackward(gpu, dx, g.dh, b.xMid, lw.postNorm, T, C, eps); // dx now holds d x_mid
       // Attention: x_mid = x + o(attn(rope(qnorm(q)), rope(knorm(k)), v)), q/k/v from h1 = norm(x).
       this.projBack(l, b, g, g.dAtt, dx, b.att, lw.oProj, 'o_proj', T, C, NH * HD, false);
@@ -839,7 +891,7 @@ export class TrainingPass {
       if (kept) this.releaseAll({ ...kept });
     }
     if (shared) this.releaseAll({ ...(shared as LayerBuffers) });
-    if (derived) this.releaseAll({ ...(derived as DerivedBuffers) });
+    if (work) this.releaseAll({ ...(work as KeptWork) });
     this.releaseAll({ ...g, dx, xF32 });
   }
 

@@ -124,7 +124,6 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
   const keep = backward ? (s.keepLayers ?? 0) : 0;
   if (!Number.isInteger(keep) || keep < 0 || keep > L)
     throw new RangeError(`keepLayers must be an integer in 0..${L} (got ${s.keepLayers})`);
-  const mlpRows = keep > 0 ? T : Tc; // rows of the MLP gradients
   // The LM head's gradient formed in the forward (src/train/trainingPass.ts, the header).
   const headGrad = backward && !s.candidates;
   const f32 = (name: string, shape: string, n: number, cls: BufferClass): PassBuffer => ({
@@ -181,7 +180,24 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
   ];
   const kept: PassBuffer[] = [];
   for (let l = L - keep; l < L; l++) kept.push(...productsOf(T, 'T', 'kept', `kept.${l}.`));
-  const keptWork = keep ? derivedOf(T, 'T', 'kept', 'keptWork.') : [];
+  // The kept layers' workspace: the derived buffers (act over a chunk) and, with chunks, the
+  // chunk's gate, up and MLP x A^T rows (copied to and from the kept buffers) and row staging.
+  const keptWork = keep
+    ? [
+        ...derivedOf(Tc, 'Tc', 'kept', 'keptWork.'),
+        ...(Tc < T
+          ? [
+              f32('keptWork.gate', '(Tc, I)', Tc * I, 'kept'),
+              f32('keptWork.up', '(Tc, I)', Tc * I, 'kept'),
+              ...(s.lora?.targetModules ?? [])
+                .filter(isMlpTarget)
+                .map((t) => f32(`keptWork.u.${t}`, '(Tc, r)', Tc * s.lora!.r, 'kept')),
+              f32('keptWork.h2c', '(Tc, C)', Tc * C, 'kept'),
+              f32('keptWork.yc', '(Tc, C)', Tc * C, 'kept'),
+            ]
+          : []),
+      ]
+    : [];
   const layerGrads: PassBuffer[] = [
     f32('dh', '(T, C)', T * C, 'layer'),
     f32('dAtt', '(T, NH, HD)', T * NH * HD, 'layer'),
@@ -189,9 +205,9 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     f32('dkr', '(T, NKV, HD)', T * NKV * HD, 'layer'),
     f32('dv', '(T, NKV, HD)', T * NKV * HD, 'layer'),
     f32('du', '(T, r)', T * (s.lora?.r ?? 0), 'layer'),
-    f32('dAct', `(${keep ? 'T' : 'Tc'}, I)`, mlpRows * I, 'layer'),
-    f32('dGate', `(${keep ? 'T' : 'Tc'}, I)`, mlpRows * I, 'layer'),
-    f32('dUp', `(${keep ? 'T' : 'Tc'}, I)`, mlpRows * I, 'layer'),
+    f32('dAct', '(Tc, I)', Tc * I, 'layer'),
+    f32('dGate', '(Tc, I)', Tc * I, 'layer'),
+    f32('dUp', '(Tc, I)', Tc * I, 'layer'),
     f32('attentionBackward.D', '(T, NH)', T * NH, 'layer'), // inside K.attentionBackward
   ];
   // The scratch of split partial outputs, transient inside one product: gemv_cols' (CPU adapters,
@@ -229,7 +245,7 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     return { fwd, bwd };
   };
   const recomputed = partialsOf(rowCounts(T, Tc), true);
-  const keptPartials = partialsOf([T], false);
+  const keptPartials = partialsOf(rowCounts(T, Tc), false);
   const forwardPartials = recomputed.fwd;
   const layerPartials = recomputed.bwd;
   const headPartials = Math.max(...rowCounts(M, Hr).map((R) => Math.max(dxSplit(R, C, V), gk(R, V, C))));
@@ -341,13 +357,14 @@ const sum = (bufs: readonly PassBuffer[], cls?: BufferClass) =>
  *   peakBackward  = checkpoints + pass + scratch + max(headBackward, layerBackward)
  * With k kept layers (keepLayers, where a backward can follow):
  *   kept          = k w T [C + 2 NH HD + 2 NKV HD + NH + 2 I + r (nA + nM)]
- *   keptWork      = w T [2C + NH HD + NKV HD + I]  (h1, h2, q and k normed and rotated, silu(gate) up)
- * the MLP gradients dAct, dGate, dUp have T rows instead of Tc, layerForward and layerBackward are
- * 0 when k = L, and the forward and the backward each gain a phase, the kept layers': forwardKept
- * (kept + keptWork + the largest forward product's split scratch at T rows) and backwardKept
- * (kept + keptWork + the layer gradients + d(residual) + the largest backward product's).
- * forwardHead and headBackward are counted with the kept products alive, keptWork released. The
- * report's `kept` is k kept layers' products + keptWork.
+ *   keptWork      = w [T (2C + NH HD + NKV HD) + Tc I] + [c] w Tc (2I + 2C + r nM)
+ * (keptWork: h1, h2, q and k normed and rotated, the chunk's silu(gate) up; with chunks its gate,
+ * up, MLP x A^T and row staging), layerForward and layerBackward are 0 when k = L, and the forward
+ * and the backward each gain a phase, the kept layers': forwardKept (kept + keptWork + the largest
+ * forward product's split scratch) and backwardKept (kept + keptWork + the layer gradients +
+ * d(residual) + the largest backward product's), the MLP's products over chunks as a recomputed
+ * layer's. forwardHead and headBackward are counted with the kept products alive, keptWork
+ * released. The report's `kept` is k kept layers' products + keptWork.
  */
 export function trainingPassBytes(cfg: Qwen3Config, s: TrainingPassShape): TrainingPassBytes {
   const layout = trainingPassLayout(cfg, s);
