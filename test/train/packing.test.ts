@@ -298,6 +298,19 @@ describe('ppoUpdate with prefix sharing', () => {
     sample(0, 'vote', 0, [...VP, 7, 8, 3], [40, 41], 1), // a reason: text, not packed with labels
   ];
 
+  /** trainingPassBytes' peak of sample i's pass alone. */
+  const singlePeak = (adapter: LoraAdapter, i: number, keepLayers = 0) => {
+    const { ids, targets } = sampleSequence(SAMPLES[i]!.sample);
+    return trainingPassBytes(t.model.cfg, {
+      seqLen: ids.length,
+      numTargets: targets.filter((x) => x >= 0).length,
+      lora: { r: 4, targetModules: adapter.settings.targetModules },
+      checkpoints: 'f32',
+      candidates: SAMPLES[i]!.sample.candidateTokenIds?.length,
+      keepLayers,
+    }).peak;
+  };
+
   async function update(packPrefixes: boolean, klBeta = 0, packBytes?: number) {
     const { lora, weights } = movedLora(t.model, 4, 3, 0.1);
     const adapter = attachAdapter(t.model, lora, weights);
@@ -380,16 +393,7 @@ describe('ppoUpdate with prefix sharing', () => {
     const adapter = attachAdapter(t.model, lora, weights);
     try {
       const which = [...SAMPLES.keys()];
-      const single = (i: number) => {
-        const { ids, targets } = sampleSequence(SAMPLES[i]!.sample);
-        return trainingPassBytes(t.model.cfg, {
-          seqLen: ids.length,
-          numTargets: targets.filter((x) => x >= 0).length,
-          lora: { r: 4, targetModules: adapter.settings.targetModules },
-          checkpoints: 'f32',
-          candidates: SAMPLES[i]!.sample.candidateTokenIds?.length,
-        }).peak;
-      };
+      const single = (i: number) => singlePeak(adapter, i);
       const largest = Math.max(...which.map(single));
       const roomy = planPacks(t.model, adapter, SAMPLES, which, 'f32', 10 * largest);
       const tight = planPacks(t.model, adapter, SAMPLES, which, 'f32', Math.min(...which.map(single)));
@@ -428,17 +432,7 @@ describe('ppoUpdate with prefix sharing', () => {
     const L = t.model.cfg.numLayers;
     try {
       const which = [...SAMPLES.keys()];
-      const peakOf = (i: number, keepLayers: number) => {
-        const { ids, targets } = sampleSequence(SAMPLES[i]!.sample);
-        return trainingPassBytes(t.model.cfg, {
-          seqLen: ids.length,
-          numTargets: targets.filter((x) => x >= 0).length,
-          lora: { r: 4, targetModules: adapter.settings.targetModules },
-          checkpoints: 'f32',
-          candidates: SAMPLES[i]!.sample.candidateTokenIds?.length,
-          keepLayers,
-        }).peak;
-      };
+      const peakOf = (i: number, keepLayers: number) => singlePeak(adapter, i, keepLayers);
       const alone = which.map((i) => ({ members: [i], layout: null }));
       const keepOf = (i: number, budget: number, keep = 0) =>
         packKeepLayers(t.model, adapter, SAMPLES, alone[i]!, 'f32', budget, keep);
