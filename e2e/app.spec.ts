@@ -76,11 +76,12 @@ test('steps one round: both documents, summaries, the vote to the reveal, curves
   await expect(rewardChart.locator('.recharts-line-dot, .recharts-dot').first()).toBeAttached();
   await expect(page.getByRole('figure', { name: 'Policy loss' })).toHaveAttribute('data-points', '1');
   // Where the round's time went: the kernels the first round compiled, every stage timed by the app's
-  // clock, the update's prefix sharing, and a stacked area per stage on the round-time chart.
+  // clock, the update's prefix sharing and its kept layers (every one, with the 1 GiB given above),
+  // and a stacked area per stage on the round-time chart.
   const d = String.raw`(?:[\d.]+ m?s|\d+ min \d\d s)`; // formatDuration
   await expect(page.getByTestId('round-time')).toHaveText(
     new RegExp(
-      String.raw`^Took ${d}, \d+ GPU kernels compiled on first use included: summaries ${d} \(prefill ${d}\), votes ${d}, update ${d} \(\d+ sequences.*\); [\d,]+ tokens/s\.$`,
+      String.raw`^Took ${d}, \d+ GPU kernels compiled on first use included: summaries ${d} \(prefill ${d}\), votes ${d}, update ${d} \(\d+ sequences.*\), (\d+) of \1 layers' activations kept; [\d,]+ tokens/s\.$`,
     ),
   );
   const timeChart = page.getByRole('figure', { name: 'Round time by stage (s)' });
