@@ -141,28 +141,30 @@ function packPeak(
   model: Qwen3Model,
   adapter: LoraAdapter,
   checkpoints: CheckpointDtype,
-  T: number,
-  M: number,
-  candidates: number | undefined,
-  packed: boolean,
+  shape: PassShape,
   keepLayers: number,
 ): number {
   return trainingPassBytes(model.cfg, {
-    seqLen: T,
-    numTargets: M,
+    seqLen: shape.T,
+    numTargets: shape.M,
     lora: { r: adapter.settings.r, targetModules: adapter.settings.targetModules },
     checkpoints,
-    candidates,
-    packed,
+    candidates: shape.candidates,
+    packed: shape.packed,
     keepLayers,
   }).peak;
 }
 
-/** A pack's pass shape: tokens, target rows, candidates (restricted votes), packed or not. */
-function packShape(
-  samples: readonly RoundSample[],
-  pack: SamplePack,
-): { T: number; M: number; candidates: number | undefined; packed: boolean } {
+/** A pass's shape: tokens, target rows, candidates (restricted votes), packed or not. */
+interface PassShape {
+  T: number;
+  M: number;
+  candidates: number | undefined;
+  packed: boolean;
+}
+
+/** The shape of a pack's pass. */
+function packShape(samples: readonly RoundSample[], pack: SamplePack): PassShape {
   const cands = (m: number) => samples[m]!.sample.candidateTokenIds?.length;
   const candidates =
     cands(pack.members[0]!) === undefined ? undefined : Math.max(...pack.members.map((m) => cands(m)!));
@@ -190,8 +192,8 @@ export function packKeepLayers(
   budget: number,
   keep: number,
 ): number {
-  const { T, M, candidates, packed } = packShape(samples, pack);
-  const fits = (k: number) => packPeak(model, adapter, checkpoints, T, M, candidates, packed, k) <= budget;
+  const shape = packShape(samples, pack);
+  const fits = (k: number) => packPeak(model, adapter, checkpoints, shape, k) <= budget;
   let lo = keep,
     hi = model.cfg.numLayers; // the peak grows with k: the largest k that fits, by bisection
   while (lo < hi) {
@@ -243,17 +245,7 @@ export function planPacks(
       const members: number[] = [...open.members, i];
       const layout = packSequences(members.map((m) => sampleSequence(samples[m]!.sample)));
       const saved = open.tokens + seq.ids.length - layout.ids.length;
-      const cands = samples[i]!.sample.candidateTokenIds;
-      const peak = packPeak(
-        model,
-        adapter,
-        checkpoints,
-        layout.ids.length,
-        layout.rows.reduce((n, r) => n + r.length, 0),
-        cands ? Math.max(...members.map((m) => samples[m]!.sample.candidateTokenIds!.length)) : undefined,
-        true,
-        keepLayers,
-      );
+      const peak = packPeak(model, adapter, checkpoints, packShape(samples, { members, layout }), keepLayers);
       const before = open.layout ? open.tokens - open.layout.ids.length : 0;
       if (saved - before >= seq.ids.length / 2 && peak <= budget) {
         open = { members, layout, tokens: open.tokens + seq.ids.length };
@@ -407,12 +399,9 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
   const budget =
     ctx.packBytes ??
     Math.max(
-      ...samples.map((x) => {
-        const { ids, targets } = sampleSequence(x.sample);
-        const M = targets.filter((t) => t >= 0).length;
-        const nc = x.sample.candidateTokenIds?.length;
-        return packPeak(model, adapter, ctx.checkpoints, ids.length, M, nc, false, keep);
-      }),
+      ...samples.map((_, i) =>
+        packPeak(model, adapter, ctx.checkpoints, packShape(samples, { members: [i], layout: null }), keep),
+      ),
     );
   const packsOf = (which: number[]): SamplePack[] =>
     share
@@ -429,8 +418,8 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
       packing.passes++;
       packing.sequences += p.members.length;
       if (adapter.enabled) {
-        packing.keptLayers = (packing.keptLayers ?? 0) + k;
-        packing.layers = (packing.layers ?? 0) + model.cfg.numLayers;
+        packing.keptLayers! += k;
+        packing.layers! += model.cfg.numLayers;
       }
       packing.tokens += p.layout ? p.layout.ids.length : sampleSequence(samples[p.members[0]!]!.sample).ids.length;
       for (const i of p.members) packing.unpackedTokens += sampleSequence(samples[i]!.sample).ids.length;
