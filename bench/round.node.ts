@@ -41,6 +41,11 @@ export async function benchRound(
     kv?: 'f32' | 'f16';
     /** Rounds played: the last is split by stage, the ones before warm up (default 1). */
     rounds?: number;
+    /**
+     * The GPU memory the round may fill (`--gpu-memory`, as `spyrl train`'s): the plan is checked
+     * against it and the update keeps the layers' activations that fit. Undefined: no budget.
+     */
+    budgetBytes?: number;
     log: (line: string) => void;
   },
 ): Promise<BenchRecord[]> {
@@ -57,7 +62,8 @@ export async function benchRound(
   const model = new Qwen3Model(gpu, c, weights, { kv });
   o.log(
     `## SpyRL round: ${name} (${L} of ${full.numLayers} layers) ${o.format}, KV ${kv}, ${config.groupSize} players, report <= ${config.docTokenBudget} tokens, summaries <= ${config.summaryMaxTokens} tokens` +
-      (rounds > 1 ? `; round ${rounds} of ${rounds} split by stage, the ones before it warm up` : ''),
+      (rounds > 1 ? `; round ${rounds} of ${rounds} split by stage, the ones before it warm up` : '') +
+      (o.budgetBytes === undefined ? '; no GPU memory budget' : `; GPU memory budget ${gib(o.budgetBytes)} GiB`),
   );
   // Through Run.create, as `spyrl train` and the app start a run: the memory plan's checks, and
   // its update pass as the byte budget of the update's packed passes.
@@ -67,13 +73,19 @@ export async function benchRound(
     config,
     train,
     evalDocs,
+    budgetBytes: o.budgetBytes,
     now: () => performance.now(),
   });
+  o.log(
+    `   memory plan: ${gib(run.plan.total)} GiB at the peak, ${run.plan.keepLayers} of ${L} layers' activations kept in the update's planned pass`,
+  );
   try {
     // The rounds before the last: their totals only. The first pays the pipeline compiles (as a
     // user's first round does); the last is the steady state.
     const warm: BenchRecord[] = [];
-    const shape = `${name} ${o.format} kv=${kv} L=${L} players=${config.groupSize}`;
+    const shape =
+      `${name} ${o.format} kv=${kv} L=${L} players=${config.groupSize}` +
+      (o.budgetBytes === undefined ? '' : ` budget=${gib(o.budgetBytes)}GiB`);
     for (let i = 0; i < rounds - 1; i++) {
       const t0 = performance.now();
       const k0 = gpu.pipelineCount;
@@ -127,7 +139,10 @@ export async function benchRound(
       // The update's training tokens: its sequences packed by shared prompt (src/train/packing.ts).
       ...(rec.train.packing
         ? stage(
-            `update (${rec.train.packing.sequences} sequences in ${rec.train.packing.passes} passes, ${rec.train.packing.tokens} training tokens; ${rec.train.packing.unpackedTokens} one sequence a pass)`,
+            `update (${rec.train.packing.sequences} sequences in ${rec.train.packing.passes} passes, ${rec.train.packing.tokens} training tokens; ${rec.train.packing.unpackedTokens} one sequence a pass` +
+              (rec.train.packing.layers
+                ? `; ${rec.train.packing.keptLayers ?? 0} of ${rec.train.packing.layers} layers' activations kept)`
+                : ')'),
             t.updateMs,
             rec.train.packing.tokens,
           )
@@ -143,4 +158,8 @@ export async function benchRound(
     model.lora = null;
     for (const b of new Set(buffers)) gpu.releaseBuffer(b);
   }
+}
+
+function gib(bytes: number): string {
+  return (bytes / 2 ** 30).toFixed(2);
 }

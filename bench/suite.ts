@@ -25,6 +25,8 @@ export interface SuiteOptions extends Pick<ModelBenchOptions, 'prompts' | 'decod
   kv: ModelBenchOptions['kv'][];
   /** Rounds of --parts round; the last one is split by stage. */
   rounds: number;
+  /** --gpu-memory in bytes: the rounds' memory budget (kept layers fill it); undefined: none. */
+  gpuMemoryBytes: number | undefined;
 }
 
 /** The flags (CLI `--name value`, URL `?name=value`) and what they default to. */
@@ -45,6 +47,8 @@ export const SUITE_FLAGS = {
   'lora-r': 'LoRA rank (default 16)',
   rounds:
     'SpyRL rounds of --parts round: the last is split by stage, the ones before it warm up (pipeline compiles) and print their totals (default 2; quick: 1)',
+  'gpu-memory':
+    "GiB of GPU memory a round's memory plan may fill, as `spyrl train --gpu-memory`: its update keeps the layers' activations that fit (default: none, the adapter's limits only)",
 } as const;
 
 type FlagValues = Readonly<Record<string, string | boolean | undefined>>;
@@ -66,6 +70,14 @@ function positive(flag: string, value: string | boolean | undefined, dflt?: numb
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1) throw new RangeError(`--${flag}: '${String(value)}' is not a positive integer`);
   return n;
+}
+
+function gibibytes(flag: string, value: string | boolean | undefined): number | undefined {
+  if (value === undefined || value === false) return undefined;
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0)
+    throw new RangeError(`--${flag}: '${String(value)}' is not a positive number of GiB`);
+  return n * 2 ** 30;
 }
 
 /** SuiteOptions from flag values; `cpu`: the adapter is a CPU emulation (quick by default). */
@@ -98,6 +110,7 @@ export function suiteOptions(v: FlagValues, cpu: boolean): SuiteOptions {
     trainLen: positive('train-len', v['train-len'], mode === 'quick' ? 16 : undefined),
     loraR: positive('lora-r', v['lora-r'], 16),
     rounds: positive('rounds', v.rounds, mode === 'quick' ? 1 : 2),
+    gpuMemoryBytes: gibibytes('gpu-memory', v['gpu-memory']),
   };
 }
 

@@ -21,6 +21,7 @@ mkdir -p "$OUT"
 LAYERS=${LAYERS:-4}           # PEFT's LoRA step, the profiles and the packing A/B
 DEPTHS=${DEPTHS:-4,36}        # the bench's e2e models: 4 layers (PEFT's comparison), then all 36
 ROUND_LAYERS=${ROUND_LAYERS:-36} # the default round, judged at the full depth
+ROUND_GPU_MEMORY=${ROUND_GPU_MEMORY:-24} # GiB the round's plan may fill: an RTX 4090's, the target's GPU (kept layers fill it)
 TRAIN_LEN=${TRAIN_LEN:-512}
 D=$PWD/.device
 log() { echo "## $(date +%T) $*" | tee -a "$OUT/summary.log"; }
@@ -99,14 +100,15 @@ run bench 200 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 3
-# round.log: one default SpyRL round at all ROUND_LAYERS = 36 layers (q4, f16 KV; one round: its
+# round.log: one default SpyRL round at all ROUND_LAYERS = 36 layers (q4, f16 KV, planned for a
+# 24 GiB GPU as `spyrl train --gpu-memory 24` would: the update keeps what fits; one round: its
 # few pipeline compiles, about 0.2 s on the H200 of 2026-12-04, count against it), split by stage,
 # which bench/device-report.ts judges directly; then the per-kernel GPU time of a decode step, a prefill and a LoRA step
 # (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
 # warm-up round and one counted round a side, the default game's report and summary lengths), then
 # the LoRA step with every layer kept against every layer recomputed (bench/keep-ab.ts, all 36
 # layers, TRAIN_LEN tokens). Then the same profile with split-K off (tuning.gemmSplitK): the A/B of the sliced GEMMs.
-run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/keep-ab.mjs' --shape 4b --layers 36 --weights q4 --tokens '$TRAIN_LEN' --reps 2; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=off"
+run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/keep-ab.mjs' --shape 4b --layers 36 --weights q4 --tokens '$TRAIN_LEN' --reps 2; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=off"
 # gemv-ab.log also holds the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts),
 # and the tiled GEMM's three layouts at the 4B MLP's shape with A in shared memory, A by subgroup
 # shuffles (the 'auto' choice on Intel only), and f16 tiles (bench/gemm-ab.ts); with and without

@@ -141,7 +141,8 @@ export interface RoundRecord {
 
 /**
  * Prefix sharing in an update (src/train/update.ts): the sequences trained, the training passes
- * they ran in, and the tokens run against the tokens they would have run one sequence a pass.
+ * they ran in, and the tokens run against the tokens they would have run one sequence a pass,
+ * each summed over the update's epochs; the KL term's reference forwards are not among them.
  */
 export interface PackingStats {
   sequences: number;
@@ -149,8 +150,8 @@ export interface PackingStats {
   tokens: number;
   unpackedTokens: number;
   /**
-   * Layers whose activations the passes with the adapter on kept for their backward, and their
-   * layers, each summed over those passes (absent in older saves).
+   * Layers whose activations the training passes kept for their backward, and their layers, each
+   * summed over those passes (absent in older saves).
    */
   keptLayers?: number;
   layers?: number;

@@ -415,14 +415,15 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
     try {
       const logp = await pass.forward();
       passes.forward++;
-      packing.passes++;
-      packing.sequences += p.members.length;
+      // The training passes only: the KL term's reference forwards (adapter off) are not counted.
       if (adapter.enabled) {
+        packing.passes++;
+        packing.sequences += p.members.length;
         packing.keptLayers! += k;
         packing.layers! += model.cfg.numLayers;
+        packing.tokens += p.layout ? p.layout.ids.length : sampleSequence(samples[p.members[0]!]!.sample).ids.length;
+        for (const i of p.members) packing.unpackedTokens += sampleSequence(samples[i]!.sample).ids.length;
       }
-      packing.tokens += p.layout ? p.layout.ids.length : sampleSequence(samples[p.members[0]!]!.sample).ids.length;
-      for (const i of p.members) packing.unpackedTokens += sampleSequence(samples[i]!.sample).ids.length;
       return { pass, logp, parts: splitLogp(p, logp) };
     } catch (e) {
       pass.release();

@@ -358,6 +358,10 @@ describe('ppoUpdate with prefix sharing', () => {
         `klBeta ${klBeta}, budget ${budget ?? 'default'}: packed ${JSON.stringify(a.packing)} ${JSON.stringify(a.passes)}; alone ${JSON.stringify(b.packing)} ${JSON.stringify(b.passes)}`,
       );
       expect(b.packing.tokens).toBe(b.packing.unpackedTokens);
+      // The training passes of 2 epochs: every sample with klBeta > 0, all but the advantage-0
+      // one without; the KL term's reference forwards (adapter off) are not training passes.
+      expect(b.packing.sequences).toBe(2 * (klBeta > 0 ? SAMPLES.length : SAMPLES.length - 1));
+      expect(b.packing.passes).toBe(b.packing.sequences);
       expect(a.packing.unpackedTokens).toBe(b.packing.unpackedTokens);
       expect(a.packing.sequences).toBe(b.packing.sequences);
       expect(a.packing.tokens).toBeLessThan((budget ? 0.75 : 0.9) * b.packing.tokens);
