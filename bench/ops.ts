@@ -197,9 +197,10 @@ function kernelNote(gpu: Gpu, op: string): string {
 
 /**
  * An attention variant side by side: tuning.attention ('single' or 'tiled'), and for 'tiled' after
- * a colon the backward's rows (tuning.attentionBackward: 'row' one thread a row, 'split' 4).
+ * a colon the backward's rows (tuning.attentionBackward: 'row' one thread a row, 'split' 4) or
+ * the forward's register blocks ('blocks': tuning.attentionForward).
  */
-export type AttentionBenchVariant = 'single' | 'tiled' | 'tiled:row' | 'tiled:split';
+export type AttentionBenchVariant = 'single' | 'tiled' | 'tiled:row' | 'tiled:split' | 'tiled:blocks';
 
 export interface OpBenchOptions {
   shapes: OpShapes;
@@ -351,13 +352,21 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
       if (prefill && o.kv === 'f16') fillHalf(gpu, [prefill.kCache, prefill.vCache]);
       const shape = `T=${T} NH=${NH} NKV=${NKV} HD=${HD}`;
       const variants = o.attentionVariants?.variants ?? [undefined];
-      const before = { attention: K.tuning.attention, attentionBackward: K.tuning.attentionBackward };
+      const before = {
+        attention: K.tuning.attention,
+        attentionBackward: K.tuning.attentionBackward,
+        attentionForward: K.tuning.attentionForward,
+      };
       try {
         for (let round = 0; round < (o.attentionVariants?.rounds ?? 1); round++) {
           for (const variant of variants) {
             if (variant) {
-              const [attention, rows] = variant.split(':') as ['single' | 'tiled', ('row' | 'split')?];
-              Object.assign(K.tuning, { attention, attentionBackward: rows ?? before.attentionBackward });
+              const [attention, how] = variant.split(':') as ['single' | 'tiled', ('row' | 'split' | 'blocks')?];
+              Object.assign(K.tuning, {
+                attention,
+                attentionBackward: how === 'row' || how === 'split' ? how : before.attentionBackward,
+                attentionForward: how === 'blocks' ? 'blocks' : before.attentionForward,
+              });
             }
             const tag = variant ? ` [${variant}]` : '';
             await run(

@@ -162,6 +162,65 @@ export function treeAttentionSupported(gpu: Gpu, HD: number): boolean {
   return tiledHeadDim(HD) && gpu.limits.maxStorageBuffersPerShaderStage >= TREE_ATTENTION_BINDINGS;
 }
 
+/**
+ * The register-tiled forward's geometry (shaders/attention.wgsl BLOCKED, attention_blocked_lse):
+ * 128 threads as 16 x 8, each holding RI rows of the workgroup's 16 RI (query, head) rows times
+ * KJ of a tile's 8 KJ keys (S) or HD/32 of the head dim's vec4s (O); the head dim summed in
+ * chunks of DC. HG and BQ as attentionTiling: HG the largest divisor of NH/NKV that divides the
+ * rows, BQ = rows / HG tokens.
+ */
+export interface AttentionBlocking {
+  RI: number;
+  KJ: number;
+  DC: number;
+  HG: number;
+  BQ: number;
+}
+
+/** Workgroup bytes of attention_blocked_lse at (RI, KJ, DC), as the shader declares them. */
+export function attentionBlockedBytes(HD: number, RI: number, KJ: number, DC: number, tree: boolean): number {
+  const R = 16 * RI,
+    BKB = 8 * KJ,
+    QST = DC / 4 + 1;
+  const area = Math.max((R + BKB) * QST, BKB * (HD / 4)) * 16;
+  return area + R * (BKB + 1) * 4 + 2 * R * 8 * 4 + (tree ? BKB * 4 : 0);
+}
+
+/**
+ * The largest blocks that fit the adapter's workgroup memory (with a packed tree's key ends),
+ * most rows and keys first, then the longest head-dim chunk; null where the head dim is not a
+ * multiple of 32 or nothing fits.
+ */
+export function attentionBlocking(gpu: Gpu, NH: number, NKV: number, HD: number): AttentionBlocking | null {
+  if (HD % 32 !== 0 || HD > 256) return null;
+  const G = NH / NKV;
+  const budget = gpu.limits.maxComputeWorkgroupStorageSize;
+  for (const [RI, KJ] of [
+    [4, 4],
+    [4, 2],
+    [2, 2],
+    [2, 1],
+    [1, 1],
+  ] as const) {
+    for (let DC = HD; DC >= 16; DC /= 2) {
+      if (attentionBlockedBytes(HD, RI, KJ, DC, true) > budget) continue;
+      const R = 16 * RI;
+      let HG = 1;
+      for (let d = 1; d <= G; d++) if (G % d === 0 && R % d === 0) HG = d;
+      return { RI, KJ, DC, HG, BQ: R / HG };
+    }
+  }
+  return null;
+}
+
+/**
+ * The training forward's kernel: 'blocks' where tuning.attentionForward asks for them and the
+ * head dim and workgroup memory take them ('auto' keeps 'rows' until a GPU has timed the two).
+ */
+export function attentionForwardBlocks(gpu: Gpu, NH: number, NKV: number, HD: number): AttentionBlocking | null {
+  return tuning.attentionForward === 'blocks' ? attentionBlocking(gpu, NH, NKV, HD) : null;
+}
+
 /** Training forward with lse (backward.ts attentionForwardLse's arguments, sizes checked). */
 export function attentionTiledLse(
   gpu: Gpu,
@@ -176,6 +235,27 @@ export function attentionTiledLse(
   HD: number,
   keyEnd: GPUBuffer | null = null,
 ): void {
+  const b = attentionForwardBlocks(gpu, NH, NKV, HD);
+  if (b) {
+    const bt: AttentionTiling = { BQ: b.BQ, HG: b.HG, ROWS: 128, BK: 8 * b.KJ };
+    gpu.dispatch(
+      opKernel(gpu, 'attentionForwardLse', 'attention', 'attention_blocked_lse', {
+        ...defines(bt, HD),
+        TILED: 1,
+        BLOCKED: 1,
+        RI: b.RI,
+        KJ: b.KJ,
+        DC: b.DC,
+        ...(keyEnd ? { TREE: 1 } : {}),
+      }),
+      keyEnd
+        ? bindings(ATTENTION_BINDINGS.attention_tiled_lse_tree, { out, q, k, v, lse, keyEnd })
+        : bindings(ATTENTION_BINDINGS.attention_tiled_lse, { out, q, k, v, lse }),
+      queryGroups(T, NH, NKV, bt),
+      trainingParams(T, NH, NKV, HD, bt),
+    );
+    return;
+  }
   const t = attentionTiling(gpu, NH, NKV, HD);
   gpu.dispatch(
     opKernel(

@@ -76,6 +76,14 @@ export interface Tuning {
    */
   attentionBackward: 'auto' | 'split' | 'row';
   /**
+   * The tiled training forward with lse (where attention picks the tiled kernels for training):
+   * one thread per (query, head) row ('rows': attention_tiled_lse), or register-tiled products
+   * ('blocks': attention_blocked_lse, S = Q K^T and O = P V each a 4 x 4 / 4 x HD/32 block a thread,
+   * as the tiled GEMM; head_dim a multiple of 32, else 'rows'). 'auto' takes 'rows' until a GPU
+   * has timed the two (bench/attention-ab.ts --variants tiled,tiled:blocks).
+   */
+  attentionForward: 'auto' | 'rows' | 'blocks';
+  /**
    * The decoder layers' two RMSNorms folded into the fused q/k/v and gate/up GEMVs and their LoRA
    * A products (shaders/gemv.wgsl NORM: each GEMV workgroup sums the squares of the x it stages
    * and scales its sums by the row's rstd; within f32 rounding of the separate norm): 'auto'
@@ -118,6 +126,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemvSplitK: 'auto',
   gemvWideLanes: 'auto',
   attentionBackward: 'auto',
+  attentionForward: 'auto',
   normFold: 'auto',
   loraFold: 'auto',
   siluFold: 'auto',
@@ -136,6 +145,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemvSplitK: ['auto', 'off'],
   gemvWideLanes: ['auto', 'on', 'off'],
   attentionBackward: ['auto', 'split', 'row'],
+  attentionForward: ['auto', 'rows', 'blocks'],
   normFold: ['auto', 'off'],
   loraFold: ['auto', 'off'],
   siluFold: ['auto', 'off'],

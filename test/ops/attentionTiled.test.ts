@@ -16,6 +16,8 @@ import {
   ATTENTION_TILED_MIN_T_CPU,
   ATTENTION_TILED_MIN_T_GPU_PREFILL,
   BACKWARD_SPLIT,
+  attentionBlockedBytes,
+  attentionBlocking,
   attentionTiling,
 } from '../../src/ops/attentionTiled.ts';
 import { gpuHarness } from '../helpers/gpuHarness.ts';
@@ -459,5 +461,98 @@ describe.each(['row', 'split'] as const)('attention over a packed prefix tree (k
     const [q, k, v] = [outBuf(T * NH * HD), outBuf(T * NH * HD), outBuf(T * NH * HD)];
     const short = u32Buf(new Uint32Array(T / 2), 'shortKeyEnd');
     expect(() => K.attentionForwardLse(gpu, x, lse, q, k, v, T, NH, NH, HD, short)).toThrow(/keyEnd/);
+  });
+});
+
+// ---- the register-tiled training forward (tuning.attentionForward = 'blocks') -------------------
+
+describe('attention_blocked_lse (attentionForward: blocks)', () => {
+  beforeAll(() => {
+    K.tuning.attentionForward = 'blocks';
+  });
+  afterAll(() => {
+    K.tuning.attentionForward = 'auto';
+  });
+
+  it('picks the largest blocks that fit the workgroup memory', () => {
+    const fake = (bytes: number) => ({ limits: { maxComputeWorkgroupStorageSize: bytes } }) as unknown as Gpu;
+    // Qwen3-4B heads: 64 rows (16 tokens x 4 heads), 32 keys a tile; the chunk of the head dim
+    // that fits 48 KiB (the H200's), 32 KiB and the WebGPU default 16 KiB.
+    expect(attentionBlocking(fake(49152), 32, 8, 128)).toEqual({ RI: 4, KJ: 4, DC: 64, HG: 4, BQ: 16 });
+    expect(attentionBlocking(fake(32768), 32, 8, 128)).toEqual({ RI: 4, KJ: 4, DC: 32, HG: 4, BQ: 16 });
+    expect(attentionBlocking(fake(16384), 32, 8, 128)).toEqual({ RI: 2, KJ: 2, DC: 32, HG: 4, BQ: 8 });
+    // 32 query heads over one KV head: 64 rows hold 32 of them (2 tokens); GQA 1: 64 tokens.
+    expect(attentionBlocking(fake(32768), 32, 1, 64)).toMatchObject({ RI: 4, KJ: 4, HG: 32, BQ: 2 });
+    expect(attentionBlocking(fake(32768), 8, 8, 64)).toMatchObject({ HG: 1, BQ: 64 });
+    // Head dims that are not multiples of 32: the row kernel.
+    expect(attentionBlocking(fake(49152), 4, 2, 16)).toBeNull();
+    expect(attentionBlocking(fake(49152), 4, 2, 72)).toBeNull();
+    for (const bytes of [16384, 32768, 49152]) {
+      const b = attentionBlocking(fake(bytes), 32, 8, 128)!;
+      expect(attentionBlockedBytes(128, b.RI, b.KJ, b.DC, true)).toBeLessThanOrEqual(bytes);
+    }
+  });
+
+  // (T, NH, NKV, HD, keyEnd tree or null): T past one query tile and one key tile, not multiples
+  // of either; GQA 1, 4 and 32 (two tokens a tile); HD 32, 64, 128; a packed tree.
+  it.each([
+    [1, 4, 2, 32],
+    [37, 4, 1, 32],
+    [70, 8, 2, 128],
+    [130, 4, 4, 64],
+    [19, 32, 1, 32],
+  ])('T=%i NH=%i NKV=%i HD=%i against the f64 reference', async (T, NH, NKV, HD) => {
+    const name = `blocks T=${T} NH=${NH} NKV=${NKV} HD=${HD}`;
+    const rand = ref.rng(1700 + T + HD);
+    const q = ref.randn(T * NH * HD, rand);
+    const k = ref.randn(T * NKV * HD, rand);
+    const v = ref.randn(T * NKV * HD, rand);
+    const [qb, kb, vb] = [f32Buf(q, 'q'), f32Buf(k, 'k'), f32Buf(v, 'v')];
+    const out = gpu.createBuffer(q.length * 4, 'out');
+    const lse = gpu.createBuffer(T * NH * 4, 'lse');
+    K.attentionForwardLse(gpu, out, lse, qb, kb, vb, T, NH, NKV, HD);
+    expect(label('attentionForwardLse')).toContain('attention_blocked_lse');
+    const wantOut = new Float64Array(q.length);
+    const wantLse = new Float64Array(T * NH);
+    ref.attentionForwardLse(wantOut, wantLse, q, k, v, T, NH, NKV, HD);
+    expectClose(`out ${name}`, await gpu.readF32(out, q.length), wantOut, REL, ABS);
+    expectClose(`lse ${name}`, await gpu.readF32(lse, T * NH), wantLse, REL, ABS);
+    for (const b of [qb, kb, vb, out, lse]) gpu.releaseBuffer(b);
+  });
+
+  it.each([
+    [[5, [3], [4], [6]] as TreeNode, 4, 2, 32],
+    [[40, [30], [1], [35]] as TreeNode, 8, 2, 64],
+  ])('tree %j NH=%i NKV=%i HD=%i against the f64 reference', async (tree, NH, NKV, HD) => {
+    const { keyEnd } = layoutTree(tree);
+    const T = keyEnd.length;
+    const name = `blocks tree ${JSON.stringify(tree)} NH=${NH}`;
+    const rand = ref.rng(1900 + T + HD);
+    const q = ref.randn(T * NH * HD, rand);
+    const k = ref.randn(T * NKV * HD, rand);
+    const v = ref.randn(T * NKV * HD, rand);
+    const [qb, kb, vb] = [f32Buf(q, 'q'), f32Buf(k, 'k'), f32Buf(v, 'v')];
+    const ke = u32Buf(Uint32Array.from(keyEnd), 'keyEnd');
+    const out = gpu.createBuffer(q.length * 4, 'out');
+    const lse = gpu.createBuffer(T * NH * 4, 'lse');
+    K.attentionForwardLse(gpu, out, lse, qb, kb, vb, T, NH, NKV, HD, ke);
+    const used = K.kernelVariant(gpu, 'attentionForwardLse')!;
+    expect(used.label).toContain('attention_blocked_lse');
+    expect(used.defines.TREE).toBe(1);
+    const wantOut = new Float64Array(q.length);
+    const wantLse = new Float64Array(T * NH);
+    ref.attentionForwardLse(wantOut, wantLse, q, k, v, T, NH, NKV, HD, keyEnd);
+    expectClose(`out ${name}`, await gpu.readF32(out, q.length), wantOut, REL, ABS);
+    expectClose(`lse ${name}`, await gpu.readF32(lse, T * NH), wantLse, REL, ABS);
+    for (const b of [qb, kb, vb, ke, out, lse]) gpu.releaseBuffer(b);
+  });
+
+  it('keeps the row kernel for a head dim that is not a multiple of 32', async () => {
+    const [T, NH, HD] = [9, 2, 16];
+    const x = outBuf(T * NH * HD);
+    const lse = outBuf(T * NH);
+    const [q, k, v] = [outBuf(T * NH * HD), outBuf(T * NH * HD), outBuf(T * NH * HD)];
+    K.attentionForwardLse(gpu, x, lse, q, k, v, T, NH, NH, HD);
+    expect(label('attentionForwardLse')).toContain('attention_tiled_lse');
   });
 });
