@@ -198,7 +198,7 @@ function kernelNote(gpu: Gpu, op: string): string {
 /**
  * An attention variant side by side: tuning.attention ('single' or 'tiled'), and for 'tiled' after
  * a colon the backward's rows (tuning.attentionBackward: 'row' one thread a row, 'split' 4) or
- * the forward's register blocks ('blocks': tuning.attentionForward).
+ * register-tiled products in both ('blocks': tuning.attentionForward and attentionBackward).
  */
 export type AttentionBenchVariant = 'single' | 'tiled' | 'tiled:row' | 'tiled:split' | 'tiled:blocks';
 
@@ -364,7 +364,8 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
               const [attention, how] = variant.split(':') as ['single' | 'tiled', ('row' | 'split' | 'blocks')?];
               Object.assign(K.tuning, {
                 attention,
-                attentionBackward: how === 'row' || how === 'split' ? how : before.attentionBackward,
+                attentionBackward:
+                  how === 'row' || how === 'split' || how === 'blocks' ? how : before.attentionBackward,
                 attentionForward: how === 'blocks' ? 'blocks' : before.attentionForward,
               });
             }

@@ -152,6 +152,14 @@ gpuChoices('golden and memory-plan tests', [
   'test/model/q4Golden.test.ts',
   'test/train/trainingMemory.test.ts',
 ]);
+// The register-tiled attention (tuning.attentionForward / attentionBackward 'blocks', which 'auto'
+// does not take yet) in the LoRA forward and gradients against PyTorch autograd: the
+// untied-rslora fixture's head_dim 32 takes them (a multiple of 32).
+gpuChoices(
+  'golden LoRA tests with the register-tiled attention',
+  ['test/model/loraGolden.test.ts'],
+  'attention=tiled,attentionForward=blocks,attentionBackward=blocks',
+);
 lavapipeStage();
 run('demo model', 'node', ['scripts/demo-model.mjs']);
 // End to end: every spec on the dev server, then the app spec (a round, the axe checks) and the

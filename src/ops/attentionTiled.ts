@@ -221,6 +221,20 @@ export function attentionForwardBlocks(gpu: Gpu, NH: number, NKV: number, HD: nu
   return tuning.attentionForward === 'blocks' ? attentionBlocking(gpu, NH, NKV, HD) : null;
 }
 
+/** The backward's kernels: 'blocks' where tuning.attentionBackward asks for them and they fit. */
+export function attentionBackwardBlocks(gpu: Gpu, NH: number, NKV: number, HD: number): AttentionBlocking | null {
+  return tuning.attentionBackward === 'blocks' ? attentionBlocking(gpu, NH, NKV, HD) : null;
+}
+
+/** The blocked kernels' defines, and their tiling in attentionTiling's terms (params, grid). */
+function blockedKernel(b: AttentionBlocking, HD: number, tree: boolean): { defines: Defines; t: AttentionTiling } {
+  const t: AttentionTiling = { BQ: b.BQ, HG: b.HG, ROWS: 128, BK: 8 * b.KJ };
+  return {
+    t,
+    defines: { ...defines(t, HD), TILED: 1, BLOCKED: 1, RI: b.RI, KJ: b.KJ, DC: b.DC, ...(tree ? { TREE: 1 } : {}) },
+  };
+}
+
 /** Training forward with lse (backward.ts attentionForwardLse's arguments, sizes checked). */
 export function attentionTiledLse(
   gpu: Gpu,
@@ -237,22 +251,14 @@ export function attentionTiledLse(
 ): void {
   const b = attentionForwardBlocks(gpu, NH, NKV, HD);
   if (b) {
-    const bt: AttentionTiling = { BQ: b.BQ, HG: b.HG, ROWS: 128, BK: 8 * b.KJ };
+    const { defines: d, t } = blockedKernel(b, HD, keyEnd !== null);
     gpu.dispatch(
-      opKernel(gpu, 'attentionForwardLse', 'attention', 'attention_blocked_lse', {
-        ...defines(bt, HD),
-        TILED: 1,
-        BLOCKED: 1,
-        RI: b.RI,
-        KJ: b.KJ,
-        DC: b.DC,
-        ...(keyEnd ? { TREE: 1 } : {}),
-      }),
+      opKernel(gpu, 'attentionForwardLse', 'attention', 'attention_blocked_lse', d),
       keyEnd
         ? bindings(ATTENTION_BINDINGS.attention_tiled_lse_tree, { out, q, k, v, lse, keyEnd })
         : bindings(ATTENTION_BINDINGS.attention_tiled_lse, { out, q, k, v, lse }),
-      queryGroups(T, NH, NKV, bt),
-      trainingParams(T, NH, NKV, HD, bt),
+      queryGroups(T, NH, NKV, t),
+      trainingParams(T, NH, NKV, HD, t),
     );
     return;
   }
@@ -297,6 +303,29 @@ export function attentionTiledBackward(
   HD: number,
   keyEnd: GPUBuffer | null = null,
 ): void {
+  const b = attentionBackwardBlocks(gpu, NH, NKV, HD);
+  if (b) {
+    const { defines: d, t } = blockedKernel(b, HD, keyEnd !== null);
+    const params = trainingParams(T, NH, NKV, HD, t);
+    gpu.dispatch(
+      opKernel(gpu, 'attentionBackward', 'attention', 'attention_blocked_dq', d),
+      keyEnd
+        ? bindings(ATTENTION_BINDINGS.attention_tiled_dq_tree, { dq, q, k, v, dout, lse, D: rowDot, out, keyEnd })
+        : bindings(ATTENTION_BINDINGS.attention_tiled_dq, { dq, q, k, v, dout, lse, D: rowDot, out }),
+      queryGroups(T, NH, NKV, t),
+      params,
+    );
+    // A dK/dV workgroup owns 16 RI keys of a KV head.
+    gpu.dispatch(
+      opKernel(gpu, 'attentionBackward.dkv', 'attention', 'attention_blocked_dkv', d),
+      keyEnd
+        ? bindings(ATTENTION_BINDINGS.attention_tiled_dkv_tree, { dk, q, k, v, dout, lse, D: rowDot, dv, keyEnd })
+        : bindings(ATTENTION_BINDINGS.attention_tiled_dkv, { dk, q, k, v, dout, lse, D: rowDot, dv }),
+      Math.ceil(T / (16 * b.RI)) * NKV,
+      params,
+    );
+    return;
+  }
   const S = backwardSplit(gpu, HD);
   const t = attentionTiling(gpu, NH, NKV, HD, S);
   const params = trainingParams(T, NH, NKV, HD, t);

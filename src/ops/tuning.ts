@@ -72,9 +72,12 @@ export interface Tuning {
   /**
    * The tiled attention backward's rows: split over 4 threads each with subgroup sums
    * (shaders/attention.wgsl SPLIT; 'auto' on GPUs whose subgroups are at least 4 wide, never on
-   * CPU adapters), or one thread per row ('row'). 'split' forces it where it can run.
+   * CPU adapters), or one thread per row ('row'). 'split' forces it where it can run. 'blocks':
+   * register-tiled products instead (attention_blocked_dq / _dkv, as attentionForward's
+   * 'blocks'; head_dim a multiple of 32, else as 'auto'), which 'auto' does not take until a GPU
+   * has timed them.
    */
-  attentionBackward: 'auto' | 'split' | 'row';
+  attentionBackward: 'auto' | 'split' | 'row' | 'blocks';
   /**
    * The tiled training forward with lse (where attention picks the tiled kernels for training):
    * one thread per (query, head) row ('rows': attention_tiled_lse), or register-tiled products
@@ -144,7 +147,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemmSplitK: ['auto', 'on', 'off'],
   gemvSplitK: ['auto', 'off'],
   gemvWideLanes: ['auto', 'on', 'off'],
-  attentionBackward: ['auto', 'split', 'row'],
+  attentionBackward: ['auto', 'split', 'row', 'blocks'],
   attentionForward: ['auto', 'rows', 'blocks'],
   normFold: ['auto', 'off'],
   loraFold: ['auto', 'off'],

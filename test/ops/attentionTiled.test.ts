@@ -466,13 +466,57 @@ describe.each(['row', 'split'] as const)('attention over a packed prefix tree (k
 
 // ---- the register-tiled training forward (tuning.attentionForward = 'blocks') -------------------
 
-describe('attention_blocked_lse (attentionForward: blocks)', () => {
+describe('attention_blocked_lse, _dq, _dkv (attentionForward, attentionBackward: blocks)', () => {
   beforeAll(() => {
     K.tuning.attentionForward = 'blocks';
+    K.tuning.attentionBackward = 'blocks';
   });
   afterAll(() => {
     K.tuning.attentionForward = 'auto';
+    K.tuning.attentionBackward = 'auto';
   });
+
+  /** The blocked backward from init (dq, dk, dv), against the f64 reference's. */
+  async function checkBackward(
+    name: string,
+    x: { q: Float32Array; k: Float32Array; v: Float32Array; dout: Float32Array },
+    bufs: { q: GPUBuffer; k: GPUBuffer; v: GPUBuffer; out: GPUBuffer; lse: GPUBuffer; keyEnd?: GPUBuffer },
+    want: { out: Float64Array; lse: Float64Array },
+    dims: [number, number, number, number],
+    keyEnd?: number[],
+    rand = ref.rng(2100 + dims[0]),
+  ) {
+    const [T, NH, NKV, HD] = dims;
+    const init = { dq: ref.randn(x.q.length, rand), dk: ref.randn(x.k.length, rand), dv: ref.randn(x.v.length, rand) };
+    const grads = { dq: f32Buf(init.dq, 'dq'), dk: f32Buf(init.dk, 'dk'), dv: f32Buf(init.dv, 'dv') };
+    const doutb = f32Buf(x.dout, 'dout');
+    K.attentionBackward(
+      gpu,
+      grads.dq,
+      grads.dk,
+      grads.dv,
+      doutb,
+      bufs.out,
+      bufs.lse,
+      bufs.q,
+      bufs.k,
+      bufs.v,
+      T,
+      NH,
+      NKV,
+      HD,
+      bufs.keyEnd ?? null,
+    );
+    expect(label('attentionBackward')).toContain('attention_blocked_dq');
+    expect(label('attentionBackward.dkv')).toContain('attention_blocked_dkv');
+    const g = { dq: f64(init.dq), dk: f64(init.dk), dv: f64(init.dv) };
+    ref.attentionBackward(g.dq, g.dk, g.dv, x.dout, want.out, want.lse, x.q, x.k, x.v, T, NH, NKV, HD, keyEnd);
+    for (const key of ['dq', 'dk', 'dv'] as const) {
+      const got = await gpu.readF32(grads[key]);
+      expectClose(`backward ${key} ${name}`, got.subarray(0, g[key].length), g[key], ATT_REL, ABS);
+    }
+    for (const b of [doutb, grads.dq, grads.dk, grads.dv]) gpu.releaseBuffer(b);
+  }
 
   it('picks the largest blocks that fit the workgroup memory', () => {
     const fake = (bytes: number) => ({ limits: { maxComputeWorkgroupStorageSize: bytes } }) as unknown as Gpu;
@@ -517,6 +561,13 @@ describe('attention_blocked_lse (attentionForward: blocks)', () => {
     ref.attentionForwardLse(wantOut, wantLse, q, k, v, T, NH, NKV, HD);
     expectClose(`out ${name}`, await gpu.readF32(out, q.length), wantOut, REL, ABS);
     expectClose(`lse ${name}`, await gpu.readF32(lse, T * NH), wantLse, REL, ABS);
+    const dout = ref.randn(T * NH * HD, rand);
+    await checkBackward(name, { q, k, v, dout }, { q: qb, k: kb, v: vb, out, lse }, { out: wantOut, lse: wantLse }, [
+      T,
+      NH,
+      NKV,
+      HD,
+    ]);
     for (const b of [qb, kb, vb, out, lse]) gpu.releaseBuffer(b);
   });
 
@@ -544,7 +595,65 @@ describe('attention_blocked_lse (attentionForward: blocks)', () => {
     ref.attentionForwardLse(wantOut, wantLse, q, k, v, T, NH, NKV, HD, keyEnd);
     expectClose(`out ${name}`, await gpu.readF32(out, q.length), wantOut, REL, ABS);
     expectClose(`lse ${name}`, await gpu.readF32(lse, T * NH), wantLse, REL, ABS);
+    const dout = ref.randn(T * NH * HD, rand);
+    await checkBackward(
+      name,
+      { q, k, v, dout },
+      { q: qb, k: kb, v: vb, out, lse, keyEnd: ke },
+      { out: wantOut, lse: wantLse },
+      [T, NH, NKV, HD],
+      keyEnd,
+    );
+    expect(K.kernelVariant(gpu, 'attentionBackward.dkv')!.defines.TREE).toBe(1);
     for (const b of [qb, kb, vb, ke, out, lse]) gpu.releaseBuffer(b);
+  });
+
+  // The blocked backward against central differences of the blocked forward (as the row
+  // kernels' check above): loss = sum(out * g), two random directions in each of q, k and v.
+  it.each([
+    [13, 4, 2, 32],
+    [40, 4, 1, 64],
+  ])('finite differences T=%i NH=%i NKV=%i HD=%i', async (T, NH, NKV, HD) => {
+    const rand = ref.rng(2300 + T);
+    const x = { q: ref.randn(T * NH * HD, rand), k: ref.randn(T * NKV * HD, rand), v: ref.randn(T * NKV * HD, rand) };
+    const g = ref.randn(T * NH * HD, rand);
+    const bufs = { q: f32Buf(x.q, 'q'), k: f32Buf(x.k, 'k'), v: f32Buf(x.v, 'v') };
+    const out = gpu.createBuffer(T * NH * HD * 4, 'out');
+    const lse = gpu.createBuffer(T * NH * 4, 'lse');
+    const loss = async () => {
+      K.attentionForwardLse(gpu, out, lse, bufs.q, bufs.k, bufs.v, T, NH, NKV, HD);
+      const o = await gpu.readF32(out, T * NH * HD);
+      let sum = 0;
+      for (let i = 0; i < o.length; i++) sum += o[i]! * g[i]!;
+      return sum;
+    };
+    await loss();
+    expect(label('attentionForwardLse')).toContain('attention_blocked_lse');
+    const grads = { q: outBuf(x.q.length), k: outBuf(x.k.length), v: outBuf(x.v.length) };
+    for (const b of Object.values(grads)) gpu.clear(b);
+    const gb = f32Buf(g, 'g');
+    K.attentionBackward(gpu, grads.q, grads.k, grads.v, gb, out, lse, bufs.q, bufs.k, bufs.v, T, NH, NKV, HD);
+    expect(label('attentionBackward.dkv')).toContain('attention_blocked_dkv');
+    const eps = 1e-2;
+    for (const key of ['q', 'k', 'v'] as const) {
+      const grad = await gpu.readF32(grads[key], x[key].length);
+      for (let dir = 0; dir < 2; dir++) {
+        const u = ref.randn(x[key].length, rand);
+        let analytic = 0;
+        for (let i = 0; i < u.length; i++) analytic += grad[i]! * u[i]!;
+        const at = async (sign: number) => {
+          gpu.write(
+            bufs[key],
+            x[key].map((xi, i) => xi + sign * eps * u[i]!),
+          );
+          return loss();
+        };
+        const numeric = ((await at(1)) - (await at(-1))) / (2 * eps);
+        gpu.write(bufs[key], x[key]);
+        expectClose(`blocks fd d${key} T=${T} NH=${NH} NKV=${NKV} dir ${dir}`, [analytic], [numeric], 1e-3, 1e-3);
+      }
+    }
+    for (const b of [gb, out, lse, bufs.q, bufs.k, bufs.v, grads.q, grads.k, grads.v]) gpu.releaseBuffer(b);
   });
 
   it('keeps the row kernel for a head dim that is not a multiple of 32', async () => {
@@ -554,5 +663,8 @@ describe('attention_blocked_lse (attentionForward: blocks)', () => {
     const [q, k, v] = [outBuf(T * NH * HD), outBuf(T * NH * HD), outBuf(T * NH * HD)];
     K.attentionForwardLse(gpu, x, lse, q, k, v, T, NH, NH, HD);
     expect(label('attentionForwardLse')).toContain('attention_tiled_lse');
+    const [dq, dk, dv] = [outBuf(T * NH * HD), outBuf(T * NH * HD), outBuf(T * NH * HD)];
+    K.attentionBackward(gpu, dq, dk, dv, outBuf(T * NH * HD), x, lse, q, k, v, T, NH, NH, HD);
+    expect(label('attentionBackward')).toContain('attention_tiled_dq');
   });
 });
