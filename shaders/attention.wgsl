@@ -163,6 +163,166 @@ fn storeOut() {
   for (var c = 0u; c < p.hv; c++) { out[gRow * HV + c] = out[gRow * HV + c] / l; }
 }
 
+#ifdef BLOCKED
+// ---- BLOCKED: the forward as register-tiled products (attention_blocked_lse, attention_blocked) -
+// The same results as attention_tiled_lse (out and lse = log sum_j exp(scale q.k_j) over the
+// visible keys) and attention_tiled (the paged cache), computed the way the tiled GEMM computes a product (shaders/matmul.wgsl) instead
+// of one thread per row: a workgroup owns R = 16 * RI (query, head) rows (BQ tokens times HG query
+// heads of one GQA group, as the tiled kernels) and walks the keys in tiles of BKB = 8 * KJ.
+// Its 128 threads form a 16 x 8 grid (tr, tc), and each holds a register block of each product:
+// - S = scale Q K^T: rows tr + 16 i (i < RI) times keys tc + 8 j (j < KJ), summed over the head
+//   dim in chunks of DC, the chunk's Q rows and K rows staged in workgroup memory (rows padded by a
+//   vec4: the 8 threads of a row group read 8 different bank groups);
+// - the online softmax: each row's running max m and sum l, kept by the 8 threads of its row group
+//   alike, from the per-thread partial maxima and sums of the tile in workgroup memory;
+// - O += P V: the same rows times head-dim vec4s tc + 8 c (c < HV / 8), P and the V tile in
+//   workgroup memory, the output block in registers for the whole key walk, written once.
+// An FMA takes a vec4 load per 4 FMAs in neither product's inner loop: each loads RI + KJ (S) or
+// RI + HV / 8 (O) operands per RI * KJ or RI * HV / 8 vec4 FMAs. Defines: RI, KJ, DC (a multiple of 4
+// dividing HDT); HDT a multiple of 32 (src/ops/attentionTiled.ts attentionBlocking picks them).
+const RI = {{RI}}u;
+const KJ = {{KJ}}u;
+const DC = {{DC}}u;
+const RB = 16u * RI;         // rows a workgroup
+const BKB = 8u * KJ;         // keys a tile
+const DCV = DC / 4u;         // vec4s of a chunk
+const QST = DCV + 1u;        // staged row stride (vec4s), padded
+const HC = HV / 8u;          // output vec4s a thread holds per row
+const PST = BKB + 1u;        // P row stride (floats), padded
+const AREA = max((RB + BKB) * QST, BKB * HV);
+
+// The Q and K chunks (S), then the V tile (O): one region, used in turn.
+var<workgroup> stage: array<vec4<f32>, AREA>;
+var<workgroup> pTile: array<f32, RB * PST>;  // probabilities of the tile
+var<workgroup> partMax: array<f32, RB * 8u>; // per row, each column thread's max over its keys
+var<workgroup> partSum: array<f32, RB * 8u>; // ... and its sum of probabilities
+
+// The thread's rows (tr + 16 i), their running max and sum, and its block of their output.
+var<private> bTr: u32;
+var<private> bTc: u32;
+var<private> bTok: array<u32, RI>;  // the row's token (its row of q and out: bRow)
+var<private> bRow: array<u32, RI>;
+var<private> bOk: array<bool, RI>;
+var<private> bM: array<f32, RI>;
+var<private> bL: array<f32, RI>;
+var<private> bAcc: array<vec4<f32>, RI * HC>;
+
+fn blockedRows(wg: u32, lid: u32) {
+  bTr = lid / 8u;
+  bTc = lid - bTr * 8u;
+  for (var i = 0u; i < RI; i++) {
+    let r = queryRow(wg, bTr + 16u * i);
+    bTok[i] = r.tok;
+    bRow[i] = r.tok * p.NH + r.head;
+    bOk[i] = r.valid;
+    bM[i] = NEG;
+    bL[i] = 0.0;
+  }
+  for (var e = 0u; e < RI * HC; e++) { bAcc[e] = vec4<f32>(0.0); }
+}
+
+// Keys j0 .. min(j0 + BKB, nk) - 1 of KV head kvh into every row: S by chunks, the online
+// softmax, O += P V. The module gives keyVec / valueVec (a key's or value's vec4 c),
+// blockedTileKeys (per-tile key data) and blockVisible (row i sees key j, tile index u).
+fn blockedTile(wg: u32, lid: u32, j0: u32, nk: u32, kvh: u32) {
+  let tr = bTr;
+  let tc = bTc;
+  var s: array<f32, RI * KJ>;
+  for (var e = 0u; e < RI * KJ; e++) { s[e] = 0.0; }
+  for (var c0 = 0u; c0 < HV; c0 += DCV) {
+    for (var e = lid; e < (RB + BKB) * DCV; e += 128u) {
+      let rr = e / DCV;
+      let c = e - rr * DCV;
+      var x = vec4<f32>(0.0);
+      if (rr < RB) {
+        let r = queryRow(wg, rr);
+        if (r.valid) { x = q[(r.tok * p.NH + r.head) * HV + c0 + c]; }
+      } else {
+        let j = j0 + rr - RB;
+        if (j < nk) { x = keyVec(j, kvh, c0 + c); }
+      }
+      stage[rr * QST + c] = x;
+    }
+    workgroupBarrier();
+    for (var c = 0u; c < DCV; c++) {
+      var kv: array<vec4<f32>, KJ>;
+      for (var j = 0u; j < KJ; j++) { kv[j] = stage[(RB + tc + 8u * j) * QST + c]; }
+      for (var i = 0u; i < RI; i++) {
+        let qv = stage[(tr + 16u * i) * QST + c];
+        for (var j = 0u; j < KJ; j++) { s[i * KJ + j] += dot(qv, kv[j]); }
+      }
+    }
+    workgroupBarrier(); // the chunk is consumed before the next (or the V tile) overwrites it
+  }
+  // The V tile into the same region, and the module's per-tile key data.
+  for (var e = lid; e < BKB * HV; e += 128u) {
+    let u = e / HV;
+    let j = j0 + u;
+    var x = vec4<f32>(0.0); // zero past the keys: 0 * x must stay 0
+    if (j < nk) { x = valueVec(j, kvh, e - u * HV); }
+    stage[e] = x;
+  }
+  blockedTileKeys(j0, nk, lid);
+  workgroupBarrier();
+  // Masked scores and each row's partial max over the thread's keys.
+  for (var i = 0u; i < RI; i++) {
+    var pm = NEG;
+    for (var j = 0u; j < KJ; j++) {
+      let u = tc + 8u * j;
+      let vis = bOk[i] && j0 + u < nk && blockVisible(i, j0 + u, u);
+      let x = select(NEG, s[i * KJ + j] * p.scale, vis);
+      s[i * KJ + j] = x;
+      pm = max(pm, x);
+    }
+    partMax[(tr + 16u * i) * 8u + tc] = pm;
+  }
+  workgroupBarrier();
+  var corr: array<f32, RI>;
+  for (var i = 0u; i < RI; i++) {
+    let row = tr + 16u * i;
+    var mt = bM[i];
+    for (var c = 0u; c < 8u; c++) { mt = max(mt, partMax[row * 8u + c]); }
+    var ps = 0.0;
+    for (var j = 0u; j < KJ; j++) {
+      let x = s[i * KJ + j];
+      let e = select(0.0, exp(x - mt), x > NEG); // a hidden key weighs exactly 0
+      pTile[row * PST + tc + 8u * j] = e;
+      ps += e;
+    }
+    partSum[row * 8u + tc] = ps;
+    corr[i] = exp(bM[i] - mt);
+    bM[i] = mt;
+  }
+  workgroupBarrier();
+  // l, then O = O * corr + P V over the tile's keys.
+  for (var i = 0u; i < RI; i++) {
+    let row = tr + 16u * i;
+    var ls = 0.0;
+    for (var c = 0u; c < 8u; c++) { ls += partSum[row * 8u + c]; }
+    bL[i] = bL[i] * corr[i] + ls;
+    for (var c = 0u; c < HC; c++) { bAcc[i * HC + c] *= corr[i]; }
+  }
+  let nb = min(BKB, nk - j0);
+  for (var u = 0u; u < nb; u++) {
+    var vv: array<vec4<f32>, HC>;
+    for (var c = 0u; c < HC; c++) { vv[c] = stage[u * HV + tc + 8u * c]; }
+    for (var i = 0u; i < RI; i++) {
+      let pr = pTile[(tr + 16u * i) * PST + u];
+      for (var c = 0u; c < HC; c++) { bAcc[i * HC + c] += pr * vv[c]; }
+    }
+  }
+  workgroupBarrier(); // the tile is consumed before the next one's Q/K chunks overwrite it
+}
+
+// out = O / l for the valid rows (a row that saw no key is not valid: every query sees itself).
+fn blockedStoreOut() {
+  for (var i = 0u; i < RI; i++) {
+    if (!bOk[i]) { continue; }
+    for (var c = 0u; c < HC; c++) { out[bRow[i] * HV + bTc + 8u * c] = bAcc[i * HC + c] / bL[i]; }
+  }
+}
+#endif
+
 #if defined(KV)
 #if KV == f16
 alias KvWord = vec2<u32>; // four f16 elements
@@ -587,165 +747,38 @@ fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
 #endif
 
 #ifdef BLOCKED
-// ---- attention_blocked_lse: the training forward with lse as register-tiled products ----------
-// The same results as attention_tiled_lse (out and lse = log sum_j exp(scale q.k_j) over the
-// visible keys), computed the way the tiled GEMM computes a product (shaders/matmul.wgsl) instead
-// of one thread per row: a workgroup owns R = 16 * RI (query, head) rows (BQ tokens times HG query
-// heads of one GQA group, as the tiled kernels) and walks the keys in tiles of BKB = 8 * KJ.
-// Its 128 threads form a 16 x 8 grid (tr, tc), and each holds a register block of each product:
-// - S = scale Q K^T: rows tr + 16 i (i < RI) times keys tc + 8 j (j < KJ), summed over the head
-//   dim in chunks of DC, the chunk's Q rows and K rows staged in workgroup memory (rows padded by a
-//   vec4: the 8 threads of a row group read 8 different bank groups);
-// - the online softmax: each row's running max m and sum l, kept by the 8 threads of its row group
-//   alike, from the per-thread partial maxima and sums of the tile in workgroup memory;
-// - O += P V: the same rows times head-dim vec4s tc + 8 c (c < HV / 8), P and the V tile in
-//   workgroup memory, the output block in registers for the whole key walk, written once.
-// An FMA takes a vec4 load per 4 FMAs in neither product's inner loop: each loads RI + KJ (S) or
-// RI + HV / 8 (O) operands per RI * KJ or RI * HV / 8 vec4 FMAs. Defines: RI, KJ, DC (a multiple of 4
-// dividing HDT); HDT a multiple of 32 (src/ops/attentionTiled.ts attentionBlocking picks them).
-const RI = {{RI}}u;
-const KJ = {{KJ}}u;
-const DC = {{DC}}u;
-const RB = 16u * RI;         // rows a workgroup
-const BKB = 8u * KJ;         // keys a tile
-const DCV = DC / 4u;         // vec4s of a chunk
-const QST = DCV + 1u;        // staged row stride (vec4s), padded
-const HC = HV / 8u;          // output vec4s a thread holds per row
-const PST = BKB + 1u;        // P row stride (floats), padded
-const AREA = max((RB + BKB) * QST, BKB * HV);
-
-// The Q and K chunks (S), then the V tile (O): one region, used in turn.
-var<workgroup> stage: array<vec4<f32>, AREA>;
-var<workgroup> pTile: array<f32, RB * PST>;  // probabilities of the tile
-var<workgroup> partMax: array<f32, RB * 8u>; // per row, each column thread's max over its keys
-var<workgroup> partSum: array<f32, RB * 8u>; // ... and its sum of probabilities
+// The training module's keys: k and v rows of KV head kvh; key j seen by query t when j <= t
+// (TREE: and t < keyEnd[j], the tile's ends loaded by blockedTileKeys).
+fn keyVec(j: u32, kvh: u32, c: u32) -> vec4<f32> { return k[(j * p.NKV + kvh) * HV + c]; }
+fn valueVec(j: u32, kvh: u32, c: u32) -> vec4<f32> { return v[(j * p.NKV + kvh) * HV + c]; }
+fn blockedTileKeys(j0: u32, nk: u32, lid: u32) {
+#ifdef TREE
+  for (var u = lid; u < BKB; u += 128u) { if (j0 + u < nk) { kEndTile[u] = keyEndLse[j0 + u]; } }
+#endif
+}
+fn blockVisible(i: u32, j: u32, u: u32) -> bool {
+#ifdef TREE
+  return j <= bTok[i] && bTok[i] < kEndTile[u];
+#else
+  return j <= bTok[i];
+#endif
+}
 
 @compute @workgroup_size(128)
 fn attention_blocked_lse(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                          @builtin(local_invocation_index) lid: u32) {
   let wg = linearGroup(wid, nwg);
   if (wg >= queryGroups()) { return; }
-  let tr = lid / 8u;
-  let tc = lid - tr * 8u;
-  let t0 = tileStart(wg);
-  let nk = min(p.T, t0 + p.BQ); // keys of the tile's last query
+  blockedRows(wg, lid);
+  let nk = min(p.T, tileStart(wg) + p.BQ); // keys of the tile's last query
   let kvh = queryRow(wg, 0u).kvh;
-  // The thread's rows: token and (query row) index into q, out, lse.
-  var tok: array<u32, RI>;
-  var rowAt: array<u32, RI>;
-  var ok: array<bool, RI>;
-  var m: array<f32, RI>;
-  var l: array<f32, RI>;
-  var acc: array<vec4<f32>, RI * HC>;
+  for (var j0 = 0u; j0 < nk; j0 += BKB) { blockedTile(wg, lid, j0, nk, kvh); }
+  blockedStoreOut();
   for (var i = 0u; i < RI; i++) {
-    let r = queryRow(wg, tr + 16u * i);
-    tok[i] = r.tok;
-    rowAt[i] = r.tok * p.NH + r.head;
-    ok[i] = r.valid;
-    m[i] = NEG;
-    l[i] = 0.0;
-  }
-  for (var e = 0u; e < RI * HC; e++) { acc[e] = vec4<f32>(0.0); }
-
-  for (var j0 = 0u; j0 < nk; j0 += BKB) {
-    // S: the thread's RI x KJ scores, over the head dim in chunks of DC.
-    var s: array<f32, RI * KJ>;
-    for (var e = 0u; e < RI * KJ; e++) { s[e] = 0.0; }
-    for (var c0 = 0u; c0 < HV; c0 += DCV) {
-      for (var e = lid; e < (RB + BKB) * DCV; e += 128u) {
-        let rr = e / DCV;
-        let c = e - rr * DCV;
-        var x = vec4<f32>(0.0);
-        if (rr < RB) {
-          let r = queryRow(wg, rr);
-          if (r.valid) { x = q[(r.tok * p.NH + r.head) * HV + c0 + c]; }
-        } else {
-          let j = j0 + rr - RB;
-          if (j < nk) { x = k[(j * p.NKV + kvh) * HV + c0 + c]; }
-        }
-        stage[rr * QST + c] = x;
-      }
-      workgroupBarrier();
-      for (var c = 0u; c < DCV; c++) {
-        var kv: array<vec4<f32>, KJ>;
-        for (var j = 0u; j < KJ; j++) { kv[j] = stage[(RB + tc + 8u * j) * QST + c]; }
-        for (var i = 0u; i < RI; i++) {
-          let qv = stage[(tr + 16u * i) * QST + c];
-          for (var j = 0u; j < KJ; j++) { s[i * KJ + j] += dot(qv, kv[j]); }
-        }
-      }
-      workgroupBarrier(); // the chunk is consumed before the next (or the V tile) overwrites it
-    }
-    // The V tile into the same region, and the keys' subtree ends (TREE).
-    for (var e = lid; e < BKB * HV; e += 128u) {
-      let u = e / HV;
-      let j = j0 + u;
-      var x = vec4<f32>(0.0); // zero past the keys: 0 * x must stay 0
-      if (j < nk) { x = v[(j * p.NKV + kvh) * HV + (e - u * HV)]; }
-      stage[e] = x;
-    }
-#ifdef TREE
-    for (var u = lid; u < BKB; u += 128u) { if (j0 + u < nk) { kEndTile[u] = keyEndLse[j0 + u]; } }
-    workgroupBarrier();
-#endif
-    // Masked scores and each row's partial max over the thread's keys.
-    for (var i = 0u; i < RI; i++) {
-      var pm = NEG;
-      for (var j = 0u; j < KJ; j++) {
-        let u = tc + 8u * j;
-        var vis = ok[i] && j0 + u <= tok[i];
-#ifdef TREE
-        vis = vis && tok[i] < kEndTile[u];
-#endif
-        let x = select(NEG, s[i * KJ + j] * p.scale, vis);
-        s[i * KJ + j] = x;
-        pm = max(pm, x);
-      }
-      partMax[(tr + 16u * i) * 8u + tc] = pm;
-    }
-    workgroupBarrier();
-    var corr: array<f32, RI>;
-    for (var i = 0u; i < RI; i++) {
-      let row = tr + 16u * i;
-      var mt = m[i];
-      for (var c = 0u; c < 8u; c++) { mt = max(mt, partMax[row * 8u + c]); }
-      var ps = 0.0;
-      for (var j = 0u; j < KJ; j++) {
-        let x = s[i * KJ + j];
-        let e = select(0.0, exp(x - mt), x > NEG); // a hidden key weighs exactly 0
-        pTile[row * PST + tc + 8u * j] = e;
-        ps += e;
-      }
-      partSum[row * 8u + tc] = ps;
-      corr[i] = exp(m[i] - mt);
-      m[i] = mt;
-    }
-    workgroupBarrier();
-    // l, then O = O * corr + P V over the tile's keys.
-    for (var i = 0u; i < RI; i++) {
-      let row = tr + 16u * i;
-      var ls = 0.0;
-      for (var c = 0u; c < 8u; c++) { ls += partSum[row * 8u + c]; }
-      l[i] = l[i] * corr[i] + ls;
-      for (var c = 0u; c < HC; c++) { acc[i * HC + c] *= corr[i]; }
-    }
-    let nb = min(BKB, nk - j0);
-    for (var u = 0u; u < nb; u++) {
-      var vv: array<vec4<f32>, HC>;
-      for (var c = 0u; c < HC; c++) { vv[c] = stage[u * HV + tc + 8u * c]; }
-      for (var i = 0u; i < RI; i++) {
-        let pr = pTile[(tr + 16u * i) * PST + u];
-        for (var c = 0u; c < HC; c++) { acc[i * HC + c] += pr * vv[c]; }
-      }
-    }
-    workgroupBarrier(); // the tile is consumed before the next one's Q/K chunks overwrite it
-  }
-  for (var i = 0u; i < RI; i++) {
-    if (!ok[i]) { continue; }
-    for (var c = 0u; c < HC; c++) { out[rowAt[i] * HV + tc + 8u * c] = acc[i * HC + c] / l[i]; }
-    if (tc == 0u) { lse[rowAt[i]] = m[i] + log(l[i]); }
+    if (bOk[i] && bTc == 0u) { lse[bRow[i]] = bM[i] + log(bL[i]); }
   }
 }
+
 // ---- attention_blocked_dq, attention_blocked_dkv: the backward as register-tiled products -----
 // FA-2's backward (as attention_tiled_dq / _dkv: P = exp(scale q.k - lse), dS = P (dO.v - D),
 // dQ += scale dS K, dK += scale dS^T Q, dV += P^T dO), each product a register block a thread as
