@@ -153,11 +153,12 @@ gpuChoices('golden and memory-plan tests', [
   'test/train/trainingMemory.test.ts',
 ]);
 // The register-tiled attention (tuning.attentionForward / attentionBackward 'blocks', which 'auto'
-// does not take yet) in the LoRA forward and gradients against PyTorch autograd: the
-// untied-rslora fixture's head_dim 32 takes them (a multiple of 32).
+// does not take yet) against Hugging Face and PyTorch autograd: the untied-sharded fixture's
+// head_dim 32 takes them (a multiple of 32) in its prefill over the paged cache (logits, greedy
+// and batched decode) and, as untied-rslora's base, in the LoRA forward and gradients.
 gpuChoices(
-  'golden LoRA tests with the register-tiled attention',
-  ['test/model/loraGolden.test.ts'],
+  'golden tests with the register-tiled attention',
+  ['test/model/golden.test.ts', 'test/model/loraGolden.test.ts'],
   'attention=tiled,attentionForward=blocks,attentionBackward=blocks',
 );
 lavapipeStage();

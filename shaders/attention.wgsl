@@ -348,6 +348,21 @@ var<workgroup> runEnd: u32;  // tile index one past the run
 var<workgroup> runKeys: u32; // keys of the run: max over its tokens of min(pos + 1, maxT)
 var<workgroup> runSlot: u32;
 
+// Thread 0: the run of the tile's tokens t0 + start .. with start's slot into runEnd, runKeys,
+// runSlot (the caller reads them with workgroupUniformLoad).
+fn findRun(t0: u32, start: u32, tileQ: u32) {
+  let s = slot[t0 + start];
+  var e = start + 1u;
+  var n = min(pos[t0 + start] + 1u, p.maxT);
+  while (e < tileQ && slot[t0 + e] == s) {
+    n = max(n, min(pos[t0 + e] + 1u, p.maxT));
+    e++;
+  }
+  runEnd = e;
+  runKeys = n;
+  runSlot = s;
+}
+
 // ---- attention_tiled: prefill over the paged cache ------------------------------------------
 // Token t attends to positions 0..pos[t] of slot[t]. A chunk may hold tokens of several slots:
 // a tile walks its runs of equal slots one after the other (thread 0 finds each run), so a tile
@@ -368,18 +383,7 @@ fn attention_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
   let rowWords = p.NKV * HV; // vec4s per cached token
   var start = 0u;
   loop {
-    if (lid == 0u) {
-      let s = slot[t0 + start];
-      var e = start + 1u;
-      var n = min(pos[t0 + start] + 1u, p.maxT);
-      while (e < tileQ && slot[t0 + e] == s) {
-        n = max(n, min(pos[t0 + e] + 1u, p.maxT));
-        e++;
-      }
-      runEnd = e;
-      runKeys = n;
-      runSlot = s;
-    }
+    if (lid == 0u) { findRun(t0, start, tileQ); }
     let end = workgroupUniformLoad(&runEnd);
     let nk = workgroupUniformLoad(&runKeys);
     let tableRow = workgroupUniformLoad(&runSlot) * p.pagesPerSlot;
@@ -405,6 +409,56 @@ fn attention_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
   }
   if (r.valid) { storeOut(); }
 }
+
+#ifdef BLOCKED
+// ---- attention_blocked: attention_tiled's prefill as register-tiled products ----------------
+// The rows of the tile walk its runs of equal slots as attention_tiled does; a run's key tiles
+// (the slot's pages) go to every row, and only the run's rows see them, each up to its own pos.
+var<private> bQi: array<u32, RI>;   // the row's token within the tile
+var<private> bKeys: array<u32, RI>; // keys the row sees: min(pos + 1, maxT)
+var<private> bRunLo: u32;           // the run's tokens within the tile, and its page-table row
+var<private> bRunHi: u32;
+var<private> bTable: u32;
+
+fn pagedAt(j: u32, kvh: u32, c: u32) -> u32 {
+  let page = pageTable[bTable + (j >> p.pageShift)];
+  return ((page << p.pageShift) + (j & ((1u << p.pageShift) - 1u))) * p.NKV * HV + kvh * HV + c;
+}
+fn keyVec(j: u32, kvh: u32, c: u32) -> vec4<f32> { return widen(kCache[pagedAt(j, kvh, c)]); }
+fn valueVec(j: u32, kvh: u32, c: u32) -> vec4<f32> { return widen(vCache[pagedAt(j, kvh, c)]); }
+fn blockedTileKeys(j0: u32, nk: u32, lid: u32) {}
+fn blockVisible(i: u32, j: u32, u: u32) -> bool {
+  return bQi[i] >= bRunLo && bQi[i] < bRunHi && j < bKeys[i];
+}
+
+@compute @workgroup_size(128)
+fn attention_blocked(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                     @builtin(local_invocation_index) lid: u32) {
+  let wg = linearGroup(wid, nwg);
+  if (wg >= queryGroups()) { return; }
+  blockedRows(wg, lid);
+  let t0 = tileStart(wg);
+  let tileQ = min(p.BQ, p.T - t0);
+  let kvh = queryRow(wg, 0u).kvh;
+  for (var i = 0u; i < RI; i++) {
+    bQi[i] = (bTr + 16u * i) / p.HG;
+    bKeys[i] = select(0u, min(pos[min(bTok[i], p.T - 1u)] + 1u, p.maxT), bOk[i]);
+  }
+  var start = 0u;
+  loop {
+    if (lid == 0u) { findRun(t0, start, tileQ); }
+    let end = workgroupUniformLoad(&runEnd);
+    let nk = workgroupUniformLoad(&runKeys);
+    bTable = workgroupUniformLoad(&runSlot) * p.pagesPerSlot;
+    bRunLo = start;
+    bRunHi = end;
+    for (var j0 = 0u; j0 < nk; j0 += BKB) { blockedTile(wg, lid, j0, nk, kvh); }
+    start = end;
+    if (start >= tileQ) { break; }
+  }
+  blockedStoreOut();
+}
+#endif
 #else
 // ---- training path: one causal sequence at positions 0..T-1; k, v (T, NKV, HD) f32 ------------
 

@@ -132,6 +132,17 @@ export function attentionTiledPaged(
   kv: KvPaging,
   pageShift: number,
 ): void {
+  const b = attentionForwardBlocks(gpu, NH, NKV, HD);
+  if (b) {
+    const { defines: d, t } = blockedKernel(b, HD, false);
+    gpu.dispatch(
+      opKernel(gpu, 'attention', 'attention', 'attention_blocked', { ...d, KV: kv.dtype }),
+      bindings(ATTENTION_BINDINGS.attention_tiled, { out, q, kCache, vCache, pageTable, slot, pos }),
+      queryGroups(T, NH, NKV, t),
+      [T, NH, NKV, t.BQ, t.HG, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift, HD / 4],
+    );
+    return;
+  }
   const t = attentionTiling(gpu, NH, NKV, HD);
   gpu.dispatch(
     opKernel(gpu, 'attention', 'attention', 'attention_tiled', { ...defines(t, HD, kv), TILED: 1 }, { ROWS: t.ROWS }),

@@ -79,11 +79,12 @@ export interface Tuning {
    */
   attentionBackward: 'auto' | 'split' | 'row' | 'blocks';
   /**
-   * The tiled training forward with lse (where attention picks the tiled kernels for training):
-   * one thread per (query, head) row ('rows': attention_tiled_lse), or register-tiled products
-   * ('blocks': attention_blocked_lse, S = Q K^T and O = P V each a 4 x 4 / 4 x HD/32 block a thread,
-   * as the tiled GEMM; head_dim a multiple of 32, else 'rows'). 'auto' takes 'rows' until a GPU
-   * has timed the two (bench/attention-ab.ts --variants tiled,tiled:blocks).
+   * The tiled attention forwards, training with lse and prefill over the paged cache (where
+   * attention picks the tiled kernels): one thread per (query, head) row ('rows':
+   * attention_tiled_lse, attention_tiled), or register-tiled products ('blocks':
+   * attention_blocked_lse, attention_blocked; S = Q K^T and O = P V each a 4 x 4 / 4 x HD/32 block
+   * a thread, as the tiled GEMM; head_dim a multiple of 32, else 'rows'). 'auto' takes 'rows'
+   * until a GPU has timed the two (bench/attention-ab.ts --variants tiled,tiled:blocks).
    */
   attentionForward: 'auto' | 'rows' | 'blocks';
   /**

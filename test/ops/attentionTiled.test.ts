@@ -608,6 +608,48 @@ describe('attention_blocked_lse, _dq, _dkv (attentionForward, attentionBackward:
     for (const b of [qb, kb, vb, ke, out, lse]) gpu.releaseBuffer(b);
   });
 
+  // The prefill over the paged cache (attention_blocked): the mixed chunk of the row kernel's
+  // tests (runs of slots, a lone token, a run split by another slot's token, shuffled pages),
+  // f32 and f16 KV, GQA 1, 4 and 32; a long prompt past several key tiles; positions past maxT.
+  const mixedChunk: [number, number][] = [
+    ...run(1, 0, 40),
+    ...run(2, 16, 37),
+    [0, 9],
+    ...run(3, 5, 9),
+    [1, 50],
+    ...run(3, 10, 12),
+  ];
+  it.each([
+    [4, 4, 32, 'f32'],
+    [8, 2, 128, 'f16'],
+    [32, 1, 32, 'f32'],
+  ] as const)('prefill: mixed chunk NH=%i NKV=%i HD=%i %s', (NH, NKV, HD, dtype) =>
+    pagedCase(
+      { NH, NKV, HD, dtype, pageSize: 4, S: 4, maxT: 56, tokens: mixedChunk },
+      30 + NH + HD,
+      'attention.attention_blocked[',
+    ),
+  );
+  it('prefill: one prompt of 150 tokens, f16; positions past maxT', async () => {
+    const entry = 'attention.attention_blocked[';
+    const long = {
+      NH: 4,
+      NKV: 1,
+      HD: 64,
+      dtype: 'f16',
+      pageSize: 16,
+      S: 2,
+      maxT: 160,
+      tokens: run(1, 0, 149),
+    } as const;
+    await pagedCase(long, 33, entry);
+    await pagedCase(
+      { NH: 2, NKV: 2, HD: 32, dtype: 'f32', pageSize: 2, S: 1, maxT: 6, tokens: run(0, 3, 5) },
+      34,
+      entry,
+    );
+  });
+
   // The blocked backward against central differences of the blocked forward (as the row
   // kernels' check above): loss = sum(out * g), two random directions in each of q, k and v.
   it.each([
