@@ -843,19 +843,98 @@ fn attention_blocked_lse(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgro
 // 8 KJ; S^T = K Q^T and dP^T = V dO^T by chunks, then dV += P^T dO and dK += dS^T Q with the dO,
 // then the Q, tile staged. Hidden pairs (i < j; TREE: i >= keyEnd[j]) weigh exactly 0.
 
-// The thread's RI x KJ blocks of a^T b over the head dim: rows `ra` of the a-rows and columns
-// `cb` of the b-rows, each chunk's a-rows staged at 0 .. RB - 1 and b-rows at RB .. RB + BKB - 1
-// by `stageChunk` (the caller's), consumed between two barriers.
-var<private> blk: array<f32, RI * KJ>;
+// The backward's row operands: a-rows are the workgroup's own rows (dQ: its (query, head) rows;
+// dK/dV: its keys jFirst + r), b-rows those of the tile it walks (dQ: keys x0 + u; dK/dV: the
+// (query, head) pairs x0 + u, e = (i - jFirst) * G + g). ph 0 reads q / k, ph 1 dO / v.
+struct BwdRows {
+  wg: u32,
+  forKeys: bool, // dK/dV
+  x0: u32,       // the tile's first key (dQ) or pair (dK/dV)
+  n: u32,        // keys (dQ) or pairs (dK/dV) in all
+  jFirst: u32,   // dK/dV: the workgroup's first key
+  kvh: u32,
+}
 
-// Chunk product of the staged rows: blk[i][j] += a-row (tr + 16 i) . b-row (tc + 8 j).
-fn chunkDots(tr: u32, tc: u32) {
-  for (var c = 0u; c < DCV; c++) {
-    var bv: array<vec4<f32>, KJ>;
-    for (var j = 0u; j < KJ; j++) { bv[j] = stage[(RB + tc + 8u * j) * QST + c]; }
+// Query-side row `th` (t * NH + head) of q (ph 0) or dO (ph 1); key row j of k or v.
+fn queryVec(ph: u32, th: u32, c: u32) -> vec4<f32> {
+  if (ph == 0u) { return q[th * HV + c]; }
+  return dout[th * HV + c];
+}
+fn kvVec(ph: u32, j: u32, kvh: u32, c: u32) -> vec4<f32> {
+  if (ph == 0u) { return k[(j * p.NKV + kvh) * HV + c]; }
+  return v[(j * p.NKV + kvh) * HV + c];
+}
+// The (query, head) row of pair pe of KV head kvh from key jFirst on.
+fn pairRow(pe: u32, jFirst: u32, kvh: u32) -> u32 {
+  let G = p.NH / p.NKV;
+  return (jFirst + pe / G) * p.NH + kvh * G + pe % G;
+}
+
+// Row rr of the staged operands (a-rows below RB, then b-rows), vec4 c; zero past the rows.
+fn bwdVec(o: BwdRows, ph: u32, rr: u32, c: u32) -> vec4<f32> {
+  if (rr < RB) {
+    if (o.forKeys) {
+      let j = o.jFirst + rr;
+      if (j < p.T) { return kvVec(ph, j, o.kvh, c); }
+    } else {
+      let r = queryRow(o.wg, rr);
+      if (r.valid) { return queryVec(ph, r.tok * p.NH + r.head, c); }
+    }
+  } else {
+    let x = o.x0 + rr - RB;
+    if (x < o.n) {
+      if (o.forKeys) { return queryVec(ph, pairRow(x, o.jFirst, o.kvh), c); }
+      return kvVec(ph, x, o.kvh, c);
+    }
+  }
+  return vec4<f32>(0.0);
+}
+
+// The thread's RI x KJ blocks of both products over the head dim, by chunks of DC: bS = a . b
+// of q / k (ph 0: S or S^T), blk = a . b of dO / v (ph 1: dP or dP^T).
+var<private> bS: array<f32, RI * KJ>;
+var<private> blk: array<f32, RI * KJ>;
+fn bwdProducts(o: BwdRows, lid: u32) {
+  for (var ph = 0u; ph < 2u; ph++) {
+    for (var e = 0u; e < RI * KJ; e++) { blk[e] = 0.0; }
+    for (var c0 = 0u; c0 < HV; c0 += DCV) {
+      for (var e = lid; e < (RB + BKB) * DCV; e += 128u) {
+        let rr = e / DCV;
+        let c = e - rr * DCV;
+        stage[rr * QST + c] = bwdVec(o, ph, rr, c0 + c);
+      }
+      workgroupBarrier();
+      for (var c = 0u; c < DCV; c++) {
+        var bv: array<vec4<f32>, KJ>;
+        for (var j = 0u; j < KJ; j++) { bv[j] = stage[(RB + bTc + 8u * j) * QST + c]; }
+        for (var i = 0u; i < RI; i++) {
+          let av = stage[(bTr + 16u * i) * QST + c];
+          for (var j = 0u; j < KJ; j++) { blk[i * KJ + j] += dot(av, bv[j]); }
+        }
+      }
+      workgroupBarrier();
+    }
+    if (ph == 0u) { for (var e = 0u; e < RI * KJ; e++) { bS[e] = blk[e]; } }
+  }
+}
+
+// The whole b-rows of the tile (ph 0: q or k; 1: dO or v) into the staging region, for the
+// products that take them along the head dim (dQ += dS K; dV += P^T dO; dK += dS^T Q).
+fn stageTile(o: BwdRows, ph: u32, lid: u32) {
+  for (var e = lid; e < BKB * HV; e += 128u) {
+    let u = e / HV;
+    stage[e] = bwdVec(o, ph, RB + u, e - u * HV);
+  }
+}
+
+// acc[i][c] += sum over the tile's u < nb of pTile[row i][u] * staged row u (vec4 tc + 8 c).
+fn tileTimesStaged(acc: ptr<function, array<vec4<f32>, RI * HC>>, nb: u32) {
+  for (var u = 0u; u < nb; u++) {
+    var bv: array<vec4<f32>, HC>;
+    for (var c = 0u; c < HC; c++) { bv[c] = stage[u * HV + bTc + 8u * c]; }
     for (var i = 0u; i < RI; i++) {
-      let av = stage[(tr + 16u * i) * QST + c];
-      for (var j = 0u; j < KJ; j++) { blk[i * KJ + j] += dot(av, bv[j]); }
+      let w = pTile[(bTr + 16u * i) * PST + u];
+      for (var c = 0u; c < HC; c++) { (*acc)[i * HC + c] += w * bv[c]; }
     }
   }
 }
@@ -865,108 +944,61 @@ fn attention_blocked_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgrou
                         @builtin(local_invocation_index) lid: u32) {
   let wg = linearGroup(wid, nwg);
   if (wg >= queryGroups()) { return; }
-  let tr = lid / 8u;
-  let tc = lid - tr * 8u;
-  let t0 = tileStart(wg);
-  let nk = min(p.T, t0 + p.BQ);
+  blockedRows(wg, lid);
+  let nk = min(p.T, tileStart(wg) + p.BQ);
   let kvh = queryRow(wg, 0u).kvh;
-  var tok: array<u32, RI>;
-  var rowAt: array<u32, RI>;
-  var ok: array<bool, RI>;
   var lseR: array<f32, RI>;
   var dR: array<f32, RI>;
   var acc: array<vec4<f32>, RI * HC>;
   // D = dO . O per row: each thread's vec4s, then the row group's 8 partial sums.
   for (var i = 0u; i < RI; i++) {
-    let r = queryRow(wg, tr + 16u * i);
-    tok[i] = r.tok;
-    rowAt[i] = r.tok * p.NH + r.head;
-    ok[i] = r.valid;
     var s = vec4<f32>(0.0);
     lseR[i] = 0.0;
-    if (r.valid) {
+    if (bOk[i]) {
       for (var c = 0u; c < HC; c++) {
-        let at = rowAt[i] * HV + tc + 8u * c;
+        let at = bRow[i] * HV + bTc + 8u * c;
         s += dout[at] * outSaved[at];
       }
-      lseR[i] = lseIn[rowAt[i]];
+      lseR[i] = lseIn[bRow[i]];
     }
-    partSum[(tr + 16u * i) * 8u + tc] = s.x + s.y + s.z + s.w;
+    partSum[(bTr + 16u * i) * 8u + bTc] = s.x + s.y + s.z + s.w;
   }
   for (var e = 0u; e < RI * HC; e++) { acc[e] = vec4<f32>(0.0); }
   workgroupBarrier();
   for (var i = 0u; i < RI; i++) {
     var d = 0.0;
-    for (var c = 0u; c < 8u; c++) { d += partSum[(tr + 16u * i) * 8u + c]; }
+    for (var c = 0u; c < 8u; c++) { d += partSum[(bTr + 16u * i) * 8u + c]; }
     dR[i] = d;
-    if (ok[i] && tc == 0u) { rowDot[rowAt[i]] = d; }
+    if (bOk[i] && bTc == 0u) { rowDot[bRow[i]] = d; }
   }
 
   for (var j0 = 0u; j0 < nk; j0 += BKB) {
-    var s: array<f32, RI * KJ>;
-    for (var ph = 0u; ph < 2u; ph++) { // S = Q K^T, then dP = dO V^T
-      for (var e = 0u; e < RI * KJ; e++) { blk[e] = 0.0; }
-      for (var c0 = 0u; c0 < HV; c0 += DCV) {
-        for (var e = lid; e < (RB + BKB) * DCV; e += 128u) {
-          let rr = e / DCV;
-          let c = e - rr * DCV;
-          var x = vec4<f32>(0.0);
-          if (rr < RB) {
-            let r = queryRow(wg, rr);
-            let at = (r.tok * p.NH + r.head) * HV + c0 + c;
-            if (r.valid) { if (ph == 0u) { x = q[at]; } else { x = dout[at]; } }
-          } else {
-            let j = j0 + rr - RB;
-            let at = (j * p.NKV + kvh) * HV + c0 + c;
-            if (j < nk) { if (ph == 0u) { x = k[at]; } else { x = v[at]; } }
-          }
-          stage[rr * QST + c] = x;
-        }
-        workgroupBarrier();
-        chunkDots(tr, tc);
-        workgroupBarrier();
-      }
-      if (ph == 0u) { for (var e = 0u; e < RI * KJ; e++) { s[e] = blk[e]; } }
-    }
-    // The K tile for dQ += dS K, and the keys' subtree ends.
-    for (var e = lid; e < BKB * HV; e += 128u) {
-      let u = e / HV;
-      let j = j0 + u;
-      var x = vec4<f32>(0.0);
-      if (j < nk) { x = k[(j * p.NKV + kvh) * HV + (e - u * HV)]; }
-      stage[e] = x;
-    }
+    let o = BwdRows(wg, false, j0, nk, 0u, kvh);
+    bwdProducts(o, lid); // S in bS, dP in blk
+    stageTile(o, 0u, lid); // the K tile for dQ += dS K
 #ifdef TREE
     for (var u = lid; u < BKB; u += 128u) { if (j0 + u < nk) { kEndTile[u] = keyEnd[j0 + u]; } }
     workgroupBarrier();
 #endif
     for (var i = 0u; i < RI; i++) {
       for (var j = 0u; j < KJ; j++) {
-        let u = tc + 8u * j;
-        var vis = ok[i] && j0 + u <= tok[i];
+        let u = bTc + 8u * j;
+        var vis = bOk[i] && j0 + u <= bTok[i];
 #ifdef TREE
-        vis = vis && tok[i] < kEndTile[u];
+        vis = vis && bTok[i] < kEndTile[u];
 #endif
-        let pij = select(0.0, exp(s[i * KJ + j] * p.scale - lseR[i]), vis);
-        pTile[(tr + 16u * i) * PST + u] = pij * (blk[i * KJ + j] - dR[i]);
+        let pij = select(0.0, exp(bS[i * KJ + j] * p.scale - lseR[i]), vis);
+        pTile[(bTr + 16u * i) * PST + u] = pij * (blk[i * KJ + j] - dR[i]);
       }
     }
     workgroupBarrier();
-    let nb = min(BKB, nk - j0);
-    for (var u = 0u; u < nb; u++) {
-      var kv: array<vec4<f32>, HC>;
-      for (var c = 0u; c < HC; c++) { kv[c] = stage[u * HV + tc + 8u * c]; }
-      for (var i = 0u; i < RI; i++) {
-        let ds = pTile[(tr + 16u * i) * PST + u];
-        for (var c = 0u; c < HC; c++) { acc[i * HC + c] += ds * kv[c]; }
-      }
-    }
+    tileTimesStaged(&acc, min(BKB, nk - j0));
     workgroupBarrier();
   }
   for (var i = 0u; i < RI; i++) {
-    if (!ok[i]) { continue; }
+    if (!bOk[i]) { continue; }
     for (var c = 0u; c < HC; c++) {
-      let at = rowAt[i] * HV + tc + 8u * c;
+      let at = bRow[i] * HV + bTc + 8u * c;
       dq[at] = dq[at] + p.scale * acc[i * HC + c];
     }
   }
@@ -982,15 +1014,15 @@ fn attention_blocked_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgro
   let kvh = wg - tile * p.NKV;
   let G = p.NH / p.NKV;
   let jFirst = tile * RB;
-  let tr = lid / 8u;
-  let tc = lid - tr * 8u;
+  bTr = lid / 8u;
+  bTc = lid - bTr * 8u;
   var key: array<u32, RI>;
   var ok: array<bool, RI>;
   var kEnd: array<u32, RI>;
   var accK: array<vec4<f32>, RI * HC>;
   var accV: array<vec4<f32>, RI * HC>;
   for (var i = 0u; i < RI; i++) {
-    let j = jFirst + tr + 16u * i;
+    let j = jFirst + bTr + 16u * i;
     key[i] = j;
     ok[i] = j < p.T;
     kEnd[i] = select(0u, keyEndOf(min(j, p.T - 1u)), j < p.T);
@@ -1001,96 +1033,47 @@ fn attention_blocked_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgro
   }
   let nPairs = (p.T - jFirst) * G;
   for (var e0 = 0u; e0 < nPairs; e0 += BKB) {
-    var s: array<f32, RI * KJ>;
-    for (var ph = 0u; ph < 2u; ph++) { // S^T = K Q^T, then dP^T = V dO^T
-      for (var e = 0u; e < RI * KJ; e++) { blk[e] = 0.0; }
-      for (var c0 = 0u; c0 < HV; c0 += DCV) {
-        for (var e = lid; e < (RB + BKB) * DCV; e += 128u) {
-          let rr = e / DCV;
-          let c = e - rr * DCV;
-          var x = vec4<f32>(0.0);
-          if (rr < RB) {
-            let j = jFirst + rr;
-            let at = (j * p.NKV + kvh) * HV + c0 + c;
-            if (j < p.T) { if (ph == 0u) { x = k[at]; } else { x = v[at]; } }
-          } else {
-            let pe = e0 + rr - RB;
-            let at = ((jFirst + pe / G) * p.NH + kvh * G + pe % G) * HV + c0 + c;
-            if (pe < nPairs) { if (ph == 0u) { x = q[at]; } else { x = dout[at]; } }
-          }
-          stage[rr * QST + c] = x;
-        }
-        workgroupBarrier();
-        chunkDots(tr, tc);
-        workgroupBarrier();
-      }
-      if (ph == 0u) { for (var e = 0u; e < RI * KJ; e++) { s[e] = blk[e]; } }
-    }
+    let o = BwdRows(wg, true, e0, nPairs, jFirst, kvh);
+    bwdProducts(o, lid); // S^T in bS, dP^T in blk
     // The pairs' lse and D, and their dO tile for dV += P^T dO.
-    for (var e = lid; e < BKB * HV; e += 128u) {
-      let u = e / HV;
-      let pe = e0 + u;
-      var x = vec4<f32>(0.0);
-      if (pe < nPairs) {
-        let th = (jFirst + pe / G) * p.NH + kvh * G + pe % G;
-        x = dout[th * HV + (e - u * HV)];
-        if (e - u * HV == 0u) {
-          pairLse[u] = lseIn[th];
-          pairDot[u] = rowDotIn[th];
-        }
+    stageTile(o, 1u, lid);
+    for (var u = lid; u < BKB; u += 128u) {
+      if (e0 + u < nPairs) {
+        let th = pairRow(e0 + u, jFirst, kvh);
+        pairLse[u] = lseIn[th];
+        pairDot[u] = rowDotIn[th];
       }
-      stage[e] = x;
     }
     workgroupBarrier();
-    // P^T into the tile, dS^T kept in s.
+    // P^T into the tile; dS^T into bS.
     for (var i = 0u; i < RI; i++) {
       for (var j = 0u; j < KJ; j++) {
-        let u = tc + 8u * j;
+        let u = bTc + 8u * j;
         let pe = e0 + u;
         let qi = jFirst + pe / G;
         let vis = ok[i] && pe < nPairs && qi >= key[i] && qi < kEnd[i];
-        let pij = select(0.0, exp(s[i * KJ + j] * p.scale - pairLse[u]), vis);
-        pTile[(tr + 16u * i) * PST + u] = pij;
-        s[i * KJ + j] = pij * (blk[i * KJ + j] - pairDot[u]);
+        let pij = select(0.0, exp(bS[i * KJ + j] * p.scale - pairLse[u]), vis);
+        pTile[(bTr + 16u * i) * PST + u] = pij;
+        bS[i * KJ + j] = pij * (blk[i * KJ + j] - pairDot[u]);
       }
     }
     workgroupBarrier();
     let nb = min(BKB, nPairs - e0);
-    for (var u = 0u; u < nb; u++) {
-      var ov: array<vec4<f32>, HC>;
-      for (var c = 0u; c < HC; c++) { ov[c] = stage[u * HV + tc + 8u * c]; }
-      for (var i = 0u; i < RI; i++) {
-        let pij = pTile[(tr + 16u * i) * PST + u];
-        for (var c = 0u; c < HC; c++) { accV[i * HC + c] += pij * ov[c]; }
-      }
-    }
+    tileTimesStaged(&accV, nb);
     workgroupBarrier();
     // dS^T into the tile, the pairs' Q tile for dK += dS^T Q.
     for (var i = 0u; i < RI; i++) {
-      for (var j = 0u; j < KJ; j++) { pTile[(tr + 16u * i) * PST + tc + 8u * j] = s[i * KJ + j]; }
+      for (var j = 0u; j < KJ; j++) { pTile[(bTr + 16u * i) * PST + bTc + 8u * j] = bS[i * KJ + j]; }
     }
-    for (var e = lid; e < BKB * HV; e += 128u) {
-      let u = e / HV;
-      let pe = e0 + u;
-      var x = vec4<f32>(0.0);
-      if (pe < nPairs) { x = q[((jFirst + pe / G) * p.NH + kvh * G + pe % G) * HV + (e - u * HV)]; }
-      stage[e] = x;
-    }
+    stageTile(o, 0u, lid);
     workgroupBarrier();
-    for (var u = 0u; u < nb; u++) {
-      var qv: array<vec4<f32>, HC>;
-      for (var c = 0u; c < HC; c++) { qv[c] = stage[u * HV + tc + 8u * c]; }
-      for (var i = 0u; i < RI; i++) {
-        let ds = pTile[(tr + 16u * i) * PST + u];
-        for (var c = 0u; c < HC; c++) { accK[i * HC + c] += ds * qv[c]; }
-      }
-    }
+    tileTimesStaged(&accK, nb);
     workgroupBarrier();
   }
   for (var i = 0u; i < RI; i++) {
     if (!ok[i]) { continue; }
     for (var c = 0u; c < HC; c++) {
-      let at = (key[i] * p.NKV + kvh) * HV + tc + 8u * c;
+      let at = (key[i] * p.NKV + kvh) * HV + bTc + 8u * c;
       dk[at] = dk[at] + p.scale * accK[i * HC + c];
       dv[at] = dv[at] + accV[i * HC + c];
     }

@@ -3,7 +3,7 @@
 // forward.ts (attention) and backward.ts (attentionForwardLse, attentionBackward) check sizes and
 // call in here when attentionVariant picks 'tiled'.
 import type { Gpu } from '../gpu/device.ts';
-import { f32, type Defines } from '../gpu/launch.ts';
+import { f32, type Defines, type Kernel } from '../gpu/launch.ts';
 import { ATTENTION_BINDINGS, GEMV_MAX_T, autoForCpu, bindings, opKernel, tuning, type KvPaging } from './common.ts';
 
 /**
@@ -314,62 +314,36 @@ export function attentionTiledBackward(
   HD: number,
   keyEnd: GPUBuffer | null = null,
 ): void {
+  const dqBindings = keyEnd
+    ? bindings(ATTENTION_BINDINGS.attention_tiled_dq_tree, { dq, q, k, v, dout, lse, D: rowDot, out, keyEnd })
+    : bindings(ATTENTION_BINDINGS.attention_tiled_dq, { dq, q, k, v, dout, lse, D: rowDot, out });
+  const dkvBindings = keyEnd
+    ? bindings(ATTENTION_BINDINGS.attention_tiled_dkv_tree, { dk, q, k, v, dout, lse, D: rowDot, dv, keyEnd })
+    : bindings(ATTENTION_BINDINGS.attention_tiled_dkv, { dk, q, k, v, dout, lse, D: rowDot, dv });
+  // The kernels, their tiling, and the keys a dK/dV workgroup owns.
   const b = attentionBackwardBlocks(gpu, NH, NKV, HD);
+  let kernels: { dq: Kernel; dkv: Kernel; t: AttentionTiling; keysPerGroup: number };
   if (b) {
     const { defines: d, t } = blockedKernel(b, HD, keyEnd !== null);
-    const params = trainingParams(T, NH, NKV, HD, t);
-    gpu.dispatch(
-      opKernel(gpu, 'attentionBackward', 'attention', 'attention_blocked_dq', d),
-      keyEnd
-        ? bindings(ATTENTION_BINDINGS.attention_tiled_dq_tree, { dq, q, k, v, dout, lse, D: rowDot, out, keyEnd })
-        : bindings(ATTENTION_BINDINGS.attention_tiled_dq, { dq, q, k, v, dout, lse, D: rowDot, out }),
-      queryGroups(T, NH, NKV, t),
-      params,
-    );
-    // A dK/dV workgroup owns 16 RI keys of a KV head.
-    gpu.dispatch(
-      opKernel(gpu, 'attentionBackward.dkv', 'attention', 'attention_blocked_dkv', d),
-      keyEnd
-        ? bindings(ATTENTION_BINDINGS.attention_tiled_dkv_tree, { dk, q, k, v, dout, lse, D: rowDot, dv, keyEnd })
-        : bindings(ATTENTION_BINDINGS.attention_tiled_dkv, { dk, q, k, v, dout, lse, D: rowDot, dv }),
-      Math.ceil(T / (16 * b.RI)) * NKV,
-      params,
-    );
-    return;
+    kernels = {
+      dq: opKernel(gpu, 'attentionBackward', 'attention', 'attention_blocked_dq', d),
+      dkv: opKernel(gpu, 'attentionBackward.dkv', 'attention', 'attention_blocked_dkv', d),
+      t,
+      keysPerGroup: 16 * b.RI,
+    };
+  } else {
+    const S = backwardSplit(gpu, HD);
+    const t = attentionTiling(gpu, NH, NKV, HD, S);
+    const d: Defines = { ...defines(t, HD), TILED: 1, ...(S > 1 ? { SPLIT: S } : {}), ...(keyEnd ? { TREE: 1 } : {}) };
+    kernels = {
+      dq: opKernel(gpu, 'attentionBackward', 'attention', 'attention_tiled_dq', d, { ROWS: t.ROWS }),
+      dkv: opKernel(gpu, 'attentionBackward.dkv', 'attention', 'attention_tiled_dkv', d, { ROWS: t.ROWS }),
+      t,
+      // t.ROWS / S keys each (a multiple of 8 up to 128, as the query tiles)
+      keysPerGroup: t.ROWS / S,
+    };
   }
-  const S = backwardSplit(gpu, HD);
-  const t = attentionTiling(gpu, NH, NKV, HD, S);
-  const params = trainingParams(T, NH, NKV, HD, t);
-  const split: Defines = { ...(S > 1 ? { SPLIT: S } : {}), ...(keyEnd ? { TREE: 1 } : {}) };
-  gpu.dispatch(
-    opKernel(
-      gpu,
-      'attentionBackward',
-      'attention',
-      'attention_tiled_dq',
-      { ...defines(t, HD), TILED: 1, ...split },
-      { ROWS: t.ROWS },
-    ),
-    keyEnd
-      ? bindings(ATTENTION_BINDINGS.attention_tiled_dq_tree, { dq, q, k, v, dout, lse, D: rowDot, out, keyEnd })
-      : bindings(ATTENTION_BINDINGS.attention_tiled_dq, { dq, q, k, v, dout, lse, D: rowDot, out }),
-    queryGroups(T, NH, NKV, t),
-    params,
-  );
-  // The dK/dV workgroups own t.ROWS / S keys each (a multiple of 8 up to 128, as the query tiles).
-  gpu.dispatch(
-    opKernel(
-      gpu,
-      'attentionBackward.dkv',
-      'attention',
-      'attention_tiled_dkv',
-      { ...defines(t, HD), TILED: 1, ...split },
-      { ROWS: t.ROWS },
-    ),
-    keyEnd
-      ? bindings(ATTENTION_BINDINGS.attention_tiled_dkv_tree, { dk, q, k, v, dout, lse, D: rowDot, dv, keyEnd })
-      : bindings(ATTENTION_BINDINGS.attention_tiled_dkv, { dk, q, k, v, dout, lse, D: rowDot, dv }),
-    Math.ceil(T / (t.ROWS / S)) * NKV,
-    params,
-  );
+  const params = trainingParams(T, NH, NKV, HD, kernels.t);
+  gpu.dispatch(kernels.dq, dqBindings, queryGroups(T, NH, NKV, kernels.t), params);
+  gpu.dispatch(kernels.dkv, dkvBindings, Math.ceil(T / kernels.keysPerGroup) * NKV, params);
 }

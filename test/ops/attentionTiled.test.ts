@@ -146,17 +146,18 @@ async function pagedCase(c: PagedCase, seed: number, entry = 'attention.attentio
 const run = (s: number, first: number, last: number): [number, number][] =>
   Array.from({ length: last - first + 1 }, (_, i) => [s, first + i]);
 
+// A chunk like GpuPolicy's: one slot's prompt from 0, another's tail after a shared prefix, a
+// lone token, and a slot whose run is split by another slot's token.
+const mixed: [number, number][] = [
+  ...run(1, 0, 40),
+  ...run(2, 16, 37),
+  [0, 9],
+  ...run(3, 5, 9),
+  [1, 50],
+  ...run(3, 10, 12),
+];
+
 describe('attention (prefill, paged cache)', () => {
-  // A chunk like GpuPolicy's: one slot's prompt from 0, another's tail after a shared prefix, a
-  // lone token, and a slot whose run is split by another slot's token.
-  const mixed: [number, number][] = [
-    ...run(1, 0, 40),
-    ...run(2, 16, 37),
-    [0, 9],
-    ...run(3, 5, 9),
-    [1, 50],
-    ...run(3, 10, 12),
-  ];
   it.each([
     [4, 4, 16, 'f32'],
     [4, 2, 16, 'f16'],
@@ -296,62 +297,69 @@ describe.each(['row', 'split'] as const)('attentionForwardLse + attentionBackwar
   it.each([
     [13, 4, 2, 8],
     [40, 4, 1, 16],
-  ])('finite differences T=%i NH=%i NKV=%i HD=%i', async (T, NH, NKV, HD) => {
-    const rand = ref.rng(900 + T);
-    const x = { q: ref.randn(T * NH * HD, rand), k: ref.randn(T * NKV * HD, rand), v: ref.randn(T * NKV * HD, rand) };
-    const g = ref.randn(T * NH * HD, rand);
-    const bufs = { q: f32Buf(x.q, 'q'), k: f32Buf(x.k, 'k'), v: f32Buf(x.v, 'v') };
-    const out = gpu.createBuffer(T * NH * HD * 4, 'out');
-    const lse = gpu.createBuffer(T * NH * 4, 'lse');
-    const loss = async () => {
-      K.attentionForwardLse(gpu, out, lse, bufs.q, bufs.k, bufs.v, T, NH, NKV, HD);
-      const o = await gpu.readF32(out, T * NH * HD);
-      let s = 0;
-      for (let i = 0; i < o.length; i++) s += o[i]! * g[i]!;
-      return s;
-    };
-    await loss(); // out and lse at x, saved for the backward
-    const grads = { q: outBuf(x.q.length), k: outBuf(x.k.length), v: outBuf(x.v.length) };
-    for (const b of Object.values(grads)) gpu.clear(b);
-    K.attentionBackward(
-      gpu,
-      grads.q,
-      grads.k,
-      grads.v,
-      f32Buf(g, 'g'),
-      out,
-      lse,
-      bufs.q,
-      bufs.k,
-      bufs.v,
-      T,
-      NH,
-      NKV,
-      HD,
-    );
-    expect(label('attentionBackward.dkv')).toContain('attention_tiled_dkv');
-    checkSplit(HD);
-    const eps = 1e-2;
-    for (const key of ['q', 'k', 'v'] as const) {
-      const grad = await gpu.readF32(grads[key], x[key].length);
-      for (let dir = 0; dir < 2; dir++) {
-        const u = ref.randn(x[key].length, rand);
-        let analytic = 0;
-        for (let i = 0; i < u.length; i++) analytic += grad[i]! * u[i]!;
-        const at = async (sign: number) => {
-          gpu.write(
-            bufs[key],
-            x[key].map((xi, i) => xi + sign * eps * u[i]!),
-          );
-          return loss();
-        };
-        const numeric = ((await at(1)) - (await at(-1))) / (2 * eps);
-        gpu.write(bufs[key], x[key]);
-        expectClose(`fd d${key} T=${T} NH=${NH} NKV=${NKV} dir ${dir}`, [analytic], [numeric], 1e-3, 1e-3);
-      }
-    }
-  });
+  ])('finite differences T=%i NH=%i NKV=%i HD=%i', (T, NH, NKV, HD) =>
+    finiteDifferences(T, NH, NKV, HD, 900 + T, 'fd', () => {
+      expect(label('attentionBackward.dkv')).toContain('attention_tiled_dkv');
+      checkSplit(HD);
+    }),
+  );
 });
+
+/**
+ * The GPU backward against central differences of the GPU forward: loss = sum(out * g); for a
+ * random direction u in one input x, (loss(x + eps u) - loss(x - eps u)) / 2 eps must equal
+ * grad_x . u. f32 forward: eps 1e-2, tolerance 1e-3 relative (measured error ~1e-5). `ran`
+ * checks the kernels that ran, after the backward.
+ */
+async function finiteDifferences(
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+  seed: number,
+  name: string,
+  ran: () => void,
+) {
+  const rand = ref.rng(seed);
+  const x = { q: ref.randn(T * NH * HD, rand), k: ref.randn(T * NKV * HD, rand), v: ref.randn(T * NKV * HD, rand) };
+  const g = ref.randn(T * NH * HD, rand);
+  const bufs = { q: f32Buf(x.q, 'q'), k: f32Buf(x.k, 'k'), v: f32Buf(x.v, 'v') };
+  const out = gpu.createBuffer(T * NH * HD * 4, 'out');
+  const lse = gpu.createBuffer(T * NH * 4, 'lse');
+  const loss = async () => {
+    K.attentionForwardLse(gpu, out, lse, bufs.q, bufs.k, bufs.v, T, NH, NKV, HD);
+    const o = await gpu.readF32(out, T * NH * HD);
+    let s = 0;
+    for (let i = 0; i < o.length; i++) s += o[i]! * g[i]!;
+    return s;
+  };
+  await loss(); // out and lse at x, saved for the backward
+  const grads = { q: outBuf(x.q.length), k: outBuf(x.k.length), v: outBuf(x.v.length) };
+  for (const b of Object.values(grads)) gpu.clear(b);
+  const gb = f32Buf(g, 'g');
+  K.attentionBackward(gpu, grads.q, grads.k, grads.v, gb, out, lse, bufs.q, bufs.k, bufs.v, T, NH, NKV, HD);
+  ran();
+  const eps = 1e-2;
+  for (const key of ['q', 'k', 'v'] as const) {
+    const grad = await gpu.readF32(grads[key], x[key].length);
+    for (let dir = 0; dir < 2; dir++) {
+      const u = ref.randn(x[key].length, rand);
+      let analytic = 0;
+      for (let i = 0; i < u.length; i++) analytic += grad[i]! * u[i]!;
+      const at = async (sign: number) => {
+        gpu.write(
+          bufs[key],
+          x[key].map((xi, i) => xi + sign * eps * u[i]!),
+        );
+        return loss();
+      };
+      const numeric = ((await at(1)) - (await at(-1))) / (2 * eps);
+      gpu.write(bufs[key], x[key]);
+      expectClose(`${name} d${key} T=${T} NH=${NH} NKV=${NKV} dir ${dir}`, [analytic], [numeric], 1e-3, 1e-3);
+    }
+  }
+  for (const b of [gb, out, lse, bufs.q, bufs.k, bufs.v, grads.q, grads.k, grads.v]) gpu.releaseBuffer(b);
+}
 
 // ---- packed prefix trees (define TREE: keyEnd) ---------------------------------------------------
 
@@ -611,21 +619,13 @@ describe('attention_blocked_lse, _dq, _dkv (attentionForward, attentionBackward:
   // The prefill over the paged cache (attention_blocked): the mixed chunk of the row kernel's
   // tests (runs of slots, a lone token, a run split by another slot's token, shuffled pages),
   // f32 and f16 KV, GQA 1, 4 and 32; a long prompt past several key tiles; positions past maxT.
-  const mixedChunk: [number, number][] = [
-    ...run(1, 0, 40),
-    ...run(2, 16, 37),
-    [0, 9],
-    ...run(3, 5, 9),
-    [1, 50],
-    ...run(3, 10, 12),
-  ];
   it.each([
     [4, 4, 32, 'f32'],
     [8, 2, 128, 'f16'],
     [32, 1, 32, 'f32'],
   ] as const)('prefill: mixed chunk NH=%i NKV=%i HD=%i %s', (NH, NKV, HD, dtype) =>
     pagedCase(
-      { NH, NKV, HD, dtype, pageSize: 4, S: 4, maxT: 56, tokens: mixedChunk },
+      { NH, NKV, HD, dtype, pageSize: 4, S: 4, maxT: 56, tokens: mixed },
       30 + NH + HD,
       'attention.attention_blocked[',
     ),
@@ -650,53 +650,16 @@ describe('attention_blocked_lse, _dq, _dkv (attentionForward, attentionBackward:
     );
   });
 
-  // The blocked backward against central differences of the blocked forward (as the row
-  // kernels' check above): loss = sum(out * g), two random directions in each of q, k and v.
+  // The blocked backward against central differences of the blocked forward.
   it.each([
     [13, 4, 2, 32],
     [40, 4, 1, 64],
-  ])('finite differences T=%i NH=%i NKV=%i HD=%i', async (T, NH, NKV, HD) => {
-    const rand = ref.rng(2300 + T);
-    const x = { q: ref.randn(T * NH * HD, rand), k: ref.randn(T * NKV * HD, rand), v: ref.randn(T * NKV * HD, rand) };
-    const g = ref.randn(T * NH * HD, rand);
-    const bufs = { q: f32Buf(x.q, 'q'), k: f32Buf(x.k, 'k'), v: f32Buf(x.v, 'v') };
-    const out = gpu.createBuffer(T * NH * HD * 4, 'out');
-    const lse = gpu.createBuffer(T * NH * 4, 'lse');
-    const loss = async () => {
-      K.attentionForwardLse(gpu, out, lse, bufs.q, bufs.k, bufs.v, T, NH, NKV, HD);
-      const o = await gpu.readF32(out, T * NH * HD);
-      let sum = 0;
-      for (let i = 0; i < o.length; i++) sum += o[i]! * g[i]!;
-      return sum;
-    };
-    await loss();
-    expect(label('attentionForwardLse')).toContain('attention_blocked_lse');
-    const grads = { q: outBuf(x.q.length), k: outBuf(x.k.length), v: outBuf(x.v.length) };
-    for (const b of Object.values(grads)) gpu.clear(b);
-    const gb = f32Buf(g, 'g');
-    K.attentionBackward(gpu, grads.q, grads.k, grads.v, gb, out, lse, bufs.q, bufs.k, bufs.v, T, NH, NKV, HD);
-    expect(label('attentionBackward.dkv')).toContain('attention_blocked_dkv');
-    const eps = 1e-2;
-    for (const key of ['q', 'k', 'v'] as const) {
-      const grad = await gpu.readF32(grads[key], x[key].length);
-      for (let dir = 0; dir < 2; dir++) {
-        const u = ref.randn(x[key].length, rand);
-        let analytic = 0;
-        for (let i = 0; i < u.length; i++) analytic += grad[i]! * u[i]!;
-        const at = async (sign: number) => {
-          gpu.write(
-            bufs[key],
-            x[key].map((xi, i) => xi + sign * eps * u[i]!),
-          );
-          return loss();
-        };
-        const numeric = ((await at(1)) - (await at(-1))) / (2 * eps);
-        gpu.write(bufs[key], x[key]);
-        expectClose(`blocks fd d${key} T=${T} NH=${NH} NKV=${NKV} dir ${dir}`, [analytic], [numeric], 1e-3, 1e-3);
-      }
-    }
-    for (const b of [gb, out, lse, bufs.q, bufs.k, bufs.v, grads.q, grads.k, grads.v]) gpu.releaseBuffer(b);
-  });
+  ])('finite differences T=%i NH=%i NKV=%i HD=%i', (T, NH, NKV, HD) =>
+    finiteDifferences(T, NH, NKV, HD, 2300 + T, 'blocks fd', () => {
+      expect(label('attentionForwardLse')).toContain('attention_blocked_lse');
+      expect(label('attentionBackward.dkv')).toContain('attention_blocked_dkv');
+    }),
+  );
 
   it('keeps the row kernel for a head dim that is not a multiple of 32', async () => {
     const [T, NH, HD] = [9, 2, 16];
