@@ -166,9 +166,10 @@ fn storeOut() {
 #ifdef BLOCKED
 // ---- BLOCKED: the forward as register-tiled products (attention_blocked_lse, attention_blocked) -
 // The same results as attention_tiled_lse (out and lse = log sum_j exp(scale q.k_j) over the
-// visible keys) and attention_tiled (the paged cache), computed the way the tiled GEMM computes a product (shaders/matmul.wgsl) instead
-// of one thread per row: a workgroup owns R = 16 * RI (query, head) rows (BQ tokens times HG query
-// heads of one GQA group, as the tiled kernels) and walks the keys in tiles of BKB = 8 * KJ.
+// visible keys) and attention_tiled (the paged cache), computed the way the tiled GEMM computes a
+// product (shaders/matmul.wgsl) instead of one thread per row: a workgroup owns RB = 16 * RI
+// (query, head) rows (BQ tokens times HG query heads of one GQA group, as the tiled kernels) and
+// walks the keys in tiles of BKB = 8 * KJ.
 // Its 128 threads form a 16 x 8 grid (tr, tc), and each holds a register block of each product:
 // - S = scale Q K^T: rows tr + 16 i (i < RI) times keys tc + 8 j (j < KJ), summed over the head
 //   dim in chunks of DC, the chunk's Q rows and K rows staged in workgroup memory (rows padded by a
@@ -177,9 +178,10 @@ fn storeOut() {
 //   alike, from the per-thread partial maxima and sums of the tile in workgroup memory;
 // - O += P V: the same rows times head-dim vec4s tc + 8 c (c < HV / 8), P and the V tile in
 //   workgroup memory, the output block in registers for the whole key walk, written once.
-// An FMA takes a vec4 load per 4 FMAs in neither product's inner loop: each loads RI + KJ (S) or
-// RI + HV / 8 (O) operands per RI * KJ or RI * HV / 8 vec4 FMAs. Defines: RI, KJ, DC (a multiple of 4
-// dividing HDT); HDT a multiple of 32 (src/ops/attentionTiled.ts attentionBlocking picks them).
+// Each inner loop loads RI + KJ (S) or RI + HC (O) operands per RI * KJ dot4s or RI * HC vec4
+// multiply-adds: at RI = KJ = HC = 4, 8 loads per 64 FMAs, where the row kernels load one per 4.
+// Defines: RI, KJ, DC (a multiple of 4 dividing HDT); HDT a multiple of 32
+// (src/ops/attentionTiled.ts attentionBlocking picks them).
 const RI = {{RI}}u;
 const KJ = {{KJ}}u;
 const DC = {{DC}}u;

@@ -174,8 +174,8 @@ export function treeAttentionSupported(gpu: Gpu, HD: number): boolean {
 }
 
 /**
- * The register-tiled forward's geometry (shaders/attention.wgsl BLOCKED, attention_blocked_lse):
- * 128 threads as 16 x 8, each holding RI rows of the workgroup's 16 RI (query, head) rows times
+ * The register-tiled kernels' geometry (shaders/attention.wgsl BLOCKED: attention_blocked_lse,
+ * attention_blocked, attention_blocked_dq / _dkv, whose dK/dV workgroups own 16 RI keys): 128 threads as 16 x 8, each holding RI rows of the workgroup's 16 RI (query, head) rows times
  * KJ of a tile's 8 KJ keys (S) or HD/32 of the head dim's vec4s (O); the head dim summed in
  * chunks of DC. HG and BQ as attentionTiling: HG the largest divisor of NH/NKV that divides the
  * rows, BQ = rows / HG tokens.
@@ -188,13 +188,18 @@ export interface AttentionBlocking {
   BQ: number;
 }
 
-/** Workgroup bytes of attention_blocked_lse at (RI, KJ, DC), as the shader declares them. */
+/**
+ * Workgroup bytes of the blocked kernels at (RI, KJ, DC), as the shader declares them; `tree`
+ * adds the key ends of a packed tree (128 bytes at KJ 4), an allowance that also covers the
+ * paged prefill's 12 bytes of run bounds.
+ */
 export function attentionBlockedBytes(HD: number, RI: number, KJ: number, DC: number, tree: boolean): number {
   const R = 16 * RI,
     BKB = 8 * KJ,
     QST = DC / 4 + 1;
   const area = Math.max((R + BKB) * QST, BKB * (HD / 4)) * 16;
-  return area + R * (BKB + 1) * 4 + 2 * R * 8 * 4 + (tree ? BKB * 4 : 0);
+  // the staging region, P / dS, the rows' partial maxima and sums, dK/dV's pairs' lse and D
+  return area + R * (BKB + 1) * 4 + 2 * R * 8 * 4 + 2 * BKB * 4 + (tree ? BKB * 4 : 0);
 }
 
 /**
@@ -225,8 +230,9 @@ export function attentionBlocking(gpu: Gpu, NH: number, NKV: number, HD: number)
 }
 
 /**
- * The training forward's kernel: 'blocks' where tuning.attentionForward asks for them and the
- * head dim and workgroup memory take them ('auto' keeps 'rows' until a GPU has timed the two).
+ * The tiled forwards' kernels (training and prefill): 'blocks' where tuning.attentionForward asks
+ * for them and the head dim and workgroup memory take them ('auto' keeps 'rows' until a GPU has
+ * timed the two).
  */
 export function attentionForwardBlocks(gpu: Gpu, NH: number, NKV: number, HD: number): AttentionBlocking | null {
   return tuning.attentionForward === 'blocks' ? attentionBlocking(gpu, NH, NKV, HD) : null;
