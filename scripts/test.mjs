@@ -99,9 +99,9 @@ const GPU_CHOICE_TRAINER_TESTS = [
   'test/train/kvShare.test.ts',
   'test/train/trainerPaths.test.ts',
 ];
-function gpuChoices(label, tests, kernels = 'autoFor=gpu') {
+function gpuChoices(label, tests, kernels = 'autoFor=gpu', what = "with a GPU's 'auto' kernel choices") {
   env.SPYRL_KERNELS = kernels;
-  run(`${label} with a GPU's 'auto' kernel choices (${kernels})`, bin('vitest'), ['run', ...tests]);
+  run(`${label} ${what} (${kernels})`, bin('vitest'), ['run', ...tests]);
   delete env.SPYRL_KERNELS;
 }
 
@@ -157,9 +157,10 @@ gpuChoices('golden and memory-plan tests', [
 // head_dim 32 takes them (a multiple of 32) in its prefill over the paged cache (logits, greedy
 // and batched decode) and, as untied-rslora's base, in the LoRA forward and gradients.
 gpuChoices(
-  'golden tests with the register-tiled attention',
+  'golden tests',
   ['test/model/golden.test.ts', 'test/model/loraGolden.test.ts'],
   'attention=tiled,attentionForward=blocks,attentionBackward=blocks',
+  'with the register-tiled attention forced',
 );
 lavapipeStage();
 run('demo model', 'node', ['scripts/demo-model.mjs']);
