@@ -545,8 +545,8 @@ describe('attention_blocked_lse, _dq, _dkv (attentionForward, attentionBackward:
     }
   });
 
-  // (T, NH, NKV, HD, keyEnd tree or null): T past one query tile and one key tile, not multiples
-  // of either; GQA 1, 4 and 32 (two tokens a tile); HD 32, 64, 128; a packed tree.
+  // (T, NH, NKV, HD): T past one query tile and one key tile, not multiples of either; GQA 1, 2,
+  // 4 and 32 (two tokens a tile); HD 32, 64, 128. Packed trees: the next cases.
   it.each([
     [1, 4, 2, 32],
     [37, 4, 1, 32],
