@@ -6,12 +6,13 @@
 // HD 128). 'tiled:row' and 'tiled:split' also force the tiled backward's rows (one thread a row,
 // or 4 with subgroup sums: tuning.attentionBackward). Prints each record, then per op the ratios
 // of the medians and of the minima of each variant against the last one (e.g. single / tiled:
-// > 1 = the tiled kernels are faster) and the raw seconds. A benchmark, not a test: nothing here asserts a time.
+// > 1 = the tiled kernels are faster) and the raw seconds. The tiled variants also run a packed
+// round's prefix tree (bench/ops.ts benchTree) and print its time over the causal one's. A benchmark, not a test: nothing here asserts a time.
 import '../bin/gpu-env.mjs';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { createGpu } from '../src/gpu/index.ts';
-import { benchOps, OP_SHAPES, type AttentionBenchVariant } from './ops.ts';
+import { benchOps, benchTree, OP_SHAPES, type AttentionBenchVariant } from './ops.ts';
 import { formatTable, type BenchRecord } from './measure.ts';
 import { adapterName } from './suite.ts';
 
@@ -46,13 +47,38 @@ try {
       return (s[(s.length - 1) >> 1]! + s[s.length >> 1]!) / 2;
     };
     const secs = (name: string) => recs.filter((r) => r.name === name).map((r) => r.seconds);
-    for (const op of ['attention fwd (train)', 'attention bwd (train)', `attention prefill ${kv}`]) {
+    for (const op of [
+      'attention fwd (train)',
+      'attention bwd (train)',
+      'attention fwd (tree)',
+      'attention bwd (tree)',
+      `attention prefill ${kv}`,
+    ]) {
+      if (secs(`${op} [${last}]`).length === 0) continue;
       for (const v of variants.slice(0, -1)) {
         const [a, b] = [secs(`${op} [${v}]`), secs(`${op} [${last}]`)];
+        if (a.length === 0) continue;
         const ratio = (f: (xs: number[]) => number) => (f(a) / f(b)).toFixed(2);
         console.log(
           `T=${T} ${op}: ${v} / ${last} = ${ratio(median)} (medians), ${ratio((xs) => Math.min(...xs))} (minima); ` +
             `${v} ${a.map((x) => x.toFixed(3)).join(', ')} s, ${last} ${b.map((x) => x.toFixed(3)).join(', ')} s`,
+        );
+      }
+    }
+  }
+  // A packed tree's time against the causal one's, per tiled variant: near its share of the causal
+  // pairs when the kernels skip the tiles no query sees, near 1 when they walk them.
+  for (const T of values.T.split(',').map(Number)) {
+    for (const v of variants.filter((x) => x.startsWith('tiled'))) {
+      for (const pass of ['fwd', 'bwd']) {
+        const get = (kind: string) =>
+          records.filter((r) => r.name === `attention ${pass} (${kind}) [${v}]` && r.shape.startsWith(`T=${T} `));
+        const [tree, causal] = [get('tree'), get('train')];
+        if (tree.length === 0 || causal.length === 0) continue;
+        const min = (rs: BenchRecord[]) => Math.min(...rs.map((r) => r.seconds));
+        const share = benchTree(T).pairs / ((T * (T + 1)) / 2);
+        console.log(
+          `T=${T} ${pass} [${v}]: tree / causal = ${(min(tree) / min(causal)).toFixed(2)} (minima); visible pairs ~${share.toFixed(2)} of the causal`,
         );
       }
     }

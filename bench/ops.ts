@@ -79,9 +79,17 @@ export function matmulCost(M: number, N: number, Kd: number, format: 'bf16' | 'q
   return { flops: 2 * M * N * Kd, bytes: weightBytes(N, Kd, format) + 4 * M * (Kd + N) };
 }
 
-/** Causal attention over T tokens: T(T+1)/2 (query, key) pairs per head, QK and PV 2*HD FLOPs each. */
-export function attentionCost(T: number, NH: number, NKV: number, HD: number): { flops: number; bytes: number } {
-  const pairs = (T * (T + 1)) / 2;
+/**
+ * Causal attention over T tokens: T(T+1)/2 (query, key) pairs per head (or `pairs`, a packed
+ * tree's visible ones), QK and PV 2*HD FLOPs each.
+ */
+export function attentionCost(
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+  pairs = (T * (T + 1)) / 2,
+): { flops: number; bytes: number } {
   return { flops: 4 * HD * NH * pairs, bytes: 4 * (2 * T * NH * HD + 2 * T * NKV * HD + T * NH) };
 }
 
@@ -94,11 +102,24 @@ export function attentionBackwardCost(
   NH: number,
   NKV: number,
   HD: number,
+  pairs = (T * (T + 1)) / 2,
 ): { flops: number; bytes: number } {
-  const pairs = (T * (T + 1)) / 2;
   const q = T * NH * HD,
     kv = T * NKV * HD;
   return { flops: 10 * HD * NH * pairs, bytes: 4 * (3 * q + 2 * kv + T * NH) + 4 * 2 * (q + 2 * kv) };
+}
+
+/**
+ * A packed round's prefix tree over T tokens (src/train/packing.ts): a shared prefix of 40%, then
+ * two sibling branches of 30% each, as when the spy's prompt joins the civilians' pack (the report
+ * up to the removed span shared, then the civilians' rest and the spy's); keyEnd and its visible
+ * (query, key) pairs, sum over keys of keyEnd[j] - j.
+ */
+export function benchTree(T: number): { keyEnd: number[]; pairs: number } {
+  const a = Math.round(0.4 * T),
+    b = Math.round(0.7 * T);
+  const keyEnd = Array.from({ length: T }, (_, j) => (j < a || j >= b ? T : b));
+  return { keyEnd, pairs: keyEnd.reduce((n, e, j) => n + e - j, 0) };
 }
 
 /** Decode attention: B queries, each over `keys` cached positions of its own sequence. */
@@ -350,6 +371,9 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
         ),
       };
       if (prefill && o.kv === 'f16') fillHalf(gpu, [prefill.kCache, prefill.vCache]);
+      // Side by side only, and for the tiled kernels (a tree takes no other): the same attention
+      // over a packed round's tree (benchTree), its FLOPs counted on the visible pairs.
+      const tree = o.attentionVariants && { ...benchTree(T), buf: bufs.u32(benchTree(T).keyEnd, 'attn.keyEnd') };
       const shape = `T=${T} NH=${NH} NKV=${NKV} HD=${HD}`;
       const variants = o.attentionVariants?.variants ?? [undefined];
       const before = {
@@ -386,6 +410,25 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
               T,
               () => `FLOPs: 5 products per pair (FA-2 count); ${kernelNote(gpu, 'attentionBackward')}`,
             );
+            if (tree && variant?.startsWith('tiled')) {
+              const note = `a 40% prefix, two 30% branches: ${((100 * tree.pairs) / ((T * (T + 1)) / 2)).toFixed(0)}% of the causal pairs`;
+              await run(
+                `attention fwd (tree)${tag}`,
+                shape,
+                attentionCost(T, NH, NKV, HD, tree.pairs),
+                () => K.attentionForwardLse(gpu, out, lse, q, k, v, T, NH, NKV, HD, tree.buf),
+                T,
+                () => `${note}; ${kernelNote(gpu, 'attentionForwardLse')}`,
+              );
+              await run(
+                `attention bwd (tree)${tag}`,
+                shape,
+                attentionBackwardCost(T, NH, NKV, HD, tree.pairs),
+                () => K.attentionBackward(gpu, dq, dk, dv, dout, out, lse, q, k, v, T, NH, NKV, HD, tree.buf),
+                T,
+                () => `${note}; ${kernelNote(gpu, 'attentionBackward')}`,
+              );
+            }
             if (prefill) {
               const { kCache, vCache, pageTable, slot, pos } = prefill;
               await run(

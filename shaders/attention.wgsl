@@ -121,6 +121,35 @@ var<private> sc: array<f32, BK>;
 var<workgroup> kEndTile: array<u32, BK>; // forward, dQ: keyEnd of the tile's keys
 var<private> gTok: u32;                   // forward: the thread's query token
 fn keyVisible(u: u32) -> bool { return gTok < kEndTile[u]; }
+
+// Tiles no query of a workgroup sees are skipped, loads and products: in a packed round (the
+// civilians' branch, then the spy's) every query of one branch would otherwise walk every key of
+// the branches before it.
+var<workgroup> endMax: u32;
+var<workgroup> endMaxAtomic: atomic<u32>;
+
+// Forward and dQ: whether key tile j0 .. j0 + n - 1, its keyEnd in kEndTile (the caller's load),
+// is seen by a query of the workgroup's tile from t0 on (uniform). A tile reaching t0 is (every
+// query sees itself); an earlier key only when its subtree reaches t0: never a sibling branch's.
+fn treeTileSeen(j0: u32, n: u32, t0: u32, lid: u32) -> bool {
+  if (j0 + n > t0) { return true; }
+  workgroupBarrier(); // kEndTile in
+  if (lid == 0u) {
+    var e = 0u;
+    for (var u = 0u; u < n; u++) { e = max(e, kEndTile[u]); }
+    endMax = e;
+  }
+  return workgroupUniformLoad(&endMax) > t0;
+}
+
+// dK/dV: one past the last query that sees any of the workgroup's keys, from each thread's end
+// (the keyEnd of its keys, 0 for none); the pairs from there on are skipped (uniform).
+fn treeKeysEnd(end: u32, lid: u32) -> u32 {
+  atomicMax(&endMaxAtomic, end); // workgroup memory starts zeroed
+  workgroupBarrier();
+  if (lid == 0u) { endMax = atomicLoad(&endMaxAtomic); }
+  return workgroupUniformLoad(&endMax);
+}
 #else
 fn keyVisible(u: u32) -> bool { return true; }
 #endif
@@ -224,8 +253,8 @@ fn blockedRows(wg: u32, lid: u32) {
 }
 
 // Keys j0 .. min(j0 + BKB, nk) - 1 of KV head kvh into every row: S by chunks, the online
-// softmax, O += P V. The module gives keyVec / valueVec (a key's or value's vec4 c),
-// blockedTileKeys (per-tile key data) and blockVisible (row i sees key j, tile index u).
+// softmax, O += P V. The module gives keyVec / valueVec (a key's or value's vec4 c) and
+// blockVisible (row i sees key j, tile index u; TREE: kEndTile, loaded by the caller).
 fn blockedTile(wg: u32, lid: u32, j0: u32, nk: u32, kvh: u32) {
   let tr = bTr;
   let tc = bTc;
@@ -256,7 +285,7 @@ fn blockedTile(wg: u32, lid: u32, j0: u32, nk: u32, kvh: u32) {
     }
     workgroupBarrier(); // the chunk is consumed before the next (or the V tile) overwrites it
   }
-  // The V tile into the same region, and the module's per-tile key data.
+  // The V tile into the same region.
   for (var e = lid; e < BKB * HV; e += 128u) {
     let u = e / HV;
     let j = j0 + u;
@@ -264,7 +293,6 @@ fn blockedTile(wg: u32, lid: u32, j0: u32, nk: u32, kvh: u32) {
     if (j < nk) { x = valueVec(j, kvh, e - u * HV); }
     stage[e] = x;
   }
-  blockedTileKeys(j0, nk, lid);
   workgroupBarrier();
   // Masked scores and each row's partial max over the thread's keys.
   for (var i = 0u; i < RI; i++) {
@@ -428,7 +456,6 @@ fn pagedAt(j: u32, kvh: u32, c: u32) -> u32 {
 }
 fn keyVec(j: u32, kvh: u32, c: u32) -> vec4<f32> { return widen(kCache[pagedAt(j, kvh, c)]); }
 fn valueVec(j: u32, kvh: u32, c: u32) -> vec4<f32> { return widen(vCache[pagedAt(j, kvh, c)]); }
-fn blockedTileKeys(j0: u32, nk: u32, lid: u32) {}
 fn blockVisible(i: u32, j: u32, u: u32) -> bool {
   return bQi[i] >= bRunLo && bQi[i] < bRunHi && j < bKeys[i];
 }
@@ -500,10 +527,11 @@ fn attention_tiled_lse(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
   gTok = r.tok;
 #endif
   for (var j0 = 0u; j0 < nk; j0 += BK) {
-    loadKvTile(j0, nk, r.kvh, lid);
 #ifdef TREE
     for (var u = lid; u < BK; u += ROWS) { if (j0 + u < nk) { kEndTile[u] = keyEndLse[j0 + u]; } }
+    if (!treeTileSeen(j0, min(BK, nk - j0), t0, lid)) { continue; }
 #endif
+    loadKvTile(j0, nk, r.kvh, lid);
     workgroupBarrier();
     if (r.valid && j0 <= r.tok) { attendTile(min(BK, r.tok + 1u - j0)); }
     workgroupBarrier();
@@ -660,10 +688,11 @@ fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
   gTok = r.tok;
 #endif
   for (var j0 = 0u; j0 < nk; j0 += BK) {
-    loadKvTile(j0, nk, r.kvh, lid);
 #ifdef TREE
     for (var u = lid; u < BK; u += ROWS) { if (j0 + u < nk) { kEndTile[u] = keyEnd[j0 + u]; } }
+    if (!treeTileSeen(j0, min(BK, nk - j0), t0, lid)) { continue; }
 #endif
+    loadKvTile(j0, nk, r.kvh, lid);
     workgroupBarrier();
     if (r.valid && j0 <= r.tok) {
       let nb = min(BK, r.tok + 1u - j0);
@@ -695,10 +724,15 @@ fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
   let valid = j < p.T;
   let kr = (j * p.NKV + kvh) * HV;
   loadKeyPart(kr, p.hv, valid);
-  let nPairs = (p.T - jFirst) * G;
   // The pairs before this key's first query (i < j) are skipped: e < (j - jFirst) * G.
   let firstPair = (min(j, p.T) - jFirst) * G;
-  let endPair = select(0u, (keyEndOf(min(j, p.T - 1u)) - jFirst) * G, valid); // and those from its keyEnd on
+  let keyStop = select(0u, keyEndOf(min(j, p.T - 1u)), valid);
+  let endPair = select(0u, (keyStop - jFirst) * G, valid); // and those from its keyEnd on
+#ifdef TREE
+  let nPairs = (treeKeysEnd(keyStop, lid) - jFirst) * G;
+#else
+  let nPairs = (p.T - jFirst) * G;
+#endif
   for (var e0 = 0u; e0 < nPairs; e0 += BK) {
     loadPairTile(e0, nPairs, jFirst, kvh, G, lid);
     workgroupBarrier();
@@ -745,10 +779,11 @@ fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
   gTok = r.tok;
 #endif
   for (var j0 = 0u; j0 < nk; j0 += BK) {
-    loadKvTile(j0, nk, r.kvh, lid);
 #ifdef TREE
     for (var u = lid; u < BK; u += ROWS) { if (j0 + u < nk) { kEndTile[u] = keyEnd[j0 + u]; } }
+    if (!treeTileSeen(j0, min(BK, nk - j0), t0, lid)) { continue; }
 #endif
+    loadKvTile(j0, nk, r.kvh, lid);
     workgroupBarrier();
     let nb = min(BK, nk - j0);
     for (var u = 0u; u < nb; u++) {
@@ -782,9 +817,14 @@ fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
   let valid = j < p.T;
   let kr = (j * p.NKV + kvh) * HV + c0;
   loadKeyPart(kr, hs, valid);
-  let nPairs = (p.T - jFirst) * G;
   let firstPair = (min(j, p.T) - jFirst) * G; // this key's first query: pairs before it are masked
-  let endPair = select(0u, (keyEndOf(min(j, p.T - 1u)) - jFirst) * G, valid); // and those from its keyEnd on
+  let keyStop = select(0u, keyEndOf(min(j, p.T - 1u)), valid);
+  let endPair = select(0u, (keyStop - jFirst) * G, valid); // and those from its keyEnd on
+#ifdef TREE
+  let nPairs = (treeKeysEnd(keyStop, lid) - jFirst) * G;
+#else
+  let nPairs = (p.T - jFirst) * G;
+#endif
   for (var e0 = 0u; e0 < nPairs; e0 += BK) {
     loadPairTile(e0, nPairs, jFirst, kvh, G, lid);
     workgroupBarrier();
@@ -804,14 +844,9 @@ fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
 
 #ifdef BLOCKED
 // The training module's keys: k and v rows of KV head kvh; key j seen by query t when j <= t
-// (TREE: and t < keyEnd[j], the tile's ends loaded by blockedTileKeys).
+// (TREE: and t < keyEnd[j], the tile's ends in kEndTile).
 fn keyVec(j: u32, kvh: u32, c: u32) -> vec4<f32> { return k[(j * p.NKV + kvh) * HV + c]; }
 fn valueVec(j: u32, kvh: u32, c: u32) -> vec4<f32> { return v[(j * p.NKV + kvh) * HV + c]; }
-fn blockedTileKeys(j0: u32, nk: u32, lid: u32) {
-#ifdef TREE
-  for (var u = lid; u < BKB; u += 128u) { if (j0 + u < nk) { kEndTile[u] = keyEndLse[j0 + u]; } }
-#endif
-}
 fn blockVisible(i: u32, j: u32, u: u32) -> bool {
 #ifdef TREE
   return j <= bTok[i] && bTok[i] < kEndTile[u];
@@ -826,9 +861,16 @@ fn attention_blocked_lse(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgro
   let wg = linearGroup(wid, nwg);
   if (wg >= queryGroups()) { return; }
   blockedRows(wg, lid);
-  let nk = min(p.T, tileStart(wg) + p.BQ); // keys of the tile's last query
+  let t0 = tileStart(wg);
+  let nk = min(p.T, t0 + p.BQ); // keys of the tile's last query
   let kvh = queryRow(wg, 0u).kvh;
-  for (var j0 = 0u; j0 < nk; j0 += BKB) { blockedTile(wg, lid, j0, nk, kvh); }
+  for (var j0 = 0u; j0 < nk; j0 += BKB) {
+#ifdef TREE
+    for (var u = lid; u < BKB; u += 128u) { if (j0 + u < nk) { kEndTile[u] = keyEndLse[j0 + u]; } }
+    if (!treeTileSeen(j0, min(BKB, nk - j0), t0, lid)) { continue; }
+#endif
+    blockedTile(wg, lid, j0, nk, kvh);
+  }
   blockedStoreOut();
   for (var i = 0u; i < RI; i++) {
     if (bOk[i] && bTc == 0u) { lse[bRow[i]] = bM[i] + log(bL[i]); }
@@ -947,7 +989,8 @@ fn attention_blocked_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgrou
   let wg = linearGroup(wid, nwg);
   if (wg >= queryGroups()) { return; }
   blockedRows(wg, lid);
-  let nk = min(p.T, tileStart(wg) + p.BQ);
+  let t0 = tileStart(wg);
+  let nk = min(p.T, t0 + p.BQ);
   let kvh = queryRow(wg, 0u).kvh;
   var lseR: array<f32, RI>;
   var dR: array<f32, RI>;
@@ -975,13 +1018,13 @@ fn attention_blocked_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgrou
   }
 
   for (var j0 = 0u; j0 < nk; j0 += BKB) {
-    let o = BwdRows(wg, false, j0, nk, 0u, kvh);
-    bwdProducts(o, lid); // S in bS, dP in blk
-    stageTile(o, 0u, lid); // the K tile for dQ += dS K
 #ifdef TREE
     for (var u = lid; u < BKB; u += 128u) { if (j0 + u < nk) { kEndTile[u] = keyEnd[j0 + u]; } }
-    workgroupBarrier();
+    if (!treeTileSeen(j0, min(BKB, nk - j0), t0, lid)) { continue; }
 #endif
+    let o = BwdRows(wg, false, j0, nk, 0u, kvh);
+    bwdProducts(o, lid); // S in bS, dP in blk (its barriers publish kEndTile)
+    stageTile(o, 0u, lid); // the K tile for dQ += dS K
     for (var i = 0u; i < RI; i++) {
       for (var j = 0u; j < KJ; j++) {
         let u = bTc + 8u * j;
@@ -1033,7 +1076,13 @@ fn attention_blocked_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgro
     accK[e] = vec4<f32>(0.0);
     accV[e] = vec4<f32>(0.0);
   }
+#ifdef TREE
+  var myEnd = 0u;
+  for (var i = 0u; i < RI; i++) { myEnd = max(myEnd, kEnd[i]); }
+  let nPairs = (treeKeysEnd(myEnd, lid) - jFirst) * G;
+#else
   let nPairs = (p.T - jFirst) * G;
+#endif
   for (var e0 = 0u; e0 < nPairs; e0 += BKB) {
     let o = BwdRows(wg, true, e0, nPairs, jFirst, kvh);
     bwdProducts(o, lid); // S^T in bS, dP^T in blk

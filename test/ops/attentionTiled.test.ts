@@ -406,6 +406,9 @@ describe.each(['row', 'split'] as const)('attention over a packed prefix tree (k
     [[10, [7, [3], [5]], [9]] as TreeNode, 8, 2, 128],
     [[40, [30], [1], [35]] as TreeNode, 4, 1, 16],
     [[20, [15]] as TreeNode, 2, 2, 8],
+    // Sibling branches longer than a tile: the second's queries skip the first's key tiles, and
+    // the first's dK/dV workgroups stop at its end.
+    [[8, [150], [40]] as TreeNode, 4, 2, 16],
   ])('tree %j NH=%i NKV=%i HD=%i', async (tree, NH, NKV, HD) => {
     const { keyEnd, paths } = layoutTree(tree);
     const T = keyEnd.length;
@@ -582,6 +585,7 @@ describe('attention_blocked_lse, _dq, _dkv (attentionForward, attentionBackward:
   it.each([
     [[5, [3], [4], [6]] as TreeNode, 4, 2, 32],
     [[40, [30], [1], [35]] as TreeNode, 8, 2, 64],
+    [[8, [150], [40]] as TreeNode, 4, 2, 32], // skipped tiles, as in the row kernels' cases
   ])('tree %j NH=%i NKV=%i HD=%i against the f64 reference', async (tree, NH, NKV, HD) => {
     const { keyEnd } = layoutTree(tree);
     const T = keyEnd.length;
