@@ -219,9 +219,10 @@ function kernelNote(gpu: Gpu, op: string): string {
 /**
  * An attention variant side by side: tuning.attention ('single' or 'tiled'), and for 'tiled' after
  * a colon the backward's rows (tuning.attentionBackward: 'row' one thread a row, 'split' 4) or
- * register-tiled products in both ('blocks': tuning.attentionForward and attentionBackward).
+ * register-tiled products in both ('blocks': tuning.attentionForward and attentionBackward;
+ * 'blocks2': with dK/dV at 2 keys a thread, tuning.attentionDkvRows).
  */
-export type AttentionBenchVariant = 'single' | 'tiled' | 'tiled:row' | 'tiled:split' | 'tiled:blocks';
+export type AttentionBenchVariant = 'single' | 'tiled' | 'tiled:row' | 'tiled:split' | 'tiled:blocks' | 'tiled:blocks2';
 
 export interface OpBenchOptions {
   shapes: OpShapes;
@@ -380,17 +381,23 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
         attention: K.tuning.attention,
         attentionBackward: K.tuning.attentionBackward,
         attentionForward: K.tuning.attentionForward,
+        attentionDkvRows: K.tuning.attentionDkvRows,
       };
       try {
         for (let round = 0; round < (o.attentionVariants?.rounds ?? 1); round++) {
           for (const variant of variants) {
             if (variant) {
-              const [attention, how] = variant.split(':') as ['single' | 'tiled', ('row' | 'split' | 'blocks')?];
+              const [attention, how] = variant.split(':') as [
+                'single' | 'tiled',
+                ('row' | 'split' | 'blocks' | 'blocks2')?,
+              ];
+              const blocks = how === 'blocks' || how === 'blocks2';
               Object.assign(K.tuning, {
                 attention,
                 attentionBackward:
-                  how === 'row' || how === 'split' || how === 'blocks' ? how : before.attentionBackward,
-                attentionForward: how === 'blocks' ? 'blocks' : before.attentionForward,
+                  how === 'row' || how === 'split' ? how : blocks ? 'blocks' : before.attentionBackward,
+                attentionForward: blocks ? 'blocks' : before.attentionForward,
+                attentionDkvRows: how === 'blocks2' ? '2' : before.attentionDkvRows,
               });
             }
             const tag = variant ? ` [${variant}]` : '';
@@ -408,7 +415,8 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
               attentionBackwardCost(T, NH, NKV, HD),
               () => K.attentionBackward(gpu, dq, dk, dv, dout, out, lse, q, k, v, T, NH, NKV, HD),
               T,
-              () => `FLOPs: 5 products per pair (FA-2 count); ${kernelNote(gpu, 'attentionBackward')}`,
+              () =>
+                `FLOPs: 5 products per pair (FA-2 count); ${kernelNote(gpu, 'attentionBackward')}, ${kernelNote(gpu, 'attentionBackward.dkv')}`,
             );
             if (tree && variant?.startsWith('tiled')) {
               const note = `a 40% prefix, two 30% branches: ${((100 * tree.pairs) / ((T * (T + 1)) / 2)).toFixed(0)}% of the causal pairs`;
@@ -426,7 +434,7 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
                 attentionBackwardCost(T, NH, NKV, HD, tree.pairs),
                 () => K.attentionBackward(gpu, dq, dk, dv, dout, out, lse, q, k, v, T, NH, NKV, HD, tree.buf),
                 T,
-                () => `${note}; ${kernelNote(gpu, 'attentionBackward')}`,
+                () => `${note}; ${kernelNote(gpu, 'attentionBackward')}, ${kernelNote(gpu, 'attentionBackward.dkv')}`,
               );
             }
             if (prefill) {

@@ -331,11 +331,22 @@ export function attentionTiledBackward(
   let kernels: { dq: Kernel; dkv: Kernel; t: AttentionTiling; keysPerGroup: number };
   if (b) {
     const { defines: d, t } = blockedKernel(b, HD, keyEnd !== null);
+    // dK/dV's keys a thread: the geometry's, or fewer (tuning.attentionDkvRows; less memory, so it fits)
+    const kb = {
+      ...b,
+      RI: tuning.attentionDkvRows === 'auto' ? b.RI : Math.min(b.RI, Number(tuning.attentionDkvRows)),
+    };
     kernels = {
       dq: opKernel(gpu, 'attentionBackward', 'attention', 'attention_blocked_dq', d),
-      dkv: opKernel(gpu, 'attentionBackward.dkv', 'attention', 'attention_blocked_dkv', d),
+      dkv: opKernel(
+        gpu,
+        'attentionBackward.dkv',
+        'attention',
+        'attention_blocked_dkv',
+        blockedKernel(kb, HD, keyEnd !== null).defines,
+      ),
       t,
-      keysPerGroup: 16 * b.RI,
+      keysPerGroup: 16 * kb.RI,
     };
   } else {
     const S = backwardSplit(gpu, HD);

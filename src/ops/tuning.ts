@@ -79,6 +79,15 @@ export interface Tuning {
    */
   attentionBackward: 'auto' | 'split' | 'row' | 'blocks';
   /**
+   * With attentionBackward 'blocks', the dK/dV kernel's keys a thread (attention_blocked_dkv's
+   * RI; its workgroup owns 16 RI keys): 'auto' the geometry attentionBlocking picks (4 at
+   * Qwen3-4B heads where the workgroup memory takes it: two accumulators of 4 x HD/32 vec4s and
+   * two 4 x 4 blocks a thread, about 200 registers at head_dim 128), or at most '2' or '1' (half
+   * or a quarter of those registers, 2 or 4 times the workgroups, each Q/dO tile serving fewer
+   * keys). A GPU's timing decides (bench/attention-ab.ts --variants tiled:blocks,tiled:blocks2).
+   */
+  attentionDkvRows: 'auto' | '2' | '1';
+  /**
    * The tiled attention forwards, training with lse and prefill over the paged cache (where
    * attention picks the tiled kernels): one thread per (query, head) row ('rows':
    * attention_tiled_lse, attention_tiled), or register-tiled products ('blocks':
@@ -130,6 +139,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemvSplitK: 'auto',
   gemvWideLanes: 'auto',
   attentionBackward: 'auto',
+  attentionDkvRows: 'auto',
   attentionForward: 'auto',
   normFold: 'auto',
   loraFold: 'auto',
@@ -149,6 +159,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemvSplitK: ['auto', 'off'],
   gemvWideLanes: ['auto', 'on', 'off'],
   attentionBackward: ['auto', 'split', 'row', 'blocks'],
+  attentionDkvRows: ['auto', '2', '1'],
   attentionForward: ['auto', 'rows', 'blocks'],
   normFold: ['auto', 'off'],
   loraFold: ['auto', 'off'],

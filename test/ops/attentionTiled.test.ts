@@ -620,6 +620,42 @@ describe('attention_blocked_lse, _dq, _dkv (attentionForward, attentionBackward:
     for (const b of [qb, kb, vb, ke, out, lse]) gpu.releaseBuffer(b);
   });
 
+  // dK/dV at fewer keys a thread (tuning.attentionDkvRows: 32 or 16 keys a workgroup), from the
+  // reference's out and lse; the dQ pass keeps the geometry's 4.
+  it.each([
+    ['2', 'T=70 NH=8 NKV=2 HD=128', [70, 8, 2, 128], null],
+    ['1', 'T=130 NH=4 NKV=4 HD=64', [130, 4, 4, 64], null],
+    ['2', 'tree [8,[150],[40]] NH=4 NKV=2 HD=32', [0, 4, 2, 32], [8, [150], [40]] as TreeNode],
+  ] as const)('dK/dV at %s keys a thread: %s', async (rows, desc, [T0, NH, NKV, HD], tree) => {
+    const keyEnd = tree ? layoutTree(tree as TreeNode).keyEnd : undefined;
+    const T = keyEnd?.length ?? T0;
+    const name = `dkvRows=${rows} ${desc}`;
+    const rand = ref.rng(2300 + T + HD);
+    const q = ref.randn(T * NH * HD, rand);
+    const k = ref.randn(T * NKV * HD, rand);
+    const v = ref.randn(T * NKV * HD, rand);
+    const dout = ref.randn(T * NH * HD, rand);
+    const want = { out: new Float64Array(q.length), lse: new Float64Array(T * NH) };
+    ref.attentionForwardLse(want.out, want.lse, q, k, v, T, NH, NKV, HD, keyEnd);
+    const bufs = {
+      q: f32Buf(q, 'q'),
+      k: f32Buf(k, 'k'),
+      v: f32Buf(v, 'v'),
+      out: f32Buf(Float32Array.from(want.out), 'out'),
+      lse: f32Buf(Float32Array.from(want.lse), 'lse'),
+      ...(keyEnd ? { keyEnd: u32Buf(Uint32Array.from(keyEnd), 'keyEnd') } : {}),
+    };
+    K.tuning.attentionDkvRows = rows;
+    try {
+      await checkBackward(name, { q, k, v, dout }, bufs, want, [T, NH, NKV, HD], keyEnd);
+    } finally {
+      K.tuning.attentionDkvRows = 'auto';
+    }
+    expect(K.kernelVariant(gpu, 'attentionBackward')!.defines.RI).toBe(4);
+    expect(K.kernelVariant(gpu, 'attentionBackward.dkv')!.defines.RI).toBe(Number(rows));
+    for (const b of Object.values(bufs)) gpu.releaseBuffer(b);
+  });
+
   // The prefill over the paged cache (attention_blocked): the mixed chunk of the row kernel's
   // tests (runs of slots, a lone token, a run split by another slot's token, shuffled pages),
   // f32 and f16 KV, GQA 1, 4 and 32; a long prompt past several key tiles; positions past maxT.
