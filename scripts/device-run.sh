@@ -119,20 +119,22 @@ run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4
 GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 ENC="'$NODE' '$D/bench/decode-encode.mjs' --layers 36"
 run gemv-ab 50 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off; $ENC --batch 1; $ENC --batch 4; $ENC --batch 4 --steps 8 --stub-dawn"
-# attention-ab.log: decode attention (bench/decode-attention-ab.ts), the RMSNorms folded into the
+# attention-ab.log: first the training and prefill attention kernels side by side at T = 512 and
+# 2,048 (bench/attention-ab.ts: per (token, head), the tiled rows one thread or 4 a row, the
+# register-tiled blocks with dK/dV at 2 and at 4 keys a thread; each tiled one also over a packed
+# tree): the round's largest lever, so first in the stage. Then decode attention
+# (bench/decode-attention-ab.ts), the RMSNorms folded into the
 # decode GEMVs against 'off', one 4B layer, q4, LoRA on (bench/fused-ab.ts --compare normFold; then
-# --compare gemvSplitK: the LoRA A products of o_proj and down_proj split over K or not), and
-# the tiled backward's rows: one thread each (HD 128: 512 floats a thread) or split over 4 ('auto'
-# on GPUs).
+# --compare gemvSplitK: the LoRA A products of o_proj and down_proj split over K or not).
 # Then the sampling kernel against the one before the radix select (bench/sample-ab.ts, Qwen3's
 # vocabulary and sampling defaults, B = 1 and 4), and last the SwiGLU folded into down_proj's
 # GEMVs against silu_mul's own dispatch (fused-ab --compare siluFold), then the q/k/v and gate/up
 # LoRA A products on up to 64 lanes a column against 16 (--compare gemvWideLanes; these two are
-# the first cut if time runs out). First of all, the decode GEMV's files against the
+# the first cut if time runs out). Between the attention and those, the decode GEMV's files against the
 # ones before its staged x was swizzled, then against the swizzled ones before the q4 decode without
 # integer conversions and with a scale per block, then against the one-block-a-step loop before
 # the LU loads ahead (bench/shader-ab.ts; Qwen3-4B's gate/up shape, bf16 and q4, B = 1 and 4; the
 # last also at down_proj's, 2560 x 9728: 160 workgroups, where the loads in flight matter most).
 SAB="'$NODE' '$D/bench/shader-ab.mjs' --ops gemv --full --rounds 3 --old"
-run attention-ab 75 bash -c "$SAB 'gemv=$D/gemv-old.wgsl,common/gemvstaged=$D/gemvstaged-old.wgsl'; $SAB 'gemv=$D/gemv-sw.wgsl,common/gemvstaged=$D/gemvstaged-sw.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728; '$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvSplitK --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/attention-ab.mjs' --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split,tiled:blocks2,tiled:blocks; '$NODE' '$D/bench/sample-ab.mjs' --old '$D/sample-old.wgsl' --rounds 5; '$NODE' '$D/bench/fused-ab.mjs' --compare siluFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvWideLanes --shapes 4b-layer --weights q4 --reps 3 --steps 4"
+run attention-ab 75 bash -c "'$NODE' '$D/bench/attention-ab.mjs' --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:split,tiled:blocks2,tiled:blocks; $SAB 'gemv=$D/gemv-old.wgsl,common/gemvstaged=$D/gemvstaged-old.wgsl'; $SAB 'gemv=$D/gemv-sw.wgsl,common/gemvstaged=$D/gemvstaged-sw.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728; '$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvSplitK --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/sample-ab.mjs' --old '$D/sample-old.wgsl' --rounds 5; '$NODE' '$D/bench/fused-ab.mjs' --compare siluFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvWideLanes --shapes 4b-layer --weights q4 --reps 3 --steps 4"
 log "done"
