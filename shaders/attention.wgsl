@@ -667,6 +667,16 @@ fn keyEndOf(j: u32) -> u32 {
 #endif
 }
 
+// The (query, head) pairs a dK/dV workgroup walks from its first key jFirst (uniform): up to the
+// last query (TREE: the last that sees one of its keys; `end`, each thread's keyEnd of its keys).
+fn pairCount(end: u32, jFirst: u32, G: u32, lid: u32) -> u32 {
+#ifdef TREE
+  return (treeKeysEnd(end, lid) - jFirst) * G;
+#else
+  return (p.T - jFirst) * G;
+#endif
+}
+
 #ifndef SPLIT
 @compute @workgroup_size(ROWS)
 fn attention_tiled_dq(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
@@ -728,11 +738,7 @@ fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
   let firstPair = (min(j, p.T) - jFirst) * G;
   let keyStop = select(0u, keyEndOf(min(j, p.T - 1u)), valid);
   let endPair = select(0u, (keyStop - jFirst) * G, valid); // and those from its keyEnd on
-#ifdef TREE
-  let nPairs = (treeKeysEnd(keyStop, lid) - jFirst) * G;
-#else
-  let nPairs = (p.T - jFirst) * G;
-#endif
+  let nPairs = pairCount(keyStop, jFirst, G, lid);
   for (var e0 = 0u; e0 < nPairs; e0 += BK) {
     loadPairTile(e0, nPairs, jFirst, kvh, G, lid);
     workgroupBarrier();
@@ -820,11 +826,7 @@ fn attention_tiled_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroup
   let firstPair = (min(j, p.T) - jFirst) * G; // this key's first query: pairs before it are masked
   let keyStop = select(0u, keyEndOf(min(j, p.T - 1u)), valid);
   let endPair = select(0u, (keyStop - jFirst) * G, valid); // and those from its keyEnd on
-#ifdef TREE
-  let nPairs = (treeKeysEnd(keyStop, lid) - jFirst) * G;
-#else
-  let nPairs = (p.T - jFirst) * G;
-#endif
+  let nPairs = pairCount(keyStop, jFirst, G, lid);
   for (var e0 = 0u; e0 < nPairs; e0 += BK) {
     loadPairTile(e0, nPairs, jFirst, kvh, G, lid);
     workgroupBarrier();
@@ -1076,13 +1078,9 @@ fn attention_blocked_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgro
     accK[e] = vec4<f32>(0.0);
     accV[e] = vec4<f32>(0.0);
   }
-#ifdef TREE
   var myEnd = 0u;
   for (var i = 0u; i < RI; i++) { myEnd = max(myEnd, kEnd[i]); }
-  let nPairs = (treeKeysEnd(myEnd, lid) - jFirst) * G;
-#else
-  let nPairs = (p.T - jFirst) * G;
-#endif
+  let nPairs = pairCount(myEnd, jFirst, G, lid);
   for (var e0 = 0u; e0 < nPairs; e0 += BKB) {
     let o = BwdRows(wg, true, e0, nPairs, jFirst, kvh);
     bwdProducts(o, lid); // S^T in bS, dP^T in blk
