@@ -14,6 +14,8 @@
 //   a round grows at most linearly with the layers (the LM head, sampling and the CPU's share do
 //   not grow at all), so t(L) x 36 / L bounds the 36-layer round from above and t(L) from below;
 //   target < 60 s: met when the bound is under 60 s, missed when t(L) is over, open between.
+// Then the attention kernels side by side (attention-ab.log): per T and op each variant's median
+// time over the last variant's, and the fastest, which is what tuning's 'auto' should take.
 // A file that is missing or malformed makes its rows say so; the rest still report.
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -38,6 +40,56 @@ export interface DeviceRun {
   peft?: PeftStep | string;
   /** summary.log's text (gpu-check's lines are in it), or why it is missing. */
   summary?: string;
+  /** attention-ab.log's side-by-side lines, or why they are missing. */
+  attention?: AttentionAb | string;
+}
+
+/**
+ * bench/attention-ab.ts's ratio lines: per (T, op), each variant's median time over the base's
+ * (the last variant of its --variants); and its packed-tree lines as printed.
+ */
+export interface AttentionAb {
+  base: string;
+  rows: { T: number; op: string; ratios: Map<string, number> }[];
+  tree: string[];
+}
+
+/** Parses attention-ab.log (other scripts' lines in it are skipped); throws where it has no ratio line. */
+export function parseAttentionAb(text: string): AttentionAb {
+  const out: AttentionAb = { base: '', rows: [], tree: [] };
+  for (const line of text.split('\n')) {
+    const m = /^T=(\d+) (attention [^:]+): (\S+) \/ (\S+) = ([\d.]+) \(medians\)/.exec(line);
+    if (m) {
+      const [, T, op, variant, base, ratio] = m as unknown as [string, string, string, string, string, string];
+      out.base = base;
+      let row = out.rows.find((r) => r.T === Number(T) && r.op === op);
+      if (!row) out.rows.push((row = { T: Number(T), op, ratios: new Map() }));
+      row.ratios.set(variant, Number(ratio));
+    } else if (/^T=\d+ \w+ \[[^\]]+\]: tree \/ causal = /.test(line)) out.tree.push(line);
+  }
+  if (out.rows.length === 0) throw new Error('no "T=... attention ...: a / b = x (medians)" line');
+  return out;
+}
+
+/** The attention section's Markdown lines: the ratios per (T, op) and the fastest variant of each. */
+function attentionLines(ab: AttentionAb): string[] {
+  const variants = [...new Set(ab.rows.flatMap((r) => [...r.ratios.keys()]))];
+  const out = [
+    `Training and prefill attention side by side (attention-ab.log, bench/attention-ab.ts): each variant's median time over ${ab.base}'s (> 1: ${ab.base} is faster), and the fastest:`,
+    '',
+    `| T | op | ${variants.join(' | ')} | fastest |`,
+    `|---|---|${variants.map(() => '---|').join('')}---|`,
+  ];
+  for (const r of ab.rows) {
+    let fastest = ab.base,
+      best = 1;
+    for (const [v, x] of r.ratios) if (x < best) [fastest, best] = [v, x];
+    const cells = variants.map((v) => (r.ratios.has(v) ? num(r.ratios.get(v)!, 2) : ''));
+    out.push(`| ${r.T} | ${r.op.replace(/^attention /, '')} | ${cells.join(' | ')} | ${fastest} |`);
+  }
+  if (ab.tree.length)
+    out.push('', 'Packed trees (time over the causal pass, minima):', '', ...ab.tree.map((l) => `- ${l}`));
+  return out;
 }
 
 /** The full model's layers (Qwen3-4B). */
@@ -191,6 +243,13 @@ export function deviceReport(run: DeviceRun): string[] {
     for (const x of round.records.filter((r) => r.group === 'e2e' && /^round/.test(r.name) && r.shape === total.shape))
       out.push(`- ${x.name}: ${num(x.seconds, 2)} s${x.tokPerS ? ` (${sig(x.tokPerS)} tok/s)` : ''}`);
   }
+
+  // The attention kernels side by side: which 'auto' should take.
+  if (run.attention !== undefined) {
+    out.push('');
+    if (typeof run.attention === 'object') out.push(...attentionLines(run.attention));
+    else out.push(`Attention side by side: ${why(run.attention, 'attention-ab.log')}`);
+  }
   return out;
 }
 
@@ -223,6 +282,7 @@ export async function readDeviceRun(dir: string): Promise<DeviceRun> {
       return p;
     }),
     summary: await read('summary.log', (t) => t),
+    attention: await read('attention-ab.log', parseAttentionAb),
   };
 }
 

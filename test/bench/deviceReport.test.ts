@@ -6,7 +6,13 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { deviceReport, lastJsonObject, readDeviceRun, type PeftStep } from '../../bench/device-report.ts';
+import {
+  deviceReport,
+  lastJsonObject,
+  parseAttentionAb,
+  readDeviceRun,
+  type PeftStep,
+} from '../../bench/device-report.ts';
 import { makeRecord, type BenchRecord, type BenchReport } from '../../bench/measure.ts';
 
 const roof = { copyGBs: 4000, fmaGFLOPs: 60_000 };
@@ -179,5 +185,48 @@ describe('the H200 run of 2026-12-04 (bench/results/2026-12-04-h200)', () => {
     expect(text).toMatch(/PEFT \/ ours = 9\.47x.*\| no \|/);
     expect(text).toMatch(/9\.4 s with 4 layers; 36 layers: at most 84\.4 s.*open/);
     expect(text).not.toContain('not measured');
+    // attention-ab.log: the ratios over tiled:split, and the fastest per T and op.
+    expect(text).toContain('| T | op | single | tiled:row | fastest |');
+    expect(text).toContain('| 512 | bwd (train) | 0.60 | 1.53 | single |');
+    expect(text).toContain('| 2048 | bwd (train) | 1.84 | 1.75 | tiled:split |');
+  });
+});
+
+describe('attention-ab.log', () => {
+  const log = [
+    'google: maxComputeWorkgroupStorageSize 49152',
+    'shader-ab: T=64 old / new = 1.00', // another script's line
+    'T=512 attention fwd (train): tiled:row / tiled:blocks = 1.80 (medians), 1.70 (minima); tiled:row 0.003 s',
+    'T=512 attention fwd (train): tiled:blocks2 / tiled:blocks = 1.00 (medians), 1.00 (minima); x',
+    'T=512 attention bwd (train): tiled:row / tiled:blocks = 0.90 (medians), 0.95 (minima); x',
+    'T=512 attention bwd (train): tiled:blocks2 / tiled:blocks = 0.80 (medians), 0.85 (minima); x',
+    'T=512 fwd [tiled:blocks]: tree / causal = 0.84 (minima); visible pairs ~0.82 of the causal',
+  ].join('\n');
+
+  it('gives each variant its ratio and each (T, op) its fastest variant', () => {
+    const ab = parseAttentionAb(log);
+    expect(ab.base).toBe('tiled:blocks');
+    expect(ab.rows.map((r) => [r.T, r.op, Object.fromEntries(r.ratios)])).toEqual([
+      [512, 'attention fwd (train)', { 'tiled:row': 1.8, 'tiled:blocks2': 1 }],
+      [512, 'attention bwd (train)', { 'tiled:row': 0.9, 'tiled:blocks2': 0.8 }],
+    ]);
+    const text = deviceReport({ attention: ab }).join('\n');
+    expect(text).toContain("median time over tiled:blocks's");
+    expect(text).toContain('| 512 | fwd (train) | 1.80 | 1.00 | tiled:blocks |');
+    expect(text).toContain('| 512 | bwd (train) | 0.90 | 0.80 | tiled:blocks2 |');
+    expect(text).toContain('- T=512 fwd [tiled:blocks]: tree / causal = 0.84');
+  });
+
+  it('says so where the log has no ratio line or is missing', async () => {
+    expect(() => parseAttentionAb('attention-ab: exit 124\n')).toThrow(/no "T=\.\.\. attention/);
+    const dir = await mkdtemp(join(tmpdir(), 'spyrl-device-'));
+    try {
+      expect((await readDeviceRun(dir)).attention).toBe('missing');
+      await writeFile(join(dir, 'attention-ab.log'), 'killed\n');
+      const run = await readDeviceRun(dir);
+      expect(deviceReport(run).join('\n')).toMatch(/Attention side by side: attention-ab\.log: not readable \(no "T=/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
