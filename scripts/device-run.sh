@@ -107,8 +107,12 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
 # warm-up round and one counted round a side, the default game's report and summary lengths), then
 # the LoRA step with every layer kept against every layer recomputed (bench/keep-ab.ts, all 36
-# layers, TRAIN_LEN tokens). Then the same profile with split-K off (tuning.gemmSplitK): the A/B of the sliced GEMMs.
-run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/keep-ab.mjs' --shape 4b --layers 36 --weights q4 --tokens '$TRAIN_LEN' --reps 2; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=off"
+# layers, TRAIN_LEN tokens). Then the same profile with split-K off (tuning.gemmSplitK): the A/B of the sliced GEMMs;
+# last (cut first), with split-K 'on': every tiled product in two slices at least (as 'auto' where
+# its tiles are fewer than 128), among them the LoRA step's input gradients at TRAIN_LEN = 512
+# tokens (160 tiles for 132 multiprocessors, which 'auto' leaves whole): whether 'auto''s
+# 128-tile threshold is too low.
+run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/keep-ab.mjs' --shape 4b --layers 36 --weights q4 --tokens '$TRAIN_LEN' --reps 2; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=off; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=on"
 # gemv-ab.log also holds the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts),
 # and the tiled GEMM's three layouts at the 4B MLP's shape with A in shared memory, A by subgroup
 # shuffles (the 'auto' choice on Intel only), and f16 tiles (bench/gemm-ab.ts); with and without
