@@ -218,11 +218,13 @@ function kernelNote(gpu: Gpu, op: string): string {
 
 /**
  * An attention variant side by side: tuning.attention ('single' or 'tiled'), and for 'tiled' after
- * a colon the backward's rows (tuning.attentionBackward: 'row' one thread a row, 'split' 4) or
+ * a colon the backward's rows (tuning.attentionBackward: 'row' one thread a row, 'split' 4;
+ * 'splitwide': split, with the dK/dV workgroups of ROWS / 4 keys, tuning.attentionDkvGroup) or
  * register-tiled products in both ('blocks': tuning.attentionForward and attentionBackward;
  * 'blocks2': with dK/dV at 2 keys a thread, tuning.attentionDkvRows).
  */
-export type AttentionBenchVariant = 'single' | 'tiled' | 'tiled:row' | 'tiled:split' | 'tiled:blocks' | 'tiled:blocks2';
+export type AttentionBenchVariant =
+  'single' | 'tiled' | 'tiled:row' | 'tiled:split' | 'tiled:splitwide' | 'tiled:blocks' | 'tiled:blocks2';
 
 export interface OpBenchOptions {
   shapes: OpShapes;
@@ -382,6 +384,7 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
         attentionBackward: K.tuning.attentionBackward,
         attentionForward: K.tuning.attentionForward,
         attentionDkvRows: K.tuning.attentionDkvRows,
+        attentionDkvGroup: K.tuning.attentionDkvGroup,
       };
       try {
         for (let round = 0; round < (o.attentionVariants?.rounds ?? 1); round++) {
@@ -389,13 +392,14 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
             if (variant) {
               const [attention, how] = variant.split(':') as [
                 'single' | 'tiled',
-                ('row' | 'split' | 'blocks' | 'blocks2')?,
+                ('row' | 'split' | 'splitwide' | 'blocks' | 'blocks2')?,
               ];
               const blocks = how === 'blocks' || how === 'blocks2';
+              const rows = how === 'splitwide' ? 'split' : how === 'row' || how === 'split' ? how : undefined;
               Object.assign(K.tuning, {
                 attention,
-                attentionBackward:
-                  how === 'row' || how === 'split' ? how : blocks ? 'blocks' : before.attentionBackward,
+                attentionBackward: rows ?? (blocks ? 'blocks' : before.attentionBackward),
+                attentionDkvGroup: how === 'splitwide' ? 'wide' : before.attentionDkvGroup,
                 attentionForward: blocks ? 'blocks' : before.attentionForward,
                 attentionDkvRows: how === 'blocks2' ? '2' : before.attentionDkvRows,
               });

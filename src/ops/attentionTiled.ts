@@ -90,6 +90,23 @@ export function backwardSplit(gpu: Gpu, HD: number): number {
   return tuning.attentionBackward === 'split' || !autoForCpu(gpu) ? S : 1;
 }
 
+/** The tiled dK/dV pass's threads a workgroup at least, where it narrows (dkvThreads). */
+export const MIN_DKV_THREADS = 64;
+
+/**
+ * Threads of a tiled dK/dV workgroup (attention_tiled_dkv's ROWS; its keys are that over the
+ * split S): the tiling's ROWS ('wide', and 'auto' on CPU adapters, whose few cores gain nothing
+ * from more workgroups), or on GPUs BQ * S, at least MIN_DKV_THREADS: a workgroup of the query
+ * tile's BQ keys, so the pass has as many workgroups as the dQ pass (T / BQ times the KV heads,
+ * with the GQA group's heads in one dQ tile) instead of HG times fewer. The H200's profile of a
+ * 512-token LoRA step (bench/results/2026-12-04-h200/round.log): dK/dV 13.4 ms a layer in 32
+ * workgroups, dQ 2.4 ms in 128.
+ */
+export function dkvThreads(gpu: Gpu, t: AttentionTiling, S: number): number {
+  if (tuning.attentionDkvGroup === 'wide' || autoForCpu(gpu)) return t.ROWS;
+  return Math.min(t.ROWS, Math.max(MIN_DKV_THREADS, t.BQ * S));
+}
+
 /**
  * Whether a chunk of T tokens takes the tiled kernels: tuning.attention 'tiled' forces them
  * (except for a head_dim they do not take: then the per-(token, head) kernel), 'single' and
@@ -352,12 +369,13 @@ export function attentionTiledBackward(
     const S = backwardSplit(gpu, HD);
     const t = attentionTiling(gpu, NH, NKV, HD, S);
     const d: Defines = { ...defines(t, HD), TILED: 1, ...(S > 1 ? { SPLIT: S } : {}), ...(keyEnd ? { TREE: 1 } : {}) };
+    const dkvRows = dkvThreads(gpu, t, S);
     kernels = {
       dq: opKernel(gpu, 'attentionBackward', 'attention', 'attention_tiled_dq', d, { ROWS: t.ROWS }),
-      dkv: opKernel(gpu, 'attentionBackward.dkv', 'attention', 'attention_tiled_dkv', d, { ROWS: t.ROWS }),
+      dkv: opKernel(gpu, 'attentionBackward.dkv', 'attention', 'attention_tiled_dkv', d, { ROWS: dkvRows }),
       t,
-      // t.ROWS / S keys each (a multiple of 8 up to 128, as the query tiles)
-      keysPerGroup: t.ROWS / S,
+      // dkvRows / S keys each (a multiple of 8 up to 128, as the query tiles)
+      keysPerGroup: dkvRows / S,
     };
   }
   const params = trainingParams(T, NH, NKV, HD, kernels.t);

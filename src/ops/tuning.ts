@@ -88,6 +88,14 @@ export interface Tuning {
    */
   attentionDkvRows: 'auto' | '2' | '1';
   /**
+   * The tiled dK/dV pass's keys a workgroup (attention_tiled_dkv, rows or split): 'auto' on GPUs
+   * the query tile's tokens (BQ: as many workgroups as the dQ pass; at Qwen3-4B heads 32 keys, 128
+   * threads with the split rows), at least 64 threads; 'wide' (and 'auto' on CPU adapters) a
+   * whole tile's worth, ROWS / split (128 keys: at T = 512, 32 workgroups for the H200's 132
+   * multiprocessors, where its dK/dV took 13.4 ms a layer against dQ's 2.4).
+   */
+  attentionDkvGroup: 'auto' | 'wide';
+  /**
    * The tiled attention forwards, training with lse and prefill over the paged cache (where
    * attention picks the tiled kernels): one thread per (query, head) row ('rows':
    * attention_tiled_lse, attention_tiled), or register-tiled products ('blocks':
@@ -140,6 +148,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemvWideLanes: 'auto',
   attentionBackward: 'auto',
   attentionDkvRows: 'auto',
+  attentionDkvGroup: 'auto',
   attentionForward: 'auto',
   normFold: 'auto',
   loraFold: 'auto',
@@ -160,6 +169,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemvWideLanes: ['auto', 'on', 'off'],
   attentionBackward: ['auto', 'split', 'row', 'blocks'],
   attentionDkvRows: ['auto', '2', '1'],
+  attentionDkvGroup: ['auto', 'wide'],
   attentionForward: ['auto', 'rows', 'blocks'],
   normFold: ['auto', 'off'],
   loraFold: ['auto', 'off'],

@@ -475,6 +475,57 @@ describe.each(['row', 'split'] as const)('attention over a packed prefix tree (k
   });
 });
 
+// ---- the tiled dK/dV's workgroups (tuning.attentionDkvGroup) ------------------------------------
+
+describe.each(['row', 'split'] as const)("the tiled dK/dV's keys a workgroup on a GPU's choices, rows: %s", (mode) => {
+  beforeAll(() => {
+    Object.assign(K.tuning, { attentionBackward: mode, autoFor: 'gpu' });
+  });
+  afterAll(() => {
+    Object.assign(K.tuning, { attentionBackward: 'auto', autoFor: 'auto', attentionDkvGroup: 'auto' });
+  });
+
+  // 'auto' (a GPU's): the query tile's BQ keys a workgroup, at least 64 threads; 'wide': ROWS / S.
+  it.each([
+    ['auto', 'T=70 NH=8 NKV=2 HD=128', [70, 8, 2, 128], null],
+    ['wide', 'T=70 NH=8 NKV=2 HD=128', [70, 8, 2, 128], null],
+    ['auto', 'T=130 NH=4 NKV=1 HD=16', [130, 4, 1, 16], null],
+    ['auto', 'tree [8,[150],[40]] NH=4 NKV=2 HD=16', [0, 4, 2, 16], [8, [150], [40]] as TreeNode],
+  ] as const)('%s: %s against the f64 reference', async (group, desc, [T0, NH, NKV, HD], tree) => {
+    K.tuning.attentionDkvGroup = group;
+    const keyEnd = tree ? layoutTree(tree as TreeNode).keyEnd : undefined;
+    const T = keyEnd?.length ?? T0;
+    const rand = ref.rng(2500 + T + HD);
+    const q = ref.randn(T * NH * HD, rand);
+    const k = ref.randn(T * NKV * HD, rand);
+    const v = ref.randn(T * NKV * HD, rand);
+    const dout = ref.randn(T * NH * HD, rand);
+    const want = { out: new Float64Array(q.length), lse: new Float64Array(T * NH) };
+    ref.attentionForwardLse(want.out, want.lse, q, k, v, T, NH, NKV, HD, keyEnd);
+    const init = { dq: ref.randn(q.length, rand), dk: ref.randn(k.length, rand), dv: ref.randn(v.length, rand) };
+    const bufs = [f32Buf(q, 'q'), f32Buf(k, 'k'), f32Buf(v, 'v'), f32Buf(dout, 'dout')];
+    const [qb, kb, vb, doutb] = bufs as [GPUBuffer, GPUBuffer, GPUBuffer, GPUBuffer];
+    const out = f32Buf(Float32Array.from(want.out), 'out');
+    const lse = f32Buf(Float32Array.from(want.lse), 'lse');
+    const ke = keyEnd ? u32Buf(Uint32Array.from(keyEnd), 'keyEnd') : null;
+    const grads = { dq: f32Buf(init.dq, 'dq'), dk: f32Buf(init.dk, 'dk'), dv: f32Buf(init.dv, 'dv') };
+    K.attentionBackward(gpu, grads.dq, grads.dk, grads.dv, doutb, out, lse, qb, kb, vb, T, NH, NKV, HD, ke);
+    const S = mode === 'split' && (HD / 4) % BACKWARD_SPLIT === 0 ? BACKWARD_SPLIT : 1;
+    const t = attentionTiling(gpu, NH, NKV, HD, S);
+    const dkv = K.kernelVariant(gpu, 'attentionBackward.dkv')!;
+    expect(dkv.label).toContain('attention_tiled_dkv');
+    expect(dkv.constants.ROWS).toBe(group === 'wide' ? t.ROWS : Math.min(t.ROWS, Math.max(64, t.BQ * S)));
+    expect(K.kernelVariant(gpu, 'attentionBackward')!.constants.ROWS).toBe(t.ROWS);
+    const g = { dq: f64(init.dq), dk: f64(init.dk), dv: f64(init.dv) };
+    ref.attentionBackward(g.dq, g.dk, g.dv, dout, want.out, want.lse, q, k, v, T, NH, NKV, HD, keyEnd);
+    for (const key of ['dq', 'dk', 'dv'] as const) {
+      const got = await gpu.readF32(grads[key]);
+      expectClose(`dkvGroup=${group} ${mode} ${key} ${desc}`, got.subarray(0, g[key].length), g[key], ATT_REL, ABS);
+    }
+    for (const b of [...bufs, out, lse, ...(ke ? [ke] : []), grads.dq, grads.dk, grads.dv]) gpu.releaseBuffer(b);
+  });
+});
+
 // ---- the register-tiled training forward (tuning.attentionForward = 'blocks') -------------------
 
 describe('attention_blocked_lse, _dq, _dkv (attentionForward, attentionBackward: blocks)', () => {
