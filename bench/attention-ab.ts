@@ -4,12 +4,14 @@
 // tuning.attention, alternated A B A B so that drift in the machine's load hits both; training
 // forward (with lse), backward, and prefill over the paged cache, at Qwen3-4B heads (32 / 8,
 // HD 128). 'tiled:row' and 'tiled:split' also force the tiled backward's rows (one thread a row,
-// or 4 with subgroup sums: tuning.attentionBackward; 'tiled:splitwide' the latter with dK/dV
-// workgroups of ROWS / 4 keys, tuning.attentionDkvGroup 'wide'); 'tiled:blocks' the register-tiled kernels,
-// 'tiled:blocks2' those with dK/dV at 2 keys a thread (tuning.attentionDkvRows). Prints each record, then per op the ratios
-// of the medians and of the minima of each variant against the last one (e.g. single / tiled:
-// > 1 = the tiled kernels are faster) and the raw seconds. The tiled variants also run a packed
-// round's prefix tree (bench/ops.ts benchTree) and print its time over the causal one's. A benchmark, not a test: nothing here asserts a time.
+// or 4 with subgroup sums: tuning.attentionBackward); 'tiled:splitwide' the split rows with dK/dV
+// workgroups of ROWS / 4 keys (tuning.attentionDkvGroup 'wide'); 'tiled:blocks' the
+// register-tiled kernels, 'tiled:blocks2' those with dK/dV at 2 keys a thread
+// (tuning.attentionDkvRows). Prints each record, then per op the ratios of the medians and of the
+// minima of each variant against the last one (e.g. single / tiled: > 1 = the tiled kernels are
+// faster) and the raw seconds. The tiled variants also run a packed round's prefix tree
+// (bench/ops.ts benchTree) and print its time over the causal one's.
+// A benchmark, not a test: nothing here asserts a time.
 import '../bin/gpu-env.mjs';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';

@@ -376,7 +376,8 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
       if (prefill && o.kv === 'f16') fillHalf(gpu, [prefill.kCache, prefill.vCache]);
       // Side by side only, and for the tiled kernels (a tree takes no other): the same attention
       // over a packed round's tree (benchTree), its FLOPs counted on the visible pairs.
-      const tree = o.attentionVariants && { ...benchTree(T), buf: bufs.u32(benchTree(T).keyEnd, 'attn.keyEnd') };
+      const layout = benchTree(T);
+      const tree = o.attentionVariants && { ...layout, buf: bufs.u32(layout.keyEnd, 'attn.keyEnd') };
       const shape = `T=${T} NH=${NH} NKV=${NKV} HD=${HD}`;
       const variants = o.attentionVariants?.variants ?? [undefined];
       const before = {

@@ -95,8 +95,8 @@ export const MIN_DKV_THREADS = 64;
 
 /**
  * Threads of a tiled dK/dV workgroup (attention_tiled_dkv's ROWS; its keys are that over the
- * split S): the tiling's ROWS ('wide', and 'auto' on CPU adapters, whose few cores gain nothing
- * from more workgroups), or on GPUs BQ * S, at least MIN_DKV_THREADS: a workgroup of the query
+ * split S): the tiling's ROWS ('wide', and 'auto' on CPU adapters, which keep the grouping their
+ * timings were measured with), or on GPUs BQ * S, at least MIN_DKV_THREADS: a workgroup of the query
  * tile's BQ keys, so the pass has as many workgroups as the dQ pass (T / BQ times the KV heads,
  * with the GQA group's heads in one dQ tile) instead of HG times fewer. The H200's profile of a
  * 512-token LoRA step (bench/results/2026-12-04-h200/round.log): dK/dV 13.4 ms a layer in 32
@@ -374,7 +374,7 @@ export function attentionTiledBackward(
       dq: opKernel(gpu, 'attentionBackward', 'attention', 'attention_tiled_dq', d, { ROWS: t.ROWS }),
       dkv: opKernel(gpu, 'attentionBackward.dkv', 'attention', 'attention_tiled_dkv', d, { ROWS: dkvRows }),
       t,
-      // dkvRows / S keys each (a multiple of 8 up to 128, as the query tiles)
+      // dkvRows / S keys each
       keysPerGroup: dkvRows / S,
     };
   }
