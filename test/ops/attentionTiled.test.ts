@@ -383,6 +383,26 @@ function layoutTree(root: TreeNode): { keyEnd: number[]; paths: number[][] } {
   return { keyEnd, paths };
 }
 
+/**
+ * A backward case from the reference's forward: random q, k, v and dout for (NH, NKV, HD) over T
+ * tokens (or the tree's, its keyEnd), the f64 out and lse, and the stream for further draws.
+ */
+function referenceCase(dims: readonly [number, number, number, number], tree: TreeNode | null, seed: number) {
+  const [T0, NH, NKV, HD] = dims;
+  const keyEnd = tree ? layoutTree(tree).keyEnd : undefined;
+  const T = keyEnd?.length ?? T0;
+  const rand = ref.rng(seed + T + HD);
+  const x = {
+    q: ref.randn(T * NH * HD, rand),
+    k: ref.randn(T * NKV * HD, rand),
+    v: ref.randn(T * NKV * HD, rand),
+    dout: ref.randn(T * NH * HD, rand),
+  };
+  const want = { out: new Float64Array(x.q.length), lse: new Float64Array(T * NH) };
+  ref.attentionForwardLse(want.out, want.lse, x.q, x.k, x.v, T, NH, NKV, HD, keyEnd);
+  return { T, NH, NKV, HD, keyEnd, rand, x, want };
+}
+
 /** Rows `rows` (tokens) of x (T, H, HD) as a (rows.length, H, HD) array. */
 const gatherTokens = (x: ArrayLike<number>, rows: number[], H: number, HD: number) =>
   Float64Array.from(rows.flatMap((t) => Array.from({ length: H * HD }, (_, i) => x[t * H * HD + i]!)));
@@ -491,17 +511,10 @@ describe.each(['row', 'split'] as const)("the tiled dK/dV's keys a workgroup on 
     ['wide', 'T=70 NH=8 NKV=2 HD=128', [70, 8, 2, 128], null],
     ['auto', 'T=130 NH=4 NKV=1 HD=16', [130, 4, 1, 16], null],
     ['auto', 'tree [8,[150],[40]] NH=4 NKV=2 HD=16', [0, 4, 2, 16], [8, [150], [40]] as TreeNode],
-  ] as const)('%s: %s against the f64 reference', async (group, desc, [T0, NH, NKV, HD], tree) => {
+  ] as const)('%s: %s against the f64 reference', async (group, desc, dims, tree) => {
     K.tuning.attentionDkvGroup = group;
-    const keyEnd = tree ? layoutTree(tree as TreeNode).keyEnd : undefined;
-    const T = keyEnd?.length ?? T0;
-    const rand = ref.rng(2500 + T + HD);
-    const q = ref.randn(T * NH * HD, rand);
-    const k = ref.randn(T * NKV * HD, rand);
-    const v = ref.randn(T * NKV * HD, rand);
-    const dout = ref.randn(T * NH * HD, rand);
-    const want = { out: new Float64Array(q.length), lse: new Float64Array(T * NH) };
-    ref.attentionForwardLse(want.out, want.lse, q, k, v, T, NH, NKV, HD, keyEnd);
+    const { T, NH, NKV, HD, keyEnd, rand, x, want } = referenceCase(dims, tree as TreeNode | null, 2500);
+    const { q, k, v, dout } = x;
     const init = { dq: ref.randn(q.length, rand), dk: ref.randn(k.length, rand), dv: ref.randn(v.length, rand) };
     const bufs = [f32Buf(q, 'q'), f32Buf(k, 'k'), f32Buf(v, 'v'), f32Buf(dout, 'dout')];
     const [qb, kb, vb, doutb] = bufs as [GPUBuffer, GPUBuffer, GPUBuffer, GPUBuffer];
@@ -677,28 +690,20 @@ describe('attention_blocked_lse, _dq, _dkv (attentionForward, attentionBackward:
     ['2', 'T=70 NH=8 NKV=2 HD=128', [70, 8, 2, 128], null],
     ['1', 'T=130 NH=4 NKV=4 HD=64', [130, 4, 4, 64], null],
     ['2', 'tree [8,[150],[40]] NH=4 NKV=2 HD=32', [0, 4, 2, 32], [8, [150], [40]] as TreeNode],
-  ] as const)('dK/dV at %s keys a thread: %s', async (rows, desc, [T0, NH, NKV, HD], tree) => {
-    const keyEnd = tree ? layoutTree(tree as TreeNode).keyEnd : undefined;
-    const T = keyEnd?.length ?? T0;
+  ] as const)('dK/dV at %s keys a thread: %s', async (rows, desc, dims, tree) => {
+    const { T, NH, NKV, HD, keyEnd, x, want } = referenceCase(dims, tree as TreeNode | null, 2300);
     const name = `dkvRows=${rows} ${desc}`;
-    const rand = ref.rng(2300 + T + HD);
-    const q = ref.randn(T * NH * HD, rand);
-    const k = ref.randn(T * NKV * HD, rand);
-    const v = ref.randn(T * NKV * HD, rand);
-    const dout = ref.randn(T * NH * HD, rand);
-    const want = { out: new Float64Array(q.length), lse: new Float64Array(T * NH) };
-    ref.attentionForwardLse(want.out, want.lse, q, k, v, T, NH, NKV, HD, keyEnd);
     const bufs = {
-      q: f32Buf(q, 'q'),
-      k: f32Buf(k, 'k'),
-      v: f32Buf(v, 'v'),
+      q: f32Buf(x.q, 'q'),
+      k: f32Buf(x.k, 'k'),
+      v: f32Buf(x.v, 'v'),
       out: f32Buf(Float32Array.from(want.out), 'out'),
       lse: f32Buf(Float32Array.from(want.lse), 'lse'),
       ...(keyEnd ? { keyEnd: u32Buf(Uint32Array.from(keyEnd), 'keyEnd') } : {}),
     };
     K.tuning.attentionDkvRows = rows;
     try {
-      await checkBackward(name, { q, k, v, dout }, bufs, want, [T, NH, NKV, HD], keyEnd);
+      await checkBackward(name, x, bufs, want, [T, NH, NKV, HD], keyEnd);
     } finally {
       K.tuning.attentionDkvRows = 'auto';
     }
