@@ -1,5 +1,5 @@
 // `npx tsx bench/gemm-ab.ts [--M 256] [--N 1024] [--K 2560] [--reps 5] [--f16] [--subgroups]
-//  [--vec4 auto|off] [--json FILE]`
+//  [--vec4 auto|off] [--weights bf16|q4] [--split-k auto|on|off] [--json FILE]`
 // The tiled GEMM (shaders/matmul.wgsl gemm_tiled, forced: tuning.matmul 'tiled') in the three
 // layouts the model runs it in, timed in this tree: the forward `matmul` (x . W^T, bf16 W), the
 // input gradient `matmulBackwardInput` (dy . W, W read along its columns) and the LoRA weight
@@ -11,7 +11,10 @@
 // 'off' without the flag); --vec4 off keeps the forward and the input gradient on the r-major
 // tiles with element loads (tuning.gemmVec4; the default, auto, takes the 16-byte loads where
 // they fit). Each figure is the best of 3 batches of --reps calls, with GFLOP/s; on a CPU adapter
-// these are CPU timings of GPU kernels. A benchmark, not a test: nothing here asserts a time.
+// these are CPU timings of GPU kernels. --weights q4 times the products over a q4 W (as the
+// model's q4 runs them; default bf16), --split-k sets tuning.gemmSplitK (default auto: the
+// product sliced over R where its tiles are fewer than 128; 'on' slices every one in two at
+// least). A benchmark, not a test: nothing here asserts a time.
 import '../bin/gpu-env.mjs';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -27,6 +30,8 @@ const { values } = parseArgs({
     f16: { type: 'boolean', default: false },
     subgroups: { type: 'boolean', default: false },
     vec4: { type: 'string', default: 'auto' },
+    weights: { type: 'string', default: 'bf16' },
+    'split-k': { type: 'string', default: 'auto' },
     json: { type: 'string' },
   },
 });
@@ -38,6 +43,8 @@ try {
   K.tuning.gemmF16 = values.f16 ? 'on' : 'off';
   Object.assign(K.tuning, { gemmSubgroups: values.subgroups ? 'on' : 'off' }); // older trees lack the switch
   Object.assign(K.tuning, { gemmVec4: values.vec4 }); // so do trees before the 16-byte loads
+  Object.assign(K.tuning, { gemmSplitK: values['split-k'] }); // and before split-K
+  if (values.weights !== 'bf16' && values.weights !== 'q4') throw new Error('--weights: bf16 or q4');
   const filled = (n: number, label: string) => {
     const b = gpu.createBuffer(n * 4, label);
     gpu.write(
@@ -46,9 +53,16 @@ try {
     );
     return b;
   };
-  // The bf16 weight's words are sin values read as bf16 pairs: finite, O(1).
+  // The bf16 weight's words are sin values read as bf16 pairs: finite, O(1). The q4 one's nibble
+  // words are the same bits, its scales (the words from N K / 8 on) 2^-4 each.
   const x = filled(M * Kd, 'x');
-  const w = filled((N * Kd) / 2, 'w bf16');
+  let w: K.Weight = filled((N * Kd) / 2, 'w bf16');
+  if (values.weights === 'q4') {
+    const words = K.q4Words(N, Kd);
+    const buf = filled(words, 'w q4');
+    gpu.write(buf, new Uint32Array(words - (N * Kd) / 8).fill(0x2c002c00), ((N * Kd) / 8) * 4);
+    w = { format: 'q4', buf, N, K: Kd };
+  }
   const out = filled(M * N, 'out');
   const dy = filled(M * N, 'dy');
   const dx = filled(M * Kd, 'dx');
@@ -62,7 +76,8 @@ try {
   const records = [];
   console.log(
     `${adapter}; M ${M} N ${N} K ${Kd}; ${values.f16 ? 'f16' : 'f32'} tiles in the forward; ` +
-      `A ${values.subgroups ? 'by subgroup shuffles' : 'in shared memory'}; gemmVec4 ${values.vec4}`,
+      `A ${values.subgroups ? 'by subgroup shuffles' : 'in shared memory'}; gemmVec4 ${values.vec4}; ` +
+      `${values.weights} W; gemmSplitK ${values['split-k']}`,
   );
   for (const [name, call] of layouts) {
     call();

@@ -113,16 +113,23 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # tokens (160 tiles for 132 multiprocessors, which 'auto' leaves whole): whether 'auto''s
 # 128-tile threshold is too low.
 run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/keep-ab.mjs' --shape 4b --layers 36 --weights q4 --tokens '$TRAIN_LEN' --reps 2; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=off; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=on"
-# gemv-ab.log also holds the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts),
-# and the tiled GEMM's three layouts at the 4B MLP's shape with A in shared memory, A by subgroup
-# shuffles (the 'auto' choice on Intel only), and f16 tiles (bench/gemm-ab.ts); with and without
-# the 16-byte loads (--vec4 off: the forward and the input gradient), in f32 and f16 tiles.
-# Then the CPU time to encode a decode step at Qwen3-4B's depth, 36 layers, LoRA on, B = 1 and 4
-# (bench/decode-encode.ts: the host's share of a step, which at full depth the GPU waits on), and
-# at B = 4 with Dawn's pass calls stubbed (--stub-dawn: our JavaScript's share of that).
+# gemv-ab.log: the questions the H200 run of 2026-12-04 left open first (it stopped this stage at
+# its limit, in the GEMM A/Bs): the CPU time to encode a decode step at Qwen3-4B's depth, 36
+# layers, LoRA on, B = 1 and 4 (bench/decode-encode.ts: the host's share of a step, which at full
+# depth the GPU waits on), and at B = 4 with Dawn's pass calls stubbed (--stub-dawn: our
+# JavaScript's share of that), 40 steps each (at 8 or 12 the JIT is still warming: here, 2.1 ms a
+# step at 8 against 0.8 at 80); then the tiled GEMM's three layouts over q4 weights at the
+# 512-token LoRA step's MLP shape (the input gradient's 160 tiles, which 'auto' leaves whole), and
+# with split-K 'on' (each product in two slices at least). Then the decode GEMV's lanes against
+# gemv (bench/gemv-ab.ts), the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts),
+# and the tiled GEMM's three layouts at the 4B MLP's shape (bf16, M = 2,048) with A in shared
+# memory, A by subgroup shuffles (the 'auto' choice on Intel only), and f16 tiles
+# (bench/gemm-ab.ts); with and without the 16-byte loads (--vec4 off: the forward and the input
+# gradient), in f32 and f16 tiles.
 GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
-ENC="'$NODE' '$D/bench/decode-encode.mjs' --layers 36"
-run gemv-ab 50 bash -c "'$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off; $ENC --batch 1; $ENC --batch 4; $ENC --batch 4 --steps 8 --stub-dawn"
+ENC="'$NODE' '$D/bench/decode-encode.mjs' --layers 36 --steps 40"
+GEMM4="'$NODE' '$D/bench/gemm-ab.mjs' --M 512 --N 9728 --K 2560 --reps 10 --weights q4"
+run gemv-ab 50 bash -c "$ENC --batch 1; $ENC --batch 4; $ENC --batch 4 --stub-dawn; $GEMM4; $GEMM4 --split-k on; '$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off"
 # attention-ab.log: first the training and prefill attention kernels side by side at T = 512 and
 # 2,048 (bench/attention-ab.ts: per (token, head), the tiled rows one thread or 4 a row, the
 # latter also with the dK/dV workgroups of 128 keys 'auto' took before (splitwide), the
