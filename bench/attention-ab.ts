@@ -32,6 +32,7 @@ const { values } = parseArgs({
 const kv = values.kv === 'f16' ? 'f16' : 'f32';
 const variants = values.variants.split(',') as AttentionBenchVariant[];
 const last = variants[variants.length - 1]!;
+const ms = (seconds: number) => (seconds * 1e3).toFixed(3);
 const gpu = await createGpu();
 const records: BenchRecord[] = [];
 try {
@@ -43,7 +44,7 @@ try {
       kv,
       minSeconds: 0, // one timed call per record (after a warm-up call): the rounds repeat it
       attentionVariants: { variants, rounds: Number(values.rounds) },
-      log: (r) => console.log(`${r.name.padEnd(34)} ${r.shape}  ${r.seconds.toFixed(3)} s  ${r.note ?? ''}`),
+      log: (r) => console.log(`${r.name.padEnd(34)} ${r.shape}  ${ms(r.seconds)} ms  ${r.note ?? ''}`),
     });
     records.push(...recs);
     const median = (xs: number[]) => {
@@ -65,7 +66,7 @@ try {
         const ratio = (f: (xs: number[]) => number) => (f(a) / f(b)).toFixed(2);
         console.log(
           `T=${T} ${op}: ${v} / ${last} = ${ratio(median)} (medians), ${ratio((xs) => Math.min(...xs))} (minima); ` +
-            `${v} ${a.map((x) => x.toFixed(3)).join(', ')} s, ${last} ${b.map((x) => x.toFixed(3)).join(', ')} s`,
+            `${v} ${a.map(ms).join(', ')} ms, ${last} ${b.map(ms).join(', ')} ms`,
         );
       }
     }

@@ -45,6 +45,8 @@ export interface BenchReport {
   /** Where it ran: 'node' (Dawn) or the browser's user agent. */
   runtime: string;
   date: string;
+  /** The kernel switches the run set (bench --kernels); absent: the defaults ('auto'). */
+  kernels?: string;
   roofline?: Roofline;
   records: BenchRecord[];
   /** Peer comparisons: ours over theirs, > 1 = we are faster. */

@@ -217,11 +217,12 @@ function kernelNote(gpu: Gpu, op: string): string {
 }
 
 /**
- * An attention variant side by side: tuning.attention ('single' or 'tiled'), and for 'tiled' after
- * a colon the backward's rows (tuning.attentionBackward: 'row' one thread a row, 'split' 4;
+ * An attention variant side by side: tuning.attention ('single' or 'tiled': the tiled kernels
+ * 'auto' picks), and for 'tiled' after a colon the rows' kernels (tuning.attentionForward 'rows')
+ * with the backward's rows (tuning.attentionBackward: 'row' one thread a row, 'split' 4;
  * 'splitwide': split, with the dK/dV workgroups of ROWS / 4 keys, tuning.attentionDkvGroup) or
- * register-tiled products in both ('blocks': tuning.attentionForward and attentionBackward;
- * 'blocks2': with dK/dV at 2 keys a thread, tuning.attentionDkvRows).
+ * register-tiled products in both ('blocks': tuning.attentionForward and attentionBackward, dK/dV
+ * at 4 keys a thread; 'blocks2': at 2, tuning.attentionDkvRows).
  */
 export type AttentionBenchVariant =
   'single' | 'tiled' | 'tiled:row' | 'tiled:split' | 'tiled:splitwide' | 'tiled:blocks' | 'tiled:blocks2';
@@ -401,8 +402,8 @@ export async function benchOps(gpu: Gpu, o: OpBenchOptions): Promise<BenchRecord
                 attention,
                 attentionBackward: rows ?? (blocks ? 'blocks' : before.attentionBackward),
                 attentionDkvGroup: how === 'splitwide' ? 'wide' : before.attentionDkvGroup,
-                attentionForward: blocks ? 'blocks' : before.attentionForward,
-                attentionDkvRows: how === 'blocks2' ? '2' : before.attentionDkvRows,
+                attentionForward: blocks ? 'blocks' : rows ? 'rows' : before.attentionForward,
+                attentionDkvRows: how === 'blocks2' ? '2' : how === 'blocks' ? '4' : before.attentionDkvRows,
               });
             }
             const tag = variant ? ` [${variant}]` : '';

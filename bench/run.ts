@@ -1,6 +1,7 @@
 // `npm run bench -- [--quick|--full] [--parts roofline,ops,e2e,round] [--ops gemv,gemm,attention,decode-attention]
 //                   [--model tiny,4b] [--weights bf16,q4] [--kv f32,f16] [--layers N,...] [--prompt 128] [--decode 16]
-//                   [--batch 1,4] [--train-len N] [--lora-r 16] [--rounds 2] [--gpu-memory G] [--json FILE]`
+//                   [--batch 1,4] [--train-len N] [--lora-r 16] [--rounds 2] [--gpu-memory G] [--kernels k=v,...]
+//                   [--json FILE]`
 // The suite of bench/suite.ts on Node (Dawn, the npm `webgpu` package): progress lines while it
 // runs, then the table, and the report as JSON with --json. A benchmark, not a test: nothing here
 // asserts a time. `npm run bench:browser` runs the same suite in Chromium.
@@ -10,7 +11,7 @@ import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { createGpu } from '../src/gpu/index.ts';
 import { isCpuAdapter } from '../src/ops/index.ts';
-import { SUITE_FLAGS, reportTable, runSuite, suiteOptions } from './suite.ts';
+import { SUITE_FLAGS, applyKernels, reportTable, runSuite, suiteOptions } from './suite.ts';
 
 const flagOptions = Object.fromEntries(
   Object.keys(SUITE_FLAGS).map((name) => [
@@ -38,21 +39,26 @@ try {
   const report = await runSuite(gpu, opts, `node ${process.version} (Dawn)`, log);
   if (opts.parts.includes('round')) {
     const { benchRound } = await import('./round.node.ts');
-    for (const name of opts.models) {
-      for (const layers of opts.layers ?? [undefined])
-        for (const format of opts.weights)
-          for (const kv of opts.kv)
-            report.records.push(
-              ...(await benchRound(gpu, name, {
-                mode: opts.mode,
-                layers,
-                format,
-                kv,
-                rounds: opts.rounds,
-                budgetBytes: opts.gpuMemoryBytes,
-                log,
-              })),
-            );
+    const restore = applyKernels(gpu, opts.kernels);
+    try {
+      for (const name of opts.models) {
+        for (const layers of opts.layers ?? [undefined])
+          for (const format of opts.weights)
+            for (const kv of opts.kv)
+              report.records.push(
+                ...(await benchRound(gpu, name, {
+                  mode: opts.mode,
+                  layers,
+                  format,
+                  kv,
+                  rounds: opts.rounds,
+                  budgetBytes: opts.gpuMemoryBytes,
+                  log,
+                })),
+              );
+      }
+    } finally {
+      restore();
     }
   }
   console.log(`\n${reportTable(report)}`);

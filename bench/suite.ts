@@ -3,7 +3,7 @@
 // as a fraction of the roofline. Options come from CLI flags or URL parameters, by the same names.
 // Browser-safe: no node: imports.
 import type { Gpu } from '../src/gpu/index.ts';
-import { isCpuAdapter } from '../src/ops/index.ts';
+import { isCpuAdapter, parseTuning, tuning, tuningProblem } from '../src/ops/index.ts';
 import { MODELS, benchModel, type Format, type ModelBenchOptions } from './e2e.ts';
 import { applyRoofline, formatTable, type BenchRecord, type BenchReport } from './measure.ts';
 import { OP_NAMES, OP_SHAPES, benchOps, type OpName } from './ops.ts';
@@ -27,6 +27,8 @@ export interface SuiteOptions extends Pick<ModelBenchOptions, 'prompts' | 'decod
   rounds: number;
   /** --gpu-memory in bytes: the rounds' memory budget (kept layers fill it); undefined: none. */
   gpuMemoryBytes: number | undefined;
+  /** --kernels: kernel switches (`name=value,...`, the CLI's --kernels) for the whole run; '': the defaults. */
+  kernels: string;
 }
 
 /** The flags (CLI `--name value`, URL `?name=value`) and what they default to. */
@@ -49,6 +51,8 @@ export const SUITE_FLAGS = {
     'SpyRL rounds of --parts round: the last is split by stage, the ones before it warm up (pipeline compiles) and print their totals (default 2; quick: 1)',
   'gpu-memory':
     "GiB of GPU memory a round's memory plan may fill, as `spyrl train --gpu-memory`: its update keeps the layers' activations that fit (default: none, the adapter's limits only)",
+  kernels:
+    "kernel switches for the whole run, as `spyrl --kernels` (name=value,...; e.g. the 'auto' choices before a change, for an A/B in one run; default: none)",
 } as const;
 
 type FlagValues = Readonly<Record<string, string | boolean | undefined>>;
@@ -111,20 +115,56 @@ export function suiteOptions(v: FlagValues, cpu: boolean): SuiteOptions {
     loraR: positive('lora-r', v['lora-r'], 16),
     rounds: positive('rounds', v.rounds, mode === 'quick' ? 1 : 2),
     gpuMemoryBytes: gibibytes('gpu-memory', v['gpu-memory']),
+    kernels: kernelSpec(str('kernels', '')),
   };
+}
+
+/** --kernels' text, checked by parseTuning (one error naming the flag and the part). */
+function kernelSpec(spec: string): string {
+  try {
+    parseTuning(spec);
+  } catch (e) {
+    throw new RangeError(`--kernels: ${(e as Error).message}`, { cause: e });
+  }
+  return spec;
+}
+
+/**
+ * Sets --kernels' switches (checked against gpu: a forced variant it lacks is an error) and
+ * returns what puts the ones before back.
+ */
+export function applyKernels(gpu: Gpu, spec: string): () => void {
+  const settings = parseTuning(spec);
+  const problem = tuningProblem(gpu, settings);
+  if (problem) throw new RangeError(`--kernels: ${problem}`);
+  const before = { ...tuning };
+  Object.assign(tuning, settings);
+  return () => Object.assign(tuning, before);
 }
 
 export function adapterName(gpu: Gpu): string {
   return `${gpu.info.vendor} ${gpu.info.architecture} ${gpu.info.description}`.trim() || 'unknown adapter';
 }
 
-/** Runs the parts of `o` on gpu; `log` gets progress lines and each record as it is made. */
+/**
+ * Runs the parts of `o` on gpu with its --kernels switches (put back after); `log` gets progress
+ * lines and each record as it is made.
+ */
 export async function runSuite(
   gpu: Gpu,
   o: SuiteOptions,
   runtime: string,
   log: (line: string) => void = () => {},
 ): Promise<BenchReport> {
+  const restore = applyKernels(gpu, o.kernels);
+  try {
+    return await runParts(gpu, o, runtime, log);
+  } finally {
+    restore();
+  }
+}
+
+async function runParts(gpu: Gpu, o: SuiteOptions, runtime: string, log: (line: string) => void): Promise<BenchReport> {
   const features = [
     gpu.features.f16 && 'shader-f16',
     gpu.features.subgroups && 'subgroups',
@@ -137,6 +177,7 @@ export async function runSuite(
     mode: o.mode,
     runtime,
     date: new Date().toISOString(),
+    ...(o.kernels ? { kernels: o.kernels } : {}),
     records: [],
   };
   const minSeconds = o.mode === 'quick' ? 0.3 : 0.5;
@@ -147,7 +188,10 @@ export async function runSuite(
         (r.ofRoof === undefined ? '' : `, ${(100 * r.ofRoof).toFixed(1)}% of roofline`),
     );
   };
-  log(`# spyrl bench on ${report.adapter} (${runtime}; features: ${features.join(', ') || 'none'}; ${o.mode} shapes)`);
+  log(
+    `# spyrl bench on ${report.adapter} (${runtime}; features: ${features.join(', ') || 'none'}; ${o.mode} shapes)` +
+      (o.kernels ? `; kernels ${o.kernels}` : ''),
+  );
   if (isCpuAdapter(gpu)) log('# a CPU emulation of a GPU: its timings say nothing about a real GPU.');
   if (o.parts.includes('roofline')) {
     // A CPU adapter takes minutes per call of the full FMA probe: its quick size measures the same rate.

@@ -107,12 +107,12 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
 # warm-up round and one counted round a side, the default game's report and summary lengths), then
 # the LoRA step with every layer kept against every layer recomputed (bench/keep-ab.ts, all 36
-# layers, TRAIN_LEN tokens). Then the same profile with split-K off (tuning.gemmSplitK): the A/B of the sliced GEMMs;
-# last (cut first), with split-K 'on': every tiled product in two slices at least (as 'auto' where
-# its tiles are fewer than 128), among them the LoRA step's input gradients at TRAIN_LEN = 512
-# tokens (160 tiles for 132 multiprocessors, which 'auto' leaves whole): whether 'auto''s
-# 128-tile threshold is too low.
-run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/keep-ab.mjs' --shape 4b --layers 36 --weights q4 --tokens '$TRAIN_LEN' --reps 2; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=off; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels gemmSplitK=on"
+# layers, TRAIN_LEN tokens). Last (cut first), the round and the profile again with the
+# attention choices before the register-tiled kernels became 'auto' on GPUs (OLD_ATTENTION: the
+# rows' forward, the split backward, at their own cutoffs): the same-run A/B of that change (the
+# H100 of 2026-12-06: the update 6.5 s against 12.0).
+OLD_ATTENTION=attentionForward=rows,attentionBackward=split,attentionDkvRows=4
+run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/keep-ab.mjs' --shape 4b --layers 36 --weights q4 --tokens '$TRAIN_LEN' --reps 2; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$OLD_ATTENTION'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels '$OLD_ATTENTION'"
 # gemv-ab.log: the questions the H200 run of 2026-12-04 left open first (it stopped this stage at
 # its limit, in the GEMM A/Bs): the CPU time to encode a decode step at Qwen3-4B's depth, 36
 # layers, LoRA on, B = 1 and 4 (bench/decode-encode.ts: the host's share of a step, which at full
@@ -130,11 +130,11 @@ GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 ENC="'$NODE' '$D/bench/decode-encode.mjs' --layers 36 --steps 40"
 GEMM4="'$NODE' '$D/bench/gemm-ab.mjs' --M 512 --N 9728 --K 2560 --reps 10 --weights q4"
 run gemv-ab 50 bash -c "$ENC --batch 1; $ENC --batch 4; $ENC --batch 4 --stub-dawn; $GEMM4; $GEMM4 --split-k on; '$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off"
-# attention-ab.log: first the training and prefill attention kernels side by side at T = 512 and
-# 2,048 (bench/attention-ab.ts: per (token, head), the tiled rows one thread or 4 a row, the
-# latter also with the dK/dV workgroups of 128 keys 'auto' took before (splitwide), the
-# register-tiled blocks with dK/dV at 2 and at 4 keys a thread; each tiled one also over a packed
-# tree): the round's largest lever, so first in the stage. Then decode attention
+# attention-ab.log: first the training and prefill attention kernels side by side at T = 64 to
+# 2,048 (bench/attention-ab.ts: per (token, head), the tiled rows 4 threads a row, the
+# register-tiled blocks with dK/dV at 4 keys a thread, and what 'auto' takes (on GPUs the blocks
+# at 2 keys a thread from 128 tokens: at 64, below the measured range, whether the cutoff could
+# come down); each tiled one also over a packed tree). Then decode attention
 # (bench/decode-attention-ab.ts), the RMSNorms folded into the
 # decode GEMVs against 'off', one 4B layer, q4, LoRA on (bench/fused-ab.ts --compare normFold; then
 # --compare gemvSplitK: the LoRA A products of o_proj and down_proj split over K or not).
@@ -148,5 +148,5 @@ run gemv-ab 50 bash -c "$ENC --batch 1; $ENC --batch 4; $ENC --batch 4 --stub-da
 # the LU loads ahead (bench/shader-ab.ts; Qwen3-4B's gate/up shape, bf16 and q4, B = 1 and 4; the
 # last also at down_proj's, 2560 x 9728: 160 workgroups, where the loads in flight matter most).
 SAB="'$NODE' '$D/bench/shader-ab.mjs' --ops gemv --full --rounds 3 --old"
-run attention-ab 75 bash -c "'$NODE' '$D/bench/attention-ab.mjs' --T 512,2048 --rounds 2 --variants single,tiled:row,tiled:splitwide,tiled:split,tiled:blocks2,tiled:blocks; $SAB 'gemv=$D/gemv-old.wgsl,common/gemvstaged=$D/gemvstaged-old.wgsl'; $SAB 'gemv=$D/gemv-sw.wgsl,common/gemvstaged=$D/gemvstaged-sw.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728; '$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvSplitK --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/sample-ab.mjs' --old '$D/sample-old.wgsl' --rounds 5; '$NODE' '$D/bench/fused-ab.mjs' --compare siluFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvWideLanes --shapes 4b-layer --weights q4 --reps 3 --steps 4"
+run attention-ab 75 bash -c "'$NODE' '$D/bench/attention-ab.mjs' --T 64,128,512,2048 --rounds 2 --variants single,tiled:split,tiled:blocks,tiled; $SAB 'gemv=$D/gemv-old.wgsl,common/gemvstaged=$D/gemvstaged-old.wgsl'; $SAB 'gemv=$D/gemv-sw.wgsl,common/gemvstaged=$D/gemvstaged-sw.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728; '$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvSplitK --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/sample-ab.mjs' --old '$D/sample-old.wgsl' --rounds 5; '$NODE' '$D/bench/fused-ab.mjs' --compare siluFold --shapes 4b-layer --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvWideLanes --shapes 4b-layer --weights q4 --reps 3 --steps 4"
 log "done"

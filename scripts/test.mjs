@@ -153,7 +153,8 @@ gpuChoices('golden and memory-plan tests', [
   'test/train/trainingMemory.test.ts',
 ]);
 // The register-tiled attention (tuning.attentionForward / attentionBackward 'blocks', which 'auto'
-// does not take yet) against Hugging Face and PyTorch autograd: the untied-sharded fixture's
+// takes on GPUs from 128 tokens, past these fixtures' lengths; forced here, tiled from 9 tokens)
+// against Hugging Face and PyTorch autograd: the untied-sharded fixture's
 // head_dim 32 takes them (a multiple of 32) in its prefill over the paged cache (logits, greedy
 // and batched decode) and, as untied-rslora's base, in the LoRA forward and gradients.
 gpuChoices(

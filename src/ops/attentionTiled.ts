@@ -7,7 +7,28 @@ import { f32, type Defines, type Kernel } from '../gpu/launch.ts';
 import { ATTENTION_BINDINGS, GEMV_MAX_T, autoForCpu, bindings, opKernel, tuning, type KvPaging } from './common.ts';
 
 /**
- * 'auto' on GPUs, training (attentionForwardLse + attentionBackward without a prefix tree): the
+ * 'auto' on GPUs where the register-tiled kernels run (attentionForwardBlocks, and for training
+ * attentionBackwardBlocks too): the blocked kernels from this many tokens, prefill and training.
+ * Measured on an NVIDIA H100 at Qwen3-4B heads, 2026-12-06 (bench/attention-ab.ts, alternated
+ * rounds): median ms of the blocked kernels (dK/dV at 2 keys a thread) / the per-(token, head)
+ * ones ('single') / the tiled rows (split backward); T = 2,048 from the first run
+ * (bench/results/2026-12-06-h100/attention-ab.log, two rounds: their mean), the others from the
+ * second (bench/results/2026-12-06-h100-b/attention-ab.log, three rounds):
+ *
+ * | T | forward | backward | paged prefill (blocked / single) |
+ * |---|---|---|---|
+ * | 128 | 0.211 / 0.346 / 0.754 | 0.636 / 1.211 / 1.786 | 0.148 / 0.189 |
+ * | 256 | 0.186 / 0.750 / 1.310 | 0.905 / 3.186 / 3.434 | 0.207 / 0.370 |
+ * | 512 | 0.394 / 3.163 / 2.533 | 1.941 / 10.005 / 6.738 | 0.437 / 1.061 |
+ * | 2,048 | 3.72 / 39.1 / 24.1 | 13.2 / 150 / 63.2 | 4.04 / 13.8 |
+ *
+ * Faster at every measured length; below 128 tokens (a few query tiles a KV head) unmeasured.
+ */
+export const ATTENTION_BLOCKED_MIN_T_GPU = 128;
+/**
+ * 'auto' on GPUs where the blocked kernels do not run (a head_dim that is not a multiple of 32,
+ * too little workgroup memory, or tuning.attentionForward / attentionBackward 'rows' / 'split' /
+ * 'row'), training (attentionForwardLse + attentionBackward without a prefix tree): the
  * tiled kernels from this many tokens. Measured on an NVIDIA H200 (bench/attention-ab.ts, Qwen3-4B
  * heads, bench/results/2026-12-04-h200/attention-ab.log): at T = 512 the per-(token, head) kernels
  * take 3.6 + 10.3 ms for forward + backward against the tiled 2.9 + 17.1 (the tiles make T/BQ *
@@ -17,7 +38,8 @@ import { ATTENTION_BINDINGS, GEMV_MAX_T, autoForCpu, bindings, opKernel, tuning,
  */
 export const ATTENTION_TILED_MIN_T_GPU = 1024;
 /**
- * 'auto' on GPUs, prefill over the paged cache: the tiled kernel from this many tokens. On the
+ * 'auto' on GPUs without the blocked kernels, prefill over the paged cache: the tiled kernel from
+ * this many tokens. On the
  * H200 the per-(token, head) kernel with a GQA group a workgroup was faster at both measured
  * lengths (T = 512: 1.35 ms against 3.0; T = 2,048: 14.3 against 25). Past the measured range its
  * K/V traffic, T^2 * NKV * HD / HG words, keeps growing where the tiles' does not: 4,096 is an
@@ -110,21 +132,26 @@ export function dkvThreads(gpu: Gpu, t: AttentionTiling, S: number): number {
 /**
  * Whether a chunk of T tokens takes the tiled kernels: tuning.attention 'tiled' forces them
  * (except for a head_dim they do not take: then the per-(token, head) kernel), 'single' and
- * 'split' force the others, 'auto' takes them from ATTENTION_TILED_MIN_T_CPU tokens on CPU
- * adapters and on GPUs from ATTENTION_TILED_MIN_T_GPU_PREFILL (the prefill op) or
- * ATTENTION_TILED_MIN_T_GPU (the training ops). Both training ops use the training rule, so a
- * training forward and its backward run the same arrangement.
+ * 'split' force the others, 'auto' takes them from attentionTiledMinT's length. Both training
+ * ops use the training rule, so a training forward and its backward run the same arrangement.
  */
 export function attentionVariant(gpu: Gpu, T: number, HD: number, use: 'prefill' | 'training'): 'tiled' | 'other' {
   if (!tiledHeadDim(HD)) return 'other';
   if (tuning.attention === 'tiled') return 'tiled';
   if (tuning.attention !== 'auto') return 'other';
-  return T >= attentionTiledMinT(gpu, use) ? 'tiled' : 'other';
+  return T >= attentionTiledMinT(gpu, use, HD) ? 'tiled' : 'other';
 }
 
-/** The length from which 'auto' takes the tiled kernels on this adapter, for prefill or training. */
-export function attentionTiledMinT(gpu: Gpu, use: 'prefill' | 'training'): number {
+/**
+ * The length from which 'auto' takes the tiled kernels on this adapter, for prefill or training
+ * at head_dim HD: ATTENTION_TILED_MIN_T_CPU on CPU adapters; on GPUs ATTENTION_BLOCKED_MIN_T_GPU
+ * where the blocked kernels run (the forward's for prefill, the forward's and the backward's for
+ * training), else ATTENTION_TILED_MIN_T_GPU_PREFILL or ATTENTION_TILED_MIN_T_GPU (the rows').
+ */
+export function attentionTiledMinT(gpu: Gpu, use: 'prefill' | 'training', HD: number): number {
   if (autoForCpu(gpu)) return ATTENTION_TILED_MIN_T_CPU;
+  const blocked = useBlocks(gpu, 'forward', HD) && (use === 'prefill' || useBlocks(gpu, 'backward', HD));
+  if (blocked) return ATTENTION_BLOCKED_MIN_T_GPU;
   return use === 'prefill' ? ATTENTION_TILED_MIN_T_GPU_PREFILL : ATTENTION_TILED_MIN_T_GPU;
 }
 
@@ -247,17 +274,35 @@ export function attentionBlocking(gpu: Gpu, NH: number, NKV: number, HD: number)
 }
 
 /**
- * The tiled forwards' kernels (training and prefill): 'blocks' where tuning.attentionForward asks
- * for them and the head dim and workgroup memory take them ('auto' keeps 'rows' until a GPU has
- * timed the two).
+ * Whether the tiled forward ('forward': training and prefill) or backward takes the blocked
+ * kernels at head_dim HD: tuning.attentionForward / attentionBackward 'blocks', or 'auto' on GPUs
+ * (not on CPU adapters, where the rows' kernels were timed), where they fit (attentionBlocking).
  */
-export function attentionForwardBlocks(gpu: Gpu, NH: number, NKV: number, HD: number): AttentionBlocking | null {
-  return tuning.attentionForward === 'blocks' ? attentionBlocking(gpu, NH, NKV, HD) : null;
+function useBlocks(gpu: Gpu, pass: 'forward' | 'backward', HD: number): boolean {
+  const choice = pass === 'forward' ? tuning.attentionForward : tuning.attentionBackward;
+  const wanted = choice === 'blocks' || (choice === 'auto' && !autoForCpu(gpu));
+  return wanted && attentionBlocking(gpu, 1, 1, HD) !== null;
 }
 
-/** The backward's kernels: 'blocks' where tuning.attentionBackward asks for them and they fit. */
+/** The tiled forwards' kernels (training and prefill): the blocked ones where useBlocks says so. */
+export function attentionForwardBlocks(gpu: Gpu, NH: number, NKV: number, HD: number): AttentionBlocking | null {
+  return useBlocks(gpu, 'forward', HD) ? attentionBlocking(gpu, NH, NKV, HD) : null;
+}
+
+/** The backward's kernels: the blocked ones where useBlocks says so. */
 export function attentionBackwardBlocks(gpu: Gpu, NH: number, NKV: number, HD: number): AttentionBlocking | null {
-  return tuning.attentionBackward === 'blocks' ? attentionBlocking(gpu, NH, NKV, HD) : null;
+  return useBlocks(gpu, 'backward', HD) ? attentionBlocking(gpu, NH, NKV, HD) : null;
+}
+
+/**
+ * The blocked dK/dV kernel's most keys a thread (its RI, at most the geometry's): tuning.attentionDkvRows,
+ * whose 'auto' is 2 on GPUs and the geometry's (4 at Qwen3-4B heads) on CPU adapters. On an NVIDIA
+ * H100 (bench/results/2026-12-06-h100/attention-ab.log, Qwen3-4B heads) the backward took 1.9-2.1
+ * ms at 2 keys a thread against 2.3 at 4 (T = 512), and 12.9-13.6 against 17.5-18.6 (T = 2,048).
+ */
+export function dkvRows(gpu: Gpu): number {
+  const rows = tuning.attentionDkvRows;
+  return rows === 'auto' ? (autoForCpu(gpu) ? 4 : 2) : Number(rows);
 }
 
 /** The blocked kernels' defines, and their tiling in attentionTiling's terms (params, grid). */
@@ -348,11 +393,8 @@ export function attentionTiledBackward(
   let kernels: { dq: Kernel; dkv: Kernel; t: AttentionTiling; keysPerGroup: number };
   if (b) {
     const { defines: d, t } = blockedKernel(b, HD, keyEnd !== null);
-    // dK/dV's keys a thread: the geometry's, or fewer (tuning.attentionDkvRows; less memory, so it fits)
-    const kb = {
-      ...b,
-      RI: tuning.attentionDkvRows === 'auto' ? b.RI : Math.min(b.RI, Number(tuning.attentionDkvRows)),
-    };
+    // dK/dV's keys a thread: the geometry's or fewer (dkvRows; less memory, so it fits)
+    const kb = { ...b, RI: Math.min(b.RI, dkvRows(gpu)) };
     kernels = {
       dq: opKernel(gpu, 'attentionBackward', 'attention', 'attention_blocked_dq', d),
       dkv: opKernel(

@@ -70,23 +70,26 @@ export interface Tuning {
    */
   gemvWideLanes: 'auto' | 'on' | 'off';
   /**
-   * The tiled attention backward's rows: split over 4 threads each with subgroup sums
-   * (shaders/attention.wgsl SPLIT; 'auto' on GPUs whose subgroups are at least 4 wide, never on
-   * CPU adapters), or one thread per row ('row'). 'split' forces it where it can run. 'blocks':
-   * register-tiled products instead (attention_blocked_dq / _dkv, as attentionForward's
-   * 'blocks'; head_dim a multiple of 32, else as 'auto'), which 'auto' does not take until a GPU
-   * has timed them.
+   * The tiled attention backward: register-tiled products ('blocks': attention_blocked_dq / _dkv,
+   * as attentionForward's 'blocks'; head_dim a multiple of 32 and the workgroup memory to hold
+   * them), or rows split over 4 threads each with subgroup sums ('split': shaders/attention.wgsl
+   * SPLIT, where subgroups are at least 4 wide), or one thread per row ('row'). 'auto': on GPUs
+   * 'blocks' where they fit (an H100 ran them 3.3-5x faster than 'split' at Qwen3-4B heads,
+   * src/ops/attentionTiled.ts ATTENTION_BLOCKED_MIN_T_GPU), else 'split' where it can run; on CPU
+   * adapters 'row'.
    */
   attentionBackward: 'auto' | 'split' | 'row' | 'blocks';
   /**
-   * With attentionBackward 'blocks', the dK/dV kernel's keys a thread (attention_blocked_dkv's
-   * RI; its workgroup owns 16 RI keys): 'auto' the geometry attentionBlocking picks (4 at
-   * Qwen3-4B heads where the workgroup memory takes it: two accumulators of 4 x HD/32 vec4s and
-   * two 4 x 4 blocks a thread, about 200 registers at head_dim 128), or at most '2' or '1' (half
-   * or a quarter of those registers, 2 or 4 times the workgroups, each Q/dO tile serving fewer
-   * keys). A GPU's timing decides (bench/attention-ab.ts --variants tiled:blocks,tiled:blocks2).
+   * With the blocked backward (attentionBackward 'blocks', or its 'auto' on GPUs), the dK/dV
+   * kernel's most keys a thread (attention_blocked_dkv's RI, never more than the geometry
+   * attentionBlocking picks; its workgroup owns 16 RI keys): '4' (the geometry's at Qwen3-4B heads
+   * where the workgroup memory takes it: two accumulators of 4 x HD/32 vec4s and two 4 x 4 blocks
+   * a thread, about 200 registers at head_dim 128), '2' or '1' (half or a quarter of those
+   * registers, 2 or 4 times the workgroups, each Q/dO tile serving fewer keys). 'auto': '2' on
+   * GPUs (an H100's backward 1.1-1.4x faster than at 4, bench/attention-ab.ts --variants
+   * tiled:blocks,tiled:blocks2), the geometry's on CPU adapters.
    */
-  attentionDkvRows: 'auto' | '2' | '1';
+  attentionDkvRows: 'auto' | '4' | '2' | '1';
   /**
    * The tiled dK/dV pass's keys a workgroup (attention_tiled_dkv, rows or split): 'auto' on GPUs
    * the query tile's tokens (BQ: as many workgroups as the dQ pass; at Qwen3-4B heads 32 keys, 128
@@ -100,8 +103,9 @@ export interface Tuning {
    * attention picks the tiled kernels): one thread per (query, head) row ('rows':
    * attention_tiled_lse, attention_tiled), or register-tiled products ('blocks':
    * attention_blocked_lse, attention_blocked; S = Q K^T and O = P V each a 4 x 4 / 4 x HD/32 block
-   * a thread, as the tiled GEMM; head_dim a multiple of 32, else 'rows'). 'auto' takes 'rows'
-   * until a GPU has timed the two (bench/attention-ab.ts --variants tiled,tiled:blocks).
+   * a thread, as the tiled GEMM; head_dim a multiple of 32, else 'rows'). 'auto': 'blocks' on
+   * GPUs where they fit (an H100 ran them 5.7-7x faster than 'rows' at Qwen3-4B heads,
+   * src/ops/attentionTiled.ts ATTENTION_BLOCKED_MIN_T_GPU), 'rows' on CPU adapters.
    */
   attentionForward: 'auto' | 'rows' | 'blocks';
   /**
@@ -168,7 +172,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemvSplitK: ['auto', 'off'],
   gemvWideLanes: ['auto', 'on', 'off'],
   attentionBackward: ['auto', 'split', 'row', 'blocks'],
-  attentionDkvRows: ['auto', '2', '1'],
+  attentionDkvRows: ['auto', '4', '2', '1'],
   attentionDkvGroup: ['auto', 'wide'],
   attentionForward: ['auto', 'rows', 'blocks'],
   normFold: ['auto', 'off'],

@@ -3,6 +3,7 @@
 // then the op suite end to end at toy shapes, so the benchmark cannot rot unnoticed.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
+import * as K from '../../src/ops/index.ts';
 import { applyRoofline, formatTable, makeRecord } from '../../bench/measure.ts';
 import {
   OP_NAMES,
@@ -216,5 +217,21 @@ describe('benchmark kernels and suite on the GPU', () => {
     expect(report.roofline).toBeDefined();
     expect(report.records.map((r) => r.group)).toEqual(['roofline', 'roofline', 'op', 'op']);
     expect(reportTable(report)).toContain('roofline (measured): copy');
+  });
+
+  // --kernels: set for the run (the decode attention's kernel follows attentionHeads), recorded in
+  // the report, and put back after it; a bad switch is refused before anything runs.
+  it('runSuite --kernels: the switches for the run only', async () => {
+    const notes: string[] = [];
+    for (const heads of ['one', 'group']) {
+      const o = suiteOptions({ parts: 'ops', ops: 'decode-attention', kernels: `attentionHeads=${heads}` }, true);
+      const report = await runSuite(gpu, o, 'vitest');
+      expect(report.kernels).toBe(`attentionHeads=${heads}`);
+      expect(K.tuning.attentionHeads).toBe('auto');
+      notes.push(report.records[0]!.note ?? '');
+    }
+    expect(notes[0]).toContain('attention');
+    expect(notes[0]).not.toBe(notes[1]);
+    expect(() => suiteOptions({ kernels: 'attentionHeads=two' }, true)).toThrow(/--kernels: attentionHeads must be/);
   });
 });

@@ -13,11 +13,14 @@ import { createGpu, type Gpu } from '../../src/gpu/index.ts';
 import { f16BitsToF32, f32ToF16Bits } from '../../src/model/q4.ts';
 import * as K from '../../src/ops/index.ts';
 import {
+  ATTENTION_BLOCKED_MIN_T_GPU,
   ATTENTION_TILED_MIN_T_CPU,
+  ATTENTION_TILED_MIN_T_GPU,
   ATTENTION_TILED_MIN_T_GPU_PREFILL,
   BACKWARD_SPLIT,
   attentionBlockedBytes,
   attentionBlocking,
+  attentionTiledMinT,
   attentionTiling,
 } from '../../src/ops/attentionTiled.ts';
 import { gpuHarness } from '../helpers/gpuHarness.ts';
@@ -536,6 +539,68 @@ describe.each(['row', 'split'] as const)("the tiled dK/dV's keys a workgroup on 
       expectClose(`dkvGroup=${group} ${mode} ${key} ${desc}`, got.subarray(0, g[key].length), g[key], ATT_REL, ABS);
     }
     for (const b of [...bufs, out, lse, ...(ke ? [ke] : []), grads.dq, grads.dk, grads.dv]) gpu.releaseBuffer(b);
+  });
+});
+
+// ---- 'auto' on a GPU: the blocked kernels from ATTENTION_BLOCKED_MIN_T_GPU tokens -------------
+
+describe("'auto' with a GPU's choices (autoFor=gpu)", () => {
+  beforeAll(() => {
+    Object.assign(K.tuning, { attention: 'auto', autoFor: 'gpu' });
+  });
+  afterAll(() => {
+    Object.assign(K.tuning, { attention: 'tiled', autoFor: 'auto', attentionForward: 'auto' });
+  });
+
+  it('takes the blocked cutoff where the blocked kernels run, else the rows', () => {
+    expect(attentionTiledMinT(gpu, 'training', 32)).toBe(ATTENTION_BLOCKED_MIN_T_GPU);
+    expect(attentionTiledMinT(gpu, 'prefill', 128)).toBe(ATTENTION_BLOCKED_MIN_T_GPU);
+    // head_dim 16: no blocked kernel
+    expect(attentionTiledMinT(gpu, 'training', 16)).toBe(ATTENTION_TILED_MIN_T_GPU);
+    expect(attentionTiledMinT(gpu, 'prefill', 16)).toBe(ATTENTION_TILED_MIN_T_GPU_PREFILL);
+    // the rows' forward forced: their cutoffs, as before the blocked kernels were 'auto'
+    K.tuning.attentionForward = 'rows';
+    try {
+      expect(attentionTiledMinT(gpu, 'training', 32)).toBe(ATTENTION_TILED_MIN_T_GPU);
+      expect(attentionTiledMinT(gpu, 'prefill', 32)).toBe(ATTENTION_TILED_MIN_T_GPU_PREFILL);
+    } finally {
+      K.tuning.attentionForward = 'auto';
+    }
+    expect(K.attentionVariant(gpu, ATTENTION_BLOCKED_MIN_T_GPU - 1, 32, 'training')).toBe('other');
+    expect(K.attentionVariant(gpu, ATTENTION_BLOCKED_MIN_T_GPU, 32, 'training')).toBe('tiled');
+  });
+
+  // At the cutoff: the blocked forward, dQ, and dK/dV at 2 keys a thread; one token short: the
+  // per-(token, head) kernels. Both against the f64 reference.
+  it.each([
+    [ATTENTION_BLOCKED_MIN_T_GPU, 'attention_blocked_lse', 'attention_blocked_dq', 'attention_blocked_dkv'],
+    [ATTENTION_BLOCKED_MIN_T_GPU - 1, 'attention_forward_lse', 'attention_backward_dq', 'attention_backward_dkv'],
+  ])('T=%i NH=4 NKV=2 HD=32: %s, %s, %s', async (T, fwd, dq, dkv) => {
+    const { NH, NKV, HD, rand, x, want } = referenceCase([T, 4, 2, 32], null, 2700);
+    const bufs = [f32Buf(x.q, 'q'), f32Buf(x.k, 'k'), f32Buf(x.v, 'v'), f32Buf(x.dout, 'dout')];
+    const [qb, kb, vb, doutb] = bufs as [GPUBuffer, GPUBuffer, GPUBuffer, GPUBuffer];
+    const out = outBuf(x.q.length);
+    const lse = outBuf(T * NH);
+    K.attentionForwardLse(gpu, out, lse, qb, kb, vb, T, NH, NKV, HD);
+    expect(label('attentionForwardLse')).toContain(fwd);
+    expectClose(`auto out T=${T}`, await gpu.readF32(out, x.q.length), want.out, REL, ABS);
+    expectClose(`auto lse T=${T}`, await gpu.readF32(lse, T * NH), want.lse, REL, ABS);
+    const init = { dq: ref.randn(x.q.length, rand), dk: ref.randn(x.k.length, rand), dv: ref.randn(x.v.length, rand) };
+    const grads = { dq: f32Buf(init.dq, 'dq'), dk: f32Buf(init.dk, 'dk'), dv: f32Buf(init.dv, 'dv') };
+    K.attentionBackward(gpu, grads.dq, grads.dk, grads.dv, doutb, out, lse, qb, kb, vb, T, NH, NKV, HD, null);
+    expect(label('attentionBackward')).toContain(dq);
+    expect(label('attentionBackward.dkv')).toContain(dkv);
+    if (dkv === 'attention_blocked_dkv') {
+      expect(K.kernelVariant(gpu, 'attentionBackward')!.defines.RI).toBe(4);
+      expect(K.kernelVariant(gpu, 'attentionBackward.dkv')!.defines.RI).toBe(2);
+    }
+    const g = { dq: f64(init.dq), dk: f64(init.dk), dv: f64(init.dv) };
+    ref.attentionBackward(g.dq, g.dk, g.dv, x.dout, want.out, want.lse, x.q, x.k, x.v, T, NH, NKV, HD);
+    for (const key of ['dq', 'dk', 'dv'] as const) {
+      const got = await gpu.readF32(grads[key]);
+      expectClose(`auto ${key} T=${T}`, got.subarray(0, g[key].length), g[key], ATT_REL, ABS);
+    }
+    for (const b of [...bufs, out, lse, grads.dq, grads.dk, grads.dv]) gpu.releaseBuffer(b);
   });
 });
 
