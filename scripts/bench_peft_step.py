@@ -101,7 +101,10 @@ def main():
         loss.backward()
         return loss
 
-    step()  # warm-up
+    # Warm-up: cuBLAS's and the allocator's first calls (the two H100 runs of 2026-12-06 gave
+    # medians of 19 and 29 ms after one warm-up step, 3 reps).
+    for _ in range(3):
+        step()
     opt.zero_grad(set_to_none=True)
     sync()
     seconds, adam = [], []

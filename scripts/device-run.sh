@@ -96,10 +96,10 @@ run() { # name seconds command...
 run gpu-check 50 "$NODE" "$D/bench/gpu-check.mjs"
 cat "$OUT/gpu-check.log" >>"$OUT/summary.log" && rm -f "$OUT/gpu-check.log" # 8 files at most
 # PyTorch + PEFT first after the bench: its ratio is the issue's target.
-run bench 200 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$DEPTHS" \
+run bench 190 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$DEPTHS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
-  --tokens "$TRAIN_LEN" --device cuda --reps 3
+  --tokens "$TRAIN_LEN" --device cuda --reps 10
 # round.log: one default SpyRL round at all ROUND_LAYERS = 36 layers (q4, f16 KV, planned for a
 # 24 GiB GPU as `spyrl train --gpu-memory 24` would: the update keeps what fits; one round: its
 # few pipeline compiles, about 0.2 s on the H200 of 2026-12-04, count against it), split by stage,
@@ -113,14 +113,18 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # H100 of 2026-12-06: the update 6.5 s against 12.0).
 OLD_ATTENTION=attentionForward=rows,attentionBackward=split,attentionDkvRows=4
 run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/keep-ab.mjs' --shape 4b --layers 36 --weights q4 --tokens '$TRAIN_LEN' --reps 2; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$OLD_ATTENTION'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels '$OLD_ATTENTION'"
-# gemv-ab.log: the questions the H200 run of 2026-12-04 left open first (it stopped this stage at
-# its limit, in the GEMM A/Bs): the CPU time to encode a decode step at Qwen3-4B's depth, 36
-# layers, LoRA on, B = 1 and 4 (bench/decode-encode.ts: the host's share of a step, which at full
-# depth the GPU waits on), and at B = 4 with Dawn's pass calls stubbed (--stub-dawn: our
-# JavaScript's share of that), 40 steps each (at 8 or 12 the JIT is still warming: here, 2.1 ms a
-# step at 8 against 0.8 at 80); then the tiled GEMM's three layouts over q4 weights at the
-# 512-token LoRA step's MLP shape (the input gradient's 160 tiles, which 'auto' leaves whole), and
-# with split-K 'on' (each product in two slices at least). Then the decode GEMV's lanes against
+# gemv-ab.log: first the decode GEMV's lanes a column (tuning.gemvLanes): the per-kernel GPU time
+# of a decode step (bench/profile.ts, LAYERS layers, q4, B = 4 at context 2,048) with 'auto''s
+# lanes (8 for the q4 projections over K = 2,560: 32 columns a workgroup, which at B = 4 stage as
+# many bytes of x as they read of weights), then 4 (64 columns) and 16, one after the other on the
+# warm machine (the H100 of 2026-12-06 ran these GEMVs at about 200 GB/s, 7% of its copy rate).
+# Then what the H200 run of 2026-12-04 left open (it stopped this stage at its limit, in the GEMM
+# A/Bs; the H100's of 2026-12-06 did too): the CPU time to encode a decode step at Qwen3-4B's
+# depth, 36 layers, LoRA on, B = 1 and 4 (bench/decode-encode.ts: the host's share of a step, which
+# at full depth the GPU waits on), and at B = 4 with Dawn's pass calls stubbed (--stub-dawn: our
+# JavaScript's share of that), 40 steps each; then the tiled GEMM's three layouts over q4 weights
+# at the 512-token LoRA step's MLP shape (the input gradient's 160 tiles, which 'auto' leaves
+# whole), and with split-K 'on' (each product in two slices at least). Then the decode GEMV's lanes against
 # gemv (bench/gemv-ab.ts), the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts),
 # and the tiled GEMM's three layouts at the 4B MLP's shape (bf16, M = 2,048) with A in shared
 # memory, A by subgroup shuffles (the 'auto' choice on Intel only), and f16 tiles
@@ -129,7 +133,8 @@ run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4
 GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 ENC="'$NODE' '$D/bench/decode-encode.mjs' --layers 36 --steps 40"
 GEMM4="'$NODE' '$D/bench/gemm-ab.mjs' --M 512 --N 9728 --K 2560 --reps 10 --weights q4"
-run gemv-ab 50 bash -c "$ENC --batch 1; $ENC --batch 4; $ENC --batch 4 --stub-dawn; $GEMM4; $GEMM4 --split-k on; '$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off"
+PROF="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len 64 --prefill 64 --top 14"
+run gemv-ab 60 bash -c "$PROF; $PROF --kernels gemvLanes=4; $PROF --kernels gemvLanes=16; $ENC --batch 1; $ENC --batch 4; $ENC --batch 4 --stub-dawn; $GEMM4; $GEMM4 --split-k on; '$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off"
 # attention-ab.log: first the training and prefill attention kernels side by side at T = 64 to
 # 2,048 (bench/attention-ab.ts: per (token, head), the tiled rows 4 threads a row, the
 # register-tiled blocks with dK/dV at 4 keys a thread, and what 'auto' takes (on GPUs the blocks

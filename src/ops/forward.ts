@@ -182,9 +182,11 @@ function withBlock<D extends BlockDefines>(d: D, GROUP: number, flags: number, L
   return blockDefines(d.WEIGHTS, d.TMAX, COLS, LANES, d.XS ?? 0, 'SUBGROUPS' in d, GROUP, flags) as D;
 }
 
-/** gemv_lanes' threads per output column: ~8+ 16-byte blocks per lane, 4 to 16 lanes. */
+/** gemv_lanes' threads per output column: ~8+ 16-byte blocks per lane, 4 to 16 lanes (or tuning.gemvLanes). */
 const stagedLanes = (K: number, WEIGHTS: WeightFormat) =>
-  Math.min(16, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, K / BLOCK_ELEMS[WEIGHTS] / 8)))));
+  tuning.gemvLanes !== 'auto'
+    ? Number(tuning.gemvLanes)
+    : Math.min(16, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, K / BLOCK_ELEMS[WEIGHTS] / 8)))));
 
 /**
  * gemv_lanes' staged x in vec4s (define XS, a power of two): 1024 (16 KB) where the device's

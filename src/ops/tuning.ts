@@ -70,6 +70,16 @@ export interface Tuning {
    */
   gemvWideLanes: 'auto' | 'on' | 'off';
   /**
+   * The decode GEMV's (gemv_lanes) threads per output column before any widening (gemvWideLanes):
+   * 'auto' about 8 16-byte blocks a lane, 4 to 16 lanes (at Qwen3-4B: 8 for the q4 projections
+   * over K = 2,560, 16 for bf16 and for down_proj), COLS = 256 / LANES columns a workgroup sharing
+   * one staged copy of x; '4', '8' or '16' force it (fewer lanes: more columns share each staged
+   * x, each lane walks more blocks). For a GPU's A/B (the H100's decode GEMVs of 2026-12-06 ran
+   * at about 200 GB/s, 7% of its copy rate, with as many bytes of x staged per workgroup as of
+   * weights at B = 4); within f32 rounding of 'auto' (the sums over a row's blocks in another order).
+   */
+  gemvLanes: 'auto' | '4' | '8' | '16';
+  /**
    * The tiled attention backward: register-tiled products ('blocks': attention_blocked_dq / _dkv,
    * as attentionForward's 'blocks'; head_dim a multiple of 32 and the workgroup memory to hold
    * them), or rows split over 4 threads each with subgroup sums ('split': shaders/attention.wgsl
@@ -150,6 +160,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemmSplitK: 'auto',
   gemvSplitK: 'auto',
   gemvWideLanes: 'auto',
+  gemvLanes: 'auto',
   attentionBackward: 'auto',
   attentionDkvRows: 'auto',
   attentionDkvGroup: 'auto',
@@ -171,6 +182,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemmSplitK: ['auto', 'on', 'off'],
   gemvSplitK: ['auto', 'off'],
   gemvWideLanes: ['auto', 'on', 'off'],
+  gemvLanes: ['auto', '4', '8', '16'],
   attentionBackward: ['auto', 'split', 'row', 'blocks'],
   attentionDkvRows: ['auto', '4', '2', '1'],
   attentionDkvGroup: ['auto', 'wide'],

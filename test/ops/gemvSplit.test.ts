@@ -229,3 +229,36 @@ describe.each([
     expect(K.kernelVariant(current, 'matmulF32')?.label).toContain('LANES=16');
   });
 });
+
+// The lanes a column forced (tuning.gemvLanes, a GPU's A/B: fewer lanes, more columns sharing one
+// staged x): the same products over 4 and 16 lanes against the CPU reference, within f32 rounding
+// of 'auto''s 8 (q4 over K = 2,560, as Qwen3-4B's projections) and not bit for bit (a forcing
+// that silently did not happen would be).
+describe('gemv_lanes with its lanes forced (tuning.gemvLanes)', () => {
+  beforeAll(() => {
+    current = gpu;
+  });
+  afterAll(() => {
+    K.tuning.gemvLanes = 'auto';
+  });
+  it.each([
+    ['q4', 4, 40, 2560, 4],
+    ['q4', 1, 40, 2560, 16],
+    ['bf16', 3, 24, 1024, 4],
+  ] as const)('%s T=%i N=%i K=%i: %i lanes', async (format, T, N, Kd, lanes) => {
+    const name = `${format} T=${T} N=${N} K=${Kd} lanes=${lanes}`;
+    K.tuning.gemvLanes = 'auto';
+    const auto = await product(format, T, N, Kd, false, T + N + Kd);
+    const autoLabel = K.kernelVariant(current, 'matmul')?.label ?? '';
+    expect(autoLabel, name).toContain('gemv.gemv_lanes[');
+    expect(autoLabel, name).not.toContain(`LANES=${lanes},`);
+    K.tuning.gemvLanes = String(lanes) as '4' | '16';
+    const forced = await product(format, T, N, Kd, false, T + N + Kd);
+    const label = K.kernelVariant(current, 'matmul')?.label ?? '';
+    expect(label, name).toContain(`LANES=${lanes},`);
+    expect(label, name).toContain(`COLS=${256 / lanes},`);
+    expectClose(name, forced.got, forced.want, 2e-6, 1e-6);
+    expectClose(`${name} vs auto`, forced.got, Float64Array.from(auto.got), 2e-6, 1e-6);
+    expect(Array.from(forced.got), name).not.toEqual(Array.from(auto.got));
+  });
+});
