@@ -15,7 +15,9 @@
 //   not grow at all), so t(L) x 36 / L bounds the 36-layer round from above and t(L) from below;
 //   target < 60 s: met when the bound is under 60 s, missed when t(L) is over, open between.
 // Then the attention kernels side by side (attention-ab.log): per T and op each variant's median
-// time over the last variant's, and the fastest, which is what tuning's 'auto' should take.
+// time over the last variant's, and the fastest, which is what tuning's 'auto' should take; and
+// bench/profile.ts's runs with other kernel switches beside the defaults' (round.log, gemv-ab.log):
+// each unit's GPU time and its ratio to the first run's.
 // A file that is missing or malformed makes its rows say so; the rest still report.
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -42,6 +44,65 @@ export interface DeviceRun {
   summary?: string;
   /** attention-ab.log's side-by-side lines, or why they are missing. */
   attention?: AttentionAb | string;
+  /** bench/profile.ts's summaries in round.log and gemv-ab.log (each file's, or why not). */
+  profiles?: { file: string; runs: ProfileRun[] | string }[];
+}
+
+/** One bench/profile.ts run: its kernel switches ('' for none) and each unit's GPU time. */
+export interface ProfileRun {
+  kernels: string;
+  units: { name: string; gpuMs: number; dispatches: number; wallMs: number }[];
+}
+
+/**
+ * bench/profile.ts's runs in a log, in order: each header line (`# adapter; model with L of N
+ * layers, ...; kernels k=v,...`) opens a run and each `## unit: GPU x ms in n dispatches per unit;
+ * unprofiled wall y ms per unit` line adds a unit to it. Other scripts' lines are skipped.
+ */
+export function parseProfiles(text: string): ProfileRun[] {
+  const runs: ProfileRun[] = [];
+  for (const line of text.split('\n')) {
+    const head = /^# .* with \d+ of \d+ layers, .*LoRA r \d+ on all projections(?:; kernels (\S+))?\s*$/.exec(line);
+    if (head) {
+      runs.push({ kernels: head[1] ?? '', units: [] });
+      continue;
+    }
+    const u = /^## (.+): GPU ([\d.]+) ms in ([\d.]+) dispatches per unit; unprofiled wall ([\d.]+) ms per unit/.exec(
+      line,
+    );
+    if (u && runs.length > 0)
+      runs[runs.length - 1]!.units.push({
+        name: u[1]!,
+        gpuMs: Number(u[2]),
+        dispatches: Number(u[3]),
+        wallMs: Number(u[4]),
+      });
+  }
+  return runs.filter((r) => r.units.length > 0);
+}
+
+/**
+ * A log's profiles side by side where it has two or more: per unit, each run's GPU ms and its
+ * ratio to the first run's (> 1: the first is faster), and each run's kernel switches.
+ */
+function profileLines(file: string, runs: ProfileRun[]): string[] {
+  if (runs.length < 2) return [];
+  const name = (r: ProfileRun) => (r.kernels ? `\`${r.kernels}\`` : "'auto'");
+  const out = [
+    `Profiles side by side (${file}, bench/profile.ts, one after another on the same machine): GPU ms a unit, and over the first's:`,
+    '',
+    `| unit | ${runs.map(name).join(' | ')} |`,
+    `|---|${runs.map(() => '---|').join('')}`,
+  ];
+  for (const u of runs[0]!.units) {
+    const cells = runs.map((r, i) => {
+      const v = r.units.find((x) => x.name === u.name);
+      if (!v) return '';
+      return i === 0 ? num(v.gpuMs, 2) : `${num(v.gpuMs, 2)} (${num(v.gpuMs / u.gpuMs, 2)}x)`;
+    });
+    out.push(`| ${u.name} | ${cells.join(' | ')} |`);
+  }
+  return out;
 }
 
 /**
@@ -250,6 +311,12 @@ export function deviceReport(run: DeviceRun): string[] {
     if (typeof run.attention === 'object') out.push(...attentionLines(run.attention));
     else out.push(`Attention side by side: ${why(run.attention, 'attention-ab.log')}`);
   }
+  // Profiles run with other kernel switches beside the defaults' (round.log, gemv-ab.log).
+  for (const p of run.profiles ?? []) {
+    if (typeof p.runs === 'string') continue; // a missing log: its other rows say so
+    const lines = profileLines(p.file, p.runs);
+    if (lines.length) out.push('', ...lines);
+  }
   return out;
 }
 
@@ -283,6 +350,10 @@ export async function readDeviceRun(dir: string): Promise<DeviceRun> {
     }),
     summary: await read('summary.log', (t) => t),
     attention: await read('attention-ab.log', parseAttentionAb),
+    profiles: [
+      { file: 'round.log', runs: await read('round.log', parseProfiles) },
+      { file: 'gemv-ab.log', runs: await read('gemv-ab.log', parseProfiles) },
+    ],
   };
 }
 

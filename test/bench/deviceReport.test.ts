@@ -10,6 +10,7 @@ import {
   deviceReport,
   lastJsonObject,
   parseAttentionAb,
+  parseProfiles,
   readDeviceRun,
   type PeftStep,
 } from '../../bench/device-report.ts';
@@ -228,5 +229,70 @@ describe('attention-ab.log', () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('bench/profile.ts runs side by side (round.log, gemv-ab.log)', () => {
+  const head = (kernels?: string) =>
+    `# nvidia h100; 4b with 4 of 36 layers, q4 weights, f16 KV, LoRA r 16 on all projections${kernels ? `; kernels ${kernels}` : ''}`;
+  const unit = (name: string, gpu: number) =>
+    `## ${name}: GPU ${gpu} ms in 65 dispatches per unit; unprofiled wall ${gpu + 1} ms per unit`;
+
+  it('reads each run and its units, and sets each unit beside the first run', () => {
+    const log = [
+      '# spyrl bench on nvidia h100 (node; full shapes)', // the round's header: not a profile
+      unit('round stray', 1), // a unit line before any profile header: skipped
+      head(),
+      unit('decode B=4 @ctx 2048 (4 steps)', 4),
+      'kernel  calls  ms',
+      unit('LoRA training step, 512 tokens', 120),
+      head('gemvLanes=4'),
+      unit('decode B=4 @ctx 2048 (4 steps)', 3),
+      unit('LoRA training step, 512 tokens', 180),
+      head('gemvLanes=16'), // no units (cut off at the limit): left out
+    ].join('\n');
+    const runs = parseProfiles(log);
+    expect(runs.map((r) => [r.kernels, r.units.map((u) => [u.name, u.gpuMs, u.dispatches, u.wallMs])])).toEqual([
+      [
+        '',
+        [
+          ['decode B=4 @ctx 2048 (4 steps)', 4, 65, 5],
+          ['LoRA training step, 512 tokens', 120, 65, 121],
+        ],
+      ],
+      [
+        'gemvLanes=4',
+        [
+          ['decode B=4 @ctx 2048 (4 steps)', 3, 65, 4],
+          ['LoRA training step, 512 tokens', 180, 65, 181],
+        ],
+      ],
+    ]);
+    const text = deviceReport({ profiles: [{ file: 'gemv-ab.log', runs }] }).join('\n');
+    expect(text).toContain("| unit | 'auto' | `gemvLanes=4` |");
+    expect(text).toContain('| decode B=4 @ctx 2048 (4 steps) | 4.00 | 3.00 (0.75x) |');
+    expect(text).toContain('| LoRA training step, 512 tokens | 120.00 | 180.00 (1.50x) |');
+    // One run alone: nothing side by side.
+    expect(deviceReport({ profiles: [{ file: 'x.log', runs: runs.slice(0, 1) }] }).join('\n')).not.toContain(
+      'Profiles',
+    );
+  });
+
+  it('the H100 run of 2026-12-06 (bench/results/2026-12-06-h100-b): the attention before and after', async () => {
+    const text = deviceReport(await readDeviceRun('bench/results/2026-12-06-h100-b')).join('\n');
+    expect(text).toContain('all 31 checks passed');
+    expect(text).toContain("| unit | 'auto' | `attentionForward=rows,attentionBackward=split,attentionDkvRows=4` |");
+    expect(text).toContain('| LoRA training step, 512 tokens | 119.20 | 168.89 (1.42x) |');
+    expect(text).toMatch(/default SpyRL round.*19\.6 s with all 36 layers.*\| yes \|/);
+  });
+
+  it('the H100 run of 2026-12-06 (bench/results/2026-12-06-h100): each target at 36 layers', async () => {
+    const text = deviceReport(await readDeviceRun('bench/results/2026-12-06-h100')).join('\n');
+    expect(text).toMatch(
+      /decode B=1 @ctx 128 \(LoRA, generate loop\), 4B q4 \(L=36 of 36\) \| 12\.68 ms\/step.*6\.6% of copy \| >= 70\.0% of copy \| no \|/,
+    );
+    expect(text).toMatch(/PEFT \/ ours = 8\.28x.*\| no \|/);
+    expect(text).toMatch(/24\.8 s with all 36 layers.*\| yes \|/);
+    expect(text).toContain("| unit | 'auto' | `gemmSplitK=off` | `gemmSplitK=on` |");
   });
 });
