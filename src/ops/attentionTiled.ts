@@ -276,7 +276,8 @@ export function attentionBlocking(gpu: Gpu, NH: number, NKV: number, HD: number)
 /**
  * Whether the tiled forward ('forward': training and prefill) or backward takes the blocked
  * kernels at head_dim HD: tuning.attentionForward / attentionBackward 'blocks', or 'auto' on GPUs
- * (not on CPU adapters, where the rows' kernels were timed), where they fit (attentionBlocking).
+ * (not on CPU adapters, where SwiftShader ran them at 0.6-0.7x the rows' speed), where they fit
+ * (attentionBlocking).
  */
 function useBlocks(gpu: Gpu, pass: 'forward' | 'backward', HD: number): boolean {
   const choice = pass === 'forward' ? tuning.attentionForward : tuning.attentionBackward;
