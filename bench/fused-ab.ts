@@ -1,5 +1,5 @@
-// `npx tsx bench/fused-ab.ts [--reps 3] [--steps 4] [--shapes tiny,4b-layer] [--weights bf16|q4] [--ops]
-//   [--compare fusions|normFold|loraFold|siluFold|gemvSplitK|gemvWideLanes] [--kernels name=value,...]`
+// `npx tsx bench/fused-ab.ts [--reps 3] [--steps 4] [--shapes tiny,4b-layer] [--layers 1] [--weights bf16|q4]
+//   [--ops] [--compare fusions|normFold|loraFold|siluFold|gemvSplitK|gemvWideLanes] [--kernels name=value,...]`
 // The decode fusions side by side on this machine's adapter: Qwen3Model.forward with the fused
 // q/k/v and gate/up GEMVs (K.matmulGroup) and q/k norm + RoPE + KV write in one kernel
 // (K.qkNormRopeKv), against the kernels they replace (K.fusions.enabled = false), runs alternated
@@ -20,7 +20,9 @@
 // decode step and the median seconds per step (forward + logits read), then the ratio unfused /
 // fused (> 1: the fused path is faster). Shapes: 'tiny' (hidden 64, 2 layers, the real
 // 151,936-token vocabulary) and '4b-layer' (one Qwen3-4B layer: hidden 2560, 32/8 heads of 128,
-// MLP 9728, random weights, vocabulary 1024 so the layer dominates). A benchmark, not a test:
+// MLP 9728, random weights, vocabulary 1024 so the layer dominates; --layers N stacks N of them,
+// so that a step's fixed cost, its submit and read, weighs less: on the H100 of 2026-12-06 a
+// one-layer step took 1.3-2 ms either way, and no fold's effect showed). A benchmark, not a test:
 // nothing here asserts a time.
 import '../bin/gpu-env.mjs';
 import { parseArgs } from 'node:util';
@@ -43,6 +45,7 @@ const { values } = parseArgs({
     weights: { type: 'string', default: 'bf16' },
     compare: { type: 'string', default: 'fusions' },
     kernels: { type: 'string', default: '' },
+    layers: { type: 'string', default: '1' },
   },
 });
 const COMPARES = ['fusions', 'normFold', 'loraFold', 'siluFold', 'gemvSplitK', 'gemvWideLanes'];
@@ -192,11 +195,16 @@ try {
         normFold: "fused = tuning.normFold 'auto' (norms folded), unfused = 'off'",
         loraFold: "fused = tuning.loraFold 'auto' (LoRA B products in the GEMV stores), unfused = 'off'",
         gemvSplitK: "fused = tuning.gemvSplitK 'auto' (GEMVs of few columns split over K), unfused = 'off'",
+        siluFold: "fused = tuning.siluFold 'auto' (the SwiGLU formed in down_proj's GEMVs), unfused = 'off'",
+        gemvWideLanes: "fused = tuning.gemvWideLanes 'auto' (up to 64 lanes a column), unfused = 'off'",
       }[values.compare] +
       (values.kernels ? `; --kernels ${values.kernels}` : ''),
   );
   for (const shape of values.shapes.split(',')) {
-    const { files } = makeTinyCheckpoint({ ...SHAPES[shape], seed: 1 });
+    const layers = shape === '4b-layer' ? Number(values.layers) : (SHAPES[shape]!.layers ?? 1);
+    if (!Number.isInteger(layers) || layers < 1)
+      throw new Error(`--layers must be a positive integer (got "${values.layers}")`);
+    const { files } = makeTinyCheckpoint({ ...SHAPES[shape], layers, seed: 1 });
     const { model } = await loadQwen3(gpu, memorySource(shape, files), {
       weights: values.weights === 'q4' ? 'q4' : 'bf16',
     });
