@@ -279,6 +279,9 @@ describe('kvWrite + attention through a page table', () => {
       run(dtype, 12, 2, 32, 4, [20, 6], { dst: 1, src: 0, pages: 1 }));
     it(`${dtype}: NH=10 NKV=2 HD=16 (5 heads a group: one head a workgroup), P=4`, () =>
       run(dtype, 10, 2, 16, 4, [9, 13], { dst: 0, src: 1, pages: 1 }));
+    // A head dim past the key loads' runs (8 halves, 4 floats) and 11 keys (a value run of 4 and 3 more).
+    it(`${dtype}: GQA NH=4 NKV=2 HD=14 (runs of loads and their remainders), P=4, 11 keys`, () =>
+      run(dtype, 4, 2, 14, 4, [11, 6], { dst: 1, src: 0, pages: 1 }));
   }
 });
 
