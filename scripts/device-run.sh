@@ -139,7 +139,10 @@ run gemv-ab 60 bash -c "$PROF; $PROF --kernels gemvLanes=4; $PROF --kernels gemv
 # 2,048 (bench/attention-ab.ts: per (token, head), the tiled rows 4 threads a row, the
 # register-tiled blocks with dK/dV at 4 keys a thread, and what 'auto' takes (on GPUs the blocks
 # at 2 keys a thread from 128 tokens: at 64, below the measured range, whether the cutoff could
-# come down); each tiled one also over a packed tree). Then decode attention
+# come down); each tiled one also over a packed tree). Then the decode attention's file against
+# the one before its loads went out 4 at a time (bench/shader-ab.ts --ops decode-attention: the
+# H100 of 2026-12-06 ran the split kernel at 160 GB/s, 210 us a layer at B = 4, context 2,048).
+# Then decode attention
 # (bench/decode-attention-ab.ts), the RMSNorms folded into the
 # decode GEMVs against 'off', four 4B layers, q4, LoRA on (bench/fused-ab.ts --compare normFold; then
 # --compare gemvSplitK: the LoRA A products of o_proj and down_proj split over K or not).
@@ -153,5 +156,5 @@ run gemv-ab 60 bash -c "$PROF; $PROF --kernels gemvLanes=4; $PROF --kernels gemv
 # the LU loads ahead (bench/shader-ab.ts; Qwen3-4B's gate/up shape, bf16 and q4, B = 1 and 4; the
 # last also at down_proj's, 2560 x 9728: 160 workgroups, where the loads in flight matter most).
 SAB="'$NODE' '$D/bench/shader-ab.mjs' --ops gemv --full --rounds 3 --old"
-run attention-ab 75 bash -c "'$NODE' '$D/bench/attention-ab.mjs' --T 64,128,512,2048 --rounds 2 --variants single,tiled:split,tiled:blocks,tiled; $SAB 'gemv=$D/gemv-old.wgsl,common/gemvstaged=$D/gemvstaged-old.wgsl'; $SAB 'gemv=$D/gemv-sw.wgsl,common/gemvstaged=$D/gemvstaged-sw.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728; '$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --layers 4 --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvSplitK --shapes 4b-layer --layers 4 --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/sample-ab.mjs' --old '$D/sample-old.wgsl' --rounds 5; '$NODE' '$D/bench/fused-ab.mjs' --compare siluFold --shapes 4b-layer --layers 4 --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvWideLanes --shapes 4b-layer --layers 4 --weights q4 --reps 3 --steps 4"
+run attention-ab 75 bash -c "'$NODE' '$D/bench/attention-ab.mjs' --T 64,128,512,2048 --rounds 2 --variants single,tiled:split,tiled:blocks,tiled; '$NODE' '$D/bench/shader-ab.mjs' --ops decode-attention --full --rounds 3 --kv f16 --old 'attention=$D/attention-old.wgsl'; $SAB 'gemv=$D/gemv-old.wgsl,common/gemvstaged=$D/gemvstaged-old.wgsl'; $SAB 'gemv=$D/gemv-sw.wgsl,common/gemvstaged=$D/gemvstaged-sw.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728; '$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --layers 4 --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvSplitK --shapes 4b-layer --layers 4 --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/sample-ab.mjs' --old '$D/sample-old.wgsl' --rounds 5; '$NODE' '$D/bench/fused-ab.mjs' --compare siluFold --shapes 4b-layer --layers 4 --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvWideLanes --shapes 4b-layer --layers 4 --weights q4 --reps 3 --steps 4"
 log "done"
