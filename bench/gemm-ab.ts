@@ -43,7 +43,7 @@ try {
   K.tuning.gemmF16 = values.f16 ? 'on' : 'off';
   Object.assign(K.tuning, { gemmSubgroups: values.subgroups ? 'on' : 'off' }); // older trees lack the switch
   Object.assign(K.tuning, { gemmVec4: values.vec4 }); // so do trees before the 16-byte loads
-  Object.assign(K.tuning, { gemmSplitK: values['split-k'] }); // and before split-K
+  Object.assign(K.tuning, K.parseTuning(`gemmSplitK=${values['split-k']}`)); // and before split-K
   if (values.weights !== 'bf16' && values.weights !== 'q4') throw new Error('--weights: bf16 or q4');
   const filled = (n: number, label: string) => {
     const b = gpu.createBuffer(n * 4, label);
