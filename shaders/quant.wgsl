@@ -1,4 +1,6 @@
-// q4 quantization while loading (docs/ENGINE.md, "q4 weights"): a chunk of whole rows of a bf16
+// q4 quantization while loading (docs/ENGINE.md, "q4 weights"), and dequantize_q4 (at the end):
+// a whole q4 tensor back to f32 for the tiled GEMM (tuning.gemmQ4Dequant).
+// Quantization: a chunk of whole rows of a bf16
 // weight (N, K) -> their nibbles and f16 group scales, written at their offsets in the tensor's q4
 // buffer. Bit-exact with the f64 reference (src/model/q4.ts) without any division: every rounding
 // decision compares two exact f32 products.
@@ -29,6 +31,7 @@ struct QuantParams {
 
 #include "common/grid.wgsl"
 #include "common/f16.wgsl"
+#include "common/q4.wgsl"
 
 const F16_INF = 0x7c00u;
 
@@ -110,4 +113,23 @@ fn quantize_q4(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
   if (ge >= g0) { word = quantizeGroup(ge - g0, ge); } else { word = out[wi] & 0xffffu; }
   if (ge + 1u < g1) { word |= quantizeGroup(ge + 1u - g0, ge + 1u) << 16u; }
   out[wi] = word;
+}
+
+// ---- dequantization (src/ops/quant.ts dequantizeQ4; tuning.gemmQ4Dequant) --------------------
+// The f32 values q * s of a whole q4 tensor of p.N * p.K elements (p.row0, p.rows, p.slot unused),
+// flat in the tensor's own order: one thread per nibble word, 8 elements, two vec4 stores. The
+// products are the ones shaders/matmul.wgsl's q4 tiles form (q4Low / q4High times the f16 scale).
+@group(0) @binding(1) var<storage, read_write> dq: array<vec4f>; // (N K / 4) vec4f
+@group(0) @binding(2) var<storage, read> qw: array<u32>;         // q4Words(N, K) u32
+
+@compute @workgroup_size(256)
+fn dequantize_q4(th: ElementThread) {
+  let words = (p.N * p.K) / 8u;
+  let wi = elementIndex(th);
+  if (wi >= words) { return; }
+  let g = wi >> 2u; // the group of 32 elements: 4 words
+  let s = f16ToF32((qw[words + (g >> 1u)] >> (16u * (g & 1u))) & 0xffffu);
+  let word = qw[wi];
+  dq[2u * wi] = q4Low(word) * s;
+  dq[2u * wi + 1u] = q4High(word) * s;
 }

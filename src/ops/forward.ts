@@ -31,6 +31,8 @@ import {
 } from './common.ts';
 import { colsShapeFits, colsSplit, lanesSplit, tmaxFor, wideLanes } from './colsSplit.ts';
 import { GEMM_TILE_M, GEMM_TILE_N, splitKFor } from './splitK.ts';
+import { q4DequantFor } from './q4Dequant.ts';
+import { dequantizeQ4 } from './quant.ts';
 import { attentionTiledPaged, attentionVariant } from './attentionTiled.ts';
 
 /** out (T, C) f32 = table[ids] ; ids (T) u32 (< V) ; table (V, C) bf16 or q4 */
@@ -523,9 +525,7 @@ export function matmul(
       params,
     );
   } else {
-    const strides = [K, 1, K, 1] as const;
-    const defines = tiledDefines(gpu, WEIGHTS, useGemmF16(gpu), 1, vecTile(x, wb, WEIGHTS, T, N, K, strides));
-    gemmTiled(gpu, 'matmul', out, x, wb, defines, T, N, K, strides, accumulate, 1);
+    tiledProduct(gpu, 'matmul', out, x, wb, WEIGHTS, useGemmF16(gpu), T, N, K, [K, 1, K, 1], accumulate, 1);
   }
 }
 
@@ -539,11 +539,61 @@ export function splitKAuto(gpu: Gpu): boolean {
 }
 
 /**
+ * Whether this device's tiled GEMMs over q4 weights dequantize them first by the 'auto' rule
+ * (src/ops/q4Dequant.ts), the copy the training pass's memory formula counts (trainingPassBytes'
+ * `q4Dequant`): 'auto' on a GPU. A forced 'on' dequantizes smaller products than the formula counts.
+ */
+export function q4DequantAuto(gpu: Gpu): boolean {
+  return tuning.gemmQ4Dequant === 'auto' && !autoForCpu(gpu);
+}
+
+/**
  * gemm_tiled over an (M, N) output, sliced over R (define SPLITK, src/ops/splitK.ts,
  * tuning.gemmSplitK) when its tiles alone would make too few workgroups: the slices' partial
  * outputs go to a pooled scratch buffer that shaders/gemv.wgsl gemv_cols_reduce sums in slice
  * order into out, with the accumulate flag and the scale.
  */
+/**
+ * gemm_tiled over B in its own format, or, for a q4 weight where tuning.gemmQ4Dequant takes it
+ * (src/ops/q4Dequant.ts), over a pooled f32 copy that shaders/quant.wgsl dequantize_q4 writes
+ * first: the same values q * s the q4 tile forms, so the same sums. B must then be a whole q4
+ * tensor read along r ((N, R): the forward x . W^T) or along n ((R, N): the input gradient dy . W).
+ */
+function tiledProduct(
+  gpu: Gpu,
+  op: string,
+  out: GPUBuffer,
+  a: GPUBuffer,
+  b: GPUBuffer,
+  WEIGHTS: WeightFormat,
+  f16: boolean,
+  M: number,
+  N: number,
+  R: number,
+  strides: readonly [number, number, number, number],
+  accumulate: boolean,
+  scale: number,
+): void {
+  const [, , bN, bR] = strides;
+  const shape = bN === R && bR === 1 ? [N, R] : bN === 1 && bR === N ? [R, N] : null;
+  if (
+    WEIGHTS === 'q4' &&
+    shape &&
+    shape[1]! % 32 === 0 &&
+    q4DequantFor(tuning.gemmQ4Dequant, autoForCpu(gpu), M, N, R)
+  ) {
+    const copy = gpu.createBuffer(N * R * 4, `${op}.dequant`);
+    // Recorded as its own op, so that kernelVariant(gpu, op) still names the GEMM that ran.
+    dequantizeQ4(gpu, copy, b, shape[0]!, shape[1]!);
+    const defines = tiledDefines(gpu, 'f32', f16, strides[1], vecTile(a, copy, 'f32', M, N, R, strides));
+    gemmTiled(gpu, op, out, a, copy, defines, M, N, R, strides, accumulate, scale);
+    gpu.releaseBuffer(copy);
+    return;
+  }
+  const defines = tiledDefines(gpu, WEIGHTS, f16, strides[1], vecTile(a, b, WEIGHTS, M, N, R, strides));
+  gemmTiled(gpu, op, out, a, b, defines, M, N, R, strides, accumulate, scale);
+}
+
 function gemmTiled(
   gpu: Gpu,
   op: string,
@@ -628,8 +678,7 @@ export function gemm(
       params,
     );
   } else if (variant === 'tiled') {
-    const defines = tiledDefines(gpu, WEIGHTS, false, strides[1], vecTile(a, b, WEIGHTS, M, N, R, strides));
-    gemmTiled(gpu, op, out, a, b, defines, M, N, R, strides, accumulate, scale);
+    tiledProduct(gpu, op, out, a, b, WEIGHTS, false, M, N, R, strides, accumulate, scale);
   } else {
     const TMAX = tmaxFor(M);
     gpu.dispatch(

@@ -1,7 +1,7 @@
 // q4 quantization on the GPU (shaders/quant.wgsl): bf16 rows in, the q4 layout of docs/ENGINE.md
 // ("q4 weights") out, bit-exact with src/model/q4.ts quantizeQ4.
 import type { Gpu } from '../gpu/device.ts';
-import { bf16Bytes, check, checkSize, distinct, opKernel, q4Words } from './common.ts';
+import { ELEMS_PER_WG, bf16Bytes, check, checkSize, distinct, opKernel, q4Words } from './common.ts';
 
 /** Status word value of a tensor with no bad group. */
 export const Q4_STATUS_OK = 0xffffffff;
@@ -45,6 +45,26 @@ export function quantizeQ4(
     rows,
     slot,
   ]);
+}
+
+/**
+ * out (N K) f32 = the values q * s of a q4 (N, K) tensor w (q4Words(N, K) u32), flat in its order:
+ * the same f32 products the q4 GEMM kernels form on the fly (tuning.gemmQ4Dequant). Only the
+ * element count matters (a q4 tensor is flat: groups of 32 consecutive elements).
+ */
+export function dequantizeQ4(gpu: Gpu, out: GPUBuffer, w: GPUBuffer, N: number, K: number): void {
+  check(K > 0 && K % 32 === 0, () => `dequantizeQ4: K = ${K} is not a multiple of 32`);
+  check(N * K < 2 ** 32, 'dequantizeQ4: sizes overflow u32 indexing');
+  checkSize(out, N * K * 4, 'dequantizeQ4 out');
+  checkSize(w, q4Words(N, K) * 4, 'dequantizeQ4 w');
+  distinct('dequantizeQ4', out, w);
+  if (N === 0) return;
+  gpu.dispatch(
+    opKernel(gpu, 'dequantizeQ4', 'quant', 'dequantize_q4'),
+    [out, w],
+    Math.ceil((N * K) / 8 / ELEMS_PER_WG),
+    [N, K, 0, 0, 0],
+  );
 }
 
 /** The first bad group of a status word: its row, first column, and why; null when none. */

@@ -49,6 +49,14 @@ export interface Tuning {
    */
   gemmSplitK: 'auto' | 'on' | 'off';
   /**
+   * The tiled GEMM over q4 weights with the weight dequantized first into a pooled f32 copy
+   * (shaders/quant.wgsl dequantize_q4, src/ops/q4Dequant.ts), then multiplied by the f32-weight
+   * tile instead of the tile that dequantizes on the fly: the same values, the same sums. 'auto'
+   * for products of at least 128 rows on GPUs (prefill chunks, the training pass) whose copy fits
+   * 128 MiB (not the LM head); 'on' wherever the copy fits (tests); 'off' never.
+   */
+  gemmQ4Dequant: 'auto' | 'on' | 'off';
+  /**
    * The decode GEMV (shaders/gemv.wgsl gemv_lanes) split over K when its columns alone make few
    * workgroups and each lane would walk a long row (the LoRA A products of o_proj and down_proj in
    * decode on GPUs: N = r columns, one workgroup; src/ops/colsSplit.ts lanesSplit): each slice of
@@ -158,6 +166,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemmSubgroups: 'auto',
   gemmVec4: 'auto',
   gemmSplitK: 'auto',
+  gemmQ4Dequant: 'auto',
   gemvSplitK: 'auto',
   gemvWideLanes: 'auto',
   gemvLanes: 'auto',
@@ -180,6 +189,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemmSubgroups: ['auto', 'on', 'off'],
   gemmVec4: ['auto', 'off'],
   gemmSplitK: ['auto', 'on', 'off'],
+  gemmQ4Dequant: ['auto', 'on', 'off'],
   gemvSplitK: ['auto', 'off'],
   gemvWideLanes: ['auto', 'on', 'off'],
   gemvLanes: ['auto', '4', '8', '16'],

@@ -6,6 +6,7 @@ import type { Qwen3Config } from '../model/config.ts';
 import type { LoraTarget } from '../model/peft.ts';
 import { colsScratchBytes } from '../ops/colsSplit.ts';
 import { splitKScratchBytes } from '../ops/splitK.ts';
+import { q4DequantScratchBytes } from '../ops/q4Dequant.ts';
 
 /** Storage of the (L+1) layer-input checkpoints: f32, or f16 / bf16 packed two per u32. */
 export type CheckpointDtype = 'f32' | 'f16' | 'bf16';
@@ -46,6 +47,12 @@ export interface TrainingPassShape {
    * plan is for a GPU. A pass on a CPU adapter, which never splits that way, says false.
    */
   splitK?: boolean;
+  /**
+   * Count the f32 copy of a q4 weight that the tiled GEMM dequantizes first (src/ops/q4Dequant.ts,
+   * tuning.gemmQ4Dequant 'auto' on a GPU): true for q4 base weights on a GPU. Default false (bf16
+   * weights, or a CPU adapter, which never dequantizes that way).
+   */
+  q4Dequant?: boolean;
 }
 
 /** What a buffer is for, the classes of the report. */
@@ -208,8 +215,9 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     f32('dAct', '(Tc, I)', Tc * I, 'layer'),
     f32('dGate', '(Tc, I)', Tc * I, 'layer'),
     f32('dUp', '(Tc, I)', Tc * I, 'layer'),
-    f32('attentionBackward.D', '(T, NH)', T * NH, 'layer'), // inside K.attentionBackward
   ];
+  // Inside K.attentionBackward, which runs no product: the larger of it and a product's scratch.
+  const rowDot = f32('attentionBackward.D', '(T, NH)', T * NH, 'layer');
   // The scratch of split partial outputs, transient inside one product: gemv_cols' (CPU adapters,
   // src/ops/colsSplit.ts; the input gradients dx = dy . W) or the tiled GEMM's split-K (GPUs,
   // src/ops/splitK.ts; any product whose tiles make few workgroups). The largest of a layer's
@@ -218,6 +226,9 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
   // gemv_cols splits only the input gradients (on CPU adapters); split-K any tiled product (on GPUs).
   const gk = (m: number, n: number, r: number) => (splitK ? splitKScratchBytes(m, n, r) : 0);
   const dxSplit = (m: number, n: number, r: number) => Math.max(colsScratchBytes(m, n, r), gk(m, n, r));
+  // A base weight's product over q4 may first dequantize the weight into a pooled f32 copy, alive
+  // with the product's split partials (src/ops/q4Dequant.ts; the LoRA products are f32 already).
+  const gq = (m: number, n: number, r: number) => (s.q4Dequant ? q4DequantScratchBytes(m, n, r) : 0);
   const rowCounts = (n: number, chunk: number) => [...new Set([Math.min(n, chunk), n % chunk || chunk])];
   const projShapes: [LoraTarget, number, number][] = [
     ['q_proj', NH * HD, C],
@@ -237,9 +248,9 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
     for (const [t, N, Kin] of projShapes)
       for (const rows of isMlpTarget(t) ? mlpRowCounts : [T]) {
         const r = s.lora?.targetModules.includes(t) ? s.lora.r : 0;
-        const forward = Math.max(gk(rows, N, Kin), r ? gk(rows, r, Kin) : 0);
+        const forward = Math.max(gk(rows, N, Kin) + gq(rows, N, Kin), r ? gk(rows, r, Kin) : 0);
         fwd = Math.max(fwd, forward);
-        bwd = Math.max(bwd, recompute ? forward : 0, dxSplit(rows, Kin, N));
+        bwd = Math.max(bwd, recompute ? forward : 0, dxSplit(rows, Kin, N) + gq(rows, Kin, N));
         if (r) bwd = Math.max(bwd, dxSplit(rows, r, N), dxSplit(rows, Kin, r), gk(r, Kin, rows), gk(N, r, rows));
       }
     return { fwd, bwd };
@@ -248,10 +259,13 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
   const keptPartials = partialsOf(rowCounts(T, Tc), false);
   const forwardPartials = recomputed.fwd;
   const layerPartials = recomputed.bwd;
-  const headPartials = Math.max(...rowCounts(M, Hr).map((R) => Math.max(dxSplit(R, C, V), gk(R, V, C))));
+  const headPartials = Math.max(
+    ...rowCounts(M, Hr).map((R) => Math.max(dxSplit(R, C, V) + gq(R, C, V), gk(R, V, C) + gq(R, V, C))),
+  );
   const partials = (n: number, shape: string, cls: BufferClass): PassBuffer[] =>
-    n > 0 ? [{ name: 'matmul.splitPartials', shape, bytes: pooled(n), cls }] : [];
-  const layerShape = '(splits, M, N) f32, the largest of the layer';
+    n > 0 ? [{ name: 'matmul.scratch', shape, bytes: pooled(n), cls }] : [];
+  const layerShape = "(splits, M, N) f32 and a q4 weight's f32 copy, the largest of the layer";
+  const rowDotOr = (n: number) => (rowDot.bytes >= n ? [rowDot] : partials(n, layerShape, 'layer'));
   const dx = f32('dx', '(T, C)', T * C, 'head');
   const headRowsBufs = [
     f32('xRows', '(Hr, C)', Hr * C, 'head'),
@@ -275,7 +289,7 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
                   f32('dlogitsRows', '(Hr, V)', Hr * V, 'head'),
                   f32('dhRows', '(Hr, C)', Hr * C, 'head'),
                   f32('dxRows', '(Hr, C)', Hr * C, 'head'),
-                  ...partials(headPartials, '(splits, Hr, C) f32', 'head'),
+                  ...partials(headPartials, "(splits, Hr, C) f32 and a q4 weight's f32 copy", 'head'),
                 ]
               : []),
             ...headRowsBufs,
@@ -303,28 +317,15 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
             f32('tgtChunk', '(Hr) u32', Hr, 'head'),
             f32('lseChunk', '(Hr)', Hr, 'head'),
             f32('dlogpChunk', '(Hr)', Hr, 'head'),
-            ...partials(headPartials, '(splits, Hr, C) f32', 'head'),
+            ...partials(headPartials, "(splits, Hr, C) f32 and a q4 weight's f32 copy", 'head'),
           ],
     backwardKept:
       backward && keep
-        ? [
-            ...scratch,
-            { ...dx, cls: 'layer' },
-            ...kept,
-            ...keptWork,
-            ...layerGrads,
-            ...partials(keptPartials.bwd, layerShape, 'layer'),
-          ]
+        ? [...scratch, { ...dx, cls: 'layer' }, ...kept, ...keptWork, ...layerGrads, ...rowDotOr(keptPartials.bwd)]
         : [],
     backwardLayers:
       backward && recomputes
-        ? [
-            ...scratch,
-            { ...dx, cls: 'layer' },
-            ...layer,
-            ...layerGrads,
-            ...partials(layerPartials, layerShape, 'layer'),
-          ]
+        ? [...scratch, { ...dx, cls: 'layer' }, ...layer, ...layerGrads, ...rowDotOr(layerPartials)]
         : [],
   };
 }
@@ -341,7 +342,7 @@ const sum = (bufs: readonly PassBuffer[], cls?: BufferClass) =>
  *   pass          = w (T + 2 max(1, M)) + [g] w M (C + 1)
  *   scratch       = T C w when the checkpoints are f16/bf16, else 0
  *   layerForward  = w [T (3C + 3 NH HD + 3 NKV HD + NH) + 3 Tc I + 2 [c] Tc C + r (nA T + nM Tc)] + Pf
- *   layerBackward = layerForward + w [T (2C + 2 NH HD + 2 NKV HD + NH + r) + 3 Tc I] + Pl
+ *   layerBackward = layerForward + w [T (2C + 2 NH HD + 2 NKV HD + r) + 3 Tc I] + max(w T NH, Pl)
  *   headForward   = w [M + Hr (2C + V + 3)] + [g] (w Hr (2C + V + 1) + Ph)
  *                                                  (restricted: w [M nc + Hr (2C + V)])
  *   headBackward  = [g] w [T C + M], else w [T C + M + Hr (4C + 2V + 3)] + Ph
@@ -353,6 +354,11 @@ const sum = (bufs: readonly PassBuffer[], cls?: BufferClass) =>
  * (Hr and M mod Hr rows, C outputs, V rows of W); 0 where nothing splits. With split-K, Pl also
  * covers the layer's forward products (recomputed in the backward), u = x . A^T and the LoRA
  * weight gradients, and Pf, the forward pass's own, the largest of x . W^T and u = x . A^T.
+ * The attention backward's D (T, NH) lives only inside K.attentionBackward, where no product runs,
+ * so the layer's backward counts the larger of it and Pl.
+ * With `q4Dequant`, a base weight's product (x . W^T, dx = dy . W; the LM head's) also counts the
+ * f32 copy of its weight (q4DequantScratchBytes, src/ops/q4Dequant.ts: N K 4 bytes where the
+ * product has at least 128 rows and the copy fits 128 MiB) on top of its split partials.
  *   peakForward   = checkpoints + pass + scratch + max(w T, layerForward, headForward)
  *   peakBackward  = checkpoints + pass + scratch + max(headBackward, layerBackward)
  * With k kept layers (keepLayers, where a backward can follow):

@@ -20,10 +20,10 @@ export interface LossJson {
 }
 
 /** Loads fixture `variant`: its model with the adapter set, and the reference. */
-export async function loadLoraGolden(gpu: Gpu, variant: string) {
+export async function loadLoraGolden(gpu: Gpu, variant: string, weights: 'bf16' | 'q4' = 'bf16') {
   const dir = join(LORA_FIX, variant);
   const ref = JSON.parse(await readFile(join(dir, 'loss.json'), 'utf8')) as LossJson;
-  const { model, cfg } = await loadQwen3(gpu, nodeFolderSource(join(ROOT, ref.model_dir)));
+  const { model, cfg } = await loadQwen3(gpu, nodeFolderSource(join(ROOT, ref.model_dir)), { weights });
   const { lora, tensors } = await readAdapter(nodeFolderSource(dir), cfg);
   const adapter = new LoraAdapter(gpu, cfg, lora);
   adapter.setWeights(tensors);

@@ -18,6 +18,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
+import * as K from '../../src/ops/index.ts';
 import type { Qwen3Config } from '../../src/model/config.ts';
 import { f16BitsToF32, f32ToF16Bits } from '../../src/model/q4.ts';
 import { bf16BytesToF32, openSafetensorsModel } from '../../src/model/safetensors.ts';
@@ -416,6 +417,55 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
     }
   });
 
+  // A GPU's choices (autoFor=gpu): the tiled GEMMs with split-K, and over q4 weights the f32 copy
+  // of each weight dequantized before its product (src/ops/q4Dequant.ts) from 128 rows on.
+  it("q4 weights with a GPU's choices, T = 136: split partials and the dequantized copies", async () => {
+    const s = await loadLoraGolden(gpu, 'tied-all', 'q4');
+    K.tuning.autoFor = 'gpu';
+    let track: ReturnType<typeof trackLiveBytes> | null = null;
+    try {
+      const V = s.cfg.vocabSize;
+      const ids = Array.from({ length: 136 }, (_, t) => (t * 7919 + 13) % V);
+      const targets = [...ids.slice(1), -1];
+      const run = async (track: ReturnType<typeof trackLiveBytes>) => {
+        const pass = new TrainingPass(s.model, s.adapter, ids, targets, null, { checkpoints: 'f16' });
+        const logp = await pass.forward();
+        const fwdPeak = track.peak;
+        track.resetPeak();
+        pass.backward(logp.map(() => -1));
+        const bwdPeak = track.peak;
+        const want = pass.bytes;
+        pass.release();
+        return { fwdPeak, bwdPeak, want };
+      };
+      const warm = trackLiveBytes(gpu);
+      await run(warm); // warm-up: the RoPE table is cached per device
+      warm.restore();
+      track = trackLiveBytes(gpu);
+      const { fwdPeak, bwdPeak, want } = await run(track);
+      expect(track.bytes).toBe(0);
+      expect({ fwdPeak, bwdPeak }).toEqual({ fwdPeak: want.peakForward, bwdPeak: want.peakBackward });
+      // The copy is counted: the formula without it is short, and the layer's scratch holds at
+      // least the MLP weight's copy.
+      const { intermediateSize: I, hiddenSize: C } = s.cfg;
+      const without = trainingPassBytes(s.cfg, {
+        seqLen: ids.length,
+        numTargets: ids.length - 1,
+        lora: { r: s.adapter.settings.r, targetModules: s.adapter.settings.targetModules },
+        checkpoints: 'f16',
+        splitK: true,
+      });
+      expect(want.peakBackward).toBeGreaterThanOrEqual(without.peakBackward);
+      expect(want.layerBackward).toBeGreaterThan(without.layerBackward);
+      const scratch = want.layout.backwardLayers.find((b) => b.name === 'matmul.scratch')!;
+      expect(scratch.bytes).toBeGreaterThanOrEqual(I * C * 4);
+    } finally {
+      track?.restore();
+      K.resetTuning();
+      s.adapter.destroy();
+    }
+  });
+
   it('equals the closed-form formula of its doc comment (Qwen3-0.6B sizes)', () => {
     const cfg = {
       hiddenSize: 1024,
@@ -472,7 +522,8 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
         ),
       );
       const Ph = Math.max(...rowCounts(M, Hr).map((R) => colsScratchBytes(R, C, V)));
-      const layerBackward = layerForward + w * (T * (2 * C + 2 * NH * HD + 2 * NKV * HD + NH + r) + 3 * Tc * I) + Pl;
+      const layerBackward =
+        layerForward + w * (T * (2 * C + 2 * NH * HD + 2 * NKV * HD + r) + 3 * Tc * I) + Math.max(w * T * NH, Pl);
       // [g]: the forward forms the LM head's gradient (full vocabulary, an adapter).
       const g = nc ? 0 : 1;
       const headForward = nc
