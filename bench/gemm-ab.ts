@@ -1,5 +1,5 @@
 // `npx tsx bench/gemm-ab.ts [--M 256] [--N 1024] [--K 2560] [--reps 5] [--f16] [--subgroups]
-//  [--vec4 auto|off] [--weights bf16|q4] [--split-k auto|on|off] [--json FILE]`
+//  [--vec4 auto|off] [--weights bf16|q4] [--split-k auto|on|off] [--kernels name=value,...] [--json FILE]`
 // The tiled GEMM (shaders/matmul.wgsl gemm_tiled, forced: tuning.matmul 'tiled') in the three
 // layouts the model runs it in, timed in this tree: the forward `matmul` (x . W^T, bf16 W), the
 // input gradient `matmulBackwardInput` (dy . W, W read along its columns) and the LoRA weight
@@ -14,7 +14,9 @@
 // these are CPU timings of GPU kernels. --weights q4 times the products over a q4 W (as the
 // model's q4 runs them; default bf16), --split-k sets tuning.gemmSplitK (default auto: the
 // product sliced over R where its tiles are fewer than 128; 'on' slices every one in two at
-// least). A benchmark, not a test: nothing here asserts a time.
+// least). --kernels sets any other switch last, as the CLI's does (e.g. gemmQ4Dequant=on: the q4
+// weight dequantized to an f32 copy before each product, that pass timed with it). A benchmark,
+// not a test: nothing here asserts a time.
 import '../bin/gpu-env.mjs';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -32,6 +34,7 @@ const { values } = parseArgs({
     vec4: { type: 'string', default: 'auto' },
     weights: { type: 'string', default: 'bf16' },
     'split-k': { type: 'string', default: 'auto' },
+    kernels: { type: 'string', default: '' },
     json: { type: 'string' },
   },
 });
@@ -44,6 +47,7 @@ try {
   Object.assign(K.tuning, { gemmSubgroups: values.subgroups ? 'on' : 'off' }); // older trees lack the switch
   Object.assign(K.tuning, { gemmVec4: values.vec4 }); // so do trees before the 16-byte loads
   Object.assign(K.tuning, K.parseTuning(`gemmSplitK=${values['split-k']}`)); // and before split-K
+  if (values.kernels) Object.assign(K.tuning, K.parseTuning(values.kernels));
   if (values.weights !== 'bf16' && values.weights !== 'q4') throw new Error('--weights: bf16 or q4');
   const filled = (n: number, label: string) => {
     const b = gpu.createBuffer(n * 4, label);
@@ -77,7 +81,7 @@ try {
   console.log(
     `${adapter}; M ${M} N ${N} K ${Kd}; ${values.f16 ? 'f16' : 'f32'} tiles in the forward; ` +
       `A ${values.subgroups ? 'by subgroup shuffles' : 'in shared memory'}; gemmVec4 ${values.vec4}; ` +
-      `${values.weights} W; gemmSplitK ${values['split-k']}`,
+      `${values.weights} W; gemmSplitK ${values['split-k']}${values.kernels ? `; kernels ${values.kernels}` : ''}`,
   );
   for (const [name, call] of layouts) {
     call();

@@ -6,13 +6,12 @@
 # and greedy tokens, LoRA loss and gradients, q4, attention at 4B heads), bench.json and bench.log (`npm run bench` at
 # Qwen3-4B shapes: roofline, every op, e2e 4b with 4 and with all 36 layers (DEPTHS), q4 and bf16), peft.log
 # (scripts/bench_peft_step.py's JSON: PyTorch + PEFT's LoRA step at the same shapes and training
-# length), gemv-ab.log (with the f16 GEMM A/B), attention-ab.log (decode attention, the norm fold
-# A/B, the tiled backward's rows) and round.log with round.json (a default SpyRL round at 4B
-# shapes with all 36 layers, q4 weights and f16 KV, split by stage, then, with LAYERS layers,
-# bench/profile.ts: GPU time per kernel of a decode step, a prefill and a LoRA step, then
-# bench/pack-ab.ts: the default round's update with its sequences packed by shared
-# prompt against one sequence a pass, then bench/keep-ab.ts: a LoRA step at all 36 layers keeping
-# every layer's activations against recomputing them). Each step has its own time limit so a slow one cannot eat
+# length), round.log with round.json (a default SpyRL round at 4B shapes with all 36 layers, q4
+# weights and f16 KV, split by stage, then, with LAYERS layers, bench/profile.ts: GPU time per
+# kernel of a decode step, a prefill and a LoRA step, with and without the f16 GEMM, with the q4
+# weights dequantized first, and over bf16 weights), gemv-ab.log (the decode GEMV's lanes, the
+# tiled GEMM's q4 / dequantized / bf16 / f16 A/B) and attention-ab.log (the decode attention's loads
+# ahead, the attention cutoff at 64 tokens, the GEMV's LU loads). Each step has its own time limit so a slow one cannot eat
 # the rest; the whole run stays under 10 minutes. Then, here: npx tsx bench/device-report.ts DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -86,7 +85,9 @@ run() { # name seconds command...
   shift 2
   log "$name (limit ${secs}s): $*"
   timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
-  log "$name: exit $? ($(tail -c 300 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200))"
+  local rc=$?
+  log "$name: exit $rc ($(tail -c 300 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200))"
+  return $rc
 }
 # The device tool returns at most 8 files and stops a command at 600 s: 6 logs, bench.json and
 # round.json (bench/device-report.ts DIR turns them into issue 12's table),
@@ -94,6 +95,15 @@ run() { # name seconds command...
 # The targets' measurements first (correctness, bench, PEFT, the round), then the A/Bs. The
 # kernels' correctness first of all: numbers from wrong kernels are moot.
 run gpu-check 50 "$NODE" "$D/bench/gpu-check.mjs"
+gpu_check_rc=$?
+# Node asks Dawn for shader-f16 on NVIDIA (src/gpu/device.ts: vulkan_enable_f16_on_nvidia, a guard
+# Dawn keeps for f16 conformance failures there). Where gpu-check failed an f16 GEMM check
+# (F16=1 in its kernel's label), or crashed or hung, the rest runs without it (SPYRL_NVIDIA_F16=0):
+# the targets' numbers then come from the f32 tiles, as before 2026-12-06.
+if grep -q "^FAIL .*F16=1" "$OUT/gpu-check.log" || [ "$gpu_check_rc" -ge 124 ]; then
+  export SPYRL_NVIDIA_F16=0
+  log "gpu-check: the f16 GEMM failed or the check did not finish (exit $gpu_check_rc): the rest runs with SPYRL_NVIDIA_F16=0"
+fi
 cat "$OUT/gpu-check.log" >>"$OUT/summary.log" && rm -f "$OUT/gpu-check.log" # 8 files at most
 # PyTorch + PEFT first after the bench: its ratio is the issue's target.
 run bench 190 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$DEPTHS" \
@@ -103,58 +113,44 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # round.log: one default SpyRL round at all ROUND_LAYERS = 36 layers (q4, f16 KV, planned for a
 # 24 GiB GPU as `spyrl train --gpu-memory 24` would: the update keeps what fits; one round: its
 # few pipeline compiles, about 0.2 s on the H200 of 2026-12-04, count against it), split by stage,
-# which bench/device-report.ts judges directly; then the per-kernel GPU time of a decode step, a prefill and a LoRA step
-# (bench/profile.ts), then the update packed against one sequence a pass (bench/pack-ab.ts: a
-# warm-up round and one counted round a side, the default game's report and summary lengths), then
-# the LoRA step with every layer kept against every layer recomputed (bench/keep-ab.ts, all 36
-# layers, TRAIN_LEN tokens). Last (cut first), the round and the profile again with the
-# attention choices before the register-tiled kernels became 'auto' on GPUs (OLD_ATTENTION: the
-# rows' forward, the split backward, at their own cutoffs): the same-run A/B of that change (the
-# H100 of 2026-12-06: the update 6.5 s against 12.0).
-OLD_ATTENTION=attentionForward=rows,attentionBackward=split,attentionDkvRows=4
-run round 160 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 30; '$NODE' '$D/bench/pack-ab.mjs' --shape 4b --layers '$LAYERS' --weights q4 --reps 1 --doc-tokens 2048 --summary-tokens 256; '$NODE' '$D/bench/keep-ab.mjs' --shape 4b --layers 36 --weights q4 --tokens '$TRAIN_LEN' --reps 2; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$OLD_ATTENTION'; '$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len '$TRAIN_LEN' --top 12 --kernels '$OLD_ATTENTION'"
+# which bench/device-report.ts judges directly; then the per-kernel GPU time of a decode step, a
+# prefill and a LoRA step (bench/profile.ts, q4). Then the same-run A/Bs of this tree's changes:
+# - the profile with gemmF16=off (NO_F16): since 2026-12-06 Node asks Dawn for shader-f16 on NVIDIA
+#   (vulkan_enable_f16_on_nvidia, src/gpu/device.ts), so 'auto' takes the f16 tiles in the forward
+#   GEMMs there; without them, as every earlier NVIDIA run;
+# - the profile with gemmQ4Dequant=on: each q4 product of 128 rows or more over an f32 copy of its
+#   weight (src/ops/q4Dequant.ts; 'auto' leaves it off until this says whether it pays);
+# - the profile over bf16 weights: where the GPU time of the LoRA step that PEFT is compared with goes;
+# - last (cut first), the round again with gemmF16=off.
+NO_F16=gemmF16=off
+P4="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --kv f16 --train-len '$TRAIN_LEN'"
+run round 190 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; $P4 --weights q4 --top 30; $P4 --weights q4 --top 12 --kernels '$NO_F16'; $P4 --weights q4 --top 12 --kernels gemmQ4Dequant=on; $P4 --weights bf16 --top 16; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$NO_F16'"
 # gemv-ab.log: first the decode GEMV's lanes a column (tuning.gemvLanes): the per-kernel GPU time
 # of a decode step (bench/profile.ts, LAYERS layers, q4, B = 4 at context 2,048) with 'auto''s
 # lanes (8 for the q4 projections over K = 2,560: 32 columns a workgroup, which at B = 4 stage as
 # many bytes of x as they read of weights), then 4 (64 columns) and 16, one after the other on the
 # warm machine (the H100 of 2026-12-06 ran these GEMVs at about 200 GB/s, 7% of its copy rate).
-# Then what the H200 run of 2026-12-04 left open (it stopped this stage at its limit, in the GEMM
-# A/Bs; the H100's of 2026-12-06 did too): the CPU time to encode a decode step at Qwen3-4B's
-# depth, 36 layers, LoRA on, B = 1 and 4 (bench/decode-encode.ts: the host's share of a step, which
-# at full depth the GPU waits on), and at B = 4 with Dawn's pass calls stubbed (--stub-dawn: our
-# JavaScript's share of that), 40 steps each; then the tiled GEMM's three layouts over q4 weights
-# at the 512-token LoRA step's MLP shape (the input gradient's 160 tiles, which 'auto' leaves
-# whole), and with split-K 'on' (each product in two slices at least). Then the decode GEMV's lanes against
-# gemv (bench/gemv-ab.ts), the prefill GEMM's f16 / f32 tiles side by side (bench/gemm-f16-ab.ts),
-# and the tiled GEMM's three layouts at the 4B MLP's shape (bf16, M = 2,048) with A in shared
-# memory, A by subgroup shuffles (the 'auto' choice on Intel only), and f16 tiles
-# (bench/gemm-ab.ts); with and without the 16-byte loads (--vec4 off: the forward and the input
-# gradient), in f32 and f16 tiles.
+# Then the tiled GEMM's three layouts at the 512-token LoRA step's MLP shape (bench/gemm-ab.ts):
+# over q4 weights as 'auto' runs them, with gemmQ4Dequant=on (the q4 weight dequantized to an f32
+# copy first, that pass included), over bf16 weights, and in f16 tiles over q4 without and with the
+# copy (where shader-f16 is offered: an error line where not); then the prefill GEMM's f16 / f32
+# tiles side by side (bench/gemm-f16-ab.ts). Then the CPU time to encode a decode step at 36 layers,
+# B = 1 and 4 (bench/decode-encode.ts), the decode GEMV's lanes against gemv (bench/gemv-ab.ts) and
+# the tiled GEMM at the 4B MLP's shape, bf16, M = 2,048, with and without the 16-byte loads.
 GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 ENC="'$NODE' '$D/bench/decode-encode.mjs' --layers 36 --steps 40"
 GEMM4="'$NODE' '$D/bench/gemm-ab.mjs' --M 512 --N 9728 --K 2560 --reps 10 --weights q4"
 PROF="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len 64 --prefill 64 --top 14"
-run gemv-ab 60 bash -c "$PROF; $PROF --kernels gemvLanes=4; $PROF --kernels gemvLanes=16; $ENC --batch 1; $ENC --batch 4; $ENC --batch 4 --stub-dawn; $GEMM4; $GEMM4 --split-k on; '$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --subgroups; $GEMM --f16; $GEMM --f16 --vec4 off"
-# attention-ab.log: first the training and prefill attention kernels side by side at T = 64 to
-# 2,048 (bench/attention-ab.ts: per (token, head), the tiled rows 4 threads a row, the
-# register-tiled blocks with dK/dV at 4 keys a thread, and what 'auto' takes (on GPUs the blocks
-# at 2 keys a thread from 128 tokens: at 64, below the measured range, whether the cutoff could
-# come down); each tiled one also over a packed tree). Then the decode attention's file against
-# the one before its loads went out 4 at a time (bench/shader-ab.ts --ops decode-attention: the
-# H100 of 2026-12-06 ran the split kernel at 160 GB/s, 210 us a layer at B = 4, context 2,048).
-# Then decode attention
-# (bench/decode-attention-ab.ts), the RMSNorms folded into the
-# decode GEMVs against 'off', four 4B layers, q4, LoRA on (bench/fused-ab.ts --compare normFold; then
-# --compare gemvSplitK: the LoRA A products of o_proj and down_proj split over K or not).
-# Then the sampling kernel against the one before the radix select (bench/sample-ab.ts, Qwen3's
-# vocabulary and sampling defaults, B = 1 and 4), and last the SwiGLU folded into down_proj's
-# GEMVs against silu_mul's own dispatch (fused-ab --compare siluFold), then the q/k/v and gate/up
-# LoRA A products on up to 64 lanes a column against 16 (--compare gemvWideLanes; these two are
-# the first cut if time runs out). Between the attention and those, the decode GEMV's files against the
-# ones before its staged x was swizzled, then against the swizzled ones before the q4 decode without
-# integer conversions and with a scale per block, then against the one-block-a-step loop before
-# the LU loads ahead (bench/shader-ab.ts; Qwen3-4B's gate/up shape, bf16 and q4, B = 1 and 4; the
-# last also at down_proj's, 2560 x 9728: 160 workgroups, where the loads in flight matter most).
+run gemv-ab 60 bash -c "$PROF; $PROF --kernels gemvLanes=4; $PROF --kernels gemvLanes=16; $GEMM4; $GEMM4 --kernels gemmQ4Dequant=on; $GEMM4 --weights bf16; $GEMM4 --f16; $GEMM4 --f16 --kernels gemmQ4Dequant=on; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $ENC --batch 1; $ENC --batch 4; '$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --f16 --vec4 off"
+# attention-ab.log: the decode attention's file against the one before its loads went out 4 at a
+# time (bench/shader-ab.ts --ops decode-attention: the H100 of 2026-12-06 ran the split kernel at
+# 160 GB/s, 210 us a layer at B = 4, context 2,048); then the training and prefill attention
+# kernels at T = 64 and 128 (bench/attention-ab.ts: per (token, head) against what 'auto' takes,
+# the register-tiled blocks from 128 tokens on GPUs: whether the cutoff could come down to 64);
+# then the decode GEMV's file against the one-block-a-step loop before the LU loads ahead
+# (bench/shader-ab.ts, Qwen3-4B's gate/up and down_proj shapes, bf16 and q4, B = 1 and 4).
+# The earlier runs' other A/Bs (the fusions, sampling, packing, kept layers, the attention kernels
+# at 512 and 2,048 tokens) are in bench/results/2026-12-04-h200 and 2026-12-06-h100*.
 SAB="'$NODE' '$D/bench/shader-ab.mjs' --ops gemv --full --rounds 3 --old"
-run attention-ab 75 bash -c "'$NODE' '$D/bench/attention-ab.mjs' --T 64,128,512,2048 --rounds 2 --variants single,tiled:split,tiled:blocks,tiled; '$NODE' '$D/bench/shader-ab.mjs' --ops decode-attention --full --rounds 3 --kv f16 --old 'attention=$D/attention-old.wgsl'; $SAB 'gemv=$D/gemv-old.wgsl,common/gemvstaged=$D/gemvstaged-old.wgsl'; $SAB 'gemv=$D/gemv-sw.wgsl,common/gemvstaged=$D/gemvstaged-sw.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728; '$NODE' '$D/bench/decode-attention-ab.mjs' --full --rounds 3 --kv f16; '$NODE' '$D/bench/fused-ab.mjs' --compare normFold --shapes 4b-layer --layers 4 --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvSplitK --shapes 4b-layer --layers 4 --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/sample-ab.mjs' --old '$D/sample-old.wgsl' --rounds 5; '$NODE' '$D/bench/fused-ab.mjs' --compare siluFold --shapes 4b-layer --layers 4 --weights q4 --reps 3 --steps 4; '$NODE' '$D/bench/fused-ab.mjs' --compare gemvWideLanes --shapes 4b-layer --layers 4 --weights q4 --reps 3 --steps 4"
+run attention-ab 45 bash -c "'$NODE' '$D/bench/shader-ab.mjs' --ops decode-attention --full --rounds 3 --kv f16 --old 'attention=$D/attention-old.wgsl'; '$NODE' '$D/bench/attention-ab.mjs' --T 64,128 --rounds 2 --variants single,tiled; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728"
 log "done"

@@ -167,8 +167,17 @@ async function getNavigatorGpu(): Promise<GPU> {
   Object.assign(globalThis, lib.globals);
   // Dawn's instance must outlive every device made from it: a collected instance stalls or crashes mapAsync.
   // Full-resolution timestamps (Gpu.startProfile): Dawn rounds them to 64 us by default, a browser's
-  // fingerprinting guard that a Node process has no use for.
-  nodeGpuInstance ??= lib.create(['disable-dawn-features=timestamp_quantization']);
+  // fingerprinting guard that a Node process has no use for. shader-f16 on NVIDIA GPUs over Vulkan:
+  // Dawn leaves it out there unless vulkan_enable_f16_on_nvidia is on (a guard for f16 conformance
+  // failures, crbug.com/42251215; llama.cpp's WebGPU backend turns it on outside a browser too).
+  // Our f16 is the forward GEMM's tiles (tuning.gemmF16), which bench/gpu-check.ts checks against
+  // the f64 reference on each device run; --kernels gemmF16=off leaves it unused, and
+  // SPYRL_NVIDIA_F16=0 leaves the feature off as Dawn would.
+  const nvidiaF16 = process.env.SPYRL_NVIDIA_F16;
+  nodeGpuInstance ??= lib.create([
+    'disable-dawn-features=timestamp_quantization',
+    ...(nvidiaF16 === '0' ? [] : ['enable-dawn-features=vulkan_enable_f16_on_nvidia']),
+  ]);
   return nodeGpuInstance;
 }
 

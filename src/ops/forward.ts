@@ -539,12 +539,11 @@ export function splitKAuto(gpu: Gpu): boolean {
 }
 
 /**
- * Whether this device's tiled GEMMs over q4 weights dequantize them first by the 'auto' rule
- * (src/ops/q4Dequant.ts), the copy the training pass's memory formula counts (trainingPassBytes'
- * `q4Dequant`): 'auto' on a GPU. A forced 'on' dequantizes smaller products than the formula counts.
+ * Whether the tiled GEMMs over q4 weights dequantize them first (src/ops/q4Dequant.ts): the copy
+ * the training pass's memory formula counts (trainingPassBytes' `q4Dequant`): only when forced 'on'.
  */
-export function q4DequantAuto(gpu: Gpu): boolean {
-  return tuning.gemmQ4Dequant === 'auto' && !autoForCpu(gpu);
+export function q4DequantOn(): boolean {
+  return tuning.gemmQ4Dequant === 'on';
 }
 
 /**
@@ -576,12 +575,7 @@ function tiledProduct(
 ): void {
   const [, , bN, bR] = strides;
   const shape = bN === R && bR === 1 ? [N, R] : bN === 1 && bR === N ? [R, N] : null;
-  if (
-    WEIGHTS === 'q4' &&
-    shape &&
-    shape[1]! % 32 === 0 &&
-    q4DequantFor(tuning.gemmQ4Dequant, autoForCpu(gpu), M, N, R)
-  ) {
+  if (WEIGHTS === 'q4' && shape && shape[1]! % 32 === 0 && q4DequantFor(tuning.gemmQ4Dequant, M, N, R)) {
     const copy = gpu.createBuffer(N * R * 4, `${op}.dequant`);
     // Recorded as its own op, so that kernelVariant(gpu, op) still names the GEMM that ran.
     dequantizeQ4(gpu, copy, b, shape[0]!, shape[1]!);

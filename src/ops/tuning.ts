@@ -51,9 +51,9 @@ export interface Tuning {
   /**
    * The tiled GEMM over q4 weights with the weight dequantized first into a pooled f32 copy
    * (shaders/quant.wgsl dequantize_q4, src/ops/q4Dequant.ts), then multiplied by the f32-weight
-   * tile instead of the tile that dequantizes on the fly: the same values, the same sums. 'auto'
-   * for products of at least 128 rows on GPUs (prefill chunks, the training pass) whose copy fits
-   * 128 MiB (not the LM head); 'on' wherever the copy fits (tests); 'off' never.
+   * tile instead of the tile that dequantizes on the fly: the same values, the same sums. 'on' for
+   * products of at least 128 rows (prefill chunks, the training pass) whose copy fits 128 MiB (not
+   * the LM head); 'auto' and 'off' never, until a GPU run times it (src/ops/q4Dequant.ts says why).
    */
   gemmQ4Dequant: 'auto' | 'on' | 'off';
   /**

@@ -23,7 +23,6 @@ import { weightNames, type Qwen3Config } from '../model/config.ts';
 import { KV_PAGE_SIZE, kvCacheBytes, kvPages, type KvDtype } from '../model/kvLayout.ts';
 import { targetDims, type LoraTarget } from '../model/loraTargets.ts';
 import { q4Words } from '../model/q4.ts';
-import { q4DequantScratchBytes } from '../ops/q4Dequant.ts';
 import type { SpyRLConfig } from '../game/config.ts';
 import { DEFAULT_PROMPTS, type PromptConfig } from '../game/prompts.ts';
 import { DEFAULT_MLP_CHUNK, ROUND_CHECKPOINTS, trainingPassBytes, type CheckpointDtype } from './trainingPassBytes.ts';
@@ -235,23 +234,10 @@ function forwardBuffers(
   r: number,
   chunk: number,
   tag: string,
-  q4: boolean,
 ): PlannedBuffer[] {
   const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I, vocabSize: V } = cfg;
-  // A chunk's products over q4 weights may dequantize the weight first (src/ops/q4Dequant.ts):
-  // the largest layer weight's f32 copy, alive during its product.
-  const copyBytes = (T: number) =>
-    q4
-      ? Math.max(
-          ...[NH * HD, NKV * HD, I].map((n) => q4DequantScratchBytes(T, n, C)),
-          q4DequantScratchBytes(T, C, NH * HD),
-          q4DequantScratchBytes(T, C, I),
-        )
-      : 0;
   const chunkSet = (T: number, later: boolean): PlannedBuffer[] => {
-    const copy = copyBytes(T);
     const out = [
-      ...(copy > 0 ? [buf(`${tag} q4 weight's f32 copy`, "(N, K) f32, the largest layer weight's", copy)] : []),
       buf(`${tag} ids, slots, positions`, `3 x (${T}) u32`, 3 * f32(T), 3),
       buf(`${tag} x, h`, `2 x (${T}, C) f32`, 2 * f32(T * C), 2),
       buf(`${tag} q, qNormed, attn`, `3 x (${T}, NH*HD) f32`, 3 * f32(T * NH * HD), 3),
@@ -446,7 +432,7 @@ function batchPhase(
   ];
   // Prefill: pass 0 the prompts that own their prefix, pass 1 the borrowers (each re-prefills its tail).
   const passes = [layout.pass0, ...(layout.pass1 ? [layout.pass1] : [])].map((x) =>
-    forwardBuffers(cfg, x.tokens, x.rows, r, o.forwardChunk, 'prefill', o.weights === 'q4'),
+    forwardBuffers(cfg, x.tokens, x.rows, r, o.forwardChunk, 'prefill'),
   );
   const prefill = [
     buf(`${phase} promptLogits`, '(N, V) f32', f32(N * V)),
@@ -461,7 +447,7 @@ function batchPhase(
       buf('sampling RNG rows', '(N, 3) u32', f32(3 * N)),
       buf('readback in flight', 'MAP_READ (2N) u32', f32(2 * N)),
     ];
-    const step = forwardBuffers(cfg, N, N, r, o.forwardChunk, 'decode', o.weights === 'q4');
+    const step = forwardBuffers(cfg, N, N, r, o.forwardChunk, 'decode');
     act = [...sampling, ...(sum(prefill) >= sum(step) ? prefill : step)];
   }
   return phasePlan(phase, base, kv, act, workspace);
@@ -576,7 +562,6 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
       lora: o.lora.targets.length ? { r: o.lora.r, targetModules: o.lora.targets } : null,
       checkpoints: o.checkpoints,
       mlpChunk: o.mlpChunk,
-      q4Dequant: o.weights === 'q4',
     };
     // One sequence alone, or the N - 1 civilians' packed together (src/train/packing.ts): their
     // prompts are shared up to the last token (summaries) or the voter's own tail (votes), and
@@ -720,7 +705,6 @@ export function planSft(cfg: Qwen3Config, s: SftPlanOptions): MemoryPlan {
     checkpoints: o.checkpoints,
     mlpChunk: o.mlpChunk,
     keepLayers: o.keepLayers,
-    q4Dequant: o.weights === 'q4',
   });
   return finish(
     'sft',

@@ -306,7 +306,7 @@ export class TrainingPass {
       candidates: this.rowCands ? Math.max(...this.rowCands.map((c) => c.length)) : undefined,
       packed: this.keyEnd !== null,
       splitK: K.splitKAuto(this.gpu),
-      q4Dequant: K.weightFormat(this.model.weights.layers[0]!.gateProj) === 'q4' && K.q4DequantAuto(this.gpu),
+      q4Dequant: K.weightFormat(this.model.weights.layers[0]!.gateProj) === 'q4' && K.q4DequantOn(),
       logpOnly: this.logpOnly,
     });
   }

@@ -49,8 +49,8 @@ export interface TrainingPassShape {
   splitK?: boolean;
   /**
    * Count the f32 copy of a q4 weight that the tiled GEMM dequantizes first (src/ops/q4Dequant.ts,
-   * tuning.gemmQ4Dequant 'auto' on a GPU): true for q4 base weights on a GPU. Default false (bf16
-   * weights, or a CPU adapter, which never dequantizes that way).
+   * tuning.gemmQ4Dequant 'on'): true for q4 base weights with it on. Default false ('auto' leaves
+   * it off).
    */
   q4Dequant?: boolean;
 }

@@ -152,8 +152,6 @@ function packPeak(
     candidates: shape.candidates,
     packed: shape.packed,
     keepLayers,
-    // A plan is for a GPU (split-K counted by default): there q4 weights are dequantized per product.
-    q4Dequant: K.weightFormat(model.weights.layers[0]!.gateProj) === 'q4',
   }).peak;
 }
 

@@ -4,7 +4,7 @@
 // forward x . W^T and the input gradient dy . W, with split-K on and off, accumulate) with the
 // copy and without it: the same bits (the same f32 values q * s in the same sums), the launched
 // GEMM checked to be the f32-weight one, and both within the f32 tolerance of the f64
-// reference. Then 'auto''s rule, pure arithmetic.
+// reference. Then the rule ('on' from 128 rows), pure arithmetic.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
 import * as K from '../../src/ops/index.ts';
@@ -58,7 +58,7 @@ describe('dequantize_q4', () => {
 });
 
 /**
- * Runs `call` with gemmQ4Dequant 'off' and 'on' (split-K as given): 'on' must run dequantize_q4
+ * Runs `call` (at least Q4_DEQUANT_MIN_ROWS rows) with gemmQ4Dequant 'off' and 'on' (split-K as given): 'on' must run dequantize_q4
  * and the f32-weight tile, 'off' the q4 tile; the two outputs the same bits, both near `want`.
  */
 async function bothWays(label: string, op: string, n: number, want: Float32Array, call: () => GPUBuffer) {
@@ -84,9 +84,9 @@ async function bothWays(label: string, op: string, n: number, want: Float32Array
 
 describe('the tiled GEMM over a dequantized q4 weight', () => {
   it.for([
-    [70, 40, 256, false, 'off'],
-    [9, 132, 96, true, 'off'],
-    [40, 96, 256, true, 'on'],
+    [130, 40, 256, false, 'off'],
+    [128, 132, 96, true, 'off'],
+    [140, 24, 512, true, 'on'],
   ] as const)('forward T=%i N=%i K=%i accumulate=%s split-K %s', async ([T, N, Kd, accumulate, splitK]) => {
     K.tuning.gemmSplitK = splitK;
     try {
@@ -108,8 +108,8 @@ describe('the tiled GEMM over a dequantized q4 weight', () => {
 
   // dx (T, K) (+)= dy (T, N) . w (N, K): R = N, the (N, K) tensor read along the outputs (BT).
   it.for([
-    [64, 200, 64, false, 'off'],
-    [12, 264, 96, true, 'on'],
+    [130, 200, 64, false, 'off'],
+    [128, 264, 96, true, 'on'],
   ] as const)('input gradient T=%i N=%i K=%i accumulate=%s split-K %s', async ([T, N, Kd, accumulate, splitK]) => {
     K.tuning.gemmSplitK = splitK;
     try {
@@ -129,33 +129,38 @@ describe('the tiled GEMM over a dequantized q4 weight', () => {
     }
   });
 
-  it("'auto' on this adapter follows the rule with its own choices", async () => {
-    const [T, N, Kd] = [Q4_DEQUANT_MIN_ROWS, 8, 64];
+  it("'on' leaves products of fewer rows to the q4 tile, and 'auto' every product", async () => {
+    const [N, Kd] = [8, 64];
     const { w } = h.weight('q4', N, Kd, 3);
-    K.matmul(gpu, outBuf(T * N), f32Buf(ref.randn(T * Kd, ref.rng(4))), w, T, N, Kd);
-    const cpu = K.autoForCpu(gpu);
-    expect(K.kernelVariant(gpu, 'matmul')!.defines.WEIGHTS).toBe(q4DequantFor('auto', cpu, T, N, Kd) ? 'f32' : 'q4');
-    expect(q4DequantFor('auto', cpu, T, N, Kd)).toBe(!cpu);
+    const weightsOf = (T: number, mode: 'on' | 'auto') => {
+      K.tuning.gemmQ4Dequant = mode;
+      try {
+        K.matmul(gpu, outBuf(T * N), f32Buf(ref.randn(T * Kd, ref.rng(T))), w, T, N, Kd);
+        return K.kernelVariant(gpu, 'matmul')!.defines.WEIGHTS;
+      } finally {
+        K.tuning.gemmQ4Dequant = 'auto';
+      }
+    };
+    expect(weightsOf(Q4_DEQUANT_MIN_ROWS, 'on')).toBe('f32');
+    expect(weightsOf(Q4_DEQUANT_MIN_ROWS - 1, 'on')).toBe('q4');
+    expect(weightsOf(Q4_DEQUANT_MIN_ROWS, 'auto')).toBe('q4');
   });
 });
 
-describe("gemmQ4Dequant 'auto' (src/ops/q4Dequant.ts)", () => {
-  it("takes Qwen3-4B's layer products from 128 rows on a GPU, never the LM head or a CPU adapter", () => {
+describe("gemmQ4Dequant's rule (src/ops/q4Dequant.ts)", () => {
+  it("'on' takes Qwen3-4B's layer products from 128 rows, never the LM head; 'auto' and 'off' nothing", () => {
     // gate/up (9,728 x 2,560): 99.6 MB of f32; q_proj 4,096 x 2,560; down_proj's input gradient.
-    expect(q4DequantFor('auto', false, 256, 9728, 2560)).toBe(true);
+    expect(q4DequantFor('on', 256, 9728, 2560)).toBe(true);
     expect(q4DequantScratchBytes(256, 9728, 2560)).toBe(9728 * 2560 * 4);
-    expect(q4DequantFor('auto', false, 512, 2560, 9728)).toBe(true);
-    expect(q4DequantFor('auto', false, 128, 4096, 2560)).toBe(true);
+    expect(q4DequantFor('on', 512, 2560, 9728)).toBe(true);
+    expect(q4DequantFor('on', 128, 4096, 2560)).toBe(true);
     // Fewer rows than two output tiles: each weight tile is read once anyway.
-    expect(q4DequantFor('auto', false, 127, 9728, 2560)).toBe(false);
+    expect(q4DequantFor('on', 127, 9728, 2560)).toBe(false);
     expect(q4DequantScratchBytes(64, 9728, 2560)).toBe(0);
     // The LM head (tied embedding, 151,936 x 2,560): 1.56 GB of f32, past the cap.
-    expect(q4DequantFor('auto', false, 512, 151936, 2560)).toBe(false);
-    expect(q4DequantFor('on', false, 512, 151936, 2560)).toBe(false);
+    expect(q4DequantFor('on', 512, 151936, 2560)).toBe(false);
     expect(Q4_DEQUANT_MAX_BYTES).toBe(128 * 2 ** 20);
-    // CPU adapters: only when forced.
-    expect(q4DequantFor('auto', true, 512, 9728, 2560)).toBe(false);
-    expect(q4DequantFor('on', true, 1, 8, 64)).toBe(true);
-    expect(q4DequantFor('off', false, 512, 9728, 2560)).toBe(false);
+    expect(q4DequantFor('auto', 512, 9728, 2560)).toBe(false);
+    expect(q4DequantFor('off', 512, 9728, 2560)).toBe(false);
   });
 });

@@ -417,11 +417,12 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
     }
   });
 
-  // A GPU's choices (autoFor=gpu): the tiled GEMMs with split-K, and over q4 weights the f32 copy
-  // of each weight dequantized before its product (src/ops/q4Dequant.ts) from 128 rows on.
-  it("q4 weights with a GPU's choices, T = 136: split partials and the dequantized copies", async () => {
+  // A GPU's choices (autoFor=gpu): the tiled GEMMs with split-K, and with gemmQ4Dequant 'on' the
+  // f32 copy of each q4 weight dequantized before its product (src/ops/q4Dequant.ts), from 128 rows.
+  it("q4 weights with a GPU's choices and gemmQ4Dequant 'on', T = 136: split partials and the copies", async () => {
     const s = await loadLoraGolden(gpu, 'tied-all', 'q4');
     K.tuning.autoFor = 'gpu';
+    K.tuning.gemmQ4Dequant = 'on';
     let track: ReturnType<typeof trackLiveBytes> | null = null;
     try {
       const V = s.cfg.vocabSize;
@@ -436,14 +437,22 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
         const bwdPeak = track.peak;
         const want = pass.bytes;
         pass.release();
-        return { fwdPeak, bwdPeak, want };
+        return { fwdPeak, bwdPeak, want, logp };
       };
       const warm = trackLiveBytes(gpu);
       await run(warm); // warm-up: the RoPE table is cached per device
       warm.restore();
       track = trackLiveBytes(gpu);
-      const { fwdPeak, bwdPeak, want } = await run(track);
+      const { fwdPeak, bwdPeak, want, logp } = await run(track);
       expect(track.bytes).toBe(0);
+      track.restore();
+      track = null;
+      // The same log-probs, bit for bit, from the q4 tiles.
+      K.tuning.gemmQ4Dequant = 'off';
+      track = trackLiveBytes(gpu);
+      const plain = await run(track);
+      expect(Array.from(plain.logp)).toEqual(Array.from(logp));
+      expect(plain.want.peakBackward).toBeLessThan(want.peakBackward);
       expect({ fwdPeak, bwdPeak }).toEqual({ fwdPeak: want.peakForward, bwdPeak: want.peakBackward });
       // The copy is counted: the formula without it is short, and the layer's scratch holds at
       // least the MLP weight's copy.
