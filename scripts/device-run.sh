@@ -97,10 +97,11 @@ run() { # name seconds command...
 run gpu-check 50 "$NODE" "$D/bench/gpu-check.mjs"
 gpu_check_rc=$?
 # Node asks Dawn for shader-f16 on NVIDIA (src/gpu/device.ts: vulkan_enable_f16_on_nvidia, a guard
-# Dawn keeps for f16 conformance failures there). Where gpu-check failed an f16 GEMM check
-# (F16=1 in its kernel's label), or crashed or hung, the rest runs without it (SPYRL_NVIDIA_F16=0):
-# the targets' numbers then come from the f32 tiles, as before 2026-12-06.
-if grep -q "^FAIL .*F16=1" "$OUT/gpu-check.log" || [ "$gpu_check_rc" -ge 124 ]; then
+# Dawn keeps for f16 conformance failures there). Where gpu-check ran the f16 GEMM ("f16 GEMM
+# true" in its first line) and failed any check, or crashed or hung, the rest runs without it
+# (SPYRL_NVIDIA_F16=0): the targets' numbers then come from the f32 tiles, as before 2026-12-06.
+if { grep -q "f16 GEMM true" "$OUT/gpu-check.log" && grep -q "^FAIL" "$OUT/gpu-check.log"; } ||
+  [ "$gpu_check_rc" -ge 124 ]; then
   export SPYRL_NVIDIA_F16=0
   log "gpu-check: the f16 GEMM failed or the check did not finish (exit $gpu_check_rc): the rest runs with SPYRL_NVIDIA_F16=0"
 fi
