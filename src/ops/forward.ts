@@ -539,19 +539,14 @@ export function splitKAuto(gpu: Gpu): boolean {
 }
 
 /**
- * Whether the tiled GEMMs over q4 weights dequantize them first (src/ops/q4Dequant.ts): the copy
- * the training pass's memory formula counts (trainingPassBytes' `q4Dequant`): only when forced 'on'.
+ * Whether the tiled GEMMs over q4 weights may dequantize them first (src/ops/q4Dequant.ts):
+ * tuning.gemmQ4Dequant 'on' ('auto' leaves it off). The training pass's memory formula then counts
+ * the copy (trainingPassBytes' `q4Dequant`).
  */
 export function q4DequantOn(): boolean {
   return tuning.gemmQ4Dequant === 'on';
 }
 
-/**
- * gemm_tiled over an (M, N) output, sliced over R (define SPLITK, src/ops/splitK.ts,
- * tuning.gemmSplitK) when its tiles alone would make too few workgroups: the slices' partial
- * outputs go to a pooled scratch buffer that shaders/gemv.wgsl gemv_cols_reduce sums in slice
- * order into out, with the accumulate flag and the scale.
- */
 /**
  * gemm_tiled over B in its own format, or, for a q4 weight where tuning.gemmQ4Dequant takes it
  * (src/ops/q4Dequant.ts), over a pooled f32 copy that shaders/quant.wgsl dequantize_q4 writes
@@ -588,6 +583,12 @@ function tiledProduct(
   gemmTiled(gpu, op, out, a, b, defines, M, N, R, strides, accumulate, scale);
 }
 
+/**
+ * gemm_tiled over an (M, N) output, sliced over R (define SPLITK, src/ops/splitK.ts,
+ * tuning.gemmSplitK) when its tiles alone would make too few workgroups: the slices' partial
+ * outputs go to a pooled scratch buffer that shaders/gemv.wgsl gemv_cols_reduce sums in slice
+ * order into out, with the accumulate flag and the scale.
+ */
 function gemmTiled(
   gpu: Gpu,
   op: string,
