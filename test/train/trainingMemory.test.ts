@@ -296,6 +296,34 @@ function trackLiveBytes(g: Gpu) {
   };
 }
 
+/**
+ * One forward and backward (dlogp = -1) of a fresh pass, its buffers tracked from construction:
+ * the live peaks of the forward and of the backward, the pass's own formula (bytes) and its
+ * log-probs; every buffer released at the end (live bytes back to 0).
+ */
+async function measuredPass(
+  s: Pick<Setup, 'model' | 'adapter'>,
+  ids: number[],
+  targets: number[],
+  cands: number[] | null,
+  opts: TrainingPassOptions,
+) {
+  const track = trackLiveBytes(gpu);
+  try {
+    const pass = new TrainingPass(s.model, s.adapter, ids, targets, cands, opts);
+    const logp = await pass.forward();
+    const fwdPeak = track.peak;
+    track.resetPeak();
+    pass.backward(logp.map(() => -1));
+    const bwdPeak = track.peak;
+    const want = pass.bytes;
+    pass.release();
+    return { fwdPeak, bwdPeak, want, logp, live: track.bytes };
+  } finally {
+    track.restore();
+  }
+}
+
 // Kept layers: the forward keeps the last k layers' products and the backward uses them instead
 // of recomputing them. Same kernels on the same inputs, in the same MLP chunks, so the log-probs
 // and gradients are the recomputing pass's bit for bit, with the MLP in one chunk or in several.
@@ -376,17 +404,9 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
     const cands = [ids[ids.length - 1], 5, 9];
     const targets = restrict ? ids.map((_, t) => (t === ids.length - 2 ? ids[t + 1] : -1)) : [...ids.slice(1), -1];
     await gradients(s, opts, ids, targets); // warm-up: the RoPE table is cached per device
-    const track = trackLiveBytes(gpu);
     try {
-      const pass = new TrainingPass(s.model, s.adapter, ids, targets, restrict ? cands : null, opts);
-      const logp = await pass.forward();
-      const fwdPeak = track.peak;
-      track.resetPeak();
-      pass.backward(logp.map(() => -1));
-      const bwdPeak = track.peak;
-      const want = pass.bytes;
-      pass.release();
-      expect(track.bytes).toBe(0);
+      const { fwdPeak, bwdPeak, want, live } = await measuredPass(s, ids, targets, restrict ? cands : null, opts);
+      expect(live).toBe(0);
       expect({ fwdPeak, bwdPeak }).toEqual({ fwdPeak: want.peakForward, bwdPeak: want.peakBackward });
       const k = opts.keepLayers ?? 0;
       const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = s.cfg;
@@ -412,7 +432,6 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
           (opts.checkpoints && opts.checkpoints !== 'f32' ? 2 : 4),
       );
     } finally {
-      track.restore();
       s.adapter.destroy();
     }
   });
@@ -423,34 +442,17 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
     const s = await loadLoraGolden(gpu, 'tied-all', 'q4');
     K.tuning.autoFor = 'gpu';
     K.tuning.gemmQ4Dequant = 'on';
-    let track: ReturnType<typeof trackLiveBytes> | null = null;
     try {
       const V = s.cfg.vocabSize;
       const ids = Array.from({ length: 136 }, (_, t) => (t * 7919 + 13) % V);
       const targets = [...ids.slice(1), -1];
-      const run = async (track: ReturnType<typeof trackLiveBytes>) => {
-        const pass = new TrainingPass(s.model, s.adapter, ids, targets, null, { checkpoints: 'f16' });
-        const logp = await pass.forward();
-        const fwdPeak = track.peak;
-        track.resetPeak();
-        pass.backward(logp.map(() => -1));
-        const bwdPeak = track.peak;
-        const want = pass.bytes;
-        pass.release();
-        return { fwdPeak, bwdPeak, want, logp };
-      };
-      const warm = trackLiveBytes(gpu);
-      await run(warm); // warm-up: the RoPE table is cached per device
-      warm.restore();
-      track = trackLiveBytes(gpu);
-      const { fwdPeak, bwdPeak, want, logp } = await run(track);
-      expect(track.bytes).toBe(0);
-      track.restore();
-      track = null;
+      const opts = { checkpoints: 'f16' } as const;
+      await measuredPass(s, ids, targets, null, opts); // warm-up: the RoPE table is cached per device
+      const { fwdPeak, bwdPeak, want, logp, live } = await measuredPass(s, ids, targets, null, opts);
+      expect(live).toBe(0);
       // The same log-probs, bit for bit, from the q4 tiles.
       K.tuning.gemmQ4Dequant = 'off';
-      track = trackLiveBytes(gpu);
-      const plain = await run(track);
+      const plain = await measuredPass(s, ids, targets, null, opts);
       expect(Array.from(plain.logp)).toEqual(Array.from(logp));
       expect(plain.want.peakBackward).toBeLessThan(want.peakBackward);
       expect({ fwdPeak, bwdPeak }).toEqual({ fwdPeak: want.peakForward, bwdPeak: want.peakBackward });
@@ -469,7 +471,6 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
       const scratch = want.layout.backwardLayers.find((b) => b.name === 'matmul.scratch')!;
       expect(scratch.bytes).toBeGreaterThanOrEqual(I * C * 4);
     } finally {
-      track?.restore();
       K.resetTuning();
       s.adapter.destroy();
     }
