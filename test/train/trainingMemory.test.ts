@@ -440,6 +440,7 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
   // f32 copy of each q4 weight dequantized before its product (src/ops/q4Dequant.ts), from 128 rows.
   it("q4 weights with a GPU's choices and gemmQ4Dequant 'on', T = 136: split partials and the copies", async () => {
     const s = await loadLoraGolden(gpu, 'tied-all', 'q4');
+    const saved = { ...K.tuning }; // what the file started from (SPYRL_KERNELS in npm test's GPU-choice stage)
     K.tuning.autoFor = 'gpu';
     K.tuning.gemmQ4Dequant = 'on';
     try {
@@ -471,7 +472,7 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
       const scratch = want.layout.backwardLayers.find((b) => b.name === 'matmul.scratch')!;
       expect(scratch.bytes).toBeGreaterThanOrEqual(I * C * 4);
     } finally {
-      K.resetTuning();
+      Object.assign(K.tuning, saved);
       s.adapter.destroy();
     }
   });
