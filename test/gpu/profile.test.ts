@@ -1,7 +1,7 @@
 // Gpu.startProfile / stopProfile: GPU time per kernel from timestamp queries around each dispatch.
 // Checked: every dispatch is counted under its pipeline's label (across more dispatches than one
 // query set holds, so the profile spans submits), the results are the same with the profile on,
-// a kernel doing 32x the work of another reads longer, the per-kernel sums fit inside the wall
+// a kernel doing 256x the work of another reads longer, the per-kernel sums fit inside the wall
 // time, and the misuses are clear errors. Run: npx vitest run test/gpu/profile.test.ts
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, GpuError, type Gpu } from '../../src/gpu/index.ts';
@@ -28,9 +28,12 @@ describe('kernel profile', () => {
     const normed = gpu.createBuffer(T * N * 4, 'normed');
     const normW = gpu.createBuffer(N * 2, 'normW');
     gpu.write(normW, ref.packBf16(new Float32Array(N).fill(1)));
-    const big = gpu.createBuffer(32 * T * N * 4, 'big');
-    const bigX = gpu.createBuffer(32 * x.byteLength, 'bigX');
-    for (let i = 0; i < 32; i++) gpu.write(bigX, x, i * x.byteLength);
+    // 256x the rows: on SwiftShader one dispatch's own overhead has read up to 7 ms, which a
+    // 32x product (64 rows, about 6 ms a call) did not always clear.
+    const BIG = 256;
+    const big = gpu.createBuffer(BIG * T * N * 4, 'big');
+    const bigX = gpu.createBuffer(BIG * x.byteLength, 'bigX');
+    for (let i = 0; i < BIG; i++) gpu.write(bigX, x, i * x.byteLength);
     K.matmul(gpu, small, xb, wb, T, N, Kd);
     const before = await gpu.readF32(small);
 
@@ -40,7 +43,7 @@ describe('kernel profile', () => {
     for (let i = 0; i < reps; i++) K.rmsNorm(gpu, normed, small, normW, T, N, 1e-6);
     K.matmul(gpu, small, xb, wb, T, N, Kd);
     const smallLabel = K.kernelVariant(gpu, 'matmul')!.label;
-    for (let i = 0; i < 3; i++) K.matmul(gpu, big, bigX, wb, 32 * T, N, Kd);
+    for (let i = 0; i < 3; i++) K.matmul(gpu, big, bigX, wb, BIG * T, N, Kd);
     const bigLabel = K.kernelVariant(gpu, 'matmul')!.label;
     const prof = await gpu.stopProfile();
     const wall = (performance.now() - t0) / 1000;
@@ -60,7 +63,7 @@ describe('kernel profile', () => {
     if (smallLabel === bigLabel) {
       expect(byLabel.get(bigLabel)!.calls).toBe(4);
     } else {
-      // 32x the rows of the same weight: more GPU time per call than the 2-row product.
+      // 256x the rows of the same weight: more GPU time per call than the 2-row product.
       const perCall = (l: string) => byLabel.get(l)!.seconds / byLabel.get(l)!.calls;
       expect(byLabel.get(smallLabel)!.calls).toBe(1);
       expect(byLabel.get(bigLabel)!.calls).toBe(3);
