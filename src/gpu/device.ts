@@ -73,7 +73,7 @@ interface Profiler {
 export interface CreateGpuOptions {
   powerPreference?: GPUPowerPreference;
   /** Leave these optional features off even when offered (to test fallback paths). */
-  disableFeatures?: ('shader-f16' | 'subgroups' | 'timestamp-query')[];
+  disableFeatures?: OptionalFeature[];
   /** Override where shader text comes from (tests, bundles). */
   shaderSource?: (name: string) => string;
 }
@@ -117,14 +117,39 @@ const mix = (h: number, word: number) => Math.imul(h ^ word, 16777619);
 
 const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
 
+const OPTIONAL_FEATURES = ['shader-f16', 'subgroups', 'timestamp-query'] as const;
+type OptionalFeature = (typeof OPTIONAL_FEATURES)[number];
+
+/**
+ * SPYRL_GPU_FEATURES_OFF (Node): optional features to leave off, comma-separated, as
+ * CreateGpuOptions.disableFeatures does for one call (the two add up). npm test runs the kernel tests on lavapipe
+ * with `shader-f16` off to give them SwiftShader's feature set (no f16, 4-lane subgroups) at
+ * lavapipe's speed; a user can run any command without a feature the same way.
+ */
+function featuresOffFromEnv(): OptionalFeature[] {
+  const raw = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env
+    ?.SPYRL_GPU_FEATURES_OFF;
+  if (!raw) return [];
+  const names = raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  const bad = names.filter((n) => !(OPTIONAL_FEATURES as readonly string[]).includes(n));
+  if (bad.length)
+    throw new Error(
+      `SPYRL_GPU_FEATURES_OFF: unknown feature ${bad.map((b) => `'${b}'`).join(', ')} (known: ${OPTIONAL_FEATURES.join(', ')})`,
+    );
+  return names as OptionalFeature[];
+}
+
 export async function createGpu(opts: CreateGpuOptions = {}): Promise<Gpu> {
   const gpuApi = await getNavigatorGpu();
   const adapter = await gpuApi.requestAdapter({ powerPreference: opts.powerPreference ?? 'high-performance' });
   if (!adapter) throw new GpuUnavailableError('WebGPU is present but no adapter was found');
 
-  const off = new Set(opts.disableFeatures ?? []);
+  const off = new Set([...featuresOffFromEnv(), ...(opts.disableFeatures ?? [])]);
   const wanted: GPUFeatureName[] = [];
-  for (const f of ['shader-f16', 'subgroups', 'timestamp-query'] as const) {
+  for (const f of OPTIONAL_FEATURES) {
     if (adapter.features.has(f) && !off.has(f)) wanted.push(f as GPUFeatureName);
   }
   const requiredLimits: Record<string, number> = {};

@@ -95,6 +95,29 @@ describe('device', () => {
     }
     expect(n).toBeGreaterThan(20);
   });
+
+  it('SPYRL_GPU_FEATURES_OFF leaves the listed features off, together with disableFeatures; an unknown name is refused', async () => {
+    const saved = process.env.SPYRL_GPU_FEATURES_OFF;
+    try {
+      process.env.SPYRL_GPU_FEATURES_OFF = ' subgroups,timestamp-query ';
+      const off = await createGpu({ disableFeatures: ['shader-f16'] });
+      expect(off.features).toEqual({ f16: false, subgroups: false, timestampQuery: false });
+      off.destroy();
+      delete process.env.SPYRL_GPU_FEATURES_OFF;
+      const on = await createGpu();
+      // What this adapter offers (SwiftShader and lavapipe both offer subgroups and timestamps).
+      expect(on.features.subgroups).toBe(gpu.features.subgroups);
+      expect(on.features.timestampQuery).toBe(gpu.features.timestampQuery);
+      on.destroy();
+      process.env.SPYRL_GPU_FEATURES_OFF = 'shader-f16,subgroup';
+      await expect(createGpu()).rejects.toThrow(
+        "SPYRL_GPU_FEATURES_OFF: unknown feature 'subgroup' (known: shader-f16, subgroups, timestamp-query)",
+      );
+    } finally {
+      if (saved === undefined) delete process.env.SPYRL_GPU_FEATURES_OFF;
+      else process.env.SPYRL_GPU_FEATURES_OFF = saved;
+    }
+  });
 });
 
 describe('subgroups', () => {
