@@ -98,7 +98,9 @@ try {
     records.push({ name, M, N, K: Kd, seconds: best, gflops, defines });
     console.log(
       `${name.padEnd(36)} ${(best * 1000).toFixed(2).padStart(9)} ms  ${gflops.toFixed(2).padStart(8)} GFLOP/s  ` +
-        Object.keys(defines).join(' '),
+        Object.entries(defines)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(' '),
     );
   }
   if (values.json)
