@@ -54,9 +54,19 @@ const env = { ...process.env, CHROME_PATH: chrome };
 // Without a real GPU, Dawn in Node needs a Vulkan driver: use Chromium's SwiftShader when no other is forced.
 if (!env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
 
+// Each stage's wall time, printed as it ends and summed at the end: CI has 90 minutes on 2 cores,
+// and its log is where a stage that grew shows first.
+const started = Date.now();
+const stageTimes = [];
+const seconds = (ms) => `${Math.round(ms / 1000)} s`;
+
 function run(label, cmd, args) {
   console.log(`\n== ${label}: ${cmd} ${args.join(' ')}`);
+  const t0 = Date.now();
   const r = spawnSync(cmd, args, { stdio: 'inherit', env });
+  const took = Date.now() - t0;
+  stageTimes.push([label, took]);
+  console.log(`== ${label}: ${r.status === 0 ? 'passed' : 'failed'} in ${seconds(took)}`);
   if (r.status !== 0) {
     console.error(`npm test: ${label} failed (exit ${r.status ?? r.signal})`);
     process.exit(r.status || 1);
@@ -206,4 +216,6 @@ run('end-to-end tests (production build, from a sub-path)', bin('playwright'), [
   'e2e/app.spec.ts',
   'e2e/subpath.spec.ts',
 ]);
-console.log('\nnpm test: all passed');
+console.log('\nnpm test: stage times');
+for (const [label, ms] of stageTimes) console.log(`${seconds(ms).padStart(7)}  ${label}`);
+console.log(`npm test: all passed in ${seconds(Date.now() - started)}`);
