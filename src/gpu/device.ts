@@ -122,9 +122,9 @@ type OptionalFeature = (typeof OPTIONAL_FEATURES)[number];
 
 /**
  * SPYRL_GPU_FEATURES_OFF (Node): optional features to leave off, comma-separated, as
- * CreateGpuOptions.disableFeatures does for one call (the two add up). npm test runs the kernel tests on lavapipe
- * with `shader-f16` off to give them SwiftShader's feature set (no f16, 4-lane subgroups) at
- * lavapipe's speed; a user can run any command without a feature the same way.
+ * CreateGpuOptions.disableFeatures does for one call (the two add up). npm test runs the kernel
+ * tests on lavapipe with `shader-f16` off, the fallbacks SwiftShader takes, at lavapipe's speed;
+ * a user can run any command without a feature the same way.
  */
 function featuresOffFromEnv(): OptionalFeature[] {
   const raw = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env
