@@ -82,8 +82,10 @@ export function parseProfiles(text: string): ProfileRun[] {
 }
 
 /**
- * A log's profiles side by side where it has two or more: per unit, each run's GPU ms and its
- * ratio to the first run's (> 1: the first is faster), and each run's kernel switches.
+ * A log's profiles side by side where it has two or more: per unit (in the order they first
+ * appear), each run's GPU ms and its ratio to the first run's with that unit (> 1: that one is
+ * faster), and each run's kernel switches. Runs of other shapes (attention-ab.log's B = 1 and 4)
+ * leave each other's cells empty.
  */
 function profileLines(file: string, runs: ProfileRun[]): string[] {
   if (runs.length < 2) return [];
@@ -94,13 +96,14 @@ function profileLines(file: string, runs: ProfileRun[]): string[] {
     `| unit | ${runs.map(name).join(' | ')} |`,
     `|---|${runs.map(() => '---|').join('')}`,
   ];
-  for (const u of runs[0]!.units) {
-    const cells = runs.map((r, i) => {
-      const v = r.units.find((x) => x.name === u.name);
-      if (!v) return '';
-      return i === 0 ? num(v.gpuMs, 2) : `${num(v.gpuMs, 2)} (${num(v.gpuMs / u.gpuMs, 2)}x)`;
-    });
-    out.push(`| ${u.name} | ${cells.join(' | ')} |`);
+  const names = [...new Set(runs.flatMap((r) => r.units.map((u) => u.name)))];
+  for (const name of names) {
+    const at = runs.map((r) => r.units.find((x) => x.name === name));
+    const base = at.find((v) => v !== undefined)!;
+    const cells = at.map((v) =>
+      !v ? '' : v === base ? num(v.gpuMs, 2) : `${num(v.gpuMs, 2)} (${num(v.gpuMs / base.gpuMs, 2)}x)`,
+    );
+    out.push(`| ${name} | ${cells.join(' | ')} |`);
   }
   return out;
 }
@@ -353,6 +356,7 @@ export async function readDeviceRun(dir: string): Promise<DeviceRun> {
     profiles: [
       { file: 'round.log', runs: await read('round.log', parseProfiles) },
       { file: 'gemv-ab.log', runs: await read('gemv-ab.log', parseProfiles) },
+      { file: 'attention-ab.log', runs: await read('attention-ab.log', parseProfiles) },
     ],
   };
 }

@@ -1,13 +1,19 @@
 // `npx tsx bench/profile.ts [--model 4b] [--layers N] [--weights q4|bf16] [--kv f16|f32] [--ctx N]
-//   [--batch B] [--prefill T] [--train-len T] [--steps N] [--top N] [--kernels name=value,...] [--json FILE]`
+//   [--batch B] [--prefill T] [--train-len T] [--steps N] [--parts decode,prefill,train]
+//   [--sampling round|nucleus] [--top N] [--kernels name=value,...] [--json FILE]`
 // Where the GPU time goes: the real forward and LoRA training step at a model's shapes (random
 // weights, bench/e2e.ts), every dispatch timed with timestamp queries (Gpu.startProfile), summed
 // per kernel (pipeline label: shader.entry[defines;constants]). Three profiles:
-//   decode   --steps decode steps of --batch sequences at context --ctx (LoRA on, sampling included)
+//   decode   --steps decode steps of --batch sequences at context --ctx (LoRA on, sampling included:
+//            --sampling round, the default, draws as a SpyRL round does (src/game/config.ts
+//            DEFAULT_CONFIG.sampling: temperature 1, no top-k or top-p, which training requires);
+//            nucleus as Qwen3's chat recommendation (temperature 0.7, top-k 20, top-p 0.8: the
+//            profiles of 2026-12-04 and 2026-12-06 in bench/results, whose sampling took the
+//            top-k and top-p passes a round never takes)
 //   prefill  one prompt of --prefill tokens (LoRA on, logits of its last token)
 //   train    one LoRA training step over --train-len tokens (forward, loss, backward)
 // Each prints a table (kernel, calls, GPU ms, share of the profile, us per call) per step or pass,
-// plus the wall time of the same work unprofiled. Defaults: on a GPU Qwen3-4B with 4 of 36 layers,
+// plus the wall time of the same work unprofiled. --parts picks which run (all three by default). Defaults: on a GPU Qwen3-4B with 4 of 36 layers,
 // q4, f16 KV, ctx 2048, B 4, prefill 512, train 512; on a CPU adapter 1 layer, ctx 128, B 1,
 // prefill 32, train 16. --kernels sets kernel switches as the CLI's does (e.g. gemmSplitK=off for
 // an A/B). Needs timestamp-query. A measurement tool: nothing here asserts a time.
@@ -23,6 +29,7 @@ import { TrainingPass } from '../src/train/trainingPass.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 import { MODELS, randomWeights, type Format } from './e2e.ts';
 import { adapterName } from './suite.ts';
+import { DEFAULT_CONFIG } from '../src/game/config.ts';
 
 const { values } = parseArgs({
   options: {
@@ -35,6 +42,8 @@ const { values } = parseArgs({
     prefill: { type: 'string' },
     'train-len': { type: 'string' },
     steps: { type: 'string', default: '4' },
+    parts: { type: 'string', default: 'decode,prefill,train' },
+    sampling: { type: 'string', default: 'round' },
     top: { type: 'string', default: '25' },
     kernels: { type: 'string', default: '' },
     json: { type: 'string' },
@@ -101,6 +110,13 @@ try {
   const P = num(values.prefill, 512, 32);
   const TT = num(values['train-len'], 512, 16);
   const steps = Number(values.steps);
+  const PARTS = ['decode', 'prefill', 'train'] as const;
+  const parts = new Set(values.parts.split(',').map((x) => x.trim()));
+  for (const x of parts)
+    if (!(PARTS as readonly string[]).includes(x)) throw new Error(`--parts: '${x}' is not one of ${PARTS.join(', ')}`);
+  const SAMPLING = { round: DEFAULT_CONFIG.sampling, nucleus: { temperature: 0.7, topK: 20, topP: 0.8 } };
+  const sampling = SAMPLING[values.sampling as keyof typeof SAMPLING];
+  if (!sampling) throw new Error(`--sampling: '${values.sampling}' is not one of ${Object.keys(SAMPLING).join(', ')}`);
   const format = values.weights as Format;
   const kv = values.kv === 'f32' ? 'f32' : 'f16';
   console.log(
@@ -115,74 +131,83 @@ try {
   model.lora = adapter;
   const reports: ProfileReport[] = [];
   try {
-    // Decode: B slots share slot 0's prompt of ctx tokens, then steps of one token each.
-    const cache = model.createCache(B, ctx + 2 * steps + 2);
-    const pos = Array.from({ length: ctx }, (_, i) => i);
-    gpu.releaseBuffer(
-      model.forward(
-        { ids: pos.map((i) => (i * 7919) % c.vocabSize), slots: pos.map(() => 0), positions: pos, logitRows: [] },
-        cache,
-      ),
-    );
-    for (let b = 1; b < B; b++) {
-      const shared = cache.share(b, 0, ctx);
-      const tail = pos.slice(shared);
-      if (tail.length)
-        gpu.releaseBuffer(
-          model.forward(
-            { ids: tail.map((i) => i + 1), slots: tail.map(() => b), positions: tail, logitRows: [] },
-            cache,
-          ),
-        );
-    }
-    const slots = Array.from({ length: B }, (_, b) => b);
-    const sampled = gpu.createBuffer(B * 4, 'ids');
-    let at = ctx;
-    reports.push(
-      await profile(gpu, `decode B=${B} @ctx ${ctx} (${steps} steps)`, steps, async () => {
-        at = ctx; // the same positions each run: the cache rows are rewritten
-        for (let s = 0; s < steps; s++, at++) {
-          const logits = model.forward(
-            { ids: slots.map((b) => b + 1), slots, positions: slots.map(() => at), logitRows: slots },
-            cache,
+    if (parts.has('decode')) {
+      // Decode: B slots share slot 0's prompt of ctx tokens, then steps of one token each.
+      const cache = model.createCache(B, ctx + 2 * steps + 2);
+      const pos = Array.from({ length: ctx }, (_, i) => i);
+      gpu.releaseBuffer(
+        model.forward(
+          { ids: pos.map((i) => (i * 7919) % c.vocabSize), slots: pos.map(() => 0), positions: pos, logitRows: [] },
+          cache,
+        ),
+      );
+      for (let b = 1; b < B; b++) {
+        const shared = cache.share(b, 0, ctx);
+        const tail = pos.slice(shared);
+        if (tail.length)
+          gpu.releaseBuffer(
+            model.forward(
+              { ids: tail.map((i) => i + 1), slots: tail.map(() => b), positions: tail, logitRows: [] },
+              cache,
+            ),
           );
-          K.sample(gpu, sampled, logits, B, c.vocabSize, { temperature: 0.7, topK: 20, topP: 0.8 }, 0, s);
-          gpu.releaseBuffer(logits);
-        }
-      }),
-    );
-    gpu.releaseBuffer(sampled);
-    cache.destroy();
-
-    const pcache = model.createCache(1, P);
-    const ppos = Array.from({ length: P }, (_, i) => i);
-    reports.push(
-      await profile(gpu, `prefill ${P} tokens`, 1, async () => {
-        gpu.releaseBuffer(
-          model.forward(
-            {
-              ids: ppos.map((i) => (i * 7919) % c.vocabSize),
-              slots: ppos.map(() => 0),
-              positions: ppos,
-              logitRows: [P - 1],
-            },
-            pcache,
-          ),
-        );
-      }),
-    );
-    pcache.destroy();
-
-    model.lora = null;
-    const ids = Array.from({ length: TT }, (_, i) => (i * 104729) % c.vocabSize);
-    reports.push(
-      await profile(gpu, `LoRA training step, ${TT} tokens`, 1, async () => {
-        const pass = new TrainingPass(model, adapter, ids, [...ids.slice(1), -1]);
-        pass.backward(crossEntropyLoss(await pass.forward()).dlogp);
-        await gpu.sync();
-        pass.release();
-      }),
-    );
+      }
+      const slots = Array.from({ length: B }, (_, b) => b);
+      const sampled = gpu.createBuffer(B * 4, 'ids');
+      let at = ctx;
+      reports.push(
+        await profile(
+          gpu,
+          `decode B=${B} @ctx ${ctx} (${steps} steps, ${values.sampling} sampling)`,
+          steps,
+          async () => {
+            at = ctx; // the same positions each run: the cache rows are rewritten
+            for (let s = 0; s < steps; s++, at++) {
+              const logits = model.forward(
+                { ids: slots.map((b) => b + 1), slots, positions: slots.map(() => at), logitRows: slots },
+                cache,
+              );
+              K.sample(gpu, sampled, logits, B, c.vocabSize, sampling, 0, s);
+              gpu.releaseBuffer(logits);
+            }
+          },
+        ),
+      );
+      gpu.releaseBuffer(sampled);
+      cache.destroy();
+    }
+    if (parts.has('prefill')) {
+      const pcache = model.createCache(1, P);
+      const ppos = Array.from({ length: P }, (_, i) => i);
+      reports.push(
+        await profile(gpu, `prefill ${P} tokens`, 1, async () => {
+          gpu.releaseBuffer(
+            model.forward(
+              {
+                ids: ppos.map((i) => (i * 7919) % c.vocabSize),
+                slots: ppos.map(() => 0),
+                positions: ppos,
+                logitRows: [P - 1],
+              },
+              pcache,
+            ),
+          );
+        }),
+      );
+      pcache.destroy();
+    }
+    if (parts.has('train')) {
+      model.lora = null;
+      const ids = Array.from({ length: TT }, (_, i) => (i * 104729) % c.vocabSize);
+      reports.push(
+        await profile(gpu, `LoRA training step, ${TT} tokens`, 1, async () => {
+          const pass = new TrainingPass(model, adapter, ids, [...ids.slice(1), -1]);
+          pass.backward(crossEntropyLoss(await pass.forward()).dlogp);
+          await gpu.sync();
+          pass.release();
+        }),
+      );
+    }
   } finally {
     model.lora = null;
     adapter.destroy();

@@ -34,8 +34,6 @@ git show ad6d0c8~1:shaders/gemv.wgsl >"$D/gemv-old.wgsl"
 git show ad6d0c8~1:shaders/common/gemvstaged.wgsl >"$D/gemvstaged-old.wgsl"
 git show ad6d0c8:shaders/gemv.wgsl >"$D/gemv-sw.wgsl"
 git show ad6d0c8:shaders/common/gemvstaged.wgsl >"$D/gemvstaged-sw.wgsl"
-# The attention module before the per-(token, head) and split decode kernels loaded ahead (784321a~1).
-git show 784321a~1:shaders/attention.wgsl >"$D/attention-old.wgsl"
 # And the files before each lane loaded LU blocks ahead (40e0b4a): one block a step.
 git show 40e0b4a:shaders/gemv.wgsl >"$D/gemv-lu1.wgsl"
 git show 40e0b4a:shaders/common/gemvstaged.wgsl >"$D/gemvstaged-lu1.wgsl"

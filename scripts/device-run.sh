@@ -9,9 +9,10 @@
 # length), round.log with round.json (a default SpyRL round at 4B shapes with all 36 layers, q4
 # weights and f16 KV, split by stage, then, with LAYERS layers, bench/profile.ts: GPU time per
 # kernel of a decode step, a prefill and a LoRA step, with and without the f16 GEMM, with the q4
-# weights dequantized first, and over bf16 weights), gemv-ab.log (the decode GEMV's lanes, the
-# tiled GEMM's q4 / dequantized / bf16 / f16 A/B) and attention-ab.log (the decode attention's loads
-# ahead, the attention cutoff at 64 tokens, the GEMV's LU loads). Each step has its own time limit so a slow one cannot eat
+# weights dequantized first, and over bf16 weights), attention-ab.log (the decode attention's
+# kernels, attention_lanes against attention_split, in decode-step profiles; the attention cutoff
+# at 64 tokens; the GEMV's LU loads) and gemv-ab.log (the decode GEMV's lanes, the tiled GEMM's q4 /
+# dequantized / bf16 / f16 A/B). Each step has its own time limit so a slow one cannot eat
 # the rest; the whole run stays under 10 minutes. Then, here: npx tsx bench/device-report.ts DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -126,6 +127,21 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 NO_F16=gemmF16=off
 P4="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --kv f16 --train-len '$TRAIN_LEN'"
 run round 190 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; $P4 --weights q4 --top 30; $P4 --weights q4 --top 12 --kernels '$NO_F16'; $P4 --weights q4 --top 12 --kernels gemmQ4Dequant=on; $P4 --weights bf16 --top 16; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$NO_F16'"
+# attention-ab.log: the decode attention's kernels side by side in the per-kernel GPU time of a
+# decode step at context 2,048 (bench/profile.ts --parts decode, LAYERS layers, q4, f16 KV, the
+# round's sampling), B = 1 and 4: 'auto' (attention_lanes, each key's row read by 16 lanes
+# together) against attention=split (attention_split, a thread a key: the H100 of 2026-12-06 ran it
+# at 42 GB/s at B = 1 and 160 GB/s at B = 4, 210 us a layer), then 'auto' at B = 1, context 128
+# (the decode target's shape); then the training and prefill attention
+# kernels at T = 64 and 128 (bench/attention-ab.ts: per (token, head) against what 'auto' takes,
+# the register-tiled blocks from 128 tokens on GPUs: whether the cutoff could come down to 64);
+# then the decode GEMV's file against the one-block-a-step loop before the LU loads ahead
+# (bench/shader-ab.ts, Qwen3-4B's gate/up and down_proj shapes, bf16 and q4, B = 1 and 4).
+# The earlier runs' other A/Bs (the fusions, sampling, packing, kept layers, the attention kernels
+# at 512 and 2,048 tokens) are in bench/results/2026-12-04-h200 and 2026-12-06-h100*.
+SAB="'$NODE' '$D/bench/shader-ab.mjs' --ops gemv --full --rounds 3 --old"
+DEC="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --parts decode --top 8"
+run attention-ab 60 bash -c "$DEC --batch 1 --ctx 2048; $DEC --batch 1 --ctx 2048 --kernels attention=split; $DEC --batch 4 --ctx 2048; $DEC --batch 4 --ctx 2048 --kernels attention=split; $DEC --batch 1 --ctx 128; '$NODE' '$D/bench/attention-ab.mjs' --T 64,128 --rounds 2 --variants single,tiled; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728"
 # gemv-ab.log: first the decode GEMV's lanes a column (tuning.gemvLanes): the per-kernel GPU time
 # of a decode step (bench/profile.ts, LAYERS layers, q4, B = 4 at context 2,048) with 'auto''s
 # lanes (8 for the q4 projections over K = 2,560: 32 columns a workgroup, which at B = 4 stage as
@@ -142,16 +158,5 @@ GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 ENC="'$NODE' '$D/bench/decode-encode.mjs' --layers 36 --steps 40"
 GEMM4="'$NODE' '$D/bench/gemm-ab.mjs' --M 512 --N 9728 --K 2560 --reps 10 --weights q4"
 PROF="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len 64 --prefill 64 --top 14"
-run gemv-ab 60 bash -c "$PROF; $PROF --kernels gemvLanes=4; $PROF --kernels gemvLanes=16; $GEMM4; $GEMM4 --kernels gemmQ4Dequant=on; $GEMM4 --weights bf16; $GEMM4 --f16; $GEMM4 --f16 --kernels gemmQ4Dequant=on; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $ENC --batch 1; $ENC --batch 4; '$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --f16 --vec4 off"
-# attention-ab.log: the decode attention's file against the one before its loads went out 4 at a
-# time (bench/shader-ab.ts --ops decode-attention: the H100 of 2026-12-06 ran the split kernel at
-# 160 GB/s, 210 us a layer at B = 4, context 2,048); then the training and prefill attention
-# kernels at T = 64 and 128 (bench/attention-ab.ts: per (token, head) against what 'auto' takes,
-# the register-tiled blocks from 128 tokens on GPUs: whether the cutoff could come down to 64);
-# then the decode GEMV's file against the one-block-a-step loop before the LU loads ahead
-# (bench/shader-ab.ts, Qwen3-4B's gate/up and down_proj shapes, bf16 and q4, B = 1 and 4).
-# The earlier runs' other A/Bs (the fusions, sampling, packing, kept layers, the attention kernels
-# at 512 and 2,048 tokens) are in bench/results/2026-12-04-h200 and 2026-12-06-h100*.
-SAB="'$NODE' '$D/bench/shader-ab.mjs' --ops gemv --full --rounds 3 --old"
-run attention-ab 45 bash -c "'$NODE' '$D/bench/shader-ab.mjs' --ops decode-attention --full --rounds 3 --kv f16 --old 'attention=$D/attention-old.wgsl'; '$NODE' '$D/bench/attention-ab.mjs' --T 64,128 --rounds 2 --variants single,tiled; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728"
+run gemv-ab 45 bash -c "$PROF; $PROF --kernels gemvLanes=4; $PROF --kernels gemvLanes=16; $GEMM4; $GEMM4 --kernels gemmQ4Dequant=on; $GEMM4 --weights bf16; $GEMM4 --f16; $GEMM4 --f16 --kernels gemmQ4Dequant=on; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $ENC --batch 1; $ENC --batch 4; '$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --f16 --vec4 off"
 log "done"

@@ -1,4 +1,4 @@
-#ifdef SPLIT
+#if defined(SPLIT) || defined(LANES)
 enable subgroups;
 #endif
 // KV cache write and causal attention over the cache (GQA), then the training-path attention;
@@ -1341,6 +1341,198 @@ fn attention_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
     out[th * p.HD + d] = o / den;
   }
 }
+
+#ifdef LANES
+// ---- attention_lanes: split-K decode attention, each key's row read by LK lanes together ------
+// attention_split's work and outputs (split c of the HG heads th .. th + HG - 1 of token t: keys
+// [c splitKeys, (c + 1) splitKeys) of 0..pos[t]; its normalized output and log-sum-exp per head
+// at partial row (th + h) * splits + c, which with one split is the final row th + h), laid out
+// for a GPU's memory system. attention_split gives each of its 64 threads a key and walks the
+// key's row 4 bytes at a time, so neighbouring threads read 2 KB apart (NKV * HD f16 elements)
+// and a workgroup re-reads its block's scores from workgroup memory between three barriers per 64
+// keys; the H100 of 2026-12-06 ran it at 42 GB/s (1.6% of its copy bandwidth) at context 2,048.
+// Here the 256 threads are NG = 256 / LK groups of LK consecutive lanes. Group g takes keys
+// first + g, first + g + NG, ... (two a step, their K and V loads issued before any is used) and
+// lane l of the group reads 16-byte pieces l, l + LK, ... (VPT of them) of the key's K and V rows:
+// at Qwen3-4B's HD 128 in f16 a row is 16 pieces, one coalesced 256-byte read at LK 16. The lanes'
+// q . k partial sums meet through a subgroupShuffleXor butterfly (LK is at most the adapter's
+// smallest subgroup: a group's lanes are one aligned run of a subgroup, as in
+// common/gemvlanes.wgsl). Each group keeps its own running max, normalizer and output pieces in
+// registers (online softmax: no barrier in the key loop); the NG groups' states are merged once
+// at the end, through workgroup memory. The query pieces stay in registers too (VPT * EPV
+// elements a lane, times HG heads). src/ops/forward.ts attentionLanes picks LK and VPT.
+const LK = {{LK}}u;    // lanes a key (a power of two, at most the smallest subgroup)
+const VPT = {{VPT}}u;  // 16-byte pieces a lane: HD = LK * VPT * EPV
+const NG = 256u / LK;  // key groups a workgroup
+#if KV == f16
+const EPV = 8u;        // elements a 16-byte piece
+alias Piece = vec4u;
+#else
+const EPV = 4u;
+alias Piece = vec4f;
+#endif
+const QN = VPT * EPV;  // query / output elements a lane
+@group(0) @binding(3) var<storage, read> kPieces: array<Piece>; // the K pool, 16 bytes an element
+@group(0) @binding(4) var<storage, read> vPieces: array<Piece>; // the V pool
+var<private> laneQ: array<Heads, QN>;   // scaled query elements (lane + LK i) EPV + e of each head
+var<private> laneAcc: array<Heads, QN>; // the group's output elements, unnormalized
+var<workgroup> groupM: array<Heads, NG>;
+var<workgroup> groupL: array<Heads, NG>;
+var<workgroup> mergeRed: array<Heads, 256>;
+var<workgroup> laneKeys: u32;
+
+// Element d of the HG query rows th .. th + HG - 1 (HG 3: a zero fourth lane).
+fn queryHeads(th: u32, d: u32) -> Heads {
+#if !defined(HG)
+  return q[th * p.HD + d];
+#elif HG == 2
+  return vec2f(q[th * p.HD + d], q[(th + 1u) * p.HD + d]);
+#elif HG == 4
+  return vec4f(q[th * p.HD + d], q[(th + 1u) * p.HD + d], q[(th + 2u) * p.HD + d], q[(th + 3u) * p.HD + d]);
+#else
+  return vec4f(q[th * p.HD + d], q[(th + 1u) * p.HD + d], q[(th + 2u) * p.HD + d], 0.0);
+#endif
+}
+
+// The partial q . k of a piece (query elements e0 .. e0 + EPV - 1).
+fn pieceDot(w: Piece, e0: u32) -> Heads {
+#if KV == f16
+  let a = unpack2x16float(w.x);
+  let b = unpack2x16float(w.y);
+  let c = unpack2x16float(w.z);
+  let d = unpack2x16float(w.w);
+  return laneQ[e0] * a.x + laneQ[e0 + 1u] * a.y + laneQ[e0 + 2u] * b.x + laneQ[e0 + 3u] * b.y +
+         laneQ[e0 + 4u] * c.x + laneQ[e0 + 5u] * c.y + laneQ[e0 + 6u] * d.x + laneQ[e0 + 7u] * d.y;
+#else
+  return laneQ[e0] * w.x + laneQ[e0 + 1u] * w.y + laneQ[e0 + 2u] * w.z + laneQ[e0 + 3u] * w.w;
+#endif
+}
+
+// laneAcc[e0 ..] += pr * the value piece.
+fn pieceAdd(w: Piece, e0: u32, pr: Heads) {
+#if KV == f16
+  let a = unpack2x16float(w.x);
+  let b = unpack2x16float(w.y);
+  let c = unpack2x16float(w.z);
+  let d = unpack2x16float(w.w);
+  laneAcc[e0] += pr * a.x;
+  laneAcc[e0 + 1u] += pr * a.y;
+  laneAcc[e0 + 2u] += pr * b.x;
+  laneAcc[e0 + 3u] += pr * b.y;
+  laneAcc[e0 + 4u] += pr * c.x;
+  laneAcc[e0 + 5u] += pr * c.y;
+  laneAcc[e0 + 6u] += pr * d.x;
+  laneAcc[e0 + 7u] += pr * d.y;
+#else
+  laneAcc[e0] += pr * w.x;
+  laneAcc[e0 + 1u] += pr * w.y;
+  laneAcc[e0 + 2u] += pr * w.z;
+  laneAcc[e0 + 3u] += pr * w.w;
+#endif
+}
+
+// Workgroup (t * NH / HG + hg) * splits + c: split c of heads th .. th + HG - 1 (th = t * NH + hg * HG).
+@compute @workgroup_size(256)
+fn attention_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                   @builtin(local_invocation_index) lid: u32) {
+  let w = linearGroup(wid, nwg);
+  if (w >= p.T * (p.NH / HG) * p.splits) { return; } // a whole workgroup (uniform)
+  let c = w % p.splits;
+  let th = (w / p.splits) * HG;
+  let t = th / p.NH;
+  let g = lid / LK;
+  let lane = lid % LK;
+  tableRow = slot[t] * p.pagesPerSlot;
+  if (lid == 0u) { laneKeys = min(pos[t] + 1u, p.maxT); }
+  let nKeys = workgroupUniformLoad(&laneKeys); // the key loop below is then provably uniform
+  let first = c * p.splitKeys;
+  let end = min(first + p.splitKeys, nKeys);
+  if (first >= end) {
+    // A split past the sequence's end: weight 0 in attention_combine.
+    for (var h = 0u; h < HG; h++) {
+      let r = (th + h) * p.splits + c;
+      for (var d = lid; d < p.HD; d += 256u) { out[r * p.HD + d] = 0.0; }
+      if (lid == 0u) { partLse[r] = -3.40282346e38; }
+    }
+    return;
+  }
+  for (var i = 0u; i < VPT; i++) {
+    for (var e = 0u; e < EPV; e++) {
+      laneQ[i * EPV + e] = queryHeads(th, (lane + LK * i) * EPV + e) * p.scale;
+      laneAcc[i * EPV + e] = Heads(0.0);
+    }
+  }
+  let kvBase = kvHeadBase(th);
+  var m = Heads(-3.40282346e38);
+  var l = Heads(0.0);
+  // Two keys a step per group, ja and jb = ja + NG; past `end` they read key end - 1 again
+  // (mapped, cached) and weigh 0. Every thread runs the same steps (the shuffles need its group).
+  for (var s = first; s < end; s += 2u * NG) {
+    let ja = s + g;
+    let jb = ja + NG;
+    let ia = keyIndex(kvBase, min(ja, end - 1u)) / EPV + lane;
+    let ib = keyIndex(kvBase, min(jb, end - 1u)) / EPV + lane;
+    var ka: array<Piece, VPT>;
+    var kb: array<Piece, VPT>;
+    var va: array<Piece, VPT>;
+    var vb: array<Piece, VPT>;
+    for (var i = 0u; i < VPT; i++) {
+      ka[i] = kPieces[ia + LK * i];
+      kb[i] = kPieces[ib + LK * i];
+      va[i] = vPieces[ia + LK * i];
+      vb[i] = vPieces[ib + LK * i];
+    }
+    var sa = Heads(0.0);
+    var sb = Heads(0.0);
+    for (var i = 0u; i < VPT; i++) {
+      sa += pieceDot(ka[i], i * EPV);
+      sb += pieceDot(kb[i], i * EPV);
+    }
+    for (var x = LK / 2u; x > 0u; x >>= 1u) {
+      sa += subgroupShuffleXor(sa, x);
+      sb += subgroupShuffleXor(sb, x);
+    }
+    let mNew = max(m, max(select(Heads(-3.40282346e38), sa, ja < end), select(Heads(-3.40282346e38), sb, jb < end)));
+    let corr = exp(m - mNew);
+    let pa = select(Heads(0.0), exp(sa - mNew), ja < end);
+    let pb = select(Heads(0.0), exp(sb - mNew), jb < end);
+    l = l * corr + pa + pb;
+    for (var e = 0u; e < QN; e++) { laneAcc[e] *= corr; }
+    for (var i = 0u; i < VPT; i++) {
+      pieceAdd(va[i], i * EPV, pa);
+      pieceAdd(vb[i], i * EPV, pb);
+    }
+    m = mNew;
+  }
+  // Merge the groups: weights exp(m_g - M) (0 for a group that saw no key), normalizer L.
+  if (lane == 0u) { groupM[g] = m; }
+  workgroupBarrier();
+  var mx = Heads(-3.40282346e38);
+  for (var x = 0u; x < NG; x++) { mx = max(mx, groupM[x]); }
+  let wg = exp(m - mx);
+  if (lane == 0u) { groupL[g] = l * wg; }
+  workgroupBarrier();
+  var den = Heads(0.0);
+  for (var x = 0u; x < NG; x++) { den += groupL[x]; }
+  // Output element e of each lane: group 0 sums the NG groups' pieces, in group order.
+  for (var e = 0u; e < QN; e++) {
+    mergeRed[lid] = laneAcc[e] * wg;
+    workgroupBarrier();
+    if (g == 0u) {
+      var o = Heads(0.0);
+      for (var x = 0u; x < NG; x++) { o += mergeRed[x * LK + lane]; }
+      o = o / den;
+      let d = (lane + LK * (e / EPV)) * EPV + e % EPV;
+      for (var h = 0u; h < HG; h++) { out[((th + h) * p.splits + c) * p.HD + d] = headOf(o, h); }
+    }
+    workgroupBarrier();
+  }
+  if (lid == 0u) {
+    let lse = mx + log(den);
+    for (var h = 0u; h < HG; h++) { partLse[(th + h) * p.splits + c] = headOf(lse, h); }
+  }
+}
+#endif
 #else
 // Element index of key j's KV head at kvBase (= kvh * HD) in k/v (T, NKV, HD).
 fn keyIndex(kvBase: u32, j: u32) -> u32 { return kvBase + j * p.NKV * p.HD; }

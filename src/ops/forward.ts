@@ -1310,6 +1310,11 @@ export function attention(
     return;
   }
   const HG = attentionHeadGroup(NH, NKV);
+  const lanes = attentionLanesFor(gpu, T, NH / HG, HD, kv.dtype);
+  if (lanes) {
+    attentionLanesRun(gpu, out, q, kCache, vCache, pageTable, slot, pos, T, NH, NKV, HD, kv, pageShift, HG, lanes);
+    return;
+  }
   const splits = attentionSplits(gpu, T, NH / HG, kv.maxT, HG > 1 ? 128 : 256);
   const splitKeys = Math.ceil(kv.maxT / splits / ATTENTION_BLOCK) * ATTENTION_BLOCK;
   const params = [T, NH, NKV, HD, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift, splitKeys, splits];
@@ -1338,6 +1343,95 @@ export function attention(
     params,
   );
   gpu.releaseBuffer(partOut);
+  gpu.releaseBuffer(partLse);
+}
+
+/**
+ * attention_lanes (shaders/attention.wgsl LANES) on this adapter for head_dim HD and the cache's
+ * element type: LK lanes a key, the largest power of two up to 16 that divides the row's 16-byte
+ * pieces (HD / 8 in f16, HD / 4 in f32) and is at most the adapter's smallest subgroup, and VPT
+ * pieces a lane. Null where it cannot run: no subgroups, an adapter that does not state its
+ * smallest subgroup, or a row that is not whole pieces.
+ */
+export function attentionLanes(gpu: Gpu, HD: number, dtype: KvPaging['dtype']): { LK: number; VPT: number } | null {
+  if (!useSubgroups(gpu) || !(gpu.info.subgroupMinSize >= 1)) return null;
+  const perPiece = dtype === 'f16' ? 8 : 4;
+  if (HD % perPiece !== 0) return null;
+  const pieces = HD / perPiece;
+  let LK = 1;
+  while (LK * 2 <= Math.min(16, gpu.info.subgroupMinSize) && pieces % (LK * 2) === 0) LK *= 2;
+  return { LK, VPT: pieces / LK };
+}
+
+/**
+ * Whether attention() takes attention_lanes: forced by tuning.attention 'lanes' where it runs
+ * (else the split kernel); under 'auto' on GPUs for decode-like calls (fewer than
+ * ATTENTION_TARGET_GROUPS / 2 (token, head group) rows, where attention_split would be picked), never on CPU adapters.
+ */
+function attentionLanesFor(
+  gpu: Gpu,
+  T: number,
+  rows: number,
+  HD: number,
+  dtype: KvPaging['dtype'],
+): { LK: number; VPT: number } | null {
+  if (tuning.attention !== 'lanes' && tuning.attention !== 'auto') return null;
+  if (tuning.attention === 'auto' && (autoForCpu(gpu) || T * rows >= ATTENTION_TARGET_GROUPS / 2)) return null;
+  return attentionLanes(gpu, HD, dtype);
+}
+
+/** attention_lanes' workgroups to aim for (256 threads each) when T * rows alone is fewer. */
+const LANES_TARGET_GROUPS = 256;
+/** attention_lanes: most splits of a (token, head group), and fewest keys a split. */
+const LANES_MAX_SPLITS = 64;
+
+/**
+ * attention() through attention_lanes, split over the key length into enough splits of at least
+ * ATTENTION_BLOCK keys for ~LANES_TARGET_GROUPS workgroups (counted on kv.maxT: splits past a
+ * sequence's end exit at once), combined by attention_combine; one split writes out directly.
+ */
+function attentionLanesRun(
+  gpu: Gpu,
+  out: GPUBuffer,
+  q: GPUBuffer,
+  kCache: GPUBuffer,
+  vCache: GPUBuffer,
+  pageTable: GPUBuffer,
+  slot: GPUBuffer,
+  pos: GPUBuffer,
+  T: number,
+  NH: number,
+  NKV: number,
+  HD: number,
+  kv: KvPaging,
+  pageShift: number,
+  HG: number,
+  g: { LK: number; VPT: number },
+): void {
+  const rows = NH / HG;
+  const most = Math.max(1, Math.min(LANES_MAX_SPLITS, Math.floor(kv.maxT / ATTENTION_BLOCK)));
+  const splits = Math.max(1, Math.min(most, Math.ceil(LANES_TARGET_GROUPS / (T * rows))));
+  const splitKeys = Math.ceil(kv.maxT / splits / ATTENTION_BLOCK) * ATTENTION_BLOCK;
+  const params = [T, NH, NKV, HD, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift, splitKeys, splits];
+  const defines: Defines = { KV: kv.dtype, LANES: true, LK: g.LK, VPT: g.VPT, ...(HG > 1 ? { HG } : {}) };
+  const kernel = opKernel(gpu, 'attention', 'attention', 'attention_lanes', defines);
+  const partLse = gpu.createBuffer(T * NH * splits * 4, 'attentionLanesLse'); // (T, NH, splits)
+  const partOut = splits === 1 ? out : gpu.createBuffer(T * NH * splits * HD * 4, 'attentionLanesOut');
+  gpu.dispatch(
+    kernel,
+    bindings(ATTENTION_BINDINGS.attention_split, { out: partOut, q, kCache, vCache, pageTable, slot, pos, partLse }),
+    T * rows * splits,
+    params,
+  );
+  if (splits > 1) {
+    gpu.dispatch(
+      gpu.kernel('attention', 'attention_combine', { KV: kv.dtype }),
+      bindings(ATTENTION_BINDINGS.attention_combine, { out, splitLse: partLse, splitOut: partOut }),
+      T * NH,
+      params,
+    );
+    gpu.releaseBuffer(partOut);
+  }
   gpu.releaseBuffer(partLse);
 }
 
@@ -1371,7 +1465,9 @@ export function attentionHeadGroup(NH: number, NKV: number): number {
  */
 function attentionSplits(gpu: Gpu, T: number, rows: number, maxT: number, minKeys: number): number {
   if (tuning.attention === 'single' || tuning.attention === 'tiled') return 1; // 'tiled' here: a head_dim it does not take
-  if (tuning.attention === 'split') return Math.min(8, Math.max(2, Math.ceil(maxT / ATTENTION_BLOCK))); // tests: splits of one block, some empty
+  // tests: splits of one block, some empty ('lanes' where attention_lanes cannot run: this kernel instead)
+  if (tuning.attention === 'split' || tuning.attention === 'lanes')
+    return Math.min(8, Math.max(2, Math.ceil(maxT / ATTENTION_BLOCK)));
   if (autoForCpu(gpu) || T * rows >= ATTENTION_TARGET_GROUPS / 2) return 1;
   const most = Math.max(1, Math.min(32, Math.floor(maxT / minKeys)));
   return Math.max(1, Math.min(most, Math.ceil(ATTENTION_TARGET_GROUPS / (T * rows))));

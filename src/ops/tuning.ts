@@ -14,8 +14,14 @@ export interface Tuning {
    * 'rows' and 'lanes' to 'gemv' when unaligned).
    */
   matmul: 'auto' | 'rows' | 'blocks' | 'lanes' | 'gemv' | 'tiled';
-  /** Attention: one workgroup per (token, head) ('single'), split over the key length ('split'), or query tiles ('tiled'). */
-  attention: 'auto' | 'single' | 'split' | 'tiled';
+  /**
+   * Attention over the KV cache: one workgroup per (token, head group) ('single'), split over the
+   * key length ('split': attention_split, a thread a key), split with each key's row read by
+   * several lanes together ('lanes': attention_lanes, needs subgroups; src/ops/forward.ts
+   * attentionLanes), or query tiles ('tiled'). 'auto': 'lanes' for decode on GPUs where it runs,
+   * else 'split' there; 'single' on CPU adapters; 'tiled' from the adapter's tiled length on.
+   */
+  attention: 'auto' | 'single' | 'split' | 'lanes' | 'tiled';
   /** Paged attention_forward / attention_split: a GQA group's heads per workgroup ('auto', 'group') or one head ('one'). */
   attentionHeads: 'auto' | 'group' | 'one';
   /**
@@ -183,7 +189,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
 /** The values each switch takes ('auto' first: the default). */
 export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][] } = {
   matmul: ['auto', 'rows', 'blocks', 'lanes', 'gemv', 'tiled'],
-  attention: ['auto', 'single', 'split', 'tiled'],
+  attention: ['auto', 'single', 'split', 'lanes', 'tiled'],
   attentionHeads: ['auto', 'group', 'one'],
   gemmF16: ['auto', 'on', 'off'],
   gemmSubgroups: ['auto', 'on', 'off'],

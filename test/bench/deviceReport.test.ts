@@ -272,6 +272,24 @@ describe('bench/profile.ts runs side by side (round.log, gemv-ab.log)', () => {
     expect(text).toContain("| unit | 'auto' | `gemvLanes=4` |");
     expect(text).toContain('| decode B=4 @ctx 2048 (4 steps) | 4.00 | 3.00 (0.75x) |');
     expect(text).toContain('| LoRA training step, 512 tokens | 120.00 | 180.00 (1.50x) |');
+    // Runs of other shapes (attention-ab.log: B = 1 and 4, each with and without a switch): each
+    // unit against the first run that has it, the others' cells empty.
+    const shapes = parseProfiles(
+      [
+        head(),
+        unit('decode B=1 @ctx 2048 (4 steps, round sampling)', 2),
+        head('attention=split'),
+        unit('decode B=1 @ctx 2048 (4 steps, round sampling)', 3),
+        head(),
+        unit('decode B=4 @ctx 2048 (4 steps, round sampling)', 4),
+        head('attention=split'),
+        unit('decode B=4 @ctx 2048 (4 steps, round sampling)', 6),
+      ].join('\n'),
+    );
+    const shapesText = deviceReport({ profiles: [{ file: 'attention-ab.log', runs: shapes }] }).join('\n');
+    expect(shapesText).toContain("| unit | 'auto' | `attention=split` | 'auto' | `attention=split` |");
+    expect(shapesText).toContain('| decode B=1 @ctx 2048 (4 steps, round sampling) | 2.00 | 3.00 (1.50x) |  |  |');
+    expect(shapesText).toContain('| decode B=4 @ctx 2048 (4 steps, round sampling) |  |  | 4.00 | 6.00 (1.50x) |');
     // One run alone: nothing side by side.
     expect(deviceReport({ profiles: [{ file: 'x.log', runs: runs.slice(0, 1) }] }).join('\n')).not.toContain(
       'Profiles',

@@ -178,6 +178,30 @@ describe('kvWrite + attention through a page table', () => {
       } finally {
         K.tuning.attention = 'auto';
       }
+
+      // attention_lanes (forced; the GPUs' 'auto' for decode): each key's row read by LK lanes
+      // together, a subgroup butterfly per score, one online softmax per group of lanes, the groups
+      // merged at the end; splits counted on maxT (one split here at 19 keys, two at 130 and 150,
+      // the second empty for the shorter sequences). Where it cannot run (no subgroups, HD not whole
+      // 16-byte pieces) the split kernel takes the call.
+      const lanes = K.attentionLanes(gpu, HD, dtype);
+      K.tuning.attention = 'lanes';
+      try {
+        const outL = outBuf(B * NH * HD);
+        K.attention(gpu, outL, f32Buf(q), kCache, vCache, tableBuf, u32Buf(slot), u32Buf(pos), B, NH, NKV, HD, kv);
+        const labelL = K.kernelVariant(gpu, 'attention')?.label ?? '';
+        if (lanes) {
+          expect(labelL, name).toContain('attention.attention_lanes');
+          expect(labelL, name).toContain(`LK=${lanes.LK}`);
+          if (HG > 1) expect(labelL, name).toContain(`HG=${HG}`);
+        } else expect(labelL, name).toContain('attention.attention_split');
+        expectClose(`attention decode lanes ${name}`, await gpu.readF32(outL, B * NH * HD), want, REL, ABS);
+        const outLP = outBuf(T * NH * HD);
+        K.attention(gpu, outLP, f32Buf(qp), kCache, vCache, tableBuf, u32Buf(slotP), u32Buf(posP), T, NH, NKV, HD, kv);
+        expectClose(`attention prefill lanes ${name}`, await gpu.readF32(outLP, T * NH * HD), wantP, REL, ABS);
+      } finally {
+        K.tuning.attention = 'auto';
+      }
     }
   }
 
