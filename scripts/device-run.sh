@@ -132,7 +132,9 @@ run round 190 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4
 # round's sampling), B = 1 and 4: 'auto' (attention_lanes, each key's row read by 16 lanes
 # together) against attention=split (attention_split, a thread a key: the H100 of 2026-12-06 ran it
 # at 42 GB/s at B = 1 and 160 GB/s at B = 4, 210 us a layer), then 'auto' at B = 1, context 128
-# (the decode target's shape); then the training and prefill attention
+# (the decode target's shape), and there with sampleChunks=off (the round's draw by one workgroup
+# a row, as before 2026-12-06, against shaders/sample.wgsl sample_chunks + sample_pick); then the
+# training and prefill attention
 # kernels at T = 64 and 128 (bench/attention-ab.ts: per (token, head) against what 'auto' takes,
 # the register-tiled blocks from 128 tokens on GPUs: whether the cutoff could come down to 64);
 # then the decode GEMV's file against the one-block-a-step loop before the LU loads ahead
@@ -141,7 +143,7 @@ run round 190 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4
 # at 512 and 2,048 tokens) are in bench/results/2026-12-04-h200 and 2026-12-06-h100*.
 SAB="'$NODE' '$D/bench/shader-ab.mjs' --ops gemv --full --rounds 3 --old"
 DEC="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --parts decode --top 8"
-run attention-ab 60 bash -c "$DEC --batch 1 --ctx 2048; $DEC --batch 1 --ctx 2048 --kernels attention=split; $DEC --batch 4 --ctx 2048; $DEC --batch 4 --ctx 2048 --kernels attention=split; $DEC --batch 1 --ctx 128; '$NODE' '$D/bench/attention-ab.mjs' --T 64,128 --rounds 2 --variants single,tiled; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728"
+run attention-ab 60 bash -c "$DEC --batch 1 --ctx 2048; $DEC --batch 1 --ctx 2048 --kernels attention=split; $DEC --batch 4 --ctx 2048; $DEC --batch 4 --ctx 2048 --kernels attention=split; $DEC --batch 1 --ctx 128; $DEC --batch 1 --ctx 128 --kernels sampleChunks=off; '$NODE' '$D/bench/attention-ab.mjs' --T 64,128 --rounds 2 --variants single,tiled; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728"
 # gemv-ab.log: first the decode GEMV's lanes a column (tuning.gemvLanes): the per-kernel GPU time
 # of a decode step (bench/profile.ts, LAYERS layers, q4, B = 4 at context 2,048) with 'auto''s
 # lanes (8 for the q4 projections over K = 2,560: 32 columns a workgroup, which at B = 4 stage as

@@ -1,7 +1,9 @@
 #ifdef SUBGROUPS
 enable subgroups;
 #endif
-// Token sampling, one workgroup per row of logits (B, V); the ids and their log-probs leave the GPU.
+// Token sampling over rows of logits (B, V); the ids and their log-probs leave the GPU. The entries
+// here (sample_forward, sample_rows) take one workgroup per row; greedy and untruncated draws go
+// through sample_chunks + sample_pick at the end of the file instead (many workgroups a row).
 //   temperature <= 0: argmax, lowest index on ties.
 //   otherwise: softmax(logits / temperature) restricted to the top-k tokens (topK 0 = off), then
 //   to the smallest nucleus with mass >= topP (topP >= 1 = off), renormalized, one draw.
@@ -292,6 +294,147 @@ fn sampleRow(row: u32, l: Lanes) {
       }
     }
     let id = select(pick, lastKept, pick == 0xffffffffu);
+    writePick(row, id, (logits[base + id] / p.temperature - mx) - log(total));
+  }
+}
+
+// ---- chunked draw: untruncated sampling and greedy over many workgroups ----------------------
+// sampleRow walks a row of V logits with one workgroup: at Qwen3's 151,936 a max pass, a mass pass
+// and thread 0's walk over a thread's ~600 tokens, all on one compute unit of a GPU, every decode
+// step (and more passes for top-k / top-p). Without top-k and top-p (a SpyRL round's sampling,
+// which training requires) and for greedy, the row splits into chunks of CH tokens instead:
+//   sample_chunks: a workgroup a (row, chunk): the chunk's max mc of z = logits / temperature and
+//     its mass sc = sum exp(z - mc) (greedy: its largest logit and that logit's lowest index), to
+//     chunkOut (B, chunks) as bits.
+//   sample_pick: a workgroup a row: the row's max mx = max mc, each chunk's mass sc exp(mc - mx),
+//     their total; thread 0 draws r = u * total and walks the chunks' masses in order to the chunk
+//     holding r; that chunk's CH tokens, CH / WG consecutive ones a thread, give each thread's mass;
+//     thread 0 walks those, then the chosen thread's tokens. Greedy: the largest chunk maximum, the
+//     lowest index on ties (argmaxIndex, as sampleRow). The log-prob is (z - mx) - log(total), as
+//     sampleRow's.
+// A fixed order over the tokens (chunks, then threads, then tokens), so the draw is exact and
+// reproducible, with the same RNG and outputs as sampleRow (ROW_RNG included); the order differs
+// from sampleRow's, so the same uniform can pick a different token: the same distribution.
+// src/ops/forward.ts sample / sampleRows pick it (tuning.sampleChunks) where V <= WG * CH.
+const CH = 2048u; // tokens a chunk: 8 a thread at WG = 256 (the host runs these entries at 256)
+@group(0) @binding(1) var<storage, read_write> chunkOut: array<vec2u>; // sample_chunks: (B, chunks)
+@group(0) @binding(4) var<storage, read> chunkIn: array<vec2u>;        // sample_pick: the same
+var<workgroup> chunkMass: array<f32, WG>; // sample_pick: the chunks' masses, then the threads'
+var<workgroup> pickChunk: u32;
+var<workgroup> pickBefore: f32;
+var<workgroup> pickR: f32;
+
+fn chunkCount() -> u32 { return (p.V + CH - 1u) / CH; }
+
+@compute @workgroup_size(WG)
+fn sample_chunks(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, l: Lanes) {
+  let nch = chunkCount();
+  let w = linearGroup(wid, nwg);
+  if (w >= p.B * nch) { return; } // a whole workgroup (uniform)
+  let base = (w / nch) * p.V;
+  let t0 = (w % nch) * CH;
+  let t1 = min(p.V, t0 + CH);
+  if (p.temperature <= 0.0) {
+    var bestV = LOWEST;
+    var bestI = NONE;
+    for (var i = t0 + l.lid; i < t1; i += WG) {
+      let v = logits[base + i];
+      if (bestI == NONE || v > bestV) { bestV = v; bestI = i; }
+    }
+    let best = argmaxIndex(bestV, bestI, l);
+    if (l.lid == 0u) { chunkOut[w] = vec2u(bitcast<u32>(logits[base + best]), best); }
+    return;
+  }
+  var mx = LOWEST;
+  for (var i = t0 + l.lid; i < t1; i += WG) { mx = max(mx, logits[base + i] / p.temperature); }
+  mx = maxF(mx, l);
+  var s = 0.0;
+  for (var i = t0 + l.lid; i < t1; i += WG) { s += exp(logits[base + i] / p.temperature - mx); }
+  s = sumF(s, l);
+  if (l.lid == 0u) { chunkOut[w] = vec2u(bitcast<u32>(mx), bitcast<u32>(s)); }
+}
+
+@compute @workgroup_size(WG)
+fn sample_pick(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, l: Lanes) {
+  let row = linearGroup(wid, nwg);
+  if (row >= p.B) { return; }
+  let lid = l.lid;
+  let nch = chunkCount(); // <= WG (the host's check)
+  let base = row * p.V;
+  var c = vec2u(bitcast<u32>(LOWEST), NONE);
+  if (lid < nch) { c = chunkIn[row * nch + lid]; }
+  if (p.temperature <= 0.0) {
+    let best = argmaxIndex(bitcast<f32>(c.x), c.y, l);
+    if (lid == 0u) { writePick(row, best, 0.0); }
+    return;
+  }
+  let mc = bitcast<f32>(c.x);
+  let mx = maxF(mc, l);
+  var mass = 0.0;
+  if (lid < nch) { mass = bitcast<f32>(c.y) * exp(mc - mx); }
+  let total = sumF(mass, l);
+  chunkMass[lid] = mass;
+  workgroupBarrier();
+  if (lid == 0u) {
+    let r = rowUniform(row) * total;
+    var before = 0.0;
+    var chosen = NONE;
+    var last = 0u;
+    var beforeLast = 0.0;
+    for (var j = 0u; j < nch; j++) {
+      let m = chunkMass[j];
+      if (m > 0.0) {
+        last = j;
+        beforeLast = before;
+        if (before + m > r) { chosen = j; break; }
+      }
+      before += m;
+    }
+    if (chosen == NONE) { chosen = last; before = beforeLast; } // r rounded past the total
+    pickChunk = chosen;
+    pickBefore = before;
+    pickR = r;
+  }
+  let chunk = workgroupUniformLoad(&pickChunk); // also orders thread 0's reads before the stores below
+  let PER = CH / WG;
+  let t0 = chunk * CH;
+  let t1 = min(p.V, t0 + CH);
+  let a = min(t1, t0 + lid * PER);
+  let b = min(t1, a + PER);
+  var own = 0.0;
+  for (var i = a; i < b; i++) { own += exp(logits[base + i] / p.temperature - mx); }
+  chunkMass[lid] = own;
+  workgroupBarrier();
+  if (lid == 0u) {
+    let r = pickR;
+    var before = pickBefore;
+    var chosen = NONE;
+    var last = 0u;
+    var beforeLast = before;
+    for (var j = 0u; j < WG; j++) {
+      let m = chunkMass[j];
+      if (m > 0.0) {
+        last = j;
+        beforeLast = before;
+        if (before + m > r) { chosen = j; break; }
+      }
+      before += m;
+    }
+    if (chosen == NONE) { chosen = last; before = beforeLast; } // r past this chunk's sum (rounding)
+    var cum = before;
+    let ja = min(t1, t0 + chosen * PER);
+    let jb = min(t1, ja + PER);
+    var pick = NONE;
+    var lastKept = ja;
+    for (var i = ja; i < jb; i++) {
+      let e = exp(logits[base + i] / p.temperature - mx);
+      if (e > 0.0) {
+        lastKept = i;
+        cum += e;
+        if (cum > r) { pick = i; break; }
+      }
+    }
+    let id = select(pick, lastKept, pick == NONE);
     writePick(row, id, (logits[base + id] / p.temperature - mx) - log(total));
   }
 }

@@ -2,7 +2,7 @@
 // dispatch into gpu's pending encoder: no GPU sync, no allocation except cached constant tables.
 // Argument order (llm.c): outputs, saved tensors, inputs/weights, sizes.
 import type { Gpu } from '../gpu/device.ts';
-import type { Defines } from '../gpu/launch.ts';
+import type { Defines, Param } from '../gpu/launch.ts';
 import type { DefineValue } from '../gpu/preprocess.ts';
 import { f32, splitGrid } from '../gpu/launch.ts';
 import { bufferSize } from '../gpu/pool.ts';
@@ -1569,13 +1569,62 @@ export function sample(
   check(opts.temperature >= 0 && opts.topK >= 0 && opts.topP > 0, () => `sample: bad options ${JSON.stringify(opts)}`);
   const lp = outLogp ?? scratchLogp(gpu, B);
   distinct('sample', outIds, logits, lp);
+  const params = [
+    B,
+    V,
+    Math.floor(opts.topK),
+    seed >>> 0,
+    step >>> 0,
+    f32(opts.temperature),
+    f32(Math.min(opts.topP, 1)),
+  ];
+  if (sampleChunked(V, opts)) {
+    sampleInChunks(gpu, 'sample', subgroupDefines(useSubgroups(gpu)), outIds, logits, lp, B, V, params);
+    return;
+  }
   const WG = sampleWorkgroup(V);
   gpu.dispatch(
     opKernel(gpu, 'sample', 'sample', 'sample_forward', subgroupDefines(useSubgroups(gpu)), { WG }),
     [outIds, logits, lp],
     B,
-    [B, V, Math.floor(opts.topK), seed >>> 0, step >>> 0, f32(opts.temperature), f32(Math.min(opts.topP, 1))],
+    params,
   );
+}
+
+/** shaders/sample.wgsl CH: tokens a chunk of sample_chunks; at most SAMPLE_CHUNK_WG chunks a row. */
+const SAMPLE_CHUNK = 2048;
+const SAMPLE_CHUNK_WG = 256;
+
+/**
+ * Whether sample / sampleRows draw through sample_chunks + sample_pick (tuning.sampleChunks):
+ * greedy, or temperature without top-k and top-p, over a vocabulary of at most 256 chunks.
+ */
+function sampleChunked(V: number, opts: SampleOptions): boolean {
+  if (tuning.sampleChunks === 'off' || Math.ceil(V / SAMPLE_CHUNK) > SAMPLE_CHUNK_WG) return false;
+  return opts.temperature <= 0 || ((opts.topK === 0 || opts.topK >= V) && opts.topP >= 1);
+}
+
+/**
+ * The chunked draw: sample_chunks over B rows x ceil(V / SAMPLE_CHUNK) chunks, then sample_pick a
+ * row (bindings 1-3 as sample_forward's or sample_rows', the chunks' results at 4).
+ */
+function sampleInChunks(
+  gpu: Gpu,
+  op: string,
+  defines: Defines,
+  out: GPUBuffer,
+  logits: GPUBuffer,
+  third: GPUBuffer,
+  B: number,
+  V: number,
+  params: readonly Param[],
+): void {
+  const chunks = Math.ceil(V / SAMPLE_CHUNK);
+  const partials = gpu.createBuffer(B * chunks * 8, 'sampleChunks'); // (B, chunks) vec2u
+  const WG = SAMPLE_CHUNK_WG;
+  gpu.dispatch(gpu.kernel('sample', 'sample_chunks', defines, { WG }), [partials, logits], B * chunks, params);
+  gpu.dispatch(opKernel(gpu, op, 'sample', 'sample_pick', defines, { WG }), [out, logits, third, partials], B, params);
+  gpu.releaseBuffer(partials);
 }
 
 /**
@@ -1602,18 +1651,12 @@ export function sampleRows(
     () => `sampleRows: bad options ${JSON.stringify(opts)}`,
   );
   distinct('sampleRows', out, logits, rng);
+  const defines = { ...subgroupDefines(useSubgroups(gpu)), ROW_RNG: true };
+  const params = [B, V, Math.floor(opts.topK), 0, 0, f32(opts.temperature), f32(Math.min(opts.topP, 1))];
+  if (sampleChunked(V, opts)) {
+    sampleInChunks(gpu, 'sampleRows', defines, out, logits, rng, B, V, params); // as sample(): the same sums
+    return;
+  }
   const WG = sampleWorkgroup(V); // as sample(): the same WG sums in the same order
-  gpu.dispatch(
-    opKernel(
-      gpu,
-      'sampleRows',
-      'sample',
-      'sample_rows',
-      { ...subgroupDefines(useSubgroups(gpu)), ROW_RNG: true },
-      { WG },
-    ),
-    [out, logits, rng],
-    B,
-    [B, V, Math.floor(opts.topK), 0, 0, f32(opts.temperature), f32(Math.min(opts.topP, 1))],
-  );
+  gpu.dispatch(opKernel(gpu, 'sampleRows', 'sample', 'sample_rows', defines, { WG }), [out, logits, rng], B, params);
 }

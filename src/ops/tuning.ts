@@ -154,6 +154,14 @@ export interface Tuning {
    */
   siluFold: 'auto' | 'off';
   /**
+   * Sampling without top-k and top-p (a SpyRL round's, which training requires) and greedy over
+   * chunks of the vocabulary, a workgroup each, then one workgroup a row picks the token
+   * (shaders/sample.wgsl sample_chunks, sample_pick: two dispatches instead of one workgroup a row
+   * walking all of it): 'auto' wherever the vocabulary fits (V <= 256 x 2,048 tokens), 'off' never
+   * (the one-workgroup kernel, which top-k and top-p always take).
+   */
+  sampleChunks: 'auto' | 'off';
+  /**
    * Whose choices 'auto' makes in the switches above: the adapter's own ('auto': CPU adapters,
    * i.e. SwiftShader, lavapipe, llvmpipe and WARP, get theirs, every other adapter a GPU's), or a
    * GPU's ('gpu') or a CPU adapter's ('cpu') whatever the adapter. 'gpu' runs the kernels a real
@@ -183,6 +191,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   normFold: 'auto',
   loraFold: 'auto',
   siluFold: 'auto',
+  sampleChunks: 'auto',
   autoFor: 'auto',
 };
 
@@ -206,6 +215,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   normFold: ['auto', 'off'],
   loraFold: ['auto', 'off'],
   siluFold: ['auto', 'off'],
+  sampleChunks: ['auto', 'off'],
   autoFor: ['auto', 'gpu', 'cpu'],
 };
 

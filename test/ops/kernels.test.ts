@@ -331,13 +331,24 @@ describe('sample', () => {
         logits[1 * V + 500] = logits[1 * V + 900] = 50; // tie: expect 500
         logits[2 * V + 999] = 60; // max at the very end
         for (let i = 0; i < V; i++) logits[3 * V + i] = -1; // all equal: expect 0
-      }
+      } else logits[70000] = logits[5000] = 50; // a tie across chunks of 2,048: expect 5000
       const ids = outBuf(B, 'ids');
       K.sample(gpu, ids, f32Buf(logits), B, V, greedy, 1, 0);
+      expect(K.kernelVariant(gpu, 'sample')?.label, 'greedy takes the chunked draw').toContain('sample.sample_pick');
       const got = Array.from(await gpu.readU32(ids, B));
       const want = Array.from({ length: B }, (_, b) => ref.argmax(logits, b * V, V));
       expect(got).toEqual(want);
       if (V === 1000) expect(got.slice(1)).toEqual([500, 999, 0]);
+      else expect(got).toEqual([5000]);
+      // The one-workgroup kernel (tuning.sampleChunks 'off') picks the same.
+      K.tuning.sampleChunks = 'off';
+      try {
+        K.sample(gpu, ids, f32Buf(logits), B, V, greedy, 1, 0);
+        expect(K.kernelVariant(gpu, 'sample')?.label).toContain('sample.sample_forward');
+        expect(Array.from(await gpu.readU32(ids, B))).toEqual(want);
+      } finally {
+        K.tuning.sampleChunks = 'auto';
+      }
     }
   });
 
@@ -369,6 +380,7 @@ describe('sample', () => {
     ['top-p 0.8, peaked (candidates: the 2,048 largest)', 8, 1, 0, 0.8],
     ['top-p 0.8, flat (bisection over the row)', 0.05, 1, 0, 0.8],
     ['top-k 50 alone', 2, 1, 50, 1],
+    ["no top-k or top-p (a round's sampling: the chunked draw, 75 chunks)", 2, 1, 0, 1],
   ] as const)('V = 151,936: %s', async (_name, spread, temperature, topK, topP) => {
     const V = 151936;
     const N = 8;
@@ -389,6 +401,49 @@ describe('sample', () => {
       const id = got[b]!;
       expect(p[id], `row ${b}: drawn id ${id} is outside the kept set`).toBeGreaterThan(0);
       expect(Math.abs(lp[b]! - Math.log(p[id]!)), `row ${b}: log-prob of ${id}`).toBeLessThan(2e-5);
+    }
+  });
+
+  // The chunked draw over several chunks (V = 5,000: chunks of 2,048, 2,048 and 904 tokens), the
+  // mass on 8 tokens at chunk edges and inside (the rest exp-underflows to 0): 1,000 draws, the
+  // Pearson chi-square as below, each log-prob against the reference; then the one-workgroup
+  // kernel (tuning.sampleChunks 'off') on the same rows, which must follow the same distribution.
+  it('distribution matches CPU: no top-k or top-p over 3 chunks, and with sampleChunks off', async () => {
+    const V = 5000;
+    const N = 1000;
+    const at = [3, 2047, 2048, 2049, 3000, 4095, 4096, 4999];
+    const vals = [1.0, 2.5, 0.3, 2.0, -1.0, 1.7, 0.9, 2.2];
+    const row = new Float32Array(V).fill(-1e4);
+    at.forEach((i, j) => (row[i] = vals[j]!));
+    const logits = new Float32Array(N * V);
+    for (let b = 0; b < N; b++) logits.set(row, b * V);
+    const lbuf = f32Buf(logits);
+    const p = ref.sampleDistribution(row, 1, 0, 1);
+    expect(p.filter((x) => x > 0).length).toBe(8);
+    for (const mode of ['auto', 'off'] as const) {
+      K.tuning.sampleChunks = mode;
+      try {
+        const ids = outBuf(N, 'ids');
+        const logp = outBuf(N, 'logp');
+        K.sample(gpu, ids, lbuf, N, V, { temperature: 1, topK: 0, topP: 1 }, 1234, 7, logp);
+        const label = K.kernelVariant(gpu, 'sample')?.label ?? '';
+        expect(label).toContain(mode === 'auto' ? 'sample.sample_pick' : 'sample.sample_forward');
+        const got = await gpu.readU32(ids, N);
+        const lp = await gpu.readF32(logp, N);
+        const counts = new Map<number, number>();
+        for (let b = 0; b < N; b++) {
+          const id = got[b]!;
+          expect(p[id], `row ${b}: drawn id ${id} has no mass`).toBeGreaterThan(0);
+          expect(Math.abs(lp[b]! - Math.log(p[id]!)), `row ${b}: log-prob of ${id}`).toBeLessThan(2e-5);
+          counts.set(id, (counts.get(id) ?? 0) + 1);
+        }
+        let chi2 = 0;
+        for (const i of at) chi2 += ((counts.get(i) ?? 0) - N * p[i]!) ** 2 / (N * p[i]!);
+        measured[`sample chi2 3 chunks, sampleChunks ${mode}`] = `${chi2.toFixed(2)} (df 7)`;
+        expect(chi2).toBeLessThan(40);
+      } finally {
+        K.tuning.sampleChunks = 'auto';
+      }
     }
   });
 

@@ -38,6 +38,12 @@ describe('sampleRows', () => {
         ];
         const out = outBuf(2 * B, 'picked');
         K.sampleRows(gpu, out, f32Buf(logits), u32Buf(rng.flat()), B, V, opts);
+        // Greedy and untruncated draws go through the chunks (shaders/sample.wgsl sample_chunks,
+        // sample_pick; 4 chunks at V = 8192), top-k / top-p through one workgroup a row.
+        const chunked = opts.topK === 0 && opts.topP >= 1;
+        expect(K.kernelVariant(gpu, 'sampleRows')?.label).toContain(
+          chunked ? 'sample.sample_pick' : 'sample.sample_rows',
+        );
         const got = await gpu.readU32(out, 2 * B);
         const ids: number[] = [],
           logps: number[] = [];
