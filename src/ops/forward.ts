@@ -1382,12 +1382,17 @@ function attentionLanesFor(
 
 /** attention_lanes' workgroups to aim for (256 threads each) when T * rows alone is fewer. */
 const LANES_TARGET_GROUPS = 256;
-/** attention_lanes: most splits of a (token, head group), and fewest keys a split. */
+/** attention_lanes: most splits of a (token, head group). */
 const LANES_MAX_SPLITS = 64;
+/**
+ * attention_lanes: fewest keys a split (4 steps of its 16 groups at 16 lanes), so a short context
+ * (up to 255 keys) is one split, which writes the output itself: no attention_combine dispatch.
+ */
+const LANES_MIN_KEYS = 128;
 
 /**
  * attention() through attention_lanes, split over the key length into enough splits of at least
- * ATTENTION_BLOCK keys for ~LANES_TARGET_GROUPS workgroups (counted on kv.maxT: splits past a
+ * LANES_MIN_KEYS keys for ~LANES_TARGET_GROUPS workgroups (counted on kv.maxT: splits past a
  * sequence's end exit at once), combined by attention_combine; one split writes out directly.
  */
 function attentionLanesRun(
@@ -1409,7 +1414,7 @@ function attentionLanesRun(
   g: { LK: number; VPT: number },
 ): void {
   const rows = NH / HG;
-  const most = Math.max(1, Math.min(LANES_MAX_SPLITS, Math.floor(kv.maxT / ATTENTION_BLOCK)));
+  const most = Math.max(1, Math.min(LANES_MAX_SPLITS, Math.floor(kv.maxT / LANES_MIN_KEYS)));
   const splits = Math.max(1, Math.min(most, Math.ceil(LANES_TARGET_GROUPS / (T * rows))));
   const splitKeys = Math.ceil(kv.maxT / splits / ATTENTION_BLOCK) * ATTENTION_BLOCK;
   const params = [T, NH, NKV, HD, kv.maxT, f32(1 / Math.sqrt(HD)), kv.pagesPerSlot, pageShift, splitKeys, splits];

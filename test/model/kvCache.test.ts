@@ -181,9 +181,9 @@ describe('kvWrite + attention through a page table', () => {
 
       // attention_lanes (forced; the GPUs' 'auto' for decode): each key's row read by LK lanes
       // together, a subgroup butterfly per score, one online softmax per group of lanes, the groups
-      // merged at the end; splits counted on maxT (one split here at 19 keys, two at 130 and 150,
-      // the second empty for the shorter sequences). Where it cannot run (no subgroups, HD not whole
-      // 16-byte pieces) the split kernel takes the call.
+      // merged at the end (one split at these lengths: test/ops/attentionLanes.test.ts splits
+      // longer ones). Where it cannot run (no subgroups, HD not whole 16-byte pieces) the split
+      // kernel takes the call.
       const lanes = K.attentionLanes(gpu, HD, dtype);
       K.tuning.attention = 'lanes';
       try {

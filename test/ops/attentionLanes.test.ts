@@ -117,16 +117,16 @@ async function run(dtype: 'f32' | 'f16', NH: number, NKV: number, HD: number, P:
 
 describe('attention_lanes: split-K decode attention, a key row read by LK lanes together', () => {
   for (const dtype of ['f16', 'f32'] as const) {
-    // 16 splits of 128 keys: 9 hold the first sequence's 1,100, 3 the second's 300 (the rest empty).
+    // 8 splits of 192 keys: 6 hold the first sequence's 1,100, 2 the second's 300 (the rest empty).
     it(`${dtype}: Qwen3-4B heads (32 query, 8 KV, HD 128), 1,100 and 300 keys, P=16`, () =>
       run(dtype, 32, 8, 128, 16, [1100, 300]));
-    // One split (maxT 40 < two blocks), 4 heads a group in one workgroup, pages of 4 tokens.
+    // One split (a short context), 4 heads a group in one workgroup, pages of 4 tokens.
     it(`${dtype}: GQA NH=8 NKV=2 HD=128, 40, 3 and 17 keys (one split), P=4`, () =>
       run(dtype, 8, 2, 128, 4, [40, 3, 17]));
-    // MQA: 8 heads a group, two workgroups of 4; HD 64; 3 splits of 128 keys, the last empty.
+    // MQA: 8 heads a group, two workgroups of 4; HD 64; one split.
     it(`${dtype}: MQA NH=8 NKV=1 HD=64, 200 keys, P=8`, () => run(dtype, 8, 1, 64, 8, [200]));
     // 6 heads a group (two workgroups of 3, a padded lane), HD 32 (4 or 8 pieces a row: fewer than
-    // the lanes of a wide subgroup); 2 splits of 128 keys, the second empty for the 70.
-    it(`${dtype}: NH=12 NKV=2 HD=32, 150 and 70 keys, P=4`, () => run(dtype, 12, 2, 32, 4, [150, 70]));
+    // the lanes of a wide subgroup); 4 splits of 192 keys, 3 of them empty for the 70.
+    it(`${dtype}: NH=12 NKV=2 HD=32, 600 and 70 keys, P=4`, () => run(dtype, 12, 2, 32, 4, [600, 70]));
   }
 });
