@@ -99,6 +99,29 @@ fn writePick(row: u32, id: u32, logp: f32) {
 
 var<workgroup> redF: array<f32, WG>;
 var<workgroup> redU: array<u32, WG>;
+var<workgroup> masses: array<f32, WG>; // the threads' (or sample_pick's chunks') masses, for walkMasses
+
+// Thread 0's walk: the first j < n with masses[j] > 0 whose mass takes the running sum (from
+// `start`) past r, and the sum before it; where rounding leaves r past the end, the last with mass.
+struct Walked {
+  at: u32,
+  before: f32,
+}
+fn walkMasses(n: u32, start: f32, r: f32) -> Walked {
+  var before = start;
+  var last = 0u;
+  var beforeLast = start;
+  for (var j = 0u; j < n; j++) {
+    let m = masses[j];
+    if (m > 0.0) {
+      last = j;
+      beforeLast = before;
+      if (before + m > r) { return Walked(j, before); }
+    }
+    before += m;
+  }
+  return Walked(last, beforeLast);
+}
 const CAP = 2048u;                             // top-p candidates held in workgroup memory
 var<workgroup> hist: array<atomic<u32>, 256>;  // radix select: counts of the next 8 bits
 var<workgroup> pick: vec2u;                    // radix select: (digit, rank left), from thread 0
@@ -262,27 +285,15 @@ fn sampleRow(row: u32, l: Lanes) {
     let z = logits[base + i] / p.temperature;
     if (orderedKey(z) >= thr) { own += exp(z - mx); }
   }
-  redF[lid] = own;
+  masses[lid] = own;
   workgroupBarrier();
   if (lid == 0u) {
     var total = 0.0;
-    for (var j = 0u; j < WG; j++) { total += redF[j]; }
+    for (var j = 0u; j < WG; j++) { total += masses[j]; }
     let r = rowUniform(row) * total;
-    var before = 0.0;
-    var chosen = 0xffffffffu;
-    var last = 0u;
-    var beforeLast = 0.0;
-    for (var j = 0u; j < WG; j++) {
-      let mj = redF[j];
-      if (mj > 0.0) {
-        last = j;
-        beforeLast = before;
-        if (before + mj > r) { chosen = j; break; }
-      }
-      before += mj;
-    }
-    if (chosen == 0xffffffffu) { chosen = last; before = beforeLast; } // r rounded past the total
-    var cum = before;
+    let walked = walkMasses(WG, 0.0, r);
+    let chosen = walked.at;
+    var cum = walked.before;
     var pick = 0xffffffffu;
     var lastKept = 0u;
     for (var i = chosen; i < p.V; i += WG) {
@@ -319,7 +330,6 @@ fn sampleRow(row: u32, l: Lanes) {
 const CH = 2048u; // tokens a chunk: 8 a thread at WG = 256 (the host runs these entries at 256)
 @group(0) @binding(1) var<storage, read_write> chunkOut: array<vec2u>; // sample_chunks: (B, chunks)
 @group(0) @binding(4) var<storage, read> chunkIn: array<vec2u>;        // sample_pick: the same
-var<workgroup> chunkMass: array<f32, WG>; // sample_pick: the chunks' masses, then the threads'
 var<workgroup> pickChunk: u32;
 var<workgroup> pickBefore: f32;
 var<workgroup> pickR: f32;
@@ -373,26 +383,13 @@ fn sample_pick(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
   var mass = 0.0;
   if (lid < nch) { mass = bitcast<f32>(c.y) * exp(mc - mx); }
   let total = sumF(mass, l);
-  chunkMass[lid] = mass;
+  masses[lid] = mass;
   workgroupBarrier();
   if (lid == 0u) {
     let r = rowUniform(row) * total;
-    var before = 0.0;
-    var chosen = NONE;
-    var last = 0u;
-    var beforeLast = 0.0;
-    for (var j = 0u; j < nch; j++) {
-      let m = chunkMass[j];
-      if (m > 0.0) {
-        last = j;
-        beforeLast = before;
-        if (before + m > r) { chosen = j; break; }
-      }
-      before += m;
-    }
-    if (chosen == NONE) { chosen = last; before = beforeLast; } // r rounded past the total
-    pickChunk = chosen;
-    pickBefore = before;
+    let walked = walkMasses(nch, 0.0, r);
+    pickChunk = walked.at;
+    pickBefore = walked.before;
     pickR = r;
   }
   let chunk = workgroupUniformLoad(&pickChunk); // also orders thread 0's reads before the stores below
@@ -403,26 +400,13 @@ fn sample_pick(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
   let b = min(t1, a + PER);
   var own = 0.0;
   for (var i = a; i < b; i++) { own += exp(logits[base + i] / p.temperature - mx); }
-  chunkMass[lid] = own;
+  masses[lid] = own;
   workgroupBarrier();
   if (lid == 0u) {
     let r = pickR;
-    var before = pickBefore;
-    var chosen = NONE;
-    var last = 0u;
-    var beforeLast = before;
-    for (var j = 0u; j < WG; j++) {
-      let m = chunkMass[j];
-      if (m > 0.0) {
-        last = j;
-        beforeLast = before;
-        if (before + m > r) { chosen = j; break; }
-      }
-      before += m;
-    }
-    if (chosen == NONE) { chosen = last; before = beforeLast; } // r past this chunk's sum (rounding)
-    var cum = before;
-    let ja = min(t1, t0 + chosen * PER);
+    let walked = walkMasses(WG, pickBefore, r); // r past this chunk's sum (rounding): its last
+    var cum = walked.before;
+    let ja = min(t1, t0 + walked.at * PER);
     let jb = min(t1, ja + PER);
     var pick = NONE;
     var lastKept = ja;

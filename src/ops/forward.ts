@@ -1312,7 +1312,8 @@ export function attention(
   const HG = attentionHeadGroup(NH, NKV);
   const lanes = attentionLanesFor(gpu, T, NH / HG, HD, kv.dtype);
   if (lanes) {
-    attentionLanesRun(gpu, out, q, kCache, vCache, pageTable, slot, pos, T, NH, NKV, HD, kv, pageShift, HG, lanes);
+    const buffers = { out, q, kCache, vCache, pageTable, slot, pos };
+    attentionLanesRun(gpu, buffers, T, NH, NKV, HD, kv, pageShift, HG, lanes);
     return;
   }
   const splits = attentionSplits(gpu, T, NH / HG, kv.maxT, HG > 1 ? 128 : 256);
@@ -1397,13 +1398,7 @@ const LANES_MIN_KEYS = 128;
  */
 function attentionLanesRun(
   gpu: Gpu,
-  out: GPUBuffer,
-  q: GPUBuffer,
-  kCache: GPUBuffer,
-  vCache: GPUBuffer,
-  pageTable: GPUBuffer,
-  slot: GPUBuffer,
-  pos: GPUBuffer,
+  b: Record<(typeof ATTENTION_BINDINGS.attention_forward)[number], GPUBuffer>,
   T: number,
   NH: number,
   NKV: number,
@@ -1421,17 +1416,17 @@ function attentionLanesRun(
   const defines: Defines = { KV: kv.dtype, LANES: true, LK: g.LK, VPT: g.VPT, ...(HG > 1 ? { HG } : {}) };
   const kernel = opKernel(gpu, 'attention', 'attention', 'attention_lanes', defines);
   const partLse = gpu.createBuffer(T * NH * splits * 4, 'attentionLanesLse'); // (T, NH, splits)
-  const partOut = splits === 1 ? out : gpu.createBuffer(T * NH * splits * HD * 4, 'attentionLanesOut');
+  const partOut = splits === 1 ? b.out : gpu.createBuffer(T * NH * splits * HD * 4, 'attentionLanesOut');
   gpu.dispatch(
     kernel,
-    bindings(ATTENTION_BINDINGS.attention_split, { out: partOut, q, kCache, vCache, pageTable, slot, pos, partLse }),
+    bindings(ATTENTION_BINDINGS.attention_split, { ...b, out: partOut, partLse }),
     T * rows * splits,
     params,
   );
   if (splits > 1) {
     gpu.dispatch(
       gpu.kernel('attention', 'attention_combine', { KV: kv.dtype }),
-      bindings(ATTENTION_BINDINGS.attention_combine, { out, splitLse: partLse, splitOut: partOut }),
+      bindings(ATTENTION_BINDINGS.attention_combine, { out: b.out, splitLse: partLse, splitOut: partOut }),
       T * NH,
       params,
     );

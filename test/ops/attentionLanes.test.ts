@@ -74,44 +74,26 @@ async function run(dtype: 'f32' | 'f16', NH: number, NKV: number, HD: number, P:
 
   // 'auto' with a GPU's choices takes it for decode (B rows of NH / HG head groups, far fewer
   // than the ~512 workgroups where one a (token, head group) fills a GPU); on a CPU adapter's
-  // choices it is one workgroup a (token, head group).
-  for (const autoFor of ['gpu', 'cpu'] as const) {
-    K.tuning.autoFor = autoFor;
+  // choices it is one workgroup a (token, head group); then forced.
+  const modes: [string, Partial<K.Tuning>, string][] = [
+    ['auto for gpu', { autoFor: 'gpu' }, `attention.attention_lanes`],
+    ['auto for cpu', { autoFor: 'cpu' }, 'attention.attention_forward'],
+    ['lanes', { attention: 'lanes' }, `attention.attention_lanes`],
+  ];
+  for (const [mode, set, kernel] of modes) {
+    Object.assign(K.tuning, set);
     try {
       const out = outBuf(B * NH * HD);
       K.attention(gpu, out, f32Buf(q), kCache, vCache, tableBuf, u32Buf(slot), u32Buf(pos), B, NH, NKV, HD, kv);
       const label = K.kernelVariant(gpu, 'attention')?.label ?? '';
-      expect(label, `auto for ${autoFor}`).toContain(
-        autoFor === 'gpu' ? 'attention.attention_lanes' : 'attention.attention_forward',
-      );
-      expectClose(
-        `attention auto for ${autoFor} ${dtype} NH=${NH} HD=${HD}`,
-        await gpu.readF32(out, B * NH * HD),
-        want,
-        REL,
-        ABS,
-      );
+      expect(label, mode).toContain(kernel);
+      if (kernel.endsWith('lanes')) expect(label, mode).toContain(`LK=${LK}`);
+      const name = `attention ${mode} ${dtype} NH=${NH} NKV=${NKV} HD=${HD} LK=${LK} lens=${lens}`;
+      expectClose(name, await gpu.readF32(out, B * NH * HD), want, REL, ABS);
     } finally {
       K.tuning.autoFor = 'auto';
+      K.tuning.attention = 'auto';
     }
-  }
-
-  K.tuning.attention = 'lanes';
-  try {
-    const out = outBuf(B * NH * HD);
-    K.attention(gpu, out, f32Buf(q), kCache, vCache, tableBuf, u32Buf(slot), u32Buf(pos), B, NH, NKV, HD, kv);
-    const label = K.kernelVariant(gpu, 'attention')?.label ?? '';
-    expect(label).toContain('attention.attention_lanes');
-    expect(label).toContain(`LK=${LK}`);
-    expectClose(
-      `attention_lanes ${dtype} NH=${NH} NKV=${NKV} HD=${HD} LK=${LK} lens=${lens}`,
-      await gpu.readF32(out, B * NH * HD),
-      want,
-      REL,
-      ABS,
-    );
-  } finally {
-    K.tuning.attention = 'auto';
   }
 }
 
