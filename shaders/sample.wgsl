@@ -326,7 +326,8 @@ fn sampleRow(row: u32, l: Lanes) {
 // A fixed order over the tokens (chunks, then threads, then tokens), so the draw is exact and
 // reproducible, with the same RNG and outputs as sampleRow (ROW_RNG included); the order differs
 // from sampleRow's, so the same uniform can pick a different token: the same distribution.
-// src/ops/forward.ts sample / sampleRows pick it (tuning.sampleChunks) where V <= WG * CH.
+// src/ops/forward.ts sample / sampleRows pick it where V <= WG * CH (tuning.sampleChunks: 'auto' on
+// GPUs; on SwiftShader, CPU emulation, its 75 workgroups a row cost more than one).
 const CH = 2048u; // tokens a chunk: 8 a thread at WG = 256 (the host runs these entries at 256)
 @group(0) @binding(1) var<storage, read_write> chunkOut: array<vec2u>; // sample_chunks: (B, chunks)
 @group(0) @binding(4) var<storage, read> chunkIn: array<vec2u>;        // sample_pick: the same

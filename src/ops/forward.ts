@@ -1578,7 +1578,7 @@ export function sample(
     f32(opts.temperature),
     f32(Math.min(opts.topP, 1)),
   ];
-  if (sampleChunked(V, opts)) {
+  if (sampleChunked(gpu, V, opts)) {
     sampleInChunks(gpu, 'sample', subgroupDefines(useSubgroups(gpu)), outIds, logits, lp, B, V, params);
     return;
   }
@@ -1596,12 +1596,14 @@ const SAMPLE_CHUNK = 2048;
 const SAMPLE_CHUNK_WG = 256;
 
 /**
- * Whether sample / sampleRows draw through sample_chunks + sample_pick (tuning.sampleChunks):
- * greedy, or temperature without top-k and top-p, over a vocabulary of at most 256 chunks.
+ * Whether sample / sampleRows draw through sample_chunks + sample_pick (tuning.sampleChunks:
+ * 'auto' on GPUs): greedy, or temperature without top-k and top-p, over a vocabulary of at most
+ * 256 chunks.
  */
-function sampleChunked(V: number, opts: SampleOptions): boolean {
+function sampleChunked(gpu: Gpu, V: number, opts: SampleOptions): boolean {
   if (tuning.sampleChunks === 'off' || Math.ceil(V / SAMPLE_CHUNK) > SAMPLE_CHUNK_WG) return false;
-  return opts.temperature <= 0 || ((opts.topK === 0 || opts.topK >= V) && opts.topP >= 1);
+  if (!(opts.temperature <= 0 || ((opts.topK === 0 || opts.topK >= V) && opts.topP >= 1))) return false;
+  return tuning.sampleChunks === 'on' || !autoForCpu(gpu);
 }
 
 /**
@@ -1653,7 +1655,7 @@ export function sampleRows(
   distinct('sampleRows', out, logits, rng);
   const defines = { ...subgroupDefines(useSubgroups(gpu)), ROW_RNG: true };
   const params = [B, V, Math.floor(opts.topK), 0, 0, f32(opts.temperature), f32(Math.min(opts.topP, 1))];
-  if (sampleChunked(V, opts)) {
+  if (sampleChunked(gpu, V, opts)) {
     sampleInChunks(gpu, 'sampleRows', defines, out, logits, rng, B, V, params); // as sample(): the same sums
     return;
   }

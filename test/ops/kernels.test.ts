@@ -333,21 +333,21 @@ describe('sample', () => {
         for (let i = 0; i < V; i++) logits[3 * V + i] = -1; // all equal: expect 0
       } else logits[70000] = logits[5000] = 50; // a tie across chunks of 2,048: expect 5000
       const ids = outBuf(B, 'ids');
-      K.sample(gpu, ids, f32Buf(logits), B, V, greedy, 1, 0);
-      expect(K.kernelVariant(gpu, 'sample')?.label, 'greedy takes the chunked draw').toContain('sample.sample_pick');
-      const got = Array.from(await gpu.readU32(ids, B));
       const want = Array.from({ length: B }, (_, b) => ref.argmax(logits, b * V, V));
-      expect(got).toEqual(want);
-      if (V === 1000) expect(got.slice(1)).toEqual([500, 999, 0]);
-      else expect(got).toEqual([5000]);
-      // The one-workgroup kernel (tuning.sampleChunks 'off') picks the same.
-      K.tuning.sampleChunks = 'off';
-      try {
-        K.sample(gpu, ids, f32Buf(logits), B, V, greedy, 1, 0);
-        expect(K.kernelVariant(gpu, 'sample')?.label).toContain('sample.sample_forward');
-        expect(Array.from(await gpu.readU32(ids, B))).toEqual(want);
-      } finally {
-        K.tuning.sampleChunks = 'auto';
+      if (V === 1000) expect(want.slice(1)).toEqual([500, 999, 0]);
+      else expect(want).toEqual([5000]);
+      // The chunked draw (tuning.sampleChunks 'on'; 'auto' takes it on GPUs) and the one-workgroup
+      // kernel ('off'; 'auto' on CPU adapters) pick the same.
+      for (const mode of ['on', 'off'] as const) {
+        K.tuning.sampleChunks = mode;
+        try {
+          K.sample(gpu, ids, f32Buf(logits), B, V, greedy, 1, 0);
+          const kernel = mode === 'on' ? 'sample.sample_pick' : 'sample.sample_forward';
+          expect(K.kernelVariant(gpu, 'sample')?.label).toContain(kernel);
+          expect(Array.from(await gpu.readU32(ids, B)), `${kernel}, V = ${V}`).toEqual(want);
+        } finally {
+          K.tuning.sampleChunks = 'auto';
+        }
       }
     }
   });
@@ -389,7 +389,14 @@ describe('sample', () => {
     for (let b = 0; b < N; b++) logits.set(row, b * V);
     const ids = outBuf(N, 'ids');
     const logp = outBuf(N, 'logp');
-    K.sample(gpu, ids, f32Buf(logits), N, V, { temperature, topK, topP }, 99, 3, logp);
+    K.tuning.sampleChunks = 'on'; // the GPUs' 'auto' (top-k or top-p: the one-workgroup kernel anyway)
+    try {
+      K.sample(gpu, ids, f32Buf(logits), N, V, { temperature, topK, topP }, 99, 3, logp);
+      const chunked = topK === 0 && topP >= 1;
+      expect(K.kernelVariant(gpu, 'sample')?.label).toContain(chunked ? 'sample.sample_pick' : 'sample.sample_forward');
+    } finally {
+      K.tuning.sampleChunks = 'auto';
+    }
     const got = await gpu.readU32(ids, N);
     const lp = await gpu.readF32(logp, N);
     const p = ref.sampleDistribution(row, temperature, topK, topP);
@@ -406,9 +413,10 @@ describe('sample', () => {
 
   // The chunked draw over several chunks (V = 5,000: chunks of 2,048, 2,048 and 904 tokens), the
   // mass on 8 tokens at chunk edges and inside (the rest exp-underflows to 0): 1,000 draws, the
-  // Pearson chi-square as below, each log-prob against the reference; then the one-workgroup
-  // kernel (tuning.sampleChunks 'off') on the same rows, which must follow the same distribution.
-  it('distribution matches CPU: no top-k or top-p over 3 chunks, and with sampleChunks off', async () => {
+  // Pearson chi-square as below, each log-prob against the reference (tuning.sampleChunks 'on', the
+  // GPUs' 'auto'); then the one-workgroup kernel ('off', the CPU adapters' 'auto') on the same rows,
+  // which must follow the same distribution.
+  it('distribution matches CPU: no top-k or top-p over 3 chunks, sampleChunks on and off', async () => {
     const V = 5000;
     const N = 1000;
     const at = [3, 2047, 2048, 2049, 3000, 4095, 4096, 4999];
@@ -420,14 +428,14 @@ describe('sample', () => {
     const lbuf = f32Buf(logits);
     const p = ref.sampleDistribution(row, 1, 0, 1);
     expect(p.filter((x) => x > 0).length).toBe(8);
-    for (const mode of ['auto', 'off'] as const) {
+    for (const mode of ['on', 'off'] as const) {
       K.tuning.sampleChunks = mode;
       try {
         const ids = outBuf(N, 'ids');
         const logp = outBuf(N, 'logp');
         K.sample(gpu, ids, lbuf, N, V, { temperature: 1, topK: 0, topP: 1 }, 1234, 7, logp);
         const label = K.kernelVariant(gpu, 'sample')?.label ?? '';
-        expect(label).toContain(mode === 'auto' ? 'sample.sample_pick' : 'sample.sample_forward');
+        expect(label).toContain(mode === 'on' ? 'sample.sample_pick' : 'sample.sample_forward');
         const got = await gpu.readU32(ids, N);
         const lp = await gpu.readF32(logp, N);
         const counts = new Map<number, number>();

@@ -2,7 +2,7 @@
 // per-row (seed, step, hash row), against sample() one-row dispatches (the policy's former path)
 // and rows of one sample() dispatch: bitwise the same ids and log-probs. embedPicked against embed
 // of the ids gathered on the CPU: the same rows, exactly.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
 import * as K from '../../src/ops/index.ts';
 import * as ref from '../helpers/reference.ts';
@@ -24,47 +24,52 @@ const OPTIONS: [string, K.SampleOptions][] = [
 ];
 
 describe('sampleRows', () => {
-  for (const V of [300, 8192]) {
-    for (const [name, opts] of OPTIONS) {
-      it(`${name}, V = ${V}: each row as a one-row sample() with its seed and step, bit for bit`, async () => {
-        const B = 5;
-        const logits = ref.randn(B * V, ref.rng(V + opts.topK), 2);
-        const rng = [
-          [7, 0, 0],
-          [8, 3, 0],
-          [0xffffffff, 1, 0],
-          [7, 0, 0], // same inputs as row 0, other logits
-          [123456, 40, 0],
-        ];
-        const out = outBuf(2 * B, 'picked');
-        K.sampleRows(gpu, out, f32Buf(logits), u32Buf(rng.flat()), B, V, opts);
-        // Greedy and untruncated draws go through the chunks (shaders/sample.wgsl sample_chunks,
-        // sample_pick; 4 chunks at V = 8192), top-k / top-p through one workgroup a row.
-        const chunked = opts.topK === 0 && opts.topP >= 1;
-        expect(K.kernelVariant(gpu, 'sampleRows')?.label).toContain(
-          chunked ? 'sample.sample_pick' : 'sample.sample_rows',
-        );
-        const got = await gpu.readU32(out, 2 * B);
-        const ids: number[] = [],
-          logps: number[] = [];
-        const one = outBuf(1, 'one'),
-          oneLp = outBuf(1, 'oneLp');
-        for (let b = 0; b < B; b++) {
-          K.sample(gpu, one, f32Buf(logits.slice(b * V, (b + 1) * V)), 1, V, opts, rng[b][0], rng[b][1], oneLp);
-          ids.push((await gpu.readU32(one, 1))[0]);
-          logps.push(new Uint32Array((await gpu.readF32(oneLp, 1)).buffer)[0]);
-        }
-        expect(Array.from(got.subarray(0, B))).toEqual(ids);
-        expect(Array.from(got.subarray(B))).toEqual(logps); // the f32 bits
-        if (opts.temperature > 0) {
-          // The seed matters (a kernel that ignored rowRng would fail here).
-          expect(new Set(ids).size).toBeGreaterThan(1);
-          K.sampleRows(gpu, out, f32Buf(logits), u32Buf(rng.map(([, step]) => [99, step, 0]).flat()), B, V, opts);
-          expect(Array.from((await gpu.readU32(out, B)).subarray(0, B))).not.toEqual(ids);
-        }
-      });
+  // Each case with the chunked draw ('on': the GPUs' 'auto' for greedy and untruncated sampling)
+  // and with one workgroup a row ('off': the CPU adapters' 'auto', and top-k / top-p anywhere).
+  for (const mode of ['on', 'off'] as const)
+    for (const V of [300, 8192]) {
+      for (const [name, opts] of OPTIONS) {
+        it(`${name}, V = ${V}, sampleChunks ${mode}: each row as a one-row sample() with its seed and step, bit for bit`, async () => {
+          K.tuning.sampleChunks = mode;
+          onTestFinished(() => void (K.tuning.sampleChunks = 'auto'));
+          const B = 5;
+          const logits = ref.randn(B * V, ref.rng(V + opts.topK), 2);
+          const rng = [
+            [7, 0, 0],
+            [8, 3, 0],
+            [0xffffffff, 1, 0],
+            [7, 0, 0], // same inputs as row 0, other logits
+            [123456, 40, 0],
+          ];
+          const out = outBuf(2 * B, 'picked');
+          K.sampleRows(gpu, out, f32Buf(logits), u32Buf(rng.flat()), B, V, opts);
+          // Greedy and untruncated draws go through the chunks (shaders/sample.wgsl sample_chunks,
+          // sample_pick; 4 chunks at V = 8192), top-k / top-p through one workgroup a row.
+          const chunked = mode === 'on' && opts.topK === 0 && opts.topP >= 1;
+          expect(K.kernelVariant(gpu, 'sampleRows')?.label).toContain(
+            chunked ? 'sample.sample_pick' : 'sample.sample_rows',
+          );
+          const got = await gpu.readU32(out, 2 * B);
+          const ids: number[] = [],
+            logps: number[] = [];
+          const one = outBuf(1, 'one'),
+            oneLp = outBuf(1, 'oneLp');
+          for (let b = 0; b < B; b++) {
+            K.sample(gpu, one, f32Buf(logits.slice(b * V, (b + 1) * V)), 1, V, opts, rng[b][0], rng[b][1], oneLp);
+            ids.push((await gpu.readU32(one, 1))[0]);
+            logps.push(new Uint32Array((await gpu.readF32(oneLp, 1)).buffer)[0]);
+          }
+          expect(Array.from(got.subarray(0, B))).toEqual(ids);
+          expect(Array.from(got.subarray(B))).toEqual(logps); // the f32 bits
+          if (opts.temperature > 0) {
+            // The seed matters (a kernel that ignored rowRng would fail here).
+            expect(new Set(ids).size).toBeGreaterThan(1);
+            K.sampleRows(gpu, out, f32Buf(logits), u32Buf(rng.map(([, step]) => [99, step, 0]).flat()), B, V, opts);
+            expect(Array.from((await gpu.readU32(out, B)).subarray(0, B))).not.toEqual(ids);
+          }
+        });
+      }
     }
-  }
 
   it('the hash row: row r of one sample() dispatch is sampleRows with (seed, step, r)', async () => {
     const [B, V] = [6, 500];
