@@ -158,9 +158,9 @@ export interface Tuning {
    * chunks of the vocabulary, a workgroup each, then one workgroup a row picks the token
    * (shaders/sample.wgsl sample_chunks, sample_pick: two dispatches instead of one workgroup a row
    * walking all of it), where the vocabulary fits (V <= 256 x 2,048 tokens): 'auto' on GPUs (on
-   * SwiftShader, CPU emulation, a Qwen3 row took 56 ms that way against 6.6 ms in one workgroup:
-   * 75 workgroups' barriers and reductions), 'on' everywhere, 'off' never (the one-workgroup
-   * kernel, which top-k and top-p always take).
+   * SwiftShader, CPU emulation, a Qwen3 row took 53 ms that way against 7 ms in one workgroup:
+   * 75 workgroups' barriers and reductions; README), 'on' everywhere, 'off' never (the
+   * one-workgroup kernel, which top-k and top-p always take).
    */
   sampleChunks: 'auto' | 'on' | 'off';
   /**
