@@ -19,7 +19,7 @@ D=.device
 mkdir -p "$D/bench" "$D/debs"
 
 # 1. The benchmark entry points, bundled.
-for entry in run gpu-check gemv-ab gemm-f16-ab gemm-ab decode-attention-ab attention-ab fused-ab profile pack-ab keep-ab sample-ab shader-ab decode-encode; do
+for entry in run gpu-check gemv-ab gemv-sweep gemm-f16-ab gemm-ab decode-attention-ab attention-ab fused-ab profile pack-ab keep-ab sample-ab shader-ab decode-encode; do
   node_modules/.bin/esbuild "bench/$entry.ts" --bundle --platform=node --format=esm --target=node20 \
     --external:webgpu --log-level=warning --outfile="$D/bench/$entry.mjs" \
     --banner:js="import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);"
@@ -27,16 +27,6 @@ done
 
 # The sampling kernel before the radix select (bench/sample-ab.ts --old): the A/B's baseline.
 git show e432bdf:shaders/sample.wgsl >"$D/sample-old.wgsl"
-# The decode GEMV's files before its staged x was swizzled (ad6d0c8~1), and after that but before
-# the q4 nibbles lost their integer conversions and the per-weight scale (ad6d0c8): the baselines of
-# bench/shader-ab.ts --old in scripts/device-run.sh.
-git show ad6d0c8~1:shaders/gemv.wgsl >"$D/gemv-old.wgsl"
-git show ad6d0c8~1:shaders/common/gemvstaged.wgsl >"$D/gemvstaged-old.wgsl"
-git show ad6d0c8:shaders/gemv.wgsl >"$D/gemv-sw.wgsl"
-git show ad6d0c8:shaders/common/gemvstaged.wgsl >"$D/gemvstaged-sw.wgsl"
-# And the files before each lane loaded LU blocks ahead (40e0b4a): one block a step.
-git show 40e0b4a:shaders/gemv.wgsl >"$D/gemv-lu1.wgsl"
-git show 40e0b4a:shaders/common/gemvstaged.wgsl >"$D/gemvstaged-lu1.wgsl"
 
 # 2. webgpu, linux-x64 only.
 W="$D/node_modules/webgpu"

@@ -11,7 +11,7 @@
 # kernel of a decode step, a prefill and a LoRA step, with and without the f16 GEMM, with the q4
 # weights dequantized first, and over bf16 weights), attention-ab.log (the decode attention's
 # kernels, attention_lanes against attention_split, in decode-step profiles; the attention cutoff
-# at 64 tokens; the GEMV's LU loads) and gemv-ab.log (the decode GEMV's lanes, the tiled GEMM's q4 /
+# at 64 tokens; the decode GEMVs with one column a thread) and gemv-ab.log (the decode GEMV's lanes, the tiled GEMM's q4 /
 # dequantized / bf16 / f16 A/B). Each step has its own time limit so a slow one cannot eat
 # the rest; the whole run stays under 10 minutes. Then, here: npx tsx bench/device-report.ts DIR.
 set -uo pipefail
@@ -108,7 +108,7 @@ if { grep -q "f16 GEMM true" "$OUT/gpu-check.log" && grep -q "^FAIL" "$OUT/gpu-c
 fi
 cat "$OUT/gpu-check.log" >>"$OUT/summary.log" && rm -f "$OUT/gpu-check.log" # 8 files at most
 # PyTorch + PEFT first after the bench: its ratio is the issue's target.
-run bench 190 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$DEPTHS" \
+run bench 175 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$DEPTHS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 10
@@ -137,19 +137,18 @@ run round 190 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4
 # training and prefill attention
 # kernels at T = 64 and 128 (bench/attention-ab.ts: per (token, head) against what 'auto' takes,
 # the register-tiled blocks from 128 tokens on GPUs: whether the cutoff could come down to 64);
-# then the decode GEMV's file against the one-block-a-step loop before the LU loads ahead
-# (bench/shader-ab.ts, Qwen3-4B's gate/up and down_proj shapes, bf16 and q4, B = 1 and 4).
+# then the decode steps of B = 1 at context 128 and B = 4 at 2,048 again with gemvCols=1: the
+# decode GEMVs with one output column a thread, as before 2026-12-07, against 'auto''s 2 or 4
+# (shaders/gemv.wgsl CPT: each part of x read from workgroup memory serves that many columns).
 # The earlier runs' other A/Bs (the fusions, sampling, packing, kept layers, the attention kernels
 # at 512 and 2,048 tokens) are in bench/results/2026-12-04-h200 and 2026-12-06-h100*.
-SAB="'$NODE' '$D/bench/shader-ab.mjs' --ops gemv --full --rounds 3 --old"
 DEC="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --parts decode --top 8"
-run attention-ab 60 bash -c "$DEC --batch 1 --ctx 2048; $DEC --batch 1 --ctx 2048 --kernels attention=split; $DEC --batch 4 --ctx 2048; $DEC --batch 4 --ctx 2048 --kernels attention=split; $DEC --batch 1 --ctx 128; $DEC --batch 1 --ctx 128 --kernels sampleChunks=off; '$NODE' '$D/bench/attention-ab.mjs' --T 64,128 --rounds 2 --variants single,tiled; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl'; $SAB 'gemv=$D/gemv-lu1.wgsl,common/gemvstaged=$D/gemvstaged-lu1.wgsl' --gemv 2560x9728"
-# gemv-ab.log: first the decode GEMV's lanes a column (tuning.gemvLanes): the per-kernel GPU time
-# of a decode step (bench/profile.ts, LAYERS layers, q4, B = 4 at context 2,048) with 'auto''s
-# lanes (8 for the q4 projections over K = 2,560: 32 columns a workgroup, which at B = 4 stage as
-# many bytes of x as they read of weights), then 4 (64 columns) and 16, one after the other on the
-# warm machine (the H100 of 2026-12-06 ran these GEMVs at about 200 GB/s, 7% of its copy rate).
-# Then the tiled GEMM's three layouts at the 512-token LoRA step's MLP shape (bench/gemm-ab.ts):
+run attention-ab 60 bash -c "$DEC --batch 1 --ctx 2048; $DEC --batch 1 --ctx 2048 --kernels attention=split; $DEC --batch 4 --ctx 2048; $DEC --batch 4 --ctx 2048 --kernels attention=split; $DEC --batch 1 --ctx 128; $DEC --batch 1 --ctx 128 --kernels sampleChunks=off; '$NODE' '$D/bench/attention-ab.mjs' --T 64,128 --rounds 2 --variants single,tiled; $DEC --batch 1 --ctx 128 --kernels gemvCols=1; $DEC --batch 4 --ctx 2048 --kernels gemvCols=1"
+# gemv-ab.log: first the decode GEMV's layouts swept (bench/gemv-sweep.ts: tuning.gemvLanes 'auto',
+# 4 and 16 staged lanes a column times tuning.gemvCols 1, 2 and 4 columns a thread, over Qwen3-4B
+# q4's q/k/v, o_proj, gate/up, down_proj and LM head at B = 1 and 4, called as a decode step calls
+# them, each a command buffer of calls over 4 layers' weights, alternated over 3 rounds; the H100
+# of 2026-12-06 ran these GEMVs at about 200 GB/s, 7% of its copy rate). Then the tiled GEMM's three layouts at the 512-token LoRA step's MLP shape (bench/gemm-ab.ts):
 # over q4 weights as 'auto' runs them, with gemmQ4Dequant=on (the q4 weight dequantized to an f32
 # copy first, that pass included), over bf16 weights, and in f16 tiles over q4 without and with the
 # copy (where shader-f16 is offered: an error line where not); then the prefill GEMM's f16 / f32
@@ -159,6 +158,5 @@ run attention-ab 60 bash -c "$DEC --batch 1 --ctx 2048; $DEC --batch 1 --ctx 204
 GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 ENC="'$NODE' '$D/bench/decode-encode.mjs' --layers 36 --steps 40"
 GEMM4="'$NODE' '$D/bench/gemm-ab.mjs' --M 512 --N 9728 --K 2560 --reps 10 --weights q4"
-PROF="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --train-len 64 --prefill 64 --top 14"
-run gemv-ab 45 bash -c "$PROF; $PROF --kernels gemvLanes=4; $PROF --kernels gemvLanes=16; $GEMM4; $GEMM4 --kernels gemmQ4Dequant=on; $GEMM4 --weights bf16; $GEMM4 --f16; $GEMM4 --f16 --kernels gemmQ4Dequant=on; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $ENC --batch 1; $ENC --batch 4; '$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --f16 --vec4 off"
+run gemv-ab 60 bash -c "'$NODE' '$D/bench/gemv-sweep.mjs' --lanes auto,4,16 --cols 1,2,4 --rounds 3 --ms 3; $GEMM4; $GEMM4 --kernels gemmQ4Dequant=on; $GEMM4 --weights bf16; $GEMM4 --f16; $GEMM4 --f16 --kernels gemmQ4Dequant=on; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $ENC --batch 1; $ENC --batch 4; '$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --f16 --vec4 off"
 log "done"

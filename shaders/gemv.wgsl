@@ -242,6 +242,19 @@ fn gemv_rows_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
 // the workgroup's COLS columns share one staged copy of x (common/gemvstaged.wgsl), so x crosses
 // from global memory once per workgroup, not once per column.
 const LANES = {{LANES}}u; // threads per output column (a power of two, <= 64)
+// Output columns a thread (define CPT: 1, 2 or 4; src/ops/forward.ts colsPerThread): columns n0,
+// n0 + CSTEP, ... of the workgroup's COLS = CPT * 256 / LANES. Each part of x read from workgroup
+// memory then serves CPT columns' weights: at LANES = 8 and one column a thread, a q4 block's 16
+// bytes cost 128 bytes of x reads a row of x (512 at B = 4), more than workgroup memory serves
+// per byte of an HBM GPU's weights (about 10 bytes a clock an SM on the H100 against 128 of
+// workgroup memory). The same sums in the same order for each column as one column a thread at
+// the same LANES: bitwise the same results.
+#ifdef CPT
+const CPT = {{CPT}}u;
+#else
+const CPT = 1u;
+#endif
+const CSTEP = COLS / CPT; // = 256 / LANES: the slots of a workgroup's threads
 // vec4s of staged x, KCV per row for TMAX rows: 1024 (16 KB) where the device's workgroup memory
 // holds it beside the reduction's TMAX KB and no norm is folded, else 512 (src/ops/forward.ts
 // stagedVec4s). Each chunk costs two barriers and a global load of x before its weights: the
@@ -253,7 +266,8 @@ const KCV = XS / TMAX; // whole 16-byte blocks of every format (BE <= 32 element
 // then cap the bandwidth where few workgroups run (o_proj and down_proj at 4B: 160 of them, about
 // 41K threads, 0.65 MB in flight against the several MB an HBM GPU needs). The same sums in the
 // same order as one block a step: bitwise the same results.
-const LU = 4u;
+// With CPT columns a thread, LU * CPT loads a step (4 in all: as many registers as one column's).
+const LU = max(1u, 4u / CPT);
 var<workgroup> xs: array<vec4f, XS>;
 // Staged vec4 i lives at xs[swizzled(i)]: the low 3 bits of i XORed with the next 3, a
 // permutation within each aligned group of 8 (no padding, no extra memory). A 16-byte load is
@@ -264,7 +278,7 @@ var<workgroup> xs: array<vec4f, XS>;
 // multiples of 64, so the pattern is the same for every row and chunk; the staging stores of 8
 // consecutive vec4s stay in one group of 8, conflict-free too.
 fn swizzled(i: u32) -> u32 { return i ^ ((i >> 3u) & 7u); }
-var<workgroup> red: array<f32, TMAX * COLS * LANES>; // (TMAX, COLS, LANES), common/gemvlanes.wgsl
+var<workgroup> red: array<f32, TMAX * 256>; // (TMAX, 256 / LANES, LANES), common/gemvlanes.wgsl
 #ifdef NORM
 // The folded RMSNorm (define NORM): out = rstd * sum_k w_k (normW_k x_k), rstd = rsqrt(mean(x^2) +
 // eps) of the row, so x crosses from memory once, as without the norm: it is staged as normW * x,
@@ -312,10 +326,9 @@ fn gemv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: v
               @builtin(local_invocation_index) lid: u32) {
   let col = lid / LANES;
   let lane = lid % LANES;
-  let n = linearGroup(wid, nwg) * COLS + col;
+  let n0 = linearGroup(wid, nwg) * COLS + col;
   if (linearGroup(wid, nwg) * COLS >= p.N) { return; } // a whole workgroup past N (uniform)
-#include "common/gemvstaged.wgsl" (WI=, WN=p.N)
-#include "common/gemvlanes.wgsl" (WI=, WN=p.N, AT=wid.z * p.splitStride + )
+#include "common/gemvstaged.wgsl" (WI=, WN=p.N, AT=wid.z * p.splitStride + )
 }
 
 #ifdef GROUP
@@ -334,20 +347,17 @@ fn gemv_lanes_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) 
   let g0 = (p.N + COLS - 1u) / COLS;
   let g1 = g0 + (p.N1 + COLS - 1u) / COLS;
   if (g < g0) {
-    let n = g * COLS + col;
-#include "common/gemvstaged.wgsl" (WI=, WN=p.N)
-#include "common/gemvlanes.wgsl" (WI=, WN=p.N, AT=wid.z * p.splitStride + )
+    let n0 = g * COLS + col;
+#include "common/gemvstaged.wgsl" (WI=, WN=p.N, AT=wid.z * p.splitStride + )
 #if GROUP > 2
   } else if (g >= g1) {
     if ((g - g1) * COLS >= p.N2) { return; } // past the grid's count (uniform)
-    let n = (g - g1) * COLS + col;
-#include "common/gemvstaged.wgsl" (WI=2, WN=p.N2)
-#include "common/gemvlanes.wgsl" (WI=2, WN=p.N2, AT=wid.z * p.splitStride + )
+    let n0 = (g - g1) * COLS + col;
+#include "common/gemvstaged.wgsl" (WI=2, WN=p.N2, AT=wid.z * p.splitStride + )
 #endif
   } else {
-    let n = (g - g0) * COLS + col;
-#include "common/gemvstaged.wgsl" (WI=1, WN=p.N1)
-#include "common/gemvlanes.wgsl" (WI=1, WN=p.N1, AT=wid.z * p.splitStride + )
+    let n0 = (g - g0) * COLS + col;
+#include "common/gemvstaged.wgsl" (WI=1, WN=p.N1, AT=wid.z * p.splitStride + )
   }
 }
 #endif

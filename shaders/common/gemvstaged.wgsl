@@ -1,7 +1,9 @@
-// One column's partial dot products of shaders/gemv.wgsl gemv_lanes for the weight w{{WI}} of
-// {{WN}} rows, a template: #include "common/gemvstaged.wgsl" (WI=suffix, WN=rows); the includer
-// defines n (this thread's column), lane and lid, and follows it with common/gemvlanes.wgsl,
-// which reduces acc. Holds workgroup barriers: include it in uniform control flow.
+// The partial dot products of shaders/gemv.wgsl gemv_lanes' CPT columns a thread for the weight
+// w{{WI}} of {{WN}} rows, a template: #include "common/gemvstaged.wgsl" (WI=suffix, WN=rows, AT=offset + ); the
+// includer defines n0 (this thread's first column; the others are CSTEP apart), col, lane and
+// lid. Ends with common/gemvlanes.wgsl once per column, which reduces the column's partials
+// (accs[t * CPT + r] for column r) and stores them AT elements further on (gemvlanes' AT). Holds
+// workgroup barriers: include it in uniform control flow.
 // x is staged KCV vec4s per row at a time (rows past M as zeros); within a chunk lane l takes
 // blocks l, l + LANES, ... of its column's row, so a column's LANES lanes read LANES neighbouring
 // 16-byte blocks per step, LU steps' loads issued together (gemv.wgsl LU). Columns past {{WN}}
@@ -13,9 +15,11 @@
 // LANES-block rounds, so block j still falls to lane j % LANES; common/gemvlanes.wgsl stores its
 // partial sums p.splitStride * z further on, for gemv_cols_reduce to add in split order.
   let blocks = p.K / BE;
-  let wbase = min(n, {{WN}} - 1u) * blocks;
+  var wbase: array<u32, CPT>;
+  for (var r = 0u; r < CPT; r++) { wbase[r] = min(n0 + r * CSTEP, {{WN}} - 1u) * blocks; }
   let xr = p.K / 4u; // vec4 per row of x
-  var acc: array<f32, TMAX>;
+  var accs: array<f32, TMAX * CPT>;
+  for (var i = 0u; i < TMAX * CPT; i++) { accs[i] = 0.0; }
 #ifdef NORM
   var ss: array<f32, SH>; // sums of squares of the x this thread stages (gemv.wgsl normScales)
 #endif
@@ -46,39 +50,59 @@
     workgroupBarrier();
     let jb = c0 / (BE / 4u); // the chunk's first block (KCV is a whole number of blocks)
     let je = min(kv1 / (BE / 4u), jb + KCV / (BE / 4u));
-    // LU blocks a step, all LU loads issued before any is used (gemv.wgsl LU). A lane past the
-    // chunk's end loads its last block again (clamped; cached) and skips the sums.
+    // LU blocks a step of each of the CPT columns, all LU * CPT loads issued before any is used
+    // (gemv.wgsl LU). A lane past the chunk's end loads its last block again (clamped; cached) and
+    // skips the sums.
     for (var j0 = jb + lane; j0 < je; j0 += LANES * LU) {
-      var wb: array<vec4u, LU>;
-      var ws: array<f32, LU>;
+      var wb: array<vec4u, LU * CPT>;
+      var ws: array<f32, LU * CPT>;
       for (var u = 0u; u < LU; u++) {
         let jl = min(j0 + u * LANES, je - 1u);
-        wb[u] = w{{WI}}[wbase + jl];
-        ws[u] = blockScale{{WI}}(wbase + jl);
+        for (var r = 0u; r < CPT; r++) {
+          wb[u * CPT + r] = w{{WI}}[wbase[r] + jl];
+          ws[u * CPT + r] = blockScale{{WI}}(wbase[r] + jl);
+        }
       }
       for (var u = 0u; u < LU; u++) {
         let j = j0 + u * LANES;
         if (j < je) {
           let xo = (j - jb) * (BE / 4u);
           // The block's sums over its PARTS parts of unscaled weights, then times its scale once
-          // per row (q4: 4 parts; bf16 and f32 have one part and a scale of 1, so acc gets the
-          // same sums). Zeroed explicitly: a var declared in a loop without an initializer kept
-          // the previous iteration's value on SwiftShader and lavapipe (shaders/matmul.wgsl F16
-          // says the same).
-          var blk: array<f32, TMAX>;
-          for (var t = 0u; t < TMAX; t++) { blk[t] = 0.0; }
+          // per row (q4: 4 parts; bf16 and f32 have one part and a scale of 1, so accs gets the
+          // same sums). Each part's x is read from workgroup memory once for the CPT columns (the
+          // point of CPT: a column's x reads cost CPT times fewer). Zeroed explicitly: a var
+          // declared in a loop without an initializer kept the previous iteration's value on
+          // SwiftShader and lavapipe (shaders/matmul.wgsl F16 says the same).
+          var blk: array<f32, TMAX * CPT>;
+          for (var i = 0u; i < TMAX * CPT; i++) { blk[i] = 0.0; }
           for (var c = 0u; c < PARTS; c++) {
-            let q = part(wb[u], 1.0, c);
+            var q: array<Pair, CPT>;
+            for (var r = 0u; r < CPT; r++) { q[r] = part(wb[u * CPT + r], 1.0, c); }
             for (var t = 0u; t < TMAX; t++) {
-              blk[t] += dot(pairDot(q, stagedAt(t * KCV + xo + c * (EPP / 4u))), vec4f(1.0));
+              let xv = stagedAt(t * KCV + xo + c * (EPP / 4u));
+              for (var r = 0u; r < CPT; r++) { blk[t * CPT + r] += dot(pairDot(q[r], xv), vec4f(1.0)); }
             }
           }
-          for (var t = 0u; t < TMAX; t++) { acc[t] += ws[u] * blk[t]; }
+          for (var t = 0u; t < TMAX; t++) {
+            for (var r = 0u; r < CPT; r++) { accs[t * CPT + r] += ws[u * CPT + r] * blk[t * CPT + r]; }
+          }
         }
       }
     }
   }
 #ifdef NORM
   let rs = normScales(ss, lid);
-  for (var t = 0u; t < TMAX; t++) { acc[t] *= rs[t]; }
+  for (var t = 0u; t < TMAX; t++) {
+    for (var r = 0u; r < CPT; r++) { accs[t * CPT + r] *= rs[t]; }
+  }
 #endif
+  // Each column's lane partials summed and stored (common/gemvlanes.wgsl, which inherits WI, WN
+  // and AT; R makes the include a template, expanded again each time). Its workgroup memory is
+  // reused column after column, hence the barrier between them.
+  for (var r = 0u; r < CPT; r++) {
+    let n = n0 + r * CSTEP;
+    var acc: array<f32, TMAX>;
+    for (var t = 0u; t < TMAX; t++) { acc[t] = accs[t * CPT + r]; }
+#include "common/gemvlanes.wgsl" (R=r)
+    if (CPT > 1u) { workgroupBarrier(); }
+  }

@@ -88,3 +88,22 @@ export function wideLanes(N: number, K: number, blockElems: number, lanes: numbe
     l *= 2;
   return l;
 }
+
+/** Most threads a column that gemv_lanes' 'auto' columns a thread lead to: one NVIDIA warp. */
+export const CPT_LANES_MAX = 32;
+
+/**
+ * gemv_lanes' output columns a thread (shaders/gemv.wgsl CPT, tuning.gemvCols 'auto' on GPUs) for
+ * `lanes` threads a column over rows of K elements in blocks of `blockElems`, x staged
+ * `chunkElems` elements of a row at a time: the most of 4 and 2 whose lanes (lanes * CPT) stay
+ * within CPT_LANES_MAX and within the blocks of one chunk (of the row, if shorter), so that every
+ * lane has a block of each chunk; else 1. The workgroup keeps its columns (256 / lanes): each of
+ * its threads takes CPT of them with a CPT-th of the blocks each. Qwen3-4B q4 at B = 1: q/k/v and
+ * gate/up (8 lanes, 80 blocks, 64 a chunk with the folded norm) take 4 over 32 lanes; o_proj and
+ * down_proj (16 lanes) 2; at B = 4 the folded norm's chunks of 16 blocks leave those 2.
+ */
+export function colsPerThread(lanes: number, K: number, blockElems: number, chunkElems: number): number {
+  const blocks = Math.min(Math.ceil(K / blockElems), Math.floor(chunkElems / blockElems));
+  for (const cpt of [4, 2]) if (lanes * cpt <= CPT_LANES_MAX && lanes * cpt <= blocks) return cpt;
+  return 1;
+}

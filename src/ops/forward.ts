@@ -29,7 +29,7 @@ import {
   type Weight,
   type WeightFormat,
 } from './common.ts';
-import { colsShapeFits, colsSplit, lanesSplit, tmaxFor, wideLanes } from './colsSplit.ts';
+import { colsPerThread, colsShapeFits, colsSplit, lanesSplit, LANES_MAX, tmaxFor, wideLanes } from './colsSplit.ts';
 import { GEMM_TILE_M, GEMM_TILE_N, splitKFor } from './splitK.ts';
 import { q4DequantFor } from './q4Dequant.ts';
 import { dequantizeQ4 } from './quant.ts';
@@ -126,7 +126,7 @@ type BlockDefines = Defines & {
   readonly LANES?: number;
   readonly XS?: number;
 };
-type LanesDefines = BlockDefines & { readonly LANES: number; readonly XS: number };
+type LanesDefines = BlockDefines & { readonly LANES: number; readonly XS: number; readonly CPT?: number };
 /** blockDefines' flags: each sets its define to 1. */
 const NORM_FLAG = 1,
   SILU_FLAG = 2,
@@ -141,7 +141,7 @@ const fitsBits = (v: number, bits: number) => Number.isInteger(v) && v >= 0 && v
  * values (46 bits), so a dispatch builds no object and the pipeline cache finds its kernel by
  * identity (src/gpu/launch.ts). A decode step makes hundreds of these calls; the object spreads
  * they replace were a sixth of its encoding (bench/decode-encode.ts). LANES and XS of 0 leave
- * their define out (gemv_rows, gemv_cols).
+ * their define out (gemv_rows, gemv_cols), and so does a CPT of 1 (gemv_lanes' columns a thread).
  */
 function blockDefines(
   WEIGHTS: WeightFormat,
@@ -152,10 +152,20 @@ function blockDefines(
   subgroups = false,
   GROUP = 0,
   flags = 0,
+  CPT = 1,
 ): BlockDefines {
-  const packs = fitsBits(TMAX, 8) && fitsBits(COLS, 9) && fitsBits(LANES, 8) && fitsBits(XS, 13) && fitsBits(GROUP, 2);
+  const cptCode = CPT === 1 ? 0 : CPT === 2 ? 1 : CPT === 4 ? 2 : -1;
+  const packs =
+    fitsBits(TMAX, 8) &&
+    fitsBits(COLS, 9) &&
+    fitsBits(LANES, 8) &&
+    fitsBits(XS, 13) &&
+    fitsBits(GROUP, 2) &&
+    cptCode >= 0;
   const key = packs
-    ? (((((WEIGHT_CODES[WEIGHTS] * 256 + TMAX) * 512 + COLS) * 256 + LANES) * 8192 + XS) * 2 + (subgroups ? 1 : 0)) *
+    ? ((((((WEIGHT_CODES[WEIGHTS] * 256 + TMAX) * 512 + COLS) * 256 + LANES) * 8192 + XS) * 2 + (subgroups ? 1 : 0)) *
+        4 +
+        cptCode) *
         64 +
       GROUP * 16 +
       (flags & 15)
@@ -165,6 +175,7 @@ function blockDefines(
   const d: Record<string, DefineValue> = { WEIGHTS, TMAX };
   if (LANES) d.LANES = LANES;
   d.COLS = COLS;
+  if (CPT !== 1) d.CPT = CPT;
   if (XS) d.XS = XS;
   if (subgroups) d.SUBGROUPS = 1;
   if (GROUP) d.GROUP = GROUP;
@@ -182,6 +193,38 @@ function blockDefines(
 function withBlock<D extends BlockDefines>(d: D, GROUP: number, flags: number, LANES = d.LANES ?? 0): D {
   const COLS = LANES === (d.LANES ?? 0) ? d.COLS : 256 / LANES;
   return blockDefines(d.WEIGHTS, d.TMAX, COLS, LANES, d.XS ?? 0, 'SUBGROUPS' in d, GROUP, flags) as D;
+}
+
+/** blockDefines' flags of d (NORM, SILU, LORA, XEACH). */
+const flagsOf = (d: BlockDefines) =>
+  ('NORM' in d ? NORM_FLAG : 0) |
+  ('SILU' in d ? SILU_FLAG : 0) |
+  ('LORA' in d ? LORA_FLAG : 0) |
+  ('XEACH' in d ? XEACH_FLAG : 0);
+
+/**
+ * gemv_lanes' defines d (one column a thread) with CPT columns a thread (tuning.gemvCols,
+ * colsPerThread): LANES times CPT lanes a column, the same COLS a workgroup, so the same grid.
+ * Rows of K elements. Never for a split over K (its slices are whole rounds of d's lanes).
+ */
+function withColsPerThread(gpu: Gpu, d: LanesDefines, K: number): LanesDefines {
+  const be = BLOCK_ELEMS[d.WEIGHTS];
+  const forced = tuning.gemvCols === 'auto' ? 0 : Number(tuning.gemvCols);
+  let CPT = forced || (autoForCpu(gpu) ? 1 : colsPerThread(d.LANES, K, be, (d.XS / d.TMAX) * 4));
+  while (CPT > 1 && d.LANES * CPT > LANES_MAX) CPT /= 2;
+  if (CPT === 1) return d;
+  const GROUP = Number(d.GROUP ?? 0);
+  return blockDefines(
+    d.WEIGHTS,
+    d.TMAX,
+    d.COLS,
+    d.LANES * CPT,
+    d.XS,
+    'SUBGROUPS' in d,
+    GROUP,
+    flagsOf(d),
+    CPT,
+  ) as LanesDefines;
 }
 
 /** gemv_lanes' threads per output column: ~8+ 16-byte blocks per lane, 4 to 16 lanes (or tuning.gemvLanes). */
@@ -280,7 +323,7 @@ function blockGemv(
   let base: BlockDefines;
   if (lanes) {
     const LANES = widensLanes(gpu) ? wideLanes(N, K, BLOCK_ELEMS[WEIGHTS], lanes.LANES) : lanes.LANES;
-    base = withBlock(lanes, 0, flags, LANES);
+    base = withColsPerThread(gpu, withBlock(lanes, 0, flags, LANES), K);
   } else base = blockDefines(WEIGHTS, TMAX, 4, 0, 0, false, 0, flags);
   const columnsPerGroup = entry === 'rows' ? 64 * base.COLS : base.COLS;
   const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), gpu.limits.maxComputeWorkgroupsPerDimension);
@@ -1109,7 +1152,7 @@ export function matmulEachF32(
     for (let i = 0; i < G; i++) matmulF32(gpu, outs[i], xs[i], ws[i], T, Ns[i], K, accumulate, scale);
     return;
   }
-  const defines = lanesDefines(gpu, 'f32', T, K, false, undefined, G, XEACH_FLAG);
+  const defines = withColsPerThread(gpu, lanesDefines(gpu, 'f32', T, K, false, undefined, G, XEACH_FLAG), K);
   const buffers = [outs[0], xs[0], ws[0]];
   for (let i = 1; i < G; i++) buffers.push(outs[i], ws[i]);
   buffers.push(...xs.slice(1));
@@ -1224,7 +1267,11 @@ function groupGemv(
   const [N1, N2 = 0] = Ns.slice(1);
   if (variant === 'lanes') {
     const N = G === 2 ? Math.max(Ns[0], Ns[1]) : Math.max(Ns[0], Ns[1], Ns[2]);
-    const defines = lanesDefines(gpu, WEIGHTS, T, K, norm !== undefined, N, G, norm ? NORM_FLAG : 0);
+    const defines = withColsPerThread(
+      gpu,
+      lanesDefines(gpu, WEIGHTS, T, K, norm !== undefined, N, G, norm ? NORM_FLAG : 0),
+      K,
+    );
     const groups = Ns.reduce((n, N) => n + Math.ceil(N / defines.COLS), 0);
     const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
     gpu.dispatch(

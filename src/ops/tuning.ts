@@ -94,6 +94,18 @@ export interface Tuning {
    */
   gemvLanes: 'auto' | '4' | '8' | '16';
   /**
+   * The decode GEMV's (gemv_lanes) output columns a thread (shaders/gemv.wgsl CPT): each part of x
+   * read from workgroup memory then serves that many columns' weights, with the lanes a column
+   * multiplied by as much, so a workgroup keeps its columns and the grid its workgroups
+   * (src/ops/colsSplit.ts colsPerThread). At one column a thread a q4 block's 16 bytes cost 128
+   * bytes of x reads a row of x (512 at B = 4), more than an SM's workgroup memory serves per
+   * byte of an HBM GPU's weights. 'auto' on GPUs the most of 4, 2 that keeps a column's lanes
+   * within 32 and within one staging chunk's blocks (never on CPU adapters, which take gemv_rows);
+   * '1' one column a thread (the kernel before, for a GPU's A/B); '2', '4' force it where gemv_lanes
+   * runs unsplit (lanes up to 64). Bitwise the same sums as one column a thread at the same lanes.
+   */
+  gemvCols: 'auto' | '1' | '2' | '4';
+  /**
    * The tiled attention backward: register-tiled products ('blocks': attention_blocked_dq / _dkv,
    * as attentionForward's 'blocks'; head_dim a multiple of 32 and the workgroup memory to hold
    * them), or rows split over 4 threads each with subgroup sums ('split': shaders/attention.wgsl
@@ -186,6 +198,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemvSplitK: 'auto',
   gemvWideLanes: 'auto',
   gemvLanes: 'auto',
+  gemvCols: 'auto',
   attentionBackward: 'auto',
   attentionDkvRows: 'auto',
   attentionDkvGroup: 'auto',
@@ -210,6 +223,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemvSplitK: ['auto', 'off'],
   gemvWideLanes: ['auto', 'on', 'off'],
   gemvLanes: ['auto', '4', '8', '16'],
+  gemvCols: ['auto', '1', '2', '4'],
   attentionBackward: ['auto', 'split', 'row', 'blocks'],
   attentionDkvRows: ['auto', '4', '2', '1'],
   attentionDkvGroup: ['auto', 'wide'],

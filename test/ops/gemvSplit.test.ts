@@ -237,9 +237,11 @@ describe.each([
 describe('gemv_lanes with its lanes forced (tuning.gemvLanes)', () => {
   beforeAll(() => {
     current = gpu;
+    K.tuning.gemvCols = '1'; // one column a thread: the lanes as forced (test/ops/gemvCpt.test.ts multiplies them)
   });
   afterAll(() => {
     K.tuning.gemvLanes = 'auto';
+    K.tuning.gemvCols = 'auto';
   });
   it.each([
     ['q4', 4, 40, 2560, 4],
