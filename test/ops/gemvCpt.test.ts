@@ -189,7 +189,16 @@ describe.each([
           );
           return outs[i]!;
         };
-        await againstOneColumn(`group ${format} weight ${i}`, 'matmulGroup', T * Ns[i]!, lanes, cpt, product, want, 1e-5);
+        await againstOneColumn(
+          `group ${format} weight ${i}`,
+          'matmulGroup',
+          T * Ns[i]!,
+          lanes,
+          cpt,
+          product,
+          want,
+          1e-5,
+        );
       }
     }
   });
