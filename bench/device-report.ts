@@ -15,7 +15,9 @@
 //   not grow at all), so t(L) x 36 / L bounds the 36-layer round from above and t(L) from below;
 //   target < 60 s: met when the bound is under 60 s, missed when t(L) is over, open between.
 // Then the attention kernels side by side (attention-ab.log): per T and op each variant's median
-// time over the last variant's, and the fastest, which is what tuning's 'auto' should take; and
+// time over the last variant's, and the fastest, which is what tuning's 'auto' should take; the
+// decode GEMV's layouts swept (gemv-ab.log, bench/gemv-sweep.ts): per product and batch the
+// fastest and 'auto''s; and
 // bench/profile.ts's runs with other kernel switches beside the defaults' (round.log, gemv-ab.log):
 // each unit's GPU time and its ratio to the first run's.
 // A file that is missing or malformed makes its rows say so; the rest still report.
@@ -46,6 +48,69 @@ export interface DeviceRun {
   attention?: AttentionAb | string;
   /** bench/profile.ts's summaries in round.log and gemv-ab.log (each file's, or why not). */
   profiles?: { file: string; runs: ProfileRun[] | string }[];
+  /** bench/gemv-sweep.ts's tables in gemv-ab.log, or why they are missing. */
+  gemvSweep?: GemvSweep[] | string;
+}
+
+/** One table of bench/gemv-sweep.ts: a product at a batch, each layout's median time. */
+export interface GemvSweep {
+  op: string;
+  batch: number;
+  rows: { lanes: string; cols: string; us: number; gbs: number; ofCopy: number; kernel: string; auto: boolean }[];
+}
+
+/**
+ * bench/gemv-sweep.ts's tables in a log: each `## op B=T (...)` header opens one, and each row
+ * `lanes cols us GB/s %copy kernel [<- fastest] [<- 'auto']` adds a layout. Other lines are
+ * skipped; throws where there is no table.
+ */
+export function parseGemvSweep(text: string): GemvSweep[] {
+  const out: GemvSweep[] = [];
+  let cur: GemvSweep | null = null;
+  for (const line of text.split('\n')) {
+    const h = /^## (\w+) B=(\d+) \(/.exec(line);
+    if (h) {
+      out.push((cur = { op: h[1]!, batch: Number(h[2]), rows: [] }));
+      continue;
+    }
+    const m = /^(auto|\d+)\s+(auto|\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)%\s+(\S+)(.*)$/.exec(line);
+    if (m && cur) {
+      const [, lanes, cols, us, gbs, ofCopy, kernel, rest] = m as unknown as string[];
+      cur.rows.push({
+        lanes: lanes!,
+        cols: cols!,
+        us: Number(us),
+        gbs: Number(gbs),
+        ofCopy: Number(ofCopy) / 100,
+        kernel: kernel!,
+        auto: rest!.includes("<- 'auto'"),
+      });
+    } else if (!line.trim() || /^lanes\s+cols/.test(line)) continue;
+    else cur = null; // another script's line ends a table
+  }
+  const tables = out.filter((t) => t.rows.length > 0);
+  if (tables.length === 0) throw new Error('no "## op B=T" table of bench/gemv-sweep.ts');
+  return tables;
+}
+
+/** The sweep's Markdown: per product and batch the fastest layout, 'auto''s, and their times. */
+function gemvSweepLines(tables: GemvSweep[]): string[] {
+  const out = [
+    "Decode GEMV layouts (gemv-ab.log, bench/gemv-sweep.ts: staged lanes a column x columns a thread, median us a call over the layers' weights in turn): the fastest and 'auto''s, which 'auto' should become where they differ:",
+    '',
+    "| product | B | fastest (lanes / cols) | us | GB/s | of copy | 'auto' (lanes / cols) | 'auto' / fastest |",
+    '|---|---|---|---|---|---|---|---|',
+  ];
+  for (const t of tables) {
+    const best = t.rows.reduce((a, b) => (b.us < a.us ? b : a));
+    const auto = t.rows.find((r) => r.auto);
+    const layout = (r: GemvSweep['rows'][number]) => `${r.lanes} / ${r.cols}`;
+    out.push(
+      `| ${t.op} | ${t.batch} | ${layout(best)} | ${num(best.us)} | ${sig(best.gbs)} | ${pct(best.ofCopy)} | ` +
+        `${auto ? layout(auto) : 'not swept'} | ${auto ? num(auto.us / best.us, 2) : ''} |`,
+    );
+  }
+  return out;
 }
 
 /** One bench/profile.ts run: its kernel switches ('' for none) and each unit's GPU time. */
@@ -314,6 +379,12 @@ export function deviceReport(run: DeviceRun): string[] {
     if (typeof run.attention === 'object') out.push(...attentionLines(run.attention));
     else out.push(`Attention side by side: ${why(run.attention, 'attention-ab.log')}`);
   }
+  // The decode GEMV's layouts swept (gemv-ab.log).
+  if (run.gemvSweep !== undefined) {
+    out.push('');
+    if (typeof run.gemvSweep === 'object') out.push(...gemvSweepLines(run.gemvSweep));
+    else out.push(`Decode GEMV layouts: ${why(run.gemvSweep, 'gemv-ab.log')}`);
+  }
   // Profiles run with other kernel switches beside the defaults' (round.log, gemv-ab.log).
   for (const p of run.profiles ?? []) {
     if (typeof p.runs === 'string') continue; // a missing log: its other rows say so
@@ -353,6 +424,7 @@ export async function readDeviceRun(dir: string): Promise<DeviceRun> {
     }),
     summary: await read('summary.log', (t) => t),
     attention: await read('attention-ab.log', parseAttentionAb),
+    gemvSweep: await read('gemv-ab.log', parseGemvSweep),
     profiles: [
       { file: 'round.log', runs: await read('round.log', parseProfiles) },
       { file: 'gemv-ab.log', runs: await read('gemv-ab.log', parseProfiles) },

@@ -14,7 +14,8 @@
 // set from a first timing so that one measurement takes about --ms of GPU time. The configurations
 // alternate round by round (A B C ... A B C) so that drift hits all. Prints per product and
 // batch the median us a call, GB/s of its weights and the fraction of the copy rate measured in
-// the same run (bench/roofline.ts), the kernel 'auto' took (LANES, COLS, CPT), and the fastest.
+// the same run (bench/roofline.ts), the kernel each took (LANES, COLS, CPT), the fastest, and the
+// rows whose kernel is the one 'auto' takes (bench/device-report.ts sets them side by side).
 // The GPU's 'auto' kernel choices on any adapter (tuning.autoFor = 'gpu'); on a CPU adapter
 // (SwiftShader) these are CPU timings of GPU kernels (use --model tiny there). A
 // benchmark, not a test: nothing here asserts a time.
@@ -162,6 +163,12 @@ try {
     for (const T of batches) {
       const rows: Result[] = [];
       const repsOf = new Map<string, number>();
+      // The kernel 'auto' takes here: its rows are marked.
+      K.tuning.gemvLanes = 'auto';
+      K.tuning.gemvCols = 'auto';
+      call(op, T, 0);
+      await gpu.sync();
+      const autoKernel = kernelOf(op);
       for (let round = 0; round < rounds; round++)
         for (const c of configs) {
           K.tuning.gemvLanes = c.lanes;
@@ -198,7 +205,8 @@ try {
         const gbs = r.bytes / m / 1e9;
         console.log(
           `${r.lanes.padEnd(6)}${r.cols.padEnd(6)}${(m * 1e6).toFixed(1).padStart(9)}${gbs.toFixed(gbs < 10 ? 2 : 0).padStart(8)}` +
-            `${((100 * gbs) / roofline.copyGBs).toFixed(1).padStart(6)}%  ${r.kernel}${m === best ? '  <- fastest' : ''}`,
+            `${((100 * gbs) / roofline.copyGBs).toFixed(1).padStart(6)}%  ${r.kernel}${m === best ? '  <- fastest' : ''}` +
+            `${r.kernel === autoKernel ? "  <- 'auto'" : ''}`,
         );
       }
       results.push(...rows);

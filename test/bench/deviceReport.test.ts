@@ -10,6 +10,7 @@ import {
   deviceReport,
   lastJsonObject,
   parseAttentionAb,
+  parseGemvSweep,
   parseProfiles,
   readDeviceRun,
   type PeftStep,
@@ -312,5 +313,43 @@ describe('bench/profile.ts runs side by side (round.log, gemv-ab.log)', () => {
     expect(text).toMatch(/PEFT \/ ours = 8\.28x.*\| no \|/);
     expect(text).toMatch(/24\.8 s with all 36 layers.*\| yes \|/);
     expect(text).toContain("| unit | 'auto' | `gemmSplitK=off` | `gemmSplitK=on` |");
+  });
+});
+
+describe('gemv-ab.log: bench/gemv-sweep.ts tables', () => {
+  const log = [
+    "nvidia H100; 4b q4, 4 layers' weights in turn; copy 2700 GB/s; subgroups true",
+    '',
+    '## qkv B=1 (7.9 MiB of weights a call)',
+    'lanes cols    us/call    GB/s  %copy  kernel',
+    'auto  1          20.0     400   14.8%  gemv.gemv_lanes_group[COLS=32,GROUP=3,LANES=8,NORM=1]',
+    "auto  4          10.0     800   29.6%  gemv.gemv_lanes_group[COLS=32,CPT=4,GROUP=3,LANES=32,NORM=1]  <- fastest  <- 'auto'",
+    '16    1          12.5     640   23.7%  gemv.gemv_lanes_group[COLS=16,GROUP=3,LANES=16,NORM=1]',
+    '',
+    '## head B=4 (218.0 MiB of weights a call)',
+    'lanes cols    us/call    GB/s  %copy  kernel',
+    "auto  2         200.0    1090   40.4%  gemv.gemv_lanes[COLS=32,CPT=2,LANES=16]  <- 'auto'",
+    '4     4         150.0    1453   53.8%  gemv.gemv_lanes[COLS=64,CPT=4,LANES=16]  <- fastest',
+    'nvidia H100; M 512 N 9728 K 2560; q4 W', // the next script's output
+    'matmul (x . W^T)                          4.23 ms   6027.86 GFLOP/s  WEIGHTS TILED VEC',
+  ].join('\n');
+
+  it("reads each table and sets the fastest layout beside 'auto''s", () => {
+    const t = parseGemvSweep(log);
+    expect(t.map((x) => [x.op, x.batch, x.rows.length])).toEqual([
+      ['qkv', 1, 3],
+      ['head', 4, 2],
+    ]);
+    expect(t[0]!.rows[1]).toMatchObject({ lanes: 'auto', cols: '4', us: 10, gbs: 800, auto: true });
+    expect(t[0]!.rows[1]!.ofCopy).toBeCloseTo(0.296, 6);
+    const text = deviceReport({ gemvSweep: t }).join('\n');
+    expect(text).toContain('| qkv | 1 | auto / 4 | 10.0 | 800 | 29.6% | auto / 4 | 1.00 |');
+    expect(text).toContain('| head | 4 | 4 / 4 | 150.0 | 1,450 | 53.8% | auto / 2 | 1.33 |');
+  });
+
+  it('says so where the log has no table', async () => {
+    expect(() => parseGemvSweep('gemv-ab: exit 124\n')).toThrow(/no "## op B=T" table/);
+    const text = deviceReport(await readDeviceRun('bench/results/2026-12-04-h200')).join('\n');
+    expect(text).toMatch(/Decode GEMV layouts: gemv-ab\.log: (missing|not readable)/);
   });
 });
