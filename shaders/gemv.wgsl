@@ -242,7 +242,7 @@ fn gemv_rows_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
 // the workgroup's COLS columns share one staged copy of x (common/gemvstaged.wgsl), so x crosses
 // from global memory once per workgroup, not once per column.
 const LANES = {{LANES}}u; // threads per output column (a power of two, <= 64)
-// Output columns a thread (define CPT: 1, 2 or 4; src/ops/forward.ts colsPerThread): columns n0,
+// Output columns a thread (define CPT: 1, 2 or 4; src/ops/colsSplit.ts colsPerThread): columns n0,
 // n0 + CSTEP, ... of the workgroup's COLS = CPT * 256 / LANES. Each part of x read from workgroup
 // memory then serves CPT columns' weights: at LANES = 8 and one column a thread, a q4 block's 16
 // bytes cost 128 bytes of x reads a row of x (512 at B = 4), more than workgroup memory serves

@@ -1,6 +1,7 @@
 // The partial dot products of shaders/gemv.wgsl gemv_lanes' CPT columns a thread for the weight
-// w{{WI}} of {{WN}} rows, a template: #include "common/gemvstaged.wgsl" (WI=suffix, WN=rows, AT=offset + ); the
-// includer defines n0 (this thread's first column; the others are CSTEP apart), col, lane and
+// w{{WI}} of {{WN}} rows, a template:
+//   #include "common/gemvstaged.wgsl" (WI=suffix, WN=rows, AT=offset + )
+// The includer defines n0 (this thread's first column; the others are CSTEP apart), col, lane and
 // lid. Ends with common/gemvlanes.wgsl once per column, which reduces the column's partials
 // (accs[t * CPT + r] for column r) and stores them AT elements further on (gemvlanes' AT). Holds
 // workgroup barriers: include it in uniform control flow.
