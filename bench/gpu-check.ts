@@ -274,7 +274,7 @@ if (import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith
   if (values.kernels) K.resetTuning(K.parseTuning(values.kernels));
   const gpu = await createGpu();
   console.log(
-    `gpu-check on ${gpu.info.description || gpu.info.architecture} (${gpu.info.vendor}); 'auto' as on ${K.autoForCpu(gpu) ? 'a CPU adapter' : 'a GPU'}; shader-f16 ${gpu.features.f16}, subgroups ${gpu.features.subgroups}; f16 GEMM ${K.useGemmF16(gpu)}`,
+    `gpu-check on ${gpu.info.description || gpu.info.architecture} (${gpu.info.vendor}); 'auto' as on ${K.autoForCpu(gpu) ? 'a CPU adapter' : 'a GPU'}; shader-f16 ${gpu.features.f16}, subgroups ${gpu.features.subgroups}; f16 GEMM ${K.useGemmF16(gpu)}; ${gpu.limits.maxStorageBuffersPerShaderStage} storage buffers a stage`,
   );
   const lines = await gpuCheck(gpu, (l) => console.log(l));
   const failed = lines.filter((l) => !l.ok).length;

@@ -19,8 +19,8 @@ enable subgroups;
 //   blocks, COLS = 256 / LANES columns per workgroup share x, staged chunk by chunk in workgroup
 //   memory; a subgroup (or shared-memory) reduction per column. gemv_lanes_group: the same over
 //   2 or 3 weights (GROUP), as gemv_rows_group. Define NORM: the RMSNorm before the product
-//   folded in (x the residual stream; see normScales). Define LORA (one weight, no norm): a LoRA
-//   branch's B product added in the store (loraTerm). Define XEACH (gemv_lanes_group, no NORM):
+//   folded in (x the residual stream; see normScales). Define LORA (one weight and no norm, or a
+//   group): a LoRA branch's B product added in the store (loraTerm). Define XEACH (gemv_lanes_group, no NORM):
 //   each weight multiplies its own x (a, a1, a2). Define SILU (gemv_lanes, no norm): x is
 //   silu(a) * aUp, formed as it is staged (siluTimes).
 // Measured on SwiftShader (2 cores), bf16 9728 x 2560: x staged in workgroup memory did not pay
@@ -46,7 +46,7 @@ struct GemvParams {
   eps: f32, // gemv_lanes with the RMSNorm folded in
 #endif
 #ifdef LORA
-  // One weight, no norm: the LoRA branch loraScale * u (M, loraR) . B (N, loraR)^T added in store.
+  // The LoRA branch loraScale * u (M, loraR) . B (N, loraR)^T added in store (each weight's).
   loraR: u32,
   loraScale: f32,
 #endif
@@ -91,20 +91,33 @@ struct GemvParams {
 #endif
 
 #ifdef LORA
-// The LoRA branch of the product (define LORA, one weight and no norm: src/ops/forward.ts matmul's
-// `lora`): u = x A^T was computed before, and each stored output adds its B product, r
-// multiply-adds, instead of a second dispatch accumulating into out.
-@group(0) @binding(4) var<storage, read> loraU: array<f32>; // (M, loraR)
-@group(0) @binding(5) var<storage, read> loraB: array<f32>; // (N, loraR)
-
-// loraScale * sum_j u[t, j] B[n, j] for output o = t N + n.
-fn loraTerm(o: u32) -> f32 {
-  let t = o / p.N;
-  let n = o - t * p.N;
-  var s = 0.0;
-  for (var j = 0u; j < p.loraR; j++) { s += loraU[t * p.loraR + j] * loraB[n * p.loraR + j]; }
-  return p.loraScale * s;
-}
+// The LoRA branch of the product (define LORA, no norm with one weight: src/ops/forward.ts
+// matmul's `lora`; a group's q/k/v or gate/up branches, with or without the norm: matmulGroup's):
+// u = x A^T was computed before, and each stored output adds its B product, r multiply-adds
+// (loraTerm, common/storeout.wgsl), instead of a dispatch accumulating into out. u (M, loraR) and
+// B (N, loraR) bind at 4 and 5 for one weight; a group binds each weight's pair after its weights
+// and norm: loraU, loraB, loraU1, loraB1 (, loraU2, loraB2).
+#ifndef GROUP
+#include "common/loraterm.wgsl" (WI=, WN=p.N, AT=4)
+#elif GROUP > 2
+#ifdef NORM
+#include "common/loraterm.wgsl" (WI=, WN=p.N, AT=9)
+#include "common/loraterm.wgsl" (WI=1, WN=p.N1, AT=11)
+#include "common/loraterm.wgsl" (WI=2, WN=p.N2, AT=13)
+#else
+#include "common/loraterm.wgsl" (WI=, WN=p.N, AT=8)
+#include "common/loraterm.wgsl" (WI=1, WN=p.N1, AT=10)
+#include "common/loraterm.wgsl" (WI=2, WN=p.N2, AT=12)
+#endif
+#else
+#ifdef NORM
+#include "common/loraterm.wgsl" (WI=, WN=p.N, AT=7)
+#include "common/loraterm.wgsl" (WI=1, WN=p.N1, AT=9)
+#else
+#include "common/loraterm.wgsl" (WI=, WN=p.N, AT=6)
+#include "common/loraterm.wgsl" (WI=1, WN=p.N1, AT=8)
+#endif
+#endif
 #endif
 
 #ifdef SILU

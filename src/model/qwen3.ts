@@ -198,8 +198,9 @@ export class Qwen3Model {
     // Projections of h = rmsNorm(x, normW) sharing one read of it (q/k/v, gate/up): one fused GEMV
     // dispatch in decode (K.matmulGroup), then each target's LoRA branch on its own output.
     // When the adapter targets every projection of the group, their LoRA A products (which share h
-    // too) run as one dispatch (K.matmulGroupF32), then their B products, each on its own output,
-    // as one more (K.matmulEachF32: decode on GPUs; one each elsewhere).
+    // too) run first as one dispatch (K.matmulGroupF32), and the group product takes their B
+    // products: in its GEMV's store where that fits (decode; tuning.loraFold), else as one more
+    // dispatch (K.matmulEachF32: decode on GPUs; one each elsewhere).
     // Where the group products can take it (K.foldsNorm: decode on GPUs), the norm runs inside them
     // and h is never written; a LoRA A product of one projection alone needs h, so not then.
     const projGroup = (normW: GPUBuffer, ys: GPUBuffer[], wts: K.Weight[], targets: LoraTarget[], Ns: number[]) => {
@@ -209,36 +210,32 @@ export class Qwen3Model {
       const norm = fold ? { w: normW, eps } : undefined;
       if (!fold) K.rmsNorm(gpu, h, x, normW, T, C, eps);
       const xIn = fold ? x : h;
-      K.matmulGroup(gpu, ys, xIn, wts, T, Ns, C, norm);
-      if (groupA) {
-        const r = lora.settings.r;
-        const pairs = ps as NonNullable<(typeof ps)[number]>[];
-        K.matmulGroupF32(
-          gpu,
-          us.slice(0, pairs.length),
-          xIn,
-          pairs.map((p) => p.A),
-          T,
-          pairs.map(() => r),
-          C,
-          norm,
-        );
-        K.matmulEachF32(
-          gpu,
-          ys,
-          us.slice(0, pairs.length),
-          pairs.map((p) => p.B),
-          T,
-          pairs.map((p) => p.N),
-          r,
-          true,
-          lora.scale,
-        );
-      } else {
+      if (!groupA) {
+        K.matmulGroup(gpu, ys, xIn, wts, T, Ns, C, norm);
         ps.forEach((p, i) => {
           if (p) loraForward(gpu, ys[i], u!, h, p, T, lora!.settings.r, lora!.scale);
         });
+        return;
       }
+      const r = lora.settings.r;
+      const pairs = ps as NonNullable<(typeof ps)[number]>[];
+      const groupUs = us.slice(0, pairs.length);
+      K.matmulGroupF32(
+        gpu,
+        groupUs,
+        xIn,
+        pairs.map((p) => p.A),
+        T,
+        pairs.map(() => r),
+        C,
+        norm,
+      );
+      K.matmulGroup(gpu, ys, xIn, wts, T, Ns, C, norm, {
+        us: groupUs,
+        Bs: pairs.map((p) => p.B),
+        r,
+        scale: lora.scale,
+      });
     };
 
     const siluFold = K.foldsSilu(gpu, T);

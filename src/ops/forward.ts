@@ -1027,7 +1027,9 @@ const GROUP_COLS = 4;
  * matmul would write. It takes the GEMV variants (gemv_rows_group on CPU adapters where matmul
  * takes gemv_rows, gemv_lanes_group or matmul_gemv_group on GPUs for T <= GEMV_MAX_T), when the weights share a
  * format and 2 * count + 1 storage buffers fit the device; otherwise one matmul per weight
- * (prefill keeps the tiled GEMM). With `norm`, the product is of rmsNorm(x) (FoldedNorm).
+ * (prefill keeps the tiled GEMM). With `norm`, the product is of rmsNorm(x) (FoldedNorm). With
+ * `lora`, each output also gets its LoRA branch's B product (GroupLora): in the group GEMV's store
+ * where foldsGroupLora allows, else by matmulEachF32 after it (or each weight's matmul epilogue).
  */
 export function matmulGroup(
   gpu: Gpu,
@@ -1038,21 +1040,23 @@ export function matmulGroup(
   Ns: readonly number[],
   K: number,
   norm?: FoldedNorm,
+  lora?: GroupLora,
 ): void {
   const wbs = groupChecks('matmulGroup', outs, x, ws.length, T, Ns, K, norm).map((_, i) =>
     checkWeight(ws[i], Ns[i], K, `matmulGroup w ${i}`),
   );
+  if (lora) groupLoraChecks(lora, outs, x, T, Ns);
   if (T === 0) return;
   const WEIGHTS = weightFormat(ws[0]);
   const mixed = ws.some((w) => weightFormat(w) !== WEIGHTS);
   if (norm && (mixed || groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, true) !== 'lanes')) {
-    withNormed(gpu, x, norm, T, K, (h) => matmulGroup(gpu, outs, h, ws, T, Ns, K));
+    withNormed(gpu, x, norm, T, K, (h) => matmulGroup(gpu, outs, h, ws, T, Ns, K, undefined, lora));
     return;
   }
   // An anonymous closure: a named one gets tsx's keepNames wrapper (a defineProperty) per call.
-  if (mixed) for (let i = 0; i < ws.length; i++) matmul(gpu, outs[i], x, ws[i], T, Ns[i], K);
-  else
-    groupGemv(
+  if (mixed) for (let i = 0; i < ws.length; i++) matmul(gpu, outs[i], x, ws[i], T, Ns[i], K, false, loraOf(lora, i));
+  else {
+    const folded = groupGemv(
       gpu,
       'matmulGroup',
       outs,
@@ -1062,9 +1066,61 @@ export function matmulGroup(
       T,
       Ns,
       K,
-      (i) => matmul(gpu, outs[i], x, ws[i], T, Ns[i], K),
+      (i) => matmul(gpu, outs[i], x, ws[i], T, Ns[i], K, false, loraOf(lora, i)),
       norm,
+      lora,
     );
+    if (lora && !folded) matmulEachF32(gpu, outs, lora.us, lora.Bs, T, Ns, lora.r, true, lora.scale);
+  }
+}
+
+/**
+ * The LoRA branches of a group product (matmulGroup's `lora`): outs[i] += scale * us[i] (T, r) .
+ * Bs[i] (Ns[i], r)^T, each u = x A_i^T computed before (matmulGroupF32 over the A matrices).
+ */
+export interface GroupLora {
+  us: readonly GPUBuffer[]; // (T, r) f32 each
+  Bs: readonly GPUBuffer[]; // (Ns[i], r) f32 each
+  r: number;
+  scale: number;
+}
+
+/** Weight i's own LoRA epilogue of a group's (the products that run one weight at a time). */
+function loraOf(lora: GroupLora | undefined, i: number): LoraEpilogue | undefined {
+  return lora ? { u: lora.us[i], B: lora.Bs[i], r: lora.r, scale: lora.scale } : undefined;
+}
+
+function groupLoraChecks(
+  lora: GroupLora,
+  outs: readonly GPUBuffer[],
+  x: GPUBuffer,
+  T: number,
+  Ns: readonly number[],
+): void {
+  const G = outs.length;
+  check(
+    lora.us.length === G && lora.Bs.length === G,
+    () =>
+      `matmulGroup: the LoRA branches need one u and one B per weight (got ${lora.us.length} u, ${lora.Bs.length} B for ${G} weights)`,
+  );
+  check(
+    Number.isInteger(lora.r) && lora.r >= 1,
+    () => `matmulGroup: LoRA rank must be a positive integer (got ${lora.r})`,
+  );
+  for (let i = 0; i < G; i++) {
+    checkSize(lora.us[i], T * lora.r * 4, () => `matmulGroup lora u ${i}`);
+    checkSize(lora.Bs[i], Ns[i] * lora.r * 4, () => `matmulGroup lora B ${i}`);
+  }
+  for (let i = 0; i < G; i++) distinct('matmulGroup', outs[i], x, ...lora.us, ...lora.Bs);
+}
+
+/**
+ * Whether a group product of G weights takes its LoRA branches in its GEMV's store
+ * (tuning.loraFold; shaders/gemv.wgsl define LORA with GROUP): where it runs gemv_lanes_group or
+ * gemv_rows_group and the 2 G more storage buffers (each weight's u and B) fit beside its own.
+ */
+function foldsGroupLora(gpu: Gpu, G: number, norm: boolean): boolean {
+  return tuning.loraFold !== 'off' && 4 * G + 1 + (norm ? 1 : 0) <= gpu.limits.maxStorageBuffersPerShaderStage;
 }
 
 /**
@@ -1239,7 +1295,11 @@ function groupChecks(
 const GROUP_OF_2: readonly number[] = Object.freeze([0, 1]);
 const GROUP_OF_3: readonly number[] = Object.freeze([0, 1, 2]);
 
-/** One GEMV dispatch over 2 or 3 weights of one format sharing x, or `single(i)` per weight where none applies. */
+/**
+ * One GEMV dispatch over 2 or 3 weights of one format sharing x, or `single(i)` per weight where
+ * none applies. With `lora`, true when the LoRA branches ran too (in the store, foldsGroupLora, or
+ * in `single`); false leaves them to the caller.
+ */
 function groupGemv(
   gpu: Gpu,
   op: string,
@@ -1252,43 +1312,45 @@ function groupGemv(
   K: number,
   single: (i: number) => void,
   norm?: FoldedNorm,
-): void {
+  lora?: GroupLora,
+): boolean {
   const G = wbs.length;
   const variant = groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, norm !== undefined);
   check(!norm || variant === 'lanes', () => `${op}: a folded norm needs gemv_lanes_group`); // the callers check first
   if (variant === null) {
     for (let i = 0; i < G; i++) single(i);
-    return;
+    return true;
   }
   // Weight 0 is bound where matmul binds its one weight; the others follow (out1, w1, out2, w2),
-  // then a folded norm's weights.
+  // then a folded norm's weights, then the LoRA branches' u and B of each weight.
   const buffers = [outs[0], x, wbs[0]];
   for (let i = 1; i < G; i++) buffers.push(outs[i], wbs[i]);
+  if (norm) buffers.push(norm.w);
+  const inStore = lora !== undefined && variant !== 'gemv' && foldsGroupLora(gpu, G, norm !== undefined);
+  if (inStore) for (let i = 0; i < G; i++) buffers.push(lora.us[i], lora.Bs[i]);
+  const flags = (norm ? NORM_FLAG : 0) | (inStore ? LORA_FLAG : 0);
   const [N1, N2 = 0] = Ns.slice(1);
+  const loraParams = inStore ? [lora.r, f32(lora.scale)] : [];
   if (variant === 'lanes') {
     const N = G === 2 ? Math.max(Ns[0], Ns[1]) : Math.max(Ns[0], Ns[1], Ns[2]);
-    const defines = withColsPerThread(
-      gpu,
-      lanesDefines(gpu, WEIGHTS, T, K, norm !== undefined, N, G, norm ? NORM_FLAG : 0),
-      K,
-    );
+    const defines = withColsPerThread(gpu, lanesDefines(gpu, WEIGHTS, T, K, norm !== undefined, N, G, flags), K);
     const groups = Ns.reduce((n, N) => n + Math.ceil(N / defines.COLS), 0);
     const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
     gpu.dispatch(
       opKernel(gpu, op, 'gemv', 'gemv_lanes_group', defines),
-      norm ? [...buffers, norm.w] : buffers,
+      buffers,
       [x0, y0],
-      [T, Ns[0], K, 0, f32(1), 0, 0, 0, N1, N2, ...(norm ? [f32(norm.eps)] : [])],
+      [T, Ns[0], K, 0, f32(1), 0, 0, 0, N1, N2, ...(norm ? [f32(norm.eps)] : []), ...loraParams],
     );
   } else if (variant === 'blocks') {
     const TMAX = tmaxFor(T);
     const groups = Ns.reduce((n, N) => n + Math.ceil(N / (64 * GROUP_COLS)), 0);
     const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
     gpu.dispatch(
-      opKernel(gpu, op, 'gemv', 'gemv_rows_group', blockDefines(WEIGHTS, TMAX, GROUP_COLS, 0, 0, false, G)),
+      opKernel(gpu, op, 'gemv', 'gemv_rows_group', blockDefines(WEIGHTS, TMAX, GROUP_COLS, 0, 0, false, G, flags)),
       buffers,
       [x0, y0, Math.ceil(T / TMAX)],
-      [T, Ns[0], K, 0, f32(1), 0, 0, 0, N1, N2],
+      [T, Ns[0], K, 0, f32(1), 0, 0, 0, N1, N2, ...loraParams],
     );
   } else {
     const cols = 256 / gemvLanes(K);
@@ -1299,6 +1361,7 @@ function groupGemv(
       [T, Ns[0], K, 0, K, 1, K, 1, f32(1), N1, N2],
     );
   }
+  return inStore;
 }
 
 /**

@@ -123,3 +123,91 @@ describe('apart from the product: the B product its own matmulF32', () => {
     expect(() => K.matmul(gpu, out, x, w, 2, 8, 32, false, { u: out, B, r: 4, scale: 1 })).toThrow();
   });
 });
+
+// matmulGroup's `lora` (K.GroupLora): the q/k/v or gate/up group product takes each weight's LoRA
+// B product in its store (define LORA with GROUP) where its u and B bindings fit (4 G + 1, plus the
+// folded norm's weights: 13 or 14 for q/k/v, 9 or 10 for gate/up), one dispatch in all; elsewhere
+// (too few bindings, tuning.loraFold 'off') the B products follow as K.matmulEachF32. Against the
+// CPU reference (f64) either way, with the folded RMSNorm where gemv_lanes_group takes it.
+describe("a group's LoRA branches (matmulGroup's lora)", () => {
+  const cases = [
+    // (label, tuning.matmul, gpu, format, T, Ns, K, r, norm)
+    ['gemv_rows_group, gate/up', 'blocks', () => gpu, 'bf16', 3, [70, 70], 288, 4, false],
+    ['gemv_rows_group, q/k/v', 'blocks', () => gpu, 'q4', 2, [64, 16, 16], 256, 8, false],
+    ['gemv_lanes_group, gate/up with the norm', 'lanes', () => gpu, 'q4', 4, [40, 40], 512, 16, true],
+    ['gemv_lanes_group, q/k/v with the norm', 'lanes', () => gpu, 'bf16', 1, [48, 16, 16], 264, 4, true],
+    ['gemv_lanes_group, q/k/v, shared-memory reduction', 'lanes', () => tree, 'q4', 5, [33, 9, 9], 320, 2, false],
+  ] as const;
+  it.each(cases)('%s', async (what, matmul, getGpu, format, T, Ns, Kd, r, withNorm) => {
+    current = getGpu();
+    for (const loraFold of ['auto', 'off'] as const) {
+      K.resetTuning({ matmul, loraFold });
+      const G = Ns.length;
+      const rand = ref.rng(T * 17 + Kd + G);
+      const xv = ref.randn(T * Kd, rand);
+      const normVals = ref.roundBf16(ref.randn(Kd, rand));
+      const ws = Ns.map((N, i) => h.weight(format, N, Kd, 300 + 11 * i + T));
+      const us = Ns.map(() => ref.randn(T * r, rand));
+      const Bs = Ns.map((N) => ref.randn(N * r, rand, 0.3));
+      const outs = Ns.map((N) => outBuf(T * N));
+      const scale = 1.5;
+      const norm = withNorm ? { w: h.bf16Buf(normVals), eps: 1e-6 } : undefined;
+      const lora = { us: us.map((u) => f32Buf(u, 'u')), Bs: Bs.map((B) => f32Buf(B, 'B')), r, scale };
+      K.forgetKernelVariants(current);
+      const d0 = current.dispatchCount;
+      K.matmulGroup(
+        current,
+        outs,
+        f32Buf(xv),
+        ws.map((w) => w.w),
+        T,
+        Ns,
+        Kd,
+        norm,
+        lora,
+      );
+      const dispatches = current.dispatchCount - d0;
+      const label = K.kernelVariant(current, 'matmulGroup')?.label ?? '';
+      const fits = 4 * G + 1 + (withNorm ? 1 : 0) <= current.limits.maxStorageBuffersPerShaderStage;
+      const folds = loraFold === 'auto' && fits;
+      expect(label).toContain(`gemv.gemv_${matmul === 'blocks' ? 'rows' : 'lanes'}_group[`);
+      expect(label.includes('LORA=1'), `${what} ${loraFold}: ${label}`).toBe(folds);
+      if (folds) expect(dispatches, 'one dispatch').toBe(1);
+      else expect(dispatches, 'the group product, then the B products').toBeGreaterThanOrEqual(2);
+      // The reference: the norm in f64, then each product and its branch.
+      const xs = new Float64Array(xv);
+      if (withNorm)
+        for (let t = 0; t < T; t++) {
+          let ss = 0;
+          for (let k = 0; k < Kd; k++) ss += xv[t * Kd + k]! ** 2;
+          const rs = 1 / Math.sqrt(ss / Kd + 1e-6);
+          for (let k = 0; k < Kd; k++) xs[t * Kd + k] = xv[t * Kd + k]! * rs * normVals[k]!;
+        }
+      for (let i = 0; i < G; i++) {
+        const want = new Float64Array(T * Ns[i]!);
+        ref.matmul(want, xs, ws[i]!.vals, T, Ns[i]!, Kd);
+        ref.matmulF32(want, us[i]!, Bs[i]!, T, Ns[i]!, r, true, scale);
+        expectClose(
+          `${what} ${loraFold} weight ${i}`,
+          await current.readF32(outs[i]!, T * Ns[i]!),
+          want,
+          withNorm ? 1e-5 : 2e-6,
+          1e-6,
+        );
+      }
+    }
+  });
+  it('bad LoRA operands name what is wrong', () => {
+    current = gpu;
+    const ws = [h.weight('bf16', 8, 32, 1).w, h.weight('bf16', 8, 32, 2).w];
+    const x = f32Buf(new Float32Array(2 * 32));
+    const outs = [outBuf(2 * 8), outBuf(2 * 8)];
+    const u = () => f32Buf(new Float32Array(2 * 4));
+    const B = () => f32Buf(new Float32Array(8 * 4));
+    const run = (lora: K.GroupLora) => K.matmulGroup(gpu, outs, x, ws, 2, [8, 8], 32, undefined, lora);
+    expect(() => run({ us: [u()], Bs: [B(), B()], r: 4, scale: 1 })).toThrow(/one u and one B per weight/);
+    expect(() => run({ us: [u(), u()], Bs: [B(), B()], r: 0, scale: 1 })).toThrow(/LoRA rank/);
+    expect(() => run({ us: [u(), u()], Bs: [B(), u()], r: 4, scale: 1 })).toThrow(/matmulGroup lora B 1/);
+    expect(() => run({ us: [outs[0]!, u()], Bs: [B(), B()], r: 4, scale: 1 })).toThrow(/matmulGroup/);
+  });
+});

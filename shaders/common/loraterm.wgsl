@@ -1,0 +1,15 @@
+// The LoRA branch of weight w{{WI}} ({{WN}} rows) of shaders/gemv.wgsl (define LORA), a template:
+//   #include "common/loraterm.wgsl" (WI=suffix, WN=rows, AT=binding)
+// binds loraU{{WI}} (M, loraR) at AT and loraB{{WI}} ({{WN}}, loraR) at AT + 1, and defines
+// loraTerm{{WI}}(o) for output o = t {{WN}} + n: p.loraScale * sum_j u[t, j] B[n, j], which
+// store{{WI}} (common/storeout.wgsl) adds.
+@group(0) @binding({{AT}}) var<storage, read> loraU{{WI}}: array<f32>;
+@group(0) @binding({{AT}} + 1) var<storage, read> loraB{{WI}}: array<f32>;
+
+fn loraTerm{{WI}}(o: u32) -> f32 {
+  let t = o / {{WN}};
+  let n = o - t * {{WN}};
+  var s = 0.0;
+  for (var j = 0u; j < p.loraR; j++) { s += loraU{{WI}}[t * p.loraR + j] * loraB{{WI}}[n * p.loraR + j]; }
+  return p.loraScale * s;
+}
