@@ -138,10 +138,11 @@ const fitsBits = (v: number, bits: number) => Number.isInteger(v) && v >= 0 && v
 
 /**
  * shaders/gemv.wgsl's defines as one frozen object per content, found by a number packed from the
- * values (46 bits), so a dispatch builds no object and the pipeline cache finds its kernel by
- * identity (src/gpu/launch.ts). A decode step makes hundreds of these calls; the object spreads
- * they replace were a sixth of its encoding (bench/decode-encode.ts). LANES and XS of 0 leave
- * their define out (gemv_rows, gemv_cols), and so does a CPT of 1 (gemv_lanes' columns a thread).
+ * values (49 bits, exact in a double), so a dispatch builds no object and the pipeline cache finds
+ * its kernel by identity (src/gpu/launch.ts). A decode step makes hundreds of these calls; the
+ * object spreads they replace were a sixth of its encoding (bench/decode-encode.ts). LANES and XS
+ * of 0 leave their define out (gemv_rows, gemv_cols), and so does a CPT of 1 (gemv_lanes' columns
+ * a thread).
  */
 function blockDefines(
   WEIGHTS: WeightFormat,
