@@ -1,5 +1,5 @@
 // `npx tsx bench/decode-encode.ts [--layers 36] [--batch 4] [--steps 12] [--format q4] [--r 16]
-//   [--kernels autoFor=gpu] [--stub-dawn] [--json FILE]`
+//   [--kernels autoFor=gpu] [--stub-dawn] [--labels] [--json FILE]`
 // The CPU side of a decode step: the time to encode one step (Qwen3Model.forward with a LoRA
 // adapter, then K.sample, as a rollout runs them) with no GPU wait in it, and per step the
 // dispatches, the bind groups made and the submits. Qwen3-4B's depth (36 layers) with narrow
@@ -12,6 +12,8 @@
 // the kernel and bind-group lookups, the params), without Dawn's validation and recording, which on
 // this machine's SwiftShader shares the 2 cores with the rasterizer's threads and varies run to run.
 // The GPU then runs empty passes; the numbers it returns are not used.
+// --labels: also prints the kernels of the last step in order (one line a kernel, with a count where
+// it repeats in a row), the list to read a layer's dispatches from.
 // For a ratio against an earlier commit, run this file on both checkouts in one sitting
 // (`git worktree add /tmp/old <commit>`, copy this file into /tmp/old/bench, alternate the runs).
 // A benchmark, not a test: nothing here asserts a time.
@@ -36,6 +38,7 @@ const { values } = parseArgs({
     r: { type: 'string', default: '16' },
     kernels: { type: 'string', default: 'autoFor=gpu' },
     'stub-dawn': { type: 'boolean', default: false },
+    labels: { type: 'boolean', default: false },
     json: { type: 'string' },
   },
 });
@@ -83,12 +86,22 @@ function stubPassCalls(): void {
   const none = () => {};
   Object.assign(proto, { setPipeline: none, setBindGroup: none, dispatchWorkgroups: none });
 }
+/** The kernels dispatched in the current step (--labels). */
+let stepLabels: string[] = [];
+if (values.labels) {
+  const dispatch = gpu.dispatch.bind(gpu);
+  gpu.dispatch = (kernel, ...rest) => {
+    stepLabels.push(kernel.label);
+    dispatch(kernel, ...rest);
+  };
+}
 const rows: { encodeMs: number; dispatches: number; bindGroups: number; submits: number }[] = [];
 for (let s = 0; s < steps; s++) {
   if (stubDawn && s === WARM_UP) stubPassCalls();
   const d0 = gpu.dispatchCount,
     b0 = gpu.bindGroupCount,
     s0 = gpu.submitCount;
+  stepLabels = [];
   const t0 = performance.now();
   const logits = model.forward(
     { ids: { buffer: sampled, rows: slots }, slots, positions: slots.map(() => P + s), logitRows: slots },
@@ -136,6 +149,15 @@ rows.forEach((x, i) =>
 console.log(
   `median of the warm steps: ${enc.toFixed(2)} ms to encode a step (${summary.usPerDispatch.toFixed(1)} us a dispatch), ${summary.bindGroupsPerStep} bind groups and ${summary.submitsPerStep} submits inside a step`,
 );
+if (values.labels) {
+  console.log(`kernels of the last step (${stepLabels.length} dispatches):`);
+  for (let i = 0; i < stepLabels.length;) {
+    let j = i + 1;
+    while (j < stepLabels.length && stepLabels[j] === stepLabels[i]) j++;
+    console.log(`${j - i > 1 ? `${j - i}x `.padStart(5) : '     '}${stepLabels[i]}`);
+    i = j;
+  }
+}
 if (values.json) writeFileSync(values.json, JSON.stringify(summary, null, 2));
 cache.destroy();
 gpu.destroy();

@@ -97,7 +97,34 @@ struct GemvParams {
 // (loraTerm, common/storeout.wgsl), instead of a dispatch accumulating into out. u (M, loraR) and
 // B (N, loraR) bind at 4 and 5 for one weight; a group binds each weight's pair after its weights
 // and norm: loraU, loraB, loraU1, loraB1 (, loraU2, loraB2).
-#ifndef GROUP
+#ifdef LORAPACK
+// A group's branches packed (define LORAPACK with LORA and GROUP: matmulGroup's PackedGroupLora,
+// for devices whose storage buffers a stage hold 2 bindings more, not 2 GROUP: Chrome's 10 with the
+// q/k/v group and its norm): one u (M, GROUP loraR), weight i's at columns i loraR, and one B
+// (N + N1 (+ N2), loraR), weight i's rows after the rows of the weights before it, bound after
+// the weights and the norm.
+#if GROUP > 2 && defined(NORM)
+@group(0) @binding(9) var<storage, read> loraU: array<f32>;
+@group(0) @binding(10) var<storage, read> loraB: array<f32>;
+#elif GROUP > 2
+@group(0) @binding(8) var<storage, read> loraU: array<f32>;
+@group(0) @binding(9) var<storage, read> loraB: array<f32>;
+#elif defined(NORM)
+@group(0) @binding(7) var<storage, read> loraU: array<f32>;
+@group(0) @binding(8) var<storage, read> loraB: array<f32>;
+#else
+@group(0) @binding(6) var<storage, read> loraU: array<f32>;
+@group(0) @binding(7) var<storage, read> loraB: array<f32>;
+#endif
+#if GROUP > 2
+#include "common/loraterm.wgsl" (WI=, WN=p.N, US=3u * p.loraR, UO=0u, BO=0u)
+#include "common/loraterm.wgsl" (WI=1, WN=p.N1, US=3u * p.loraR, UO=p.loraR, BO=p.N)
+#include "common/loraterm.wgsl" (WI=2, WN=p.N2, US=3u * p.loraR, UO=2u * p.loraR, BO=p.N + p.N1)
+#else
+#include "common/loraterm.wgsl" (WI=, WN=p.N, US=2u * p.loraR, UO=0u, BO=0u)
+#include "common/loraterm.wgsl" (WI=1, WN=p.N1, US=2u * p.loraR, UO=p.loraR, BO=p.N)
+#endif
+#elif !defined(GROUP)
 #include "common/loraterm.wgsl" (WI=, WN=p.N, AT=4)
 #elif GROUP > 2
 #ifdef NORM

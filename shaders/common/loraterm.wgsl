@@ -3,6 +3,7 @@
 // binds loraU{{WI}} (M, loraR) at AT and loraB{{WI}} ({{WN}}, loraR) at AT + 1, and defines
 // loraTerm{{WI}}(o) for output o = t {{WN}} + n: p.loraScale * sum_j u[t, j] B[n, j], which
 // store{{WI}} (common/storeout.wgsl) adds.
+#ifdef AT
 @group(0) @binding({{AT}}) var<storage, read> loraU{{WI}}: array<f32>;
 @group(0) @binding({{AT}} + 1) var<storage, read> loraB{{WI}}: array<f32>;
 
@@ -13,3 +14,17 @@ fn loraTerm{{WI}}(o: u32) -> f32 {
   for (var j = 0u; j < p.loraR; j++) { s += loraU{{WI}}[t * p.loraR + j] * loraB{{WI}}[n * p.loraR + j]; }
   return p.loraScale * s;
 }
+#else
+// Or, a group's branches packed (define LORAPACK), without AT:
+//   #include "common/loraterm.wgsl" (WI=suffix, WN=rows, US=row stride, UO=column, BO=row)
+// the same sum over the kernel's shared loraU (M, US) from column UO and loraB from row BO.
+fn loraTerm{{WI}}(o: u32) -> f32 {
+  let t = o / {{WN}};
+  let n = o - t * {{WN}};
+  let u0 = t * ({{US}}) + {{UO}};
+  let b0 = ({{BO}} + n) * p.loraR;
+  var s = 0.0;
+  for (var j = 0u; j < p.loraR; j++) { s += loraU[u0 + j] * loraB[b0 + j]; }
+  return p.loraScale * s;
+}
+#endif

@@ -76,6 +76,11 @@ export interface CreateGpuOptions {
   disableFeatures?: OptionalFeature[];
   /** Override where shader text comes from (tests, bundles). */
   shaderSource?: (name: string) => string;
+  /**
+   * Request at most these values of the limits we raise (to test a smaller device's paths on this
+   * one, e.g. Chrome's 10 storage buffers a stage); each still at most the adapter's.
+   */
+  limitsAtMost?: Partial<Record<RaisedLimit, number>>;
 }
 
 /** Limits we raise to the adapter's maximum: big weights, big bindings, big workgroups. */
@@ -90,6 +95,7 @@ const RAISED_LIMITS = [
   'maxComputeWorkgroupSizeZ',
   'maxComputeWorkgroupsPerDimension',
 ] as const;
+type RaisedLimit = (typeof RAISED_LIMITS)[number];
 
 /**
  * Dispatches with params encoded per submit: each takes a 256-byte slot of the uniform arena, so
@@ -153,7 +159,8 @@ export async function createGpu(opts: CreateGpuOptions = {}): Promise<Gpu> {
     if (adapter.features.has(f) && !off.has(f)) wanted.push(f as GPUFeatureName);
   }
   const requiredLimits: Record<string, number> = {};
-  for (const name of RAISED_LIMITS) requiredLimits[name] = adapter.limits[name];
+  for (const name of RAISED_LIMITS)
+    requiredLimits[name] = Math.min(adapter.limits[name], opts.limitsAtMost?.[name] ?? Infinity);
 
   let device: GPUDevice;
   try {

@@ -19,12 +19,21 @@ export interface LoraPair {
   dB: GPUBuffer; // (N, r) f32
 }
 
+/** A group's A matrices stacked (G r, K) and B matrices stacked (sum of N, r): LoraAdapter.packed. */
+export interface PackedLora {
+  A: GPUBuffer;
+  B: GPUBuffer;
+}
+
 /** One adapter on the GPU. `enabled = false` gives the base model (the KL reference policy). */
 export class LoraAdapter {
   readonly pairs: LoraPair[] = [];
   readonly byLayer: Map<LoraTarget, LoraPair>[] = [];
   readonly scale: number;
   enabled = true;
+  /** Bumped by every write of A or B (setWeights, weightsChanged): packed copies older than it are refreshed. */
+  private version = 0;
+  private readonly packs = new Map<string, PackedLora & { version: number }>();
 
   constructor(
     readonly gpu: Gpu,
@@ -85,6 +94,55 @@ export class LoraAdapter {
       this.gpu.write(p.A, a);
       this.gpu.write(p.B, b);
     }
+    this.weightsChanged();
+  }
+
+  /** Says that A or B changed on the GPU (the optimizer's step): packed copies refresh before their next use. */
+  weightsChanged(): void {
+    this.version++;
+  }
+
+  /**
+   * The A and B matrices of these targets of a layer stacked in target order (A (G r, K), B (sum of
+   * N, r)), for a group product whose LoRA branches bind packed (K.groupLoraPacks: one u over the
+   * stacked A, one stacked B). Kept per layer and group, and copied again (in order with the
+   * dispatches, before the caller's) after the weights change. Undefined unless every target has
+   * a branch.
+   */
+  packed(layer: number, targets: readonly LoraTarget[]): PackedLora | undefined {
+    const pairs = targets.map((t) => this.get(layer, t));
+    if (pairs.some((p) => !p)) return undefined;
+    const ps = pairs as LoraPair[];
+    const r = this.settings.r;
+    const key = `${layer}:${targets.join(',')}`;
+    let pack = this.packs.get(key);
+    if (!pack) {
+      const name = `lora.${layer}.${targets.join('+')}`;
+      pack = {
+        A: this.gpu.createBuffer(
+          ps.reduce((n, p) => n + r * p.K * 4, 0),
+          `${name}.A`,
+        ),
+        B: this.gpu.createBuffer(
+          ps.reduce((n, p) => n + p.N * r * 4, 0),
+          `${name}.B`,
+        ),
+        version: -1,
+      };
+      this.packs.set(key, pack);
+    }
+    if (pack.version !== this.version) {
+      let a = 0,
+        b = 0;
+      for (const p of ps) {
+        this.gpu.copy(p.A, 0, pack.A, a, r * p.K * 4);
+        this.gpu.copy(p.B, 0, pack.B, b, p.N * r * 4);
+        a += r * p.K * 4;
+        b += p.N * r * 4;
+      }
+      pack.version = this.version;
+    }
+    return pack;
   }
 
   /** Reads A and B (or, with `grads`, dA and dB) back as PEFT-keyed f32 arrays. */
@@ -100,6 +158,8 @@ export class LoraAdapter {
 
   destroy(): void {
     for (const p of this.pairs) for (const b of [p.A, p.B, p.dA, p.dB]) this.gpu.releaseBuffer(b);
+    for (const pack of this.packs.values()) for (const b of [pack.A, pack.B]) this.gpu.releaseBuffer(b);
+    this.packs.clear();
     this.pairs.length = 0;
     this.byLayer.length = 0;
   }

@@ -174,6 +174,8 @@ export class Qwen3Model {
     // (T, r) x A^T scratch: one per projection of a group (q/k/v) whose A products run as one dispatch
     const us = lora ? [0, 1, 2].map((i) => gpu.createBuffer(T * lora.settings.r * 4, `loraU${i}`)) : [];
     const u = us[0] ?? null;
+    // (T, G r): a group's u over its stacked A matrices, where its branches bind packed (made on first use)
+    let uPacked: GPUBuffer | null = null;
     let l = 0;
     // y (+)= x W^T, plus the LoRA branch s (x A^T) B^T when the adapter targets this projection:
     // its A product first, then the B product inside the projection's GEMV where that takes it
@@ -200,7 +202,11 @@ export class Qwen3Model {
     // When the adapter targets every projection of the group, their LoRA A products (which share h
     // too) run first as one dispatch (K.matmulGroupF32), and the group product takes their B
     // products: in its GEMV's store where that fits (decode; tuning.loraFold), else as one more
-    // dispatch (K.matmulEachF32: decode on GPUs; one each elsewhere).
+    // dispatch (K.matmulEachF32: decode on GPUs; one each elsewhere). Where one u and B per
+    // projection do not fit the device's storage buffers a stage but a packed pair does
+    // (K.groupLoraPacks: the q/k/v group with its norm under Chrome's 10), the A product runs over
+    // the group's stacked A matrices into one u, and the group product binds the stacked B's
+    // (LoraAdapter.packed).
     // Where the group products can take it (K.foldsNorm: decode on GPUs), the norm runs inside them
     // and h is never written; a LoRA A product of one projection alone needs h, so not then.
     const projGroup = (normW: GPUBuffer, ys: GPUBuffer[], wts: K.Weight[], targets: LoraTarget[], Ns: number[]) => {
@@ -218,6 +224,13 @@ export class Qwen3Model {
         return;
       }
       const r = lora.settings.r;
+      if (K.groupLoraPacks(gpu, xIn, wts, T, Ns, C, norm)) {
+        const pack = lora.packed(l, targets)!;
+        uPacked ??= gpu.createBuffer(T * 3 * r * 4, 'loraUPacked'); // the larger group's
+        K.matmulF32(gpu, uPacked, xIn, pack.A, T, wts.length * r, C, false, 1, undefined, norm);
+        K.matmulGroup(gpu, ys, xIn, wts, T, Ns, C, norm, { u: uPacked, B: pack.B, r, scale: lora.scale });
+        return;
+      }
       const pairs = ps as NonNullable<(typeof ps)[number]>[];
       const groupUs = us.slice(0, pairs.length);
       K.matmulGroupF32(
@@ -306,6 +319,7 @@ export class Qwen3Model {
     // later make would let that make's miss (src/gpu/device.ts makeRoom) destroy the released
     // buffer, and the next decode step would miss it in turn, with new bind groups every step.
     for (const b of [ids, slot, pos, x, h, q, qn, k, v, att, gate, up, act, ...us]) gpu.releaseBuffer(b);
+    if (uPacked) gpu.releaseBuffer(uPacked);
   }
 
   private u32(values: ArrayLike<number>, label: string): GPUBuffer {

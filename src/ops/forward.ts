@@ -131,14 +131,15 @@ type LanesDefines = BlockDefines & { readonly LANES: number; readonly XS: number
 const NORM_FLAG = 1,
   SILU_FLAG = 2,
   LORA_FLAG = 4,
-  XEACH_FLAG = 8;
+  XEACH_FLAG = 8,
+  LORAPACK_FLAG = 16;
 const WEIGHT_CODES: Record<WeightFormat, number> = { f32: 0, bf16: 1, q4: 2 };
 const blockDefinesMemo = new Map<number, BlockDefines>();
 const fitsBits = (v: number, bits: number) => Number.isInteger(v) && v >= 0 && v < 2 ** bits;
 
 /**
  * shaders/gemv.wgsl's defines as one frozen object per content, found by a number packed from the
- * values (49 bits, exact in a double), so a dispatch builds no object and the pipeline cache finds
+ * values (50 bits, exact in a double), so a dispatch builds no object and the pipeline cache finds
  * its kernel by identity (src/gpu/launch.ts). A decode step makes hundreds of these calls; the
  * object spreads they replace were a sixth of its encoding (bench/decode-encode.ts). LANES and XS
  * of 0 leave their define out (gemv_rows, gemv_cols), and so does a CPT of 1 (gemv_lanes' columns
@@ -167,9 +168,9 @@ function blockDefines(
     ? ((((((WEIGHT_CODES[WEIGHTS] * 256 + TMAX) * 512 + COLS) * 256 + LANES) * 8192 + XS) * 2 + (subgroups ? 1 : 0)) *
         4 +
         cptCode) *
-        64 +
-      GROUP * 16 +
-      (flags & 15)
+        128 +
+      GROUP * 32 +
+      (flags & 31)
     : -1;
   const hit = blockDefinesMemo.get(key);
   if (hit) return hit;
@@ -184,6 +185,7 @@ function blockDefines(
   if (flags & SILU_FLAG) d.SILU = 1;
   if (flags & LORA_FLAG) d.LORA = 1;
   if (flags & XEACH_FLAG) d.XEACH = 1;
+  if (flags & LORAPACK_FLAG) d.LORAPACK = 1;
   const out = d as BlockDefines;
   if (!packs) return out; // outside the packing: built each call, and looked up by its values
   blockDefinesMemo.set(key, Object.freeze(out));
@@ -196,12 +198,13 @@ function withBlock<D extends BlockDefines>(d: D, GROUP: number, flags: number, L
   return blockDefines(d.WEIGHTS, d.TMAX, COLS, LANES, d.XS ?? 0, 'SUBGROUPS' in d, GROUP, flags) as D;
 }
 
-/** blockDefines' flags of d (NORM, SILU, LORA, XEACH). */
+/** blockDefines' flags of d (NORM, SILU, LORA, XEACH, LORAPACK). */
 const flagsOf = (d: BlockDefines) =>
   ('NORM' in d ? NORM_FLAG : 0) |
   ('SILU' in d ? SILU_FLAG : 0) |
   ('LORA' in d ? LORA_FLAG : 0) |
-  ('XEACH' in d ? XEACH_FLAG : 0);
+  ('XEACH' in d ? XEACH_FLAG : 0) |
+  ('LORAPACK' in d ? LORAPACK_FLAG : 0);
 
 /**
  * gemv_lanes' defines d (one column a thread) with CPT columns a thread (tuning.gemvCols,
@@ -294,13 +297,15 @@ function blockGemv(
   scale: number,
   lora?: LoraEpilogue,
   up?: GPUBuffer,
+  norm?: FoldedNorm,
 ): void {
   const TMAX = tmaxFor(M);
   // gemv_rows' columns per thread: each read of x then serves COLS columns. On SwiftShader, bf16
   // 9728 x 2560: 4 took half the time of 1 at M = 1 and 4, and 0.8x the time of 2 at M = 8 (bf16 and q4).
   check(!up || entry === 'lanes', () => `${op}: a folded SwiGLU needs gemv_lanes`); // the callers check first
-  const lanes = entry === 'lanes' ? lanesDefines(gpu, WEIGHTS, M, K) : null;
-  if (lanes && !lora && tuning.gemvSplitK === 'auto' && !autoForCpu(gpu) && (M * N) % 4 === 0) {
+  check(!norm || (entry === 'lanes' && !up && !lora), () => `${op}: a folded norm needs gemv_lanes alone`);
+  const lanes = entry === 'lanes' ? lanesDefines(gpu, WEIGHTS, M, K, norm !== undefined) : null;
+  if (lanes && !lora && !norm && tuning.gemvSplitK === 'auto' && !autoForCpu(gpu) && (M * N) % 4 === 0) {
     const base = up ? withBlock(lanes, 0, SILU_FLAG) : lanes;
     const { kChunk, splits } = lanesSplit(N, K, BLOCK_ELEMS[WEIGHTS], base.LANES, base.COLS);
     if (splits > 1) {
@@ -320,7 +325,7 @@ function blockGemv(
     }
   }
   // Unsplit: a narrow product widens its lanes instead (wideLanes), as a group product does.
-  const flags = (up ? SILU_FLAG : 0) | (lora ? LORA_FLAG : 0);
+  const flags = (up ? SILU_FLAG : 0) | (lora ? LORA_FLAG : 0) | (norm ? NORM_FLAG : 0);
   let base: BlockDefines;
   if (lanes) {
     const LANES = widensLanes(gpu) ? wideLanes(N, K, BLOCK_ELEMS[WEIGHTS], lanes.LANES) : lanes.LANES;
@@ -331,9 +336,17 @@ function blockGemv(
   const params = [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0];
   gpu.dispatch(
     opKernel(gpu, op, 'gemv', entry === 'lanes' ? 'gemv_lanes' : 'gemv_rows', base),
-    lora ? (up ? [out, x, w, lora.u, lora.B, up] : [out, x, w, lora.u, lora.B]) : up ? [out, x, w, up] : [out, x, w],
+    lora
+      ? up
+        ? [out, x, w, lora.u, lora.B, up]
+        : [out, x, w, lora.u, lora.B]
+      : up
+        ? [out, x, w, up]
+        : norm
+          ? [out, x, w, norm.w]
+          : [out, x, w],
     [x0, y0, entry === 'rows' ? Math.ceil(M / TMAX) : 1],
-    lora ? [...params, lora.r, f32(lora.scale)] : params,
+    lora ? [...params, lora.r, f32(lora.scale)] : norm ? [...params, f32(norm.eps)] : params,
   );
 }
 
@@ -729,7 +742,11 @@ export function gemm(
   }
 }
 
-/** out (T, N) f32 (+)= scale * x (T, K) f32 . w (N, K) f32 ^T  (the LoRA A and B products) */
+/**
+ * out (T, N) f32 (+)= scale * x (T, K) f32 . w (N, K) f32 ^T  (the LoRA A and B products). With
+ * `up`, of silu(x) * up (foldsSilu); with `norm`, of rmsNorm(x) (FoldedNorm: inside gemv_lanes
+ * where foldsNorm allows, else rmsNorm first; the packed LoRA A product of a group).
+ */
 export function matmulF32(
   gpu: Gpu,
   out: GPUBuffer,
@@ -741,10 +758,22 @@ export function matmulF32(
   accumulate = false,
   scale = 1,
   up?: GPUBuffer,
+  norm?: FoldedNorm,
 ): void {
   checkSize(out, T * N * 4, 'matmulF32 out');
   checkSize(x, T * K * 4, 'matmulF32 x');
   checkSize(w, N * K * 4, 'matmulF32 w');
+  if (norm) {
+    check(!up, 'matmulF32: takes a norm or an up, not both');
+    checkSize(norm.w, bf16Bytes(K), 'matmulF32 norm w');
+    distinct('matmulF32', out, x, w, norm.w);
+    check(T * Math.max(N, K) < 2 ** 32 && N * K < 2 ** 32, 'matmulF32: sizes overflow u32 indexing');
+    if (T === 0 || N === 0) return;
+    if (foldsNorm(gpu, T, 1) && gemmVariant(gpu, T, true) === 'lanes' && blockGemvFits(x, w, 'f32', T, N, K))
+      blockGemv(gpu, 'matmulF32', 'lanes', out, x, w, 'f32', T, N, K, accumulate, scale, undefined, undefined, norm);
+    else withNormed(gpu, x, norm, T, K, (h) => matmulF32(gpu, out, h, w, T, N, K, accumulate, scale));
+    return;
+  }
   if (up) {
     checkSize(up, T * K * 4, 'matmulF32 up');
     distinct('matmulF32', out, x, w, up);
@@ -1030,7 +1059,7 @@ const GROUP_COLS = 4;
  * format and 2 * count + 1 storage buffers fit the device; otherwise one matmul per weight
  * (prefill keeps the tiled GEMM). With `norm`, the product is of rmsNorm(x) (FoldedNorm). With
  * `lora`, each output also gets its LoRA branch's B product (GroupLora): in the group GEMV's store
- * where foldsGroupLora allows, else by matmulEachF32 after it (or each weight's matmul epilogue).
+ * where groupLoraFold allows (packed: PackedGroupLora, groupLoraPacks), else by matmulEachF32 after it (or each weight's matmul epilogue).
  */
 export function matmulGroup(
   gpu: Gpu,
@@ -1041,13 +1070,18 @@ export function matmulGroup(
   Ns: readonly number[],
   K: number,
   norm?: FoldedNorm,
-  lora?: GroupLora,
+  lora?: GroupLora | PackedGroupLora,
 ): void {
   const wbs = groupChecks('matmulGroup', outs, x, ws.length, T, Ns, K, norm).map((_, i) =>
     checkWeight(ws[i], Ns[i], K, `matmulGroup w ${i}`),
   );
   if (lora) groupLoraChecks(lora, outs, x, T, Ns);
   if (T === 0) return;
+  if (lora && 'u' in lora)
+    check(
+      groupLoraPacks(gpu, x, ws, T, Ns, K, norm),
+      'matmulGroup: packed LoRA branches only where the group GEMV takes them in its store (K.groupLoraPacks)',
+    );
   const WEIGHTS = weightFormat(ws[0]);
   const mixed = ws.some((w) => weightFormat(w) !== WEIGHTS);
   if (norm && (mixed || groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, true) !== 'lanes')) {
@@ -1071,8 +1105,46 @@ export function matmulGroup(
       norm,
       lora,
     );
-    if (lora && !folded) matmulEachF32(gpu, outs, lora.us, lora.Bs, T, Ns, lora.r, true, lora.scale);
+    if (lora && !folded && 'us' in lora) matmulEachF32(gpu, outs, lora.us, lora.Bs, T, Ns, lora.r, true, lora.scale);
   }
+}
+
+/**
+ * A group's LoRA branches packed (matmulGroup's, where groupLoraPacks): outs[i] += scale * u (T,
+ * G r) columns [i r, (i + 1) r) . B rows [N_0 + .. + N_{i-1}, + N_i) ^T, u = x A^T over the
+ * group's A matrices stacked (LoraAdapter.packed: one matmulF32). Two storage buffers, not 2 G:
+ * the q/k/v group with its norm takes its branches in 10 (Chrome's limit) instead of 14.
+ */
+export interface PackedGroupLora {
+  u: GPUBuffer; // (T, G r) f32
+  B: GPUBuffer; // (N_0 + .. + N_{G-1}, r) f32
+  r: number;
+  scale: number;
+}
+
+/**
+ * Whether matmulGroup over these operands takes its LoRA branches packed (PackedGroupLora; the
+ * caller then computes u over the stacked A matrices): where the group GEMV folds them
+ * (tuning.loraFold) and one u and B per weight do not fit the device's storage buffers a stage
+ * but the packed pair does (or tuning.loraFold is 'packed').
+ */
+export function groupLoraPacks(
+  gpu: Gpu,
+  x: GPUBuffer,
+  ws: readonly Weight[],
+  T: number,
+  Ns: readonly number[],
+  K: number,
+  norm?: FoldedNorm,
+): boolean {
+  if (T === 0 || ws.length !== Ns.length) return false;
+  const WEIGHTS = weightFormat(ws[0]);
+  if (ws.some((w) => weightFormat(w) !== WEIGHTS)) return false;
+  const wbs = ws.map((w, i) => checkWeight(w, Ns[i], K, `groupLoraPacks w ${i}`));
+  // As matmulGroup: a norm that the group GEMV cannot fold runs first, and the product is unnormed.
+  const folded = norm !== undefined && groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, true) === 'lanes';
+  const variant = groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, folded);
+  return (variant === 'lanes' || variant === 'blocks') && groupLoraFold(gpu, ws.length, folded) === 'packed';
 }
 
 /**
@@ -1087,12 +1159,13 @@ export interface GroupLora {
 }
 
 /** Weight i's own LoRA epilogue of a group's (the products that run one weight at a time). */
-function loraOf(lora: GroupLora | undefined, i: number): LoraEpilogue | undefined {
+function loraOf(lora: GroupLora | PackedGroupLora | undefined, i: number): LoraEpilogue | undefined {
+  if (lora && 'u' in lora) throw new Error('matmulGroup: packed LoRA branches run in the group GEMV only'); // checked first
   return lora ? { u: lora.us[i], B: lora.Bs[i], r: lora.r, scale: lora.scale } : undefined;
 }
 
 function groupLoraChecks(
-  lora: GroupLora,
+  lora: GroupLora | PackedGroupLora,
   outs: readonly GPUBuffer[],
   x: GPUBuffer,
   T: number,
@@ -1100,13 +1173,19 @@ function groupLoraChecks(
 ): void {
   const G = outs.length;
   check(
+    Number.isInteger(lora.r) && lora.r >= 1,
+    () => `matmulGroup: LoRA rank must be a positive integer (got ${lora.r})`,
+  );
+  if ('u' in lora) {
+    checkSize(lora.u, T * G * lora.r * 4, () => `matmulGroup packed lora u`);
+    checkSize(lora.B, Ns.reduce((n, N) => n + N, 0) * lora.r * 4, () => `matmulGroup packed lora B`);
+    distinct('matmulGroup', lora.u, lora.B, x, ...outs);
+    return;
+  }
+  check(
     lora.us.length === G && lora.Bs.length === G,
     () =>
       `matmulGroup: the LoRA branches need one u and one B per weight (got ${lora.us.length} u, ${lora.Bs.length} B for ${G} weights)`,
-  );
-  check(
-    Number.isInteger(lora.r) && lora.r >= 1,
-    () => `matmulGroup: LoRA rank must be a positive integer (got ${lora.r})`,
   );
   for (let i = 0; i < G; i++) {
     checkSize(lora.us[i], T * lora.r * 4, () => `matmulGroup lora u ${i}`);
@@ -1116,12 +1195,17 @@ function groupLoraChecks(
 }
 
 /**
- * Whether a group product of G weights takes its LoRA branches in its GEMV's store
- * (tuning.loraFold; shaders/gemv.wgsl define LORA with GROUP): where it runs gemv_lanes_group or
- * gemv_rows_group and the 2 G more storage buffers (each weight's u and B) fit beside its own.
+ * How a group product of G weights takes its LoRA branches in its GEMV's store (tuning.loraFold;
+ * shaders/gemv.wgsl define LORA with GROUP), where it runs gemv_lanes_group or gemv_rows_group:
+ * 'each' where 2 G more storage buffers (each weight's u and B) fit beside its own, 'packed' where
+ * 2 do (LORAPACK: one u, one B; or always, tuning.loraFold 'packed'), else null.
  */
-function foldsGroupLora(gpu: Gpu, G: number, norm: boolean): boolean {
-  return tuning.loraFold !== 'off' && 4 * G + 1 + (norm ? 1 : 0) <= gpu.limits.maxStorageBuffersPerShaderStage;
+function groupLoraFold(gpu: Gpu, G: number, norm: boolean): 'each' | 'packed' | null {
+  if (tuning.loraFold === 'off' || !fusions.enabled) return null;
+  const own = 2 * G + 1 + (norm ? 1 : 0),
+    limit = gpu.limits.maxStorageBuffersPerShaderStage;
+  if (tuning.loraFold !== 'packed' && own + 2 * G <= limit) return 'each';
+  return own + 2 <= limit ? 'packed' : null;
 }
 
 /**
@@ -1298,7 +1382,7 @@ const GROUP_OF_3: readonly number[] = Object.freeze([0, 1, 2]);
 
 /**
  * One GEMV dispatch over 2 or 3 weights of one format sharing x, or `single(i)` per weight where
- * none applies. With `lora`, true when the LoRA branches ran too (in the store, foldsGroupLora, or
+ * none applies. With `lora`, true when the LoRA branches ran too (in the store, groupLoraFold, or
  * in `single`); false leaves them to the caller.
  */
 function groupGemv(
@@ -1313,7 +1397,7 @@ function groupGemv(
   K: number,
   single: (i: number) => void,
   norm?: FoldedNorm,
-  lora?: GroupLora,
+  lora?: GroupLora | PackedGroupLora,
 ): boolean {
   const G = wbs.length;
   const variant = groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, norm !== undefined);
@@ -1327,11 +1411,19 @@ function groupGemv(
   const buffers = [outs[0], x, wbs[0]];
   for (let i = 1; i < G; i++) buffers.push(outs[i], wbs[i]);
   if (norm) buffers.push(norm.w);
-  const inStore = lora !== undefined && variant !== 'gemv' && foldsGroupLora(gpu, G, norm !== undefined);
-  if (inStore) for (let i = 0; i < G; i++) buffers.push(lora.us[i], lora.Bs[i]);
-  const flags = (norm ? NORM_FLAG : 0) | (inStore ? LORA_FLAG : 0);
+  const fold = lora !== undefined && variant !== 'gemv' ? groupLoraFold(gpu, G, norm !== undefined) : null;
+  const packed = lora !== undefined && 'u' in lora;
+  // Packed branches fold wherever any do (matmulGroup checked groupLoraPacks); one u and B per
+  // weight only where they all fit.
+  const inStore = packed ? fold !== null : fold === 'each';
+  check(!packed || inStore, () => `${op}: packed LoRA branches need the group GEMV`); // matmulGroup checks first
+  if (inStore) {
+    if ('u' in lora!) buffers.push(lora.u, lora.B);
+    else for (let i = 0; i < G; i++) buffers.push(lora!.us[i], lora!.Bs[i]);
+  }
+  const flags = (norm ? NORM_FLAG : 0) | (inStore ? LORA_FLAG : 0) | (packed ? LORAPACK_FLAG : 0);
   const [N1, N2 = 0] = Ns.slice(1);
-  const loraParams = inStore ? [lora.r, f32(lora.scale)] : [];
+  const loraParams = inStore ? [lora!.r, f32(lora!.scale)] : [];
   if (variant === 'lanes') {
     const N = G === 2 ? Math.max(Ns[0], Ns[1]) : Math.max(Ns[0], Ns[1], Ns[2]);
     const defines = withColsPerThread(gpu, lanesDefines(gpu, WEIGHTS, T, K, norm !== undefined, N, G, flags), K);

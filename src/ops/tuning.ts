@@ -155,9 +155,12 @@ export interface Tuning {
    * A LoRA branch's B product added in its projection's GEMV store (shaders/gemv.wgsl LORA: the
    * o_proj and down_proj products, whose A product ran before; one dispatch instead of two, within
    * f32 rounding of the separate product, whose sum over r runs in another order): 'auto' wherever
-   * matmul takes gemv_rows or gemv_lanes (decode), 'off' never.
+   * matmul takes gemv_rows or gemv_lanes (decode), 'off' never. The q/k/v and gate/up groups' too
+   * (K.matmulGroup): each branch's u and B bound where they fit the device's storage buffers a
+   * stage, else packed (one u over the stacked A matrices, one stacked B: LoraAdapter.packed);
+   * 'packed' packs them wherever they fold (to test the packed kernels on any device).
    */
-  loraFold: 'auto' | 'off';
+  loraFold: 'auto' | 'off' | 'packed';
   /**
    * The MLP's SwiGLU activation, silu(gate) * up, formed inside down_proj's GEMV and its LoRA A
    * product as they stage x (shaders/gemv.wgsl SILU; the same expression, so bitwise the separate
@@ -229,7 +232,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   attentionDkvGroup: ['auto', 'wide'],
   attentionForward: ['auto', 'rows', 'blocks'],
   normFold: ['auto', 'off'],
-  loraFold: ['auto', 'off'],
+  loraFold: ['auto', 'off', 'packed'],
   siluFold: ['auto', 'off'],
   sampleChunks: ['auto', 'on', 'off'],
   autoFor: ['auto', 'gpu', 'cpu'],

@@ -6,7 +6,8 @@
 // trainingPassBytes), so a change there changes the plan.
 //
 // A round runs in phases; each holds its own buffers on top of what the whole run holds (base
-// weights; LoRA A/B, their gradients and AdamW moments; the uniform arena and a readback buffer):
+// weights; LoRA A/B, their stacked copies, gradients and AdamW moments; the uniform arena and a
+// readback buffer):
 //   load       (q4) the weights and the quantizer's bf16 staging, before the adapter exists
 //   summaries  N summary prompts' KV pages (shared prefixes once) + prefill/decode activations
 //   reasons    (voteReason) the same for the free-text reasons before the votes
@@ -191,6 +192,31 @@ export function loraBytes(cfg: Qwen3Config, lora: LoraShape, copies: number): nu
   return copies * cfg.numLayers * one;
 }
 
+/**
+ * The stacked copies of a group's A and B matrices (LoraAdapter.packed), made where a group the
+ * adapter targets whole binds its LoRA branches packed in decode (K.groupLoraPacks: a device with
+ * fewer storage buffers a stage than one u and B per projection need, but 2 more than the group's
+ * own: q/k/v with its norm at 10 to 13, Chrome's 10; gate/up at 8 or 9). Those ranges do not
+ * overlap, so at most one group packs on a device: the larger group's bytes, planned on every one.
+ */
+export function loraPackBytes(cfg: Qwen3Config, lora: LoraShape): number {
+  let most = 0;
+  for (const group of LORA_GROUPS) {
+    if (!group.every((t) => lora.targets.includes(t))) continue;
+    let bytes = 0;
+    for (const t of group) {
+      const d = targetDims(cfg, t);
+      bytes += f32(lora.r * d.in) + f32(d.out * lora.r);
+    }
+    most = Math.max(most, bytes);
+  }
+  return cfg.numLayers * most;
+}
+const LORA_GROUPS: readonly (readonly LoraTarget[])[] = [
+  ['q_proj', 'k_proj', 'v_proj'],
+  ['gate_proj', 'up_proj'],
+];
+
 // ---------------------------------------------------------------------------------------------
 // 3. Phases.
 
@@ -363,8 +389,9 @@ function resolve(o: RoundPlanOptions): MemoryPlan['options'] {
 
 function persistent(cfg: Qwen3Config, o: MemoryPlan['options']) {
   const weights = weightBytes(cfg, o.weights);
-  // A, B always; with training dA, dB and AdamW's m and v of both, and the grad-norm word.
-  const lora = loraBytes(cfg, o.lora, o.training ? 4 : 1) + (o.training ? 4 : 0);
+  // A, B always (and their stacked copies for a packed group fold); with training dA, dB and
+  // AdamW's m and v of both, and the grad-norm word.
+  const lora = loraBytes(cfg, o.lora, o.training ? 4 : 1) + loraPackBytes(cfg, o.lora) + (o.training ? 4 : 0);
   return { weights, lora };
 }
 

@@ -102,6 +102,7 @@ export class LoraAdamW {
       K.adamw(gpu, p.A, p.dA, m.mA, m.vA, r * p.K, hp);
       K.adamw(gpu, p.B, p.dB, m.mB, m.vB, p.N * r, hp);
     });
+    lora.weightsChanged();
     lora.zeroGrad();
     this.step = next;
     return { step: next, lr, gradNorm, skipped: false };

@@ -63,6 +63,7 @@ function expectClose(got: number[], want: number[], what: string, rel = 1e-5): v
 
 /** Prefill of 2 prompts (3 tokens each) then 3 batched decode steps; logits of every step and dispatches per decode step. */
 async function decode(model: Qwen3Model): Promise<{ logits: number[][]; dispatches: number[] }> {
+  const { gpu } = model;
   const V = model.cfg.vocabSize;
   const cache = model.createCache(2, 32);
   const prompt = [
@@ -158,10 +159,11 @@ describe.each([
       expect(fused.dispatches[s] - folded.dispatches[s]).toBe(matmul === 'lanes' ? 2 * LAYERS : 0);
     // The LoRA B fold (tuning.loraFold 'auto'): where the projections take shaders/gemv.wgsl
     // (gemv_rows here, gemv_lanes), the o_proj and down_proj B products run in their GEMVs' stores,
-    // 2 dispatches fewer per layer, and so do the q/k/v and gate/up groups' where their 4 G + 1
-    // storage buffers (and the folded norm's) fit: each group's B products were one dispatch with
-    // 'lanes' (K.matmulEachF32), G elsewhere; the logits within f32 rounding; matmul_gemv keeps
-    // them apart.
+    // 2 dispatches fewer per layer, and so do the q/k/v and gate/up groups': each branch's u and B
+    // bound where their 4 G + 1 storage buffers (and the folded norm's) fit, else packed (2 G + 3:
+    // one u over the stacked A's, one stacked B) where those fit; each group's B products were one
+    // dispatch with 'lanes' (K.matmulEachF32), G elsewhere; the logits within f32 rounding;
+    // matmul_gemv keeps them apart.
     K.tuning.loraFold = 'auto';
     const loraFolded = await decode(model);
     const gemvFile = matmul !== 'gemv';
@@ -177,11 +179,14 @@ describe.each([
     }
     const limit = gpu.limits.maxStorageBuffersPerShaderStage;
     const groupFold = (G: number) =>
-      4 * G + 1 + (matmul === 'lanes' ? 1 : 0) <= limit ? (matmul === 'lanes' ? 1 : G) : 0;
+      2 * G + 3 + (matmul === 'lanes' ? 1 : 0) <= limit ? (matmul === 'lanes' ? 1 : G) : 0;
+    const groupPacks = (G: number) => 4 * G + 1 + (matmul === 'lanes' ? 1 : 0) > limit && groupFold(G) > 0;
     const fewer = gemvFile ? (2 + groupFold(3) + groupFold(2)) * LAYERS : 0;
     for (let s = 0; s < fused.dispatches.length; s++)
       expect(folded.dispatches[s] - loraFolded.dispatches[s]).toBe(fewer);
     if (gemvFile && groupFold(2) > 0) expect(K.kernelVariant(gpu, 'matmulGroup')?.label).toContain('LORA=1');
+    // The last group product of a step is gate/up's: packed where it does not fit unpacked.
+    if (gemvFile) expect(K.kernelVariant(gpu, 'matmulGroup')?.label.includes('LORAPACK=1')).toBe(groupPacks(2));
     // The SwiGLU fold (tuning.siluFold 'auto'): with 'lanes' down_proj's GEMV and its LoRA A
     // product form silu(gate) * up as they stage x (no silu_mul dispatch: 1 fewer per layer), the
     // logits bitwise those of the separate kernel; elsewhere nothing changes.
@@ -195,6 +200,33 @@ describe.each([
       expect(siluFolded.logits[s], `step ${s}`).toEqual(loraFolded.logits[s]);
     for (let s = 0; s < fused.dispatches.length; s++)
       expect(loraFolded.dispatches[s] - siluFolded.dispatches[s]).toBe(matmul === 'lanes' ? LAYERS : 0);
+    // Both groups' branches packed (tuning.loraFold 'packed', what 'auto' takes where each
+    // branch's bindings do not fit): the A product over the stacked A's (LoraAdapter.packed, one
+    // matmulF32, its norm folded with 'lanes'), the group GEMV's store over the stacked B's; the
+    // same dispatches, the logits within f32 rounding (the same sums).
+    K.tuning.loraFold = 'packed';
+    const packed = await decode(model);
+    if (gemvFile) {
+      expect(K.kernelVariant(gpu, 'matmulGroup')?.label).toContain('LORAPACK=1');
+      for (let s = 0; s < fused.logits.length; s++)
+        expectClose(packed.logits[s], siluFolded.logits[s], `packed, step ${s}`, kv === 'f16' ? 2e-4 : 1e-5);
+    } else
+      for (let s = 0; s < fused.logits.length; s++) expect(packed.logits[s], `step ${s}`).toEqual(siluFolded.logits[s]);
+    expect(packed.dispatches).toEqual(siluFolded.dispatches);
+    // New weights: the stacked copies follow them (LoraAdapter.weightsChanged).
+    adapter.setWeights(movedLora(model, 4, 8, 0.2).weights);
+    const packedNew = await decode(model);
+    K.tuning.loraFold = 'off';
+    const unpackedNew = await decode(model);
+    for (let s = 0; s < fused.logits.length; s++) {
+      expect(packedNew.logits[s], `new weights, step ${s}`).not.toEqual(packed.logits[s]);
+      expectClose(
+        packedNew.logits[s],
+        unpackedNew.logits[s],
+        `packed, new weights, step ${s}`,
+        kv === 'f16' ? 2e-4 : 1e-5,
+      );
+    }
     adapter.destroy();
   });
 });
@@ -214,4 +246,51 @@ it("an adapter on some projections of a group: that group's norm runs alone, the
   // Only the post-attention norm (gate/up: no adapter) folds.
   for (let s = 0; s < folded.dispatches.length; s++) expect(normed.dispatches[s] - folded.dispatches[s]).toBe(LAYERS);
   adapter.destroy();
+});
+
+// A device with fewer storage buffers a stage (requested lower on this one): Chrome's 10
+// (gpuweb#4235) and WebGPU's default 8. With the norms folded ('lanes') q/k/v's own bindings are 8
+// and gate/up's 6, each LoRA branch's u and B 2 more: at 10 q/k/v's branches bind packed (one u
+// over the stacked A's, one stacked B: 10) and gate/up's each; at 8 q/k/v's cannot fold (10) and
+// gate/up's pack (8). The logits within f32 rounding of the unfolded branches either way, and the
+// dispatches fewer by what folds: o_proj's and down_proj's B products and each folded group's.
+describe.each([
+  [10, 'q/k/v packed, gate/up each', true, true],
+  [8, 'q/k/v apart, gate/up packed', false, true],
+] as const)('a device with %i storage buffers a stage: %s', (limit, _what, qkvFolds, gateUpFolds) => {
+  it('decodes within rounding of the unfolded branches', async () => {
+    const small = await createGpu({ limitsAtMost: { maxStorageBuffersPerShaderStage: limit } });
+    try {
+      expect(small.limits.maxStorageBuffersPerShaderStage).toBe(limit);
+      const { model } = await loadQwen3(small, nodeFolderSource(tmp), { weights: 'q4', kv: 'f32' });
+      const { lora, weights } = movedLora(model, 4, 3);
+      const adapter = attachAdapter(model, lora, weights);
+      K.tuning.matmul = 'lanes';
+      K.tuning.loraFold = 'off';
+      const off = await decode(model);
+      K.tuning.loraFold = 'auto';
+      const labels: string[] = [];
+      const dispatch = small.dispatch.bind(small);
+      small.dispatch = (kernel, ...rest) => {
+        labels.push(kernel.label);
+        dispatch(kernel, ...rest);
+      };
+      const auto = await decode(model);
+      small.dispatch = dispatch;
+      for (let s = 0; s < off.logits.length; s++) expectClose(auto.logits[s], off.logits[s], `step ${s}`);
+      const groups = labels.filter((l) => l.startsWith('gemv.gemv_lanes_group[') && /WEIGHTS=q4/.test(l));
+      const qkv = groups.filter((l) => l.includes('GROUP=3')),
+        gateUp = groups.filter((l) => l.includes('GROUP=2'));
+      expect(qkv.length).toBeGreaterThan(0);
+      expect(gateUp.length).toBeGreaterThan(0);
+      expect(qkv.every((l) => l.includes('LORA=1') === qkvFolds && l.includes('LORAPACK=1') === qkvFolds)).toBe(true);
+      expect(gateUp.every((l) => l.includes('LORA=1') === gateUpFolds)).toBe(true);
+      expect(gateUp.every((l) => l.includes('LORAPACK=1') === limit < 10)).toBe(true);
+      const fewer = (2 + (qkvFolds ? 1 : 0) + (gateUpFolds ? 1 : 0)) * LAYERS;
+      for (let s = 0; s < off.dispatches.length; s++) expect(off.dispatches[s] - auto.dispatches[s]).toBe(fewer);
+      adapter.destroy();
+    } finally {
+      small.destroy();
+    }
+  });
 });

@@ -211,3 +211,157 @@ describe("a group's LoRA branches (matmulGroup's lora)", () => {
     expect(() => run({ us: [outs[0]!, u()], Bs: [B(), B()], r: 4, scale: 1 })).toThrow(/matmulGroup/);
   });
 });
+
+/** x (T, K) normed row by row in f64 with bf16 weights normVals (RMSNorm, eps 1e-6). */
+function normedRows(xv: Float32Array, normVals: ArrayLike<number>, T: number, Kd: number): Float64Array {
+  const xs = new Float64Array(xv);
+  for (let t = 0; t < T; t++) {
+    let ss = 0;
+    for (let k = 0; k < Kd; k++) ss += xv[t * Kd + k]! ** 2;
+    const rs = 1 / Math.sqrt(ss / Kd + 1e-6);
+    for (let k = 0; k < Kd; k++) xs[t * Kd + k] = xv[t * Kd + k]! * rs * normVals[k]!;
+  }
+  return xs;
+}
+
+describe("a group's LoRA branches packed (PackedGroupLora: one u, one stacked B)", () => {
+  const cases = [
+    // (label, tuning.matmul, gpu, format, T, Ns, K, r, norm)
+    ['gemv_rows_group, gate/up', 'blocks', () => gpu, 'bf16', 3, [70, 70], 288, 4, false],
+    ['gemv_rows_group, q/k/v', 'blocks', () => gpu, 'q4', 2, [64, 16, 16], 256, 8, false],
+    ['gemv_lanes_group, gate/up with the norm', 'lanes', () => gpu, 'q4', 4, [40, 40], 512, 16, true],
+    ['gemv_lanes_group, q/k/v with the norm', 'lanes', () => gpu, 'bf16', 1, [48, 16, 16], 264, 4, true],
+    [
+      'gemv_lanes_group, q/k/v with the norm, shared-memory reduction',
+      'lanes',
+      () => tree,
+      'q4',
+      5,
+      [33, 9, 9],
+      320,
+      2,
+      true,
+    ],
+  ] as const;
+  it.each(cases)('%s', async (what, matmul, getGpu, format, T, Ns, Kd, r, withNorm) => {
+    current = getGpu();
+    const G = Ns.length;
+    const limit = current.limits.maxStorageBuffersPerShaderStage;
+    const own = 2 * G + 1 + (withNorm ? 1 : 0);
+    for (const loraFold of ['auto', 'packed', 'off'] as const) {
+      K.resetTuning({ matmul, loraFold });
+      const rand = ref.rng(T * 23 + Kd + G);
+      const xv = ref.randn(T * Kd, rand);
+      const normVals = ref.roundBf16(ref.randn(Kd, rand));
+      const ws = Ns.map((N, i) => h.weight(format, N, Kd, 500 + 11 * i + T));
+      const u = ref.randn(T * G * r, rand); // (T, G r)
+      const NT = Ns.reduce((n, N) => n + N, 0);
+      const B = ref.randn(NT * r, rand, 0.3); // (NT, r): weight i's rows after the earlier weights'
+      const outs = Ns.map((N) => outBuf(T * N));
+      const scale = 1.25;
+      const norm = withNorm ? { w: h.bf16Buf(normVals), eps: 1e-6 } : undefined;
+      const x = f32Buf(xv);
+      const packs = K.groupLoraPacks(
+        current,
+        x,
+        ws.map((w) => w.w),
+        T,
+        Ns,
+        Kd,
+        norm,
+      );
+      // 'auto' packs only where one u and B per weight do not fit; 'packed' wherever 2 more fit.
+      const fitsPacked = own + 2 <= limit,
+        fitsEach = own + 2 * G <= limit;
+      const want = loraFold === 'packed' ? fitsPacked : loraFold === 'auto' && fitsPacked && !fitsEach;
+      expect(packs, `${what} ${loraFold}: groupLoraPacks (limit ${limit})`).toBe(want);
+      const lora = { u: f32Buf(u, 'u'), B: f32Buf(B, 'B'), r, scale };
+      const run = () =>
+        K.matmulGroup(
+          current,
+          outs,
+          x,
+          ws.map((w) => w.w),
+          T,
+          Ns,
+          Kd,
+          norm,
+          lora,
+        );
+      if (!packs) {
+        expect(run, `${what} ${loraFold}`).toThrow(/packed LoRA branches only where the group GEMV takes them/);
+        continue;
+      }
+      K.forgetKernelVariants(current);
+      const d0 = current.dispatchCount;
+      run();
+      expect(current.dispatchCount - d0, 'one dispatch').toBe(1);
+      const label = K.kernelVariant(current, 'matmulGroup')?.label ?? '';
+      expect(label).toContain(`gemv.gemv_${matmul === 'blocks' ? 'rows' : 'lanes'}_group[`);
+      expect(label).toContain('LORA=1');
+      expect(label).toContain('LORAPACK=1');
+      expect(label.includes('NORM=1')).toBe(withNorm);
+      const xs = withNorm ? normedRows(xv, normVals, T, Kd) : new Float64Array(xv);
+      let row0 = 0;
+      for (let i = 0; i < G; i++) {
+        const N = Ns[i]!;
+        // Weight i's branch: columns [i r, (i + 1) r) of u, rows [row0, row0 + N) of B.
+        const ui = new Float32Array(T * r);
+        for (let t = 0; t < T; t++) for (let j = 0; j < r; j++) ui[t * r + j] = u[t * G * r + i * r + j]!;
+        const Bi = B.subarray(row0 * r, (row0 + N) * r);
+        const want = new Float64Array(T * N);
+        ref.matmul(want, xs, ws[i]!.vals, T, N, Kd);
+        ref.matmulF32(want, ui, Bi, T, N, r, true, scale);
+        expectClose(
+          `${what} ${loraFold} packed weight ${i}`,
+          await current.readF32(outs[i]!, T * N),
+          want,
+          withNorm ? 1e-5 : 2e-6,
+          1e-6,
+        );
+        row0 += N;
+      }
+    }
+  });
+
+  it.each([
+    ['gemv_lanes, the norm folded', 'lanes', 3, 48, 264],
+    ['rmsNorm first (gemv_rows)', 'blocks', 2, 32, 288],
+  ] as const)('the packed A product: matmulF32 over rmsNorm(x), %s', async (what, matmul, T, N, Kd) => {
+    current = gpu;
+    K.resetTuning({ matmul });
+    const rand = ref.rng(T * 5 + N + Kd);
+    const xv = ref.randn(T * Kd, rand);
+    const normVals = ref.roundBf16(ref.randn(Kd, rand));
+    const A = ref.randn(N * Kd, rand, 0.2);
+    const out = outBuf(T * N);
+    K.forgetKernelVariants(current);
+    const d0 = current.dispatchCount;
+    K.matmulF32(current, out, f32Buf(xv), f32Buf(A), T, N, Kd, false, 1, undefined, {
+      w: h.bf16Buf(normVals),
+      eps: 1e-6,
+    });
+    const folded = matmul === 'lanes';
+    expect(current.dispatchCount - d0, what).toBe(folded ? 1 : 2);
+    expect(K.kernelVariant(current, 'matmulF32')?.label.includes('NORM=1')).toBe(folded);
+    const want = new Float64Array(T * N);
+    ref.matmulF32(want, normedRows(xv, normVals, T, Kd), A, T, N, Kd);
+    expectClose(`packed A, ${what}`, await current.readF32(out, T * N), want, 1e-5, 1e-6);
+  });
+
+  it('bad packed operands name what is wrong', () => {
+    current = gpu;
+    K.resetTuning({ matmul: 'blocks', loraFold: 'packed' });
+    const ws = [h.weight('bf16', 8, 32, 1).w, h.weight('bf16', 8, 32, 2).w];
+    const x = f32Buf(new Float32Array(2 * 32));
+    const outs = [outBuf(2 * 8), outBuf(2 * 8)];
+    const run = (u: GPUBuffer, B: GPUBuffer, r = 4) =>
+      K.matmulGroup(gpu, outs, x, ws, 2, [8, 8], 32, undefined, { u, B, r, scale: 1 });
+    const u = () => f32Buf(new Float32Array(2 * 2 * 4));
+    const B = () => f32Buf(new Float32Array(16 * 4));
+    expect(() => run(f32Buf(new Float32Array(2 * 4)), B())).toThrow(/matmulGroup packed lora u/);
+    expect(() => run(u(), f32Buf(new Float32Array(8 * 4)))).toThrow(/matmulGroup packed lora B/);
+    expect(() => run(u(), B(), 0)).toThrow(/LoRA rank/);
+    expect(() => run(outs[0]!, B())).toThrow(/matmulGroup/);
+  });
+});
