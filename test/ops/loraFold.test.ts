@@ -175,14 +175,7 @@ describe("a group's LoRA branches (matmulGroup's lora)", () => {
       if (folds) expect(dispatches, 'one dispatch').toBe(1);
       else expect(dispatches, 'the group product, then the B products').toBeGreaterThanOrEqual(2);
       // The reference: the norm in f64, then each product and its branch.
-      const xs = new Float64Array(xv);
-      if (withNorm)
-        for (let t = 0; t < T; t++) {
-          let ss = 0;
-          for (let k = 0; k < Kd; k++) ss += xv[t * Kd + k]! ** 2;
-          const rs = 1 / Math.sqrt(ss / Kd + 1e-6);
-          for (let k = 0; k < Kd; k++) xs[t * Kd + k] = xv[t * Kd + k]! * rs * normVals[k]!;
-        }
+      const xs = withNorm ? normedRows(xv, normVals, T, Kd) : new Float64Array(xv);
       for (let i = 0; i < G; i++) {
         const want = new Float64Array(T * Ns[i]!);
         ref.matmul(want, xs, ws[i]!.vals, T, Ns[i]!, Kd);
