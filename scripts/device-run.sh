@@ -123,10 +123,13 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # - the profile with gemmQ4Dequant=on: each q4 product of 128 rows or more over an f32 copy of its
 #   weight (src/ops/q4Dequant.ts; 'auto' leaves it off until this says whether it pays);
 # - the profile over bf16 weights: where the GPU time of the LoRA step that PEFT is compared with goes;
+# - the profile with gemmTile=128: the tiled GEMMs with 16-byte loads in 128 x 128 output tiles, 8 x 8
+#   a thread (shaders/matmul.wgsl TM8: half the shared reads per FMA; 'auto' keeps 64 x 128 until
+#   this says whether it pays), over q4 and over bf16 weights;
 # - last (cut first), the round again with gemmF16=off.
 NO_F16=gemmF16=off
 P4="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --kv f16 --train-len '$TRAIN_LEN'"
-run round 190 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; $P4 --weights q4 --top 30; $P4 --weights q4 --top 12 --kernels '$NO_F16'; $P4 --weights q4 --top 12 --kernels gemmQ4Dequant=on; $P4 --weights bf16 --top 16; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$NO_F16'"
+run round 190 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; $P4 --weights q4 --top 30; $P4 --weights q4 --top 12 --kernels '$NO_F16'; $P4 --weights q4 --top 12 --kernels gemmQ4Dequant=on; $P4 --weights bf16 --top 16; $P4 --weights q4 --top 12 --kernels gemmTile=128; $P4 --weights bf16 --top 12 --kernels gemmTile=128; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$NO_F16'"
 # attention-ab.log: the decode attention's kernels side by side in the per-kernel GPU time of a
 # decode step at context 2,048 (bench/profile.ts --parts decode, LAYERS layers, q4, f16 KV, the
 # round's sampling), B = 1 and 4: 'auto' (attention_lanes, each key's row read by 16 lanes
@@ -156,12 +159,13 @@ run attention-ab 60 bash -c "$DEC --batch 1 --ctx 2048; $DEC --batch 1 --ctx 204
 # of 2026-12-06 ran these GEMVs at about 200 GB/s, 7% of its copy rate). Then the tiled GEMM's three layouts at the 512-token LoRA step's MLP shape (bench/gemm-ab.ts):
 # over q4 weights as 'auto' runs them, with gemmQ4Dequant=on (the q4 weight dequantized to an f32
 # copy first, that pass included), over bf16 weights, and in f16 tiles over q4 without and with the
-# copy (where shader-f16 is offered: an error line where not); then the prefill GEMM's f16 / f32
+# copy (where shader-f16 is offered: an error line where not), and in 128-row tiles (gemmTile=128)
+# over q4 and bf16, f32 and f16; then the prefill GEMM's f16 / f32
 # tiles side by side (bench/gemm-f16-ab.ts). Then the CPU time to encode a decode step at 36 layers,
 # B = 1 and 4 (bench/decode-encode.ts), the decode GEMV's lanes against gemv (bench/gemv-ab.ts) and
 # the tiled GEMM at the 4B MLP's shape, bf16, M = 2,048, with and without the 16-byte loads.
 GEMM="'$NODE' '$D/bench/gemm-ab.mjs' --M 2048 --N 9728 --K 2560 --reps 10"
 ENC="'$NODE' '$D/bench/decode-encode.mjs' --layers 36 --steps 40"
 GEMM4="'$NODE' '$D/bench/gemm-ab.mjs' --M 512 --N 9728 --K 2560 --reps 10 --weights q4"
-run gemv-ab 60 bash -c "'$NODE' '$D/bench/gemv-sweep.mjs' --lanes auto,4,16 --cols 1,2,4 --rounds 3 --ms 3; $GEMM4; $GEMM4 --kernels gemmQ4Dequant=on; $GEMM4 --weights bf16; $GEMM4 --f16; $GEMM4 --f16 --kernels gemmQ4Dequant=on; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $ENC --batch 1; $ENC --batch 4; '$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --f16 --vec4 off"
+run gemv-ab 60 bash -c "'$NODE' '$D/bench/gemv-sweep.mjs' --lanes auto,4,16 --cols 1,2,4 --rounds 3 --ms 3; $GEMM4; $GEMM4 --kernels gemmQ4Dequant=on; $GEMM4 --weights bf16; $GEMM4 --f16; $GEMM4 --f16 --kernels gemmQ4Dequant=on; $GEMM4 --kernels gemmTile=128; $GEMM4 --weights bf16 --kernels gemmTile=128; $GEMM4 --f16 --kernels gemmTile=128; '$NODE' '$D/bench/gemm-f16-ab.mjs' --full --rounds 3; $ENC --batch 1; $ENC --batch 4; '$NODE' '$D/bench/gemv-ab.mjs' --full --variants lanes,gemv --rounds 3; $GEMM; $GEMM --vec4 off; $GEMM --f16 --vec4 off; $GEMM --kernels gemmTile=128"
 log "done"

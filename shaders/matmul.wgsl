@@ -217,7 +217,11 @@ fn gemm_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
 // vec4 of one thread (no two threads write parts of one vector). The K loop is double-buffered
 // through registers: each thread reads its part of the next R step from global memory before it
 // multiplies the current one out of shared memory, so the loads are in flight during the FMAs.
+#ifdef TM8
+const BM = 128u; // rows per tile: define TM8 (with VEC), 8 rows per thread
+#else
 const BM = 64u;  // rows per tile
+#endif
 const BN = 128u; // columns per tile
 const BK = 16u;  // R step
 const TN = 8u;   // columns per thread: two vec4s, 64 apart
@@ -317,6 +321,22 @@ fn loadStep(m0: u32, n0: u32, r0: u32, lid: u32, rEnd: u32) -> Step {
   return st;
 }
 
+#ifdef TM8
+// Define TM8 (tuning.gemmTile '128'; with VEC only): a 128 x 128 output tile, 8 x 8 outputs per
+// thread. The rows 64..127 of the tile repeat the first 64's work: a thread loads a second vec4 of
+// A (row 64 + lid / 4) and keeps a second set of accumulators (rows 64 + ty + 16 i), reusing the
+// B columns it read for the first set. Each 4 values of r then cost 8 + 8 vec4 shared reads for
+// 4 x 64 FMAs (against 4 + 8 for 4 x 32), and each weight element of B is loaded (and for q4
+// dequantized) once per 128 rows of A, not 64. Shared memory doubles for A: 20 KiB in f32 with
+// BK = 16 (the TS side checks maxComputeWorkgroupStorageSize).
+fn loadA2(m0: u32, r0: u32, lid: u32, rEnd: u32) -> vec4<TE> {
+  let m = m0 + 64u + (lid >> 2u);
+  let ra = r0 + 4u * (lid & 3u);
+  if (m < p.M && ra < rEnd) { return vec4<TE>(a[(m * p.aM + ra) >> 2u]); }
+  return vec4<TE>();
+}
+#endif
+
 // Where this thread's run of B goes in the tile (the second vec4 follows the first).
 fn bSlot(lid: u32) -> u32 {
 #ifdef BT
@@ -357,17 +377,31 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
   let rEnd = rs.y;
   let o0 = sliceOut(wid.z);
   var next = loadStep(m0, n0, rStart, lid, rEnd);
+#ifdef TM8
+  var acc2: array<vec4f, 8>; // as acc, for row 64 + ty + 16 i
+  var nextA2 = loadA2(m0, rStart, lid, rEnd);
+#endif
   for (var r0 = rStart; r0 < rEnd; r0 += BK) {
     as_[(lid >> 2u) * KP + (lid & 3u)] = next.a;
+#ifdef TM8
+    as_[(64u + (lid >> 2u)) * KP + (lid & 3u)] = nextA2;
+#endif
     bs[bSlot(lid)] = next.b[0];
     bs[bSlot(lid) + 1u] = next.b[1];
     workgroupBarrier();
     if (r0 + BK < rEnd) { next = loadStep(m0, n0, r0 + BK, lid, rEnd); } // in flight during the FMAs
+#ifdef TM8
+    if (r0 + BK < rEnd) { nextA2 = loadA2(m0, r0 + BK, lid, rEnd); }
+#endif
 #ifdef F16
     // Each output's 16 products of this step summed in f16, then added to the f32 accumulator.
     // Zeroed explicitly (see the r-major variant: lavapipe kept a loop-local var's old value).
     var part: array<vec4<f16>, 8>;
     for (var j = 0u; j < 8u; j++) { part[j] = vec4<f16>(); }
+#ifdef TM8
+    var part2: array<vec4<f16>, 8>;
+    for (var j = 0u; j < 8u; j++) { part2[j] = vec4<f16>(); }
+#endif
 #endif
     for (var k = 0u; k < BK / 4u; k++) {
       let b0 = bCols(k, tx, 0u);
@@ -382,9 +416,24 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
         acc[2u * i + 1u] += rowTimes(av, b1);
 #endif
       }
+#ifdef TM8
+      for (var i = 0u; i < 4u; i++) {
+        let av = as_[(64u + ty + 16u * i) * KP + k]; // row 64 + ty + 16 i
+#ifdef F16
+        part2[2u * i] += rowTimes(av, b0);
+        part2[2u * i + 1u] += rowTimes(av, b1);
+#else
+        acc2[2u * i] += rowTimes(av, b0);
+        acc2[2u * i + 1u] += rowTimes(av, b1);
+#endif
+      }
+#endif
     }
 #ifdef F16
     for (var j = 0u; j < 8u; j++) { acc[j] += vec4f(part[j]); }
+#ifdef TM8
+    for (var j = 0u; j < 8u; j++) { acc2[j] += vec4f(part2[j]); }
+#endif
 #endif
     workgroupBarrier();
   }
@@ -395,6 +444,15 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
       if (m < p.M && n < p.N) { store(o0 + m * p.N + n, acc[2u * i + (j >> 2u)][j & 3u]); }
     }
   }
+#ifdef TM8
+  for (var i = 0u; i < 4u; i++) {
+    let m = m0 + 64u + ty + 16u * i;
+    for (var j = 0u; j < 8u; j++) {
+      let n = n0 + outColumn(tx, j);
+      if (m < p.M && n < p.N) { store(o0 + m * p.N + n, acc2[2u * i + (j >> 2u)][j & 3u]); }
+    }
+  }
+#endif
 }
 #else
 #ifndef SGA

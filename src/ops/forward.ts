@@ -30,7 +30,7 @@ import {
   type WeightFormat,
 } from './common.ts';
 import { colsPerThread, colsShapeFits, colsSplit, lanesSplit, LANES_MAX, tmaxFor, wideLanes } from './colsSplit.ts';
-import { GEMM_TILE_M, GEMM_TILE_N, splitKFor } from './splitK.ts';
+import { GEMM_TILE_M, GEMM_TILE_M_TALL, GEMM_TILE_N, splitKFor } from './splitK.ts';
 import { q4DequantFor } from './q4Dequant.ts';
 import { dequantizeQ4 } from './quant.ts';
 import { attentionTiledPaged, attentionVariant } from './attentionTiled.ts';
@@ -91,9 +91,22 @@ export function rmsNorm(gpu: Gpu, out: GPUBuffer, x: GPUBuffer, w: GPUBuffer, R:
   );
 }
 
-/** gemm_tiled's output tile (shaders/matmul.wgsl BM x BN). */
+/** gemm_tiled's output tile (shaders/matmul.wgsl BM x BN; BM is TILE_M_TALL with define TM8). */
 const TILE_M = GEMM_TILE_M,
+  TILE_M_TALL = GEMM_TILE_M_TALL,
   TILE_N = GEMM_TILE_N;
+
+/** Workgroup memory of gemm_tiled's TM8 tiles in f32: A (128, 5) and B (128, 5) vec4s. */
+const TM8_SHARED_BYTES = 2 * 128 * 5 * 16;
+
+/**
+ * The rows of gemm_tiled's output tiles where it takes 16-byte loads (tuning.gemmTile): 128
+ * (define TM8) when '128' asks for them and the device's workgroup memory holds them, else 64.
+ */
+export function gemmTileRows(gpu: Gpu): number {
+  const tall = tuning.gemmTile === '128' && gpu.limits.maxComputeWorkgroupStorageSize >= TM8_SHARED_BYTES;
+  return tall ? TILE_M_TALL : TILE_M;
+}
 
 /** GEMV lanes per output column: ~4+ weight words per lane, 64 lanes from R >= 512; tiny R gets more columns per workgroup. */
 const gemvLanes = (R: number) => Math.min(64, Math.max(4, 2 ** Math.floor(Math.log2(Math.max(1, R / 8)))));
@@ -493,11 +506,13 @@ function vecTile(
 
 /**
  * gemm_tiled's defines: the weight format, and the f16, subgroup and 16-byte-load variants where
- * they run (SGA shares A by shuffles of its own loads, so it excludes VEC).
+ * they run (SGA shares A by shuffles of its own loads, so it excludes VEC), the 16-byte loads with
+ * 128-row tiles (TM8) where tuning.gemmTile takes them.
  */
 function tiledDefines(gpu: Gpu, WEIGHTS: WeightFormat, f16: boolean, aR: number, vec: 'r' | 'n' | null): Defines {
   const sga = useGemmSubgroups(gpu, aR);
-  const vecDefines: Defines = sga || !vec ? {} : vec === 'r' ? { VEC: 1 } : { VEC: 1, BT: 1 };
+  const tall: Defines = gemmTileRows(gpu) === TILE_M_TALL ? { TM8: 1 } : {};
+  const vecDefines: Defines = sga || !vec ? {} : vec === 'r' ? { VEC: 1, ...tall } : { VEC: 1, BT: 1, ...tall };
   return { WEIGHTS, TILED: 1, ...(f16 ? { F16: 1 } : {}), ...(sga ? { SGA: 1 } : vecDefines) };
 }
 
@@ -660,8 +675,9 @@ function gemmTiled(
   accumulate: boolean,
   scale: number,
 ): void {
-  const { slices, rSlice } = splitKFor(tuning.gemmSplitK, autoForCpu(gpu), M, N, R);
-  const grid: [number, number] = [Math.ceil(N / TILE_N), Math.ceil(M / TILE_M)];
+  const tileM = defines.TM8 ? TILE_M_TALL : TILE_M;
+  const { slices, rSlice } = splitKFor(tuning.gemmSplitK, autoForCpu(gpu), M, N, R, tileM);
+  const grid: [number, number] = [Math.ceil(N / TILE_N), Math.ceil(M / tileM)];
   if (slices === 1) {
     const params = [M, N, R, accumulate ? 1 : 0, ...strides, f32(scale)];
     gpu.dispatch(opKernel(gpu, op, 'matmul', 'gemm_tiled', defines), [out, a, b], grid, params);

@@ -10,8 +10,9 @@
 // chunks (M = 64, N = 2,560, R = 151,936) makes 20. Slicing R gives each slice its own workgroups,
 // at the cost of writing (slices, M, N) partial outputs and one pass that sums them.
 
-/** The tiled GEMM's output tile (shaders/matmul.wgsl BM x BN) and its R step (BK). */
+/** The tiled GEMM's output tile (shaders/matmul.wgsl BM x BN) and its R step (BK); BM is 128 with define TM8. */
 export const GEMM_TILE_M = 64;
+export const GEMM_TILE_M_TALL = 128;
 export const GEMM_TILE_N = 128;
 export const GEMM_TILE_K = 16;
 
@@ -35,15 +36,22 @@ export interface SplitK {
 }
 
 /**
- * The split of an (M, N) output over R: `mode` 'off' never splits; 'auto' splits where the tiles
- * make fewer than SPLITK_MIN_GROUPS workgroups (and `cpu` is false: CPU adapters run other
+ * The split of an (M, N) output over R, in output tiles of tileM x GEMM_TILE_N: `mode` 'off'
+ * never splits; 'auto' splits where the tiles make fewer than SPLITK_MIN_GROUPS workgroups (and `cpu` is false: CPU adapters run other
  * kernels, and their few cores are busy anyway); 'on' (tests) splits wherever two slices of at
  * least GEMM_TILE_K fit. Only outputs of whole vec4s (M N % 4 == 0: gemv_cols_reduce sums vec4s).
  */
-export function splitKFor(mode: SplitKMode, cpu: boolean, M: number, N: number, R: number): SplitK {
+export function splitKFor(
+  mode: SplitKMode,
+  cpu: boolean,
+  M: number,
+  N: number,
+  R: number,
+  tileM: number = GEMM_TILE_M,
+): SplitK {
   const none = { slices: 1, rSlice: R };
   if (mode === 'off' || (mode === 'auto' && cpu) || (M * N) % 4 !== 0 || M * N === 0) return none;
-  const groups = Math.ceil(N / GEMM_TILE_N) * Math.ceil(M / GEMM_TILE_M);
+  const groups = Math.ceil(N / GEMM_TILE_N) * Math.ceil(M / tileM);
   if (mode === 'auto' && groups >= SPLITK_MIN_GROUPS) return none;
   const minSlice = mode === 'on' ? GEMM_TILE_K : SPLITK_MIN_SLICE;
   const most = Math.min(SPLITK_MAX_SLICES, Math.floor(R / minSlice), Math.floor(SPLITK_MAX_SCRATCH / (M * N * 4)));
@@ -54,8 +62,11 @@ export function splitKFor(mode: SplitKMode, cpu: boolean, M: number, N: number, 
   return slices < 2 ? none : { slices, rSlice };
 }
 
-/** Bytes of the pooled scratch of partial outputs, (slices, M, N) f32, that 'auto' takes on a GPU (0 when it does not split). */
-export function splitKScratchBytes(M: number, N: number, R: number): number {
-  const { slices } = splitKFor('auto', false, M, N, R);
+/**
+ * Bytes of the pooled scratch of partial outputs, (slices, M, N) f32, that 'auto' takes on a GPU
+ * with output tiles of tileM rows (0 when it does not split).
+ */
+export function splitKScratchBytes(M: number, N: number, R: number, tileM: number = GEMM_TILE_M): number {
+  const { slices } = splitKFor('auto', false, M, N, R, tileM);
   return slices > 1 ? slices * M * N * 4 : 0;
 }

@@ -63,6 +63,14 @@ export interface Tuning {
    */
   gemmQ4Dequant: 'auto' | 'on' | 'off';
   /**
+   * The tiled GEMM's rows per output tile where it takes 16-byte loads (shaders/matmul.wgsl VEC):
+   * '64' (64 x 128, 4 x 8 outputs a thread) or '128' (define TM8: 128 x 128, 8 x 8 a thread: half
+   * the shared reads per FMA, each weight element loaded and dequantized once per 128 rows, half
+   * as many workgroups; needs 20 KiB of workgroup memory, else 64). Split-K counts the tile it
+   * runs. 'auto' takes 64 until a GPU run times 128 (scripts/device-run.sh profiles both).
+   */
+  gemmTile: 'auto' | '64' | '128';
+  /**
    * The decode GEMV (shaders/gemv.wgsl gemv_lanes) split over K when its columns alone make few
    * workgroups and each lane would walk a long row (the LoRA A products of o_proj and down_proj in
    * decode on GPUs: N = r columns, one workgroup; src/ops/colsSplit.ts lanesSplit): each slice of
@@ -198,6 +206,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   gemmVec4: 'auto',
   gemmSplitK: 'auto',
   gemmQ4Dequant: 'auto',
+  gemmTile: 'auto',
   gemvSplitK: 'auto',
   gemvWideLanes: 'auto',
   gemvLanes: 'auto',
@@ -223,6 +232,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   gemmVec4: ['auto', 'off'],
   gemmSplitK: ['auto', 'on', 'off'],
   gemmQ4Dequant: ['auto', 'on', 'off'],
+  gemmTile: ['auto', '64', '128'],
   gemvSplitK: ['auto', 'off'],
   gemvWideLanes: ['auto', 'on', 'off'],
   gemvLanes: ['auto', '4', '8', '16'],

@@ -307,6 +307,7 @@ export class TrainingPass {
       packed: this.keyEnd !== null,
       splitK: K.splitKAuto(this.gpu),
       q4Dequant: K.weightFormat(this.model.weights.layers[0]!.gateProj) === 'q4' && K.q4DequantOn(),
+      gemmTileRows: K.gemmTileRows(this.gpu),
       logpOnly: this.logpOnly,
     });
   }

@@ -53,6 +53,12 @@ export interface TrainingPassShape {
    * it off).
    */
   q4Dequant?: boolean;
+  /**
+   * Rows of the tiled GEMM's output tiles with 16-byte loads that split-K counts with
+   * (K.gemmTileRows: 128 where tuning.gemmTile takes the tall tiles, which split more; the LoRA
+   * weight gradients keep the r-major tiles' 64). Default 64.
+   */
+  gemmTileRows?: number;
 }
 
 /** What a buffer is for, the classes of the report. */
@@ -224,7 +230,9 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
   // products, and of the LM head's chunks. out (M, N) over R: both functions take (M, N, R).
   const splitK = s.splitK ?? true;
   // gemv_cols splits only the input gradients (on CPU adapters); split-K any tiled product (on GPUs).
-  const gk = (m: number, n: number, r: number) => (splitK ? splitKScratchBytes(m, n, r) : 0);
+  const gk = (m: number, n: number, r: number) => (splitK ? splitKScratchBytes(m, n, r, s.gemmTileRows) : 0);
+  // The LoRA weight gradients read A across r: the r-major tiles, always 64 rows.
+  const gkW = (m: number, n: number, r: number) => (splitK ? splitKScratchBytes(m, n, r) : 0);
   const dxSplit = (m: number, n: number, r: number) => Math.max(colsScratchBytes(m, n, r), gk(m, n, r));
   // A base weight's product over q4 may first dequantize the weight into a pooled f32 copy, alive
   // with the product's split partials (src/ops/q4Dequant.ts; the LoRA products are f32 already).
@@ -251,7 +259,7 @@ export function trainingPassLayout(cfg: Qwen3Config, s: TrainingPassShape): Trai
         const forward = Math.max(gk(rows, N, Kin) + gq(rows, N, Kin), r ? gk(rows, r, Kin) : 0);
         fwd = Math.max(fwd, forward);
         bwd = Math.max(bwd, recompute ? forward : 0, dxSplit(rows, Kin, N) + gq(rows, Kin, N));
-        if (r) bwd = Math.max(bwd, dxSplit(rows, r, N), dxSplit(rows, Kin, r), gk(r, Kin, rows), gk(N, r, rows));
+        if (r) bwd = Math.max(bwd, dxSplit(rows, r, N), dxSplit(rows, Kin, r), gkW(r, Kin, rows), gkW(N, r, rows));
       }
     return { fwd, bwd };
   };
@@ -354,6 +362,8 @@ const sum = (bufs: readonly PassBuffer[], cls?: BufferClass) =>
  * (Hr and M mod Hr rows, C outputs, V rows of W); 0 where nothing splits. With split-K, Pl also
  * covers the layer's forward products (recomputed in the backward), u = x . A^T and the LoRA
  * weight gradients, and Pf, the forward pass's own, the largest of x . W^T and u = x . A^T.
+ * Split-K counts output tiles of `gemmTileRows` rows (64, or 128 with tuning.gemmTile '128'),
+ * except for the LoRA weight gradients, whose r-major tiles keep 64.
  * The attention backward's D (T, NH) lives only inside K.attentionBackward, where no product runs,
  * so the layer's backward counts the larger of it and Pl.
  * With `q4Dequant`, a base weight's product (x . W^T, dx = dy . W; the LM head's) also counts the

@@ -55,20 +55,24 @@ async function run(
 }
 
 // gemmSubgroups 'on': A shared by subgroup shuffles of vec4<f16> (SGA) instead of the shared tile;
-// gemmVec4 'auto': the tiles laid out along r, filled by 16-byte loads (VEC), where K % 8 == 0.
+// gemmVec4 'auto': the tiles laid out along r, filled by 16-byte loads (VEC), where K % 8 == 0;
+// gemmTile '128': those with 128-row tiles (TM8; the T = 130 case crosses both row edges).
 describe.each([
-  ['off', 'auto'],
-  ['off', 'off'],
-  ['on', 'auto'],
-] as const)('gemm_tiled F16, gemmSubgroups %s, gemmVec4 %s', (sga, vec4) => {
+  ['off', 'auto', 'auto'],
+  ['off', 'off', 'auto'],
+  ['on', 'auto', 'auto'],
+  ['off', 'auto', '128'],
+] as const)('gemm_tiled F16, gemmSubgroups %s, gemmVec4 %s, gemmTile %s', (sga, vec4, tile) => {
   beforeAll(() => {
     K.tuning.matmul = 'tiled';
     K.tuning.gemmSubgroups = sga;
     K.tuning.gemmVec4 = vec4;
+    K.tuning.gemmTile = tile;
   });
   afterAll(() => {
     K.tuning.gemmSubgroups = 'auto';
     K.tuning.gemmVec4 = 'auto';
+    K.tuning.gemmTile = 'auto';
   });
 
   // (format, T, N, K, accumulate, x scale): activations up to a few hundred in magnitude (the
@@ -107,6 +111,7 @@ describe.each([
     expect(f16.defines.SGA, 'the subgroup A variant ran as set').toBe(sga === 'on' ? 1 : undefined);
     const vec = sga === 'off' && vec4 === 'auto' && Kd % 8 === 0;
     expect(f16.defines.VEC, 'the 16-byte loads ran where they fit').toBe(vec ? 1 : undefined);
+    expect(f16.defines.TM8, 'the 128-row tiles ran as set').toBe(vec && tile === '128' ? 1 : undefined);
     const f32 = await run('off', x, w, init, T, N, Kd);
     expect(f32.defines.F16, 'tuning.gemmF16 off: the f32 tiles ran').toBeUndefined();
 
@@ -122,7 +127,7 @@ describe.each([
       err32 = Math.max(err32, Math.abs(f32.got[i]! - want[i]!) / (mag[i]! || 1));
     }
     h.measured[
-      `${format} T=${T} N=${N} K=${Kd}${accumulate ? ' +=' : ''} x*${xs}${sga === 'on' ? ' SGA' : vec ? ' VEC' : ''}`
+      `${format} T=${T} N=${N} K=${Kd}${accumulate ? ' +=' : ''} x*${xs}${sga === 'on' ? ' SGA' : vec ? ' VEC' : ''}${vec && tile === '128' ? ' TM8' : ''}`
     ] =
       `max err/sum|xw| f16 ${err16.toExponential(2)}, f32 ${err32.toExponential(2)}; worst err/bound ${worst.toFixed(3)}`;
     expect(

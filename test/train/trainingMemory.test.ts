@@ -477,6 +477,62 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
     }
   });
 
+  // tuning.gemmTile '128': the 16-byte-load products take 128-row tiles (TM8), which make half the
+  // workgroups and so may split over R more; the LoRA weight gradients keep the r-major 64-row
+  // tiles. The live bytes still equal the formula.
+  it("a GPU's choices with gemmTile '128', T = 136: the tall tiles' split partials", async () => {
+    const s = await loadLoraGolden(gpu, 'tied-all');
+    const saved = { ...K.tuning };
+    K.tuning.autoFor = 'gpu';
+    try {
+      const V = s.cfg.vocabSize;
+      const ids = Array.from({ length: 136 }, (_, t) => (t * 7919 + 13) % V);
+      const targets = [...ids.slice(1), -1];
+      const opts = { checkpoints: 'f16' } as const;
+      K.tuning.gemmTile = '64';
+      await measuredPass(s, ids, targets, null, opts); // warm-up: the RoPE table is cached per device
+      const short = await measuredPass(s, ids, targets, null, opts);
+      K.tuning.gemmTile = '128';
+      const { fwdPeak, bwdPeak, want, logp, live } = await measuredPass(s, ids, targets, null, opts);
+      expect(K.kernelVariant(gpu, 'matmul')!.defines.TM8, 'the tall tiles ran').toBe(1);
+      expect(live).toBe(0);
+      expect({ fwdPeak, bwdPeak }).toEqual({ fwdPeak: want.peakForward, bwdPeak: want.peakBackward });
+      // At these sizes R bounds the slices either way (src/ops/splitK.ts SPLITK_MIN_SLICE), so the
+      // plan is the 64-row tiles'; test/ops/gemmTall.test.ts checks 4B shapes, where it is not.
+      expect(want.peakBackward).toBe(short.want.peakBackward);
+      // Within f32 rounding of the 64-row tiles' log-probs (split-K slices R differently).
+      for (let i = 0; i < logp.length; i++) expect(Math.abs(logp[i]! - short.logp[i]!)).toBeLessThan(1e-4);
+    } finally {
+      Object.assign(K.tuning, saved);
+      s.adapter.destroy();
+    }
+  });
+
+  it("counts the tall tiles' split partials where they split more (Qwen3-4B sizes, T = 512)", () => {
+    const cfg = {
+      hiddenSize: 2560,
+      numLayers: 36,
+      numHeads: 32,
+      numKvHeads: 8,
+      headDim: 128,
+      intermediateSize: 9728,
+      vocabSize: 151936,
+    } as Qwen3Config;
+    const lora = {
+      r: 16,
+      targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const,
+    };
+    const shape = { seqLen: 512, numTargets: 511, lora, checkpoints: 'bf16', mlpChunk: 512 } as const;
+    const short = trainingPassBytes(cfg, shape);
+    const tall = trainingPassBytes(cfg, { ...shape, gemmTileRows: 128 });
+    // down_proj's input gradient (512, 2,560) over R = 9,728 makes 160 tiles of 64 rows (no split)
+    // and 80 of 128 (4 slices: splitK.ts); gate/up's forward (512, 9,728) makes 608 or 304 (none).
+    const scratch = (b: typeof short) => b.layout.backwardLayers.find((x) => x.name === 'matmul.scratch')?.bytes ?? 0;
+    expect(scratch(short)).toBeLessThan(4 * 512 * 2560 * 4);
+    expect(scratch(tall)).toBeGreaterThanOrEqual(4 * 512 * 2560 * 4);
+    expect(tall.layerBackward).toBeGreaterThan(short.layerBackward);
+  });
+
   it('equals the closed-form formula of its doc comment (Qwen3-0.6B sizes)', () => {
     const cfg = {
       hiddenSize: 1024,
