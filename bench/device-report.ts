@@ -113,9 +113,11 @@ function gemvSweepLines(tables: GemvSweep[]): string[] {
   return out;
 }
 
-/** One bench/profile.ts run: its kernel switches ('' for none) and each unit's GPU time. */
+/** One bench/profile.ts run: its kernel switches ('' for none), weight format and each unit's GPU time. */
 export interface ProfileRun {
   kernels: string;
+  /** The header's weight format (q4, bf16), '' where it names none. */
+  weights: string;
   units: { name: string; gpuMs: number; dispatches: number; wallMs: number }[];
 }
 
@@ -129,7 +131,7 @@ export function parseProfiles(text: string): ProfileRun[] {
   for (const line of text.split('\n')) {
     const head = /^# .* with \d+ of \d+ layers, .*LoRA r \d+ on all projections(?:; kernels (\S+))?\s*$/.exec(line);
     if (head) {
-      runs.push({ kernels: head[1] ?? '', units: [] });
+      runs.push({ kernels: head[1] ?? '', weights: /, (\w+) weights,/.exec(line)?.[1] ?? '', units: [] });
       continue;
     }
     const u = /^## (.+): GPU ([\d.]+) ms in ([\d.]+) dispatches per unit; unprofiled wall ([\d.]+) ms per unit/.exec(
@@ -148,15 +150,18 @@ export function parseProfiles(text: string): ProfileRun[] {
 
 /**
  * A log's profiles side by side where it has two or more: per unit (in the order they first
- * appear), each run's GPU ms and its ratio to the first run's with that unit (> 1: that one is
- * faster), and each run's kernel switches. Runs of other shapes (attention-ab.log's B = 1 and 4)
- * leave each other's cells empty.
+ * appear), each run's GPU ms and its ratio to the first run's with that unit and weight format
+ * (its ms over theirs: > 1 is slower), and each run's kernel switches (and weights, where the runs' differ:
+ * round.log's q4 and bf16 profiles). Runs of other shapes (attention-ab.log's B = 1 and 4) leave
+ * each other's cells empty.
  */
 function profileLines(file: string, runs: ProfileRun[]): string[] {
   if (runs.length < 2) return [];
-  const name = (r: ProfileRun) => (r.kernels ? `\`${r.kernels}\`` : "'auto'");
+  const mixed = new Set(runs.map((r) => r.weights)).size > 1;
+  const name = (r: ProfileRun) =>
+    `${r.kernels ? `\`${r.kernels}\`` : "'auto'"}${mixed && r.weights ? ` ${r.weights}` : ''}`;
   const out = [
-    `Profiles side by side (${file}, bench/profile.ts, one after another on the same machine): GPU ms a unit, and over the first's:`,
+    `Profiles side by side (${file}, bench/profile.ts, one after another on the same machine): GPU ms a unit, and over the first's with the same weights (> 1: slower):`,
     '',
     `| unit | ${runs.map(name).join(' | ')} |`,
     `|---|${runs.map(() => '---|').join('')}`,
@@ -164,9 +169,10 @@ function profileLines(file: string, runs: ProfileRun[]): string[] {
   const names = [...new Set(runs.flatMap((r) => r.units.map((u) => u.name)))];
   for (const name of names) {
     const at = runs.map((r) => r.units.find((x) => x.name === name));
-    const base = at.find((v) => v !== undefined)!;
-    const cells = at.map((v) =>
-      !v ? '' : v === base ? num(v.gpuMs, 2) : `${num(v.gpuMs, 2)} (${num(v.gpuMs / base.gpuMs, 2)}x)`,
+    // Each cell against the first run with this unit and this run's weights.
+    const baseOf = (i: number) => at.find((v, j) => v !== undefined && runs[j]!.weights === runs[i]!.weights)!;
+    const cells = at.map((v, i) =>
+      !v ? '' : v === baseOf(i) ? num(v.gpuMs, 2) : `${num(v.gpuMs, 2)} (${num(v.gpuMs / baseOf(i).gpuMs, 2)}x)`,
     );
     out.push(`| ${name} | ${cells.join(' | ')} |`);
   }

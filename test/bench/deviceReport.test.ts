@@ -297,6 +297,31 @@ describe('bench/profile.ts runs side by side (round.log, gemv-ab.log)', () => {
     );
   });
 
+  it("names the weights where the runs' differ, and sets each run beside the first with its weights", () => {
+    const headW = (weights: string, kernels?: string) => head(kernels).replace('q4 weights', `${weights} weights`);
+    const runs = parseProfiles(
+      [
+        headW('q4'),
+        unit('LoRA training step, 512 tokens', 100),
+        headW('bf16'),
+        unit('LoRA training step, 512 tokens', 120),
+        headW('q4', 'gemmTile=128'),
+        unit('LoRA training step, 512 tokens', 80),
+        headW('bf16', 'gemmTile=128'),
+        unit('LoRA training step, 512 tokens', 90),
+      ].join('\n'),
+    );
+    expect(runs.map((r) => [r.kernels, r.weights])).toEqual([
+      ['', 'q4'],
+      ['', 'bf16'],
+      ['gemmTile=128', 'q4'],
+      ['gemmTile=128', 'bf16'],
+    ]);
+    const text = deviceReport({ profiles: [{ file: 'round.log', runs }] }).join('\n');
+    expect(text).toContain("| unit | 'auto' q4 | 'auto' bf16 | `gemmTile=128` q4 | `gemmTile=128` bf16 |");
+    expect(text).toContain('| LoRA training step, 512 tokens | 100.00 | 120.00 | 80.00 (0.80x) | 90.00 (0.75x) |');
+  });
+
   it('the H100 run of 2026-12-06 (bench/results/2026-12-06-h100-b): the attention before and after', async () => {
     const text = deviceReport(await readDeviceRun('bench/results/2026-12-06-h100-b')).join('\n');
     expect(text).toContain('all 31 checks passed');
