@@ -126,10 +126,12 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # - the profile with gemmTile=128: the tiled GEMMs with 16-byte loads in 128 x 128 output tiles, 8 x 8
 #   a thread (shaders/matmul.wgsl TM8: half the shared reads per FMA; 'auto' keeps 64 x 128 until
 #   this says whether it pays), over q4 and over bf16 weights;
+# - the prefill and LoRA step with loraFold=off: each LoRA branch's B product (and its dx += du A)
+#   a GEMM of its own, as before 2026-12-07, against 'auto''s branches in gemm_tiled's store (LORA);
 # - last (cut first), the round again with gemmF16=off.
 NO_F16=gemmF16=off
 P4="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --kv f16 --train-len '$TRAIN_LEN'"
-run round 190 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; $P4 --weights q4 --top 30; $P4 --weights q4 --top 12 --kernels '$NO_F16'; $P4 --weights q4 --top 12 --kernels gemmQ4Dequant=on; $P4 --weights bf16 --top 16; $P4 --weights q4 --top 12 --kernels gemmTile=128; $P4 --weights bf16 --top 12 --kernels gemmTile=128; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$NO_F16'"
+run round 190 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; $P4 --weights q4 --top 30; $P4 --weights q4 --top 12 --kernels '$NO_F16'; $P4 --weights q4 --top 12 --kernels gemmQ4Dequant=on; $P4 --weights bf16 --top 16; $P4 --weights q4 --top 12 --kernels gemmTile=128; $P4 --weights bf16 --top 12 --kernels gemmTile=128; $P4 --weights q4 --top 12 --parts prefill,train --kernels loraFold=off; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$NO_F16'"
 # attention-ab.log: the decode attention's kernels side by side in the per-kernel GPU time of a
 # decode step at context 2,048 (bench/profile.ts --parts decode, LAYERS layers, q4, f16 KV, the
 # round's sampling), B = 1 and 4: 'auto' (attention_lanes, each key's row read by 16 lanes

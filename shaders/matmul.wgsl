@@ -31,7 +31,9 @@ enable f16;
 //               summed as packed vec4<f16> FMAs and that partial is added to the f32 accumulator.
 //               Define SGA (subgroups; A read along r): no A tile, A shared by subgroupShuffle.
 //               Define SPLITK (src/ops/splitK.ts): slices of R over wid.z, partial outputs summed
-//               by shaders/gemv.wgsl gemv_cols_reduce (see sliceRange).
+//               by shaders/gemv.wgsl gemv_cols_reduce (see sliceRange). With VEC (16-byte loads):
+//               define TM8, 128 x 128 tiles, 8 x 8 a thread; define LORA, a LoRA branch added in
+//               the store (see both below).
 
 struct GemmParams {
   M: u32,
@@ -51,6 +53,11 @@ struct GemmParams {
 #ifdef SPLITK
   // gemm_tiled with define SPLITK: the R of one slice (a multiple of BK); see sliceRange
   rSlice: u32,
+#endif
+#ifdef LORA
+  // gemm_tiled with define LORA (VEC): a LoRA branch's rank-loraR product added in the store
+  loraR: u32,
+  loraScale: f32,
 #endif
 }
 
@@ -84,6 +91,20 @@ fn wordInput(i: u32) -> f32 { return a[i]; }
 #include "common/words.wgsl"
 #endif
 
+#ifdef LORA
+// Define LORA (gemm_tiled with VEC; src/ops/forward.ts tiledProduct's `lora`, tuning.loraFold): a
+// LoRA branch's rank-loraR product added to each output as it is stored, instead of a second
+// product that reads and writes the whole output again:
+//  - the forward x . W^T: out += loraScale * u (M, loraR) . B (N, loraR)^T, u = x . A^T;
+//  - the input gradient (BT) dy . W: dx += loraScale * du (M, loraR) . A (loraR, N), du = s dy . B.
+// u at binding 4, B (or A) at 5. Split over R (SPLITK), only slice 0 adds it (sliceStore); the
+// reduce then scales it with the rest, so the TS side fuses only products of scale 1.
+#ifdef BT
+#include "common/loraterm.wgsl" (WI=, WN=p.N, AT=4, BJ=p.N)
+#else
+#include "common/loraterm.wgsl" (WI=, WN=p.N, AT=4)
+#endif
+#endif
 #include "common/storeout.wgsl" (WI=)
 #ifdef GROUP
 fn q4ScaleBase1() -> u32 { return (p.N1 * p.R) >> 3u; }
@@ -250,6 +271,13 @@ fn sliceOut(z: u32) -> u32 {
   return 0u;
 #endif
 }
+#ifdef LORA
+// Output (m, n) of slice z: through store (which adds the LoRA term) in slice 0, as the plain
+// partial sum (the params' accumulate 0 and scale 1) in the others.
+fn sliceStore(z: u32, m: u32, n: u32, v: f32) {
+  if (z == 0u) { store(m * p.N + n, v); } else { out[sliceOut(z) + m * p.N + n] = v; }
+}
+#endif
 
 #ifdef F16
 // f16 operands: half the shared memory and its traffic, and packed f16 math in the inner loop.
@@ -441,7 +469,11 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
     let m = m0 + ty + 16u * i;
     for (var j = 0u; j < 8u; j++) {
       let n = n0 + outColumn(tx, j);
+#ifdef LORA
+      if (m < p.M && n < p.N) { sliceStore(wid.z, m, n, acc[2u * i + (j >> 2u)][j & 3u]); }
+#else
       if (m < p.M && n < p.N) { store(o0 + m * p.N + n, acc[2u * i + (j >> 2u)][j & 3u]); }
+#endif
     }
   }
 #ifdef TM8
@@ -449,7 +481,11 @@ fn gemm_tiled(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) l
     let m = m0 + 64u + ty + 16u * i;
     for (var j = 0u; j < 8u; j++) {
       let n = n0 + outColumn(tx, j);
+#ifdef LORA
+      if (m < p.M && n < p.N) { sliceStore(wid.z, m, n, acc2[2u * i + (j >> 2u)][j & 3u]); }
+#else
       if (m < p.M && n < p.N) { store(o0 + m * p.N + n, acc2[2u * i + (j >> 2u)][j & 3u]); }
+#endif
     }
   }
 #endif

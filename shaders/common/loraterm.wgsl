@@ -2,7 +2,8 @@
 //   #include "common/loraterm.wgsl" (WI=suffix, WN=rows, AT=binding)
 // binds loraU{{WI}} (M, loraR) at AT and loraB{{WI}} ({{WN}}, loraR) at AT + 1, and defines
 // loraTerm{{WI}}(o) for output o = t {{WN}} + n: p.loraScale * sum_j u[t, j] B[n, j], which
-// store{{WI}} (common/storeout.wgsl) adds.
+// store{{WI}} (common/storeout.wgsl) adds. With BJ (shaders/matmul.wgsl gemm_tiled's input
+// gradient, BT): B[n, j] is loraB[j BJ + n], the branch's A (loraR, BJ) read across its rows.
 #ifdef AT
 @group(0) @binding({{AT}}) var<storage, read> loraU{{WI}}: array<f32>;
 @group(0) @binding({{AT}} + 1) var<storage, read> loraB{{WI}}: array<f32>;
@@ -11,7 +12,11 @@ fn loraTerm{{WI}}(o: u32) -> f32 {
   let t = o / {{WN}};
   let n = o - t * {{WN}};
   var s = 0.0;
+#ifdef BJ
+  for (var j = 0u; j < p.loraR; j++) { s += loraU{{WI}}[t * p.loraR + j] * loraB{{WI}}[j * ({{BJ}}) + n]; }
+#else
   for (var j = 0u; j < p.loraR; j++) { s += loraU{{WI}}[t * p.loraR + j] * loraB{{WI}}[n * p.loraR + j]; }
+#endif
   return p.loraScale * s;
 }
 #else

@@ -184,12 +184,12 @@ export function loraForward(
 }
 
 /**
- * Backward of the LoRA branch: dB += s dy^T u; du = s dy B; dA += du^T x; dx += du A.
- * `du` (T, r) is scratch.
+ * Backward of the LoRA branch up to its input gradient: dB += s dy^T u; du = s dy B (`du` (T, r)
+ * is scratch); dA += du^T x. The caller adds dx += du A, in the base weight's input-gradient
+ * product (K.matmulBackwardInput's `lora`: { u: du, B: p.A, r, scale: 1 }).
  */
-export function loraBackward(
+export function loraBackwardWeights(
   gpu: Gpu,
-  dx: GPUBuffer,
   du: GPUBuffer,
   dy: GPUBuffer,
   x: GPUBuffer,
@@ -202,5 +202,4 @@ export function loraBackward(
   K.matmulBackwardWeightF32(gpu, p.dB, dy, u, T, p.N, r, scale);
   K.matmulBackwardInputF32(gpu, du, dy, p.B, T, p.N, r, false, scale);
   K.matmulBackwardWeightF32(gpu, p.dA, du, x, T, r, p.K);
-  K.matmulBackwardInputF32(gpu, dx, du, p.A, T, r, p.K, true);
 }

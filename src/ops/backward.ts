@@ -14,6 +14,7 @@ import {
   distinct,
   opKernel,
   subgroupDefines,
+  tuning,
   useSubgroups,
   weightFormat,
   type Weight,
@@ -24,7 +25,7 @@ import {
   attentionVariant,
   treeAttentionSupported,
 } from './attentionTiled.ts';
-import { gemm, rotate } from './forward.ts';
+import { fusions, gemm, rotate, type LoraEpilogue } from './forward.ts';
 
 /** dx (R, D) += d/dx of rmsNorm given dy (R, D) ; x (R, D) f32 ; w (D) bf16 frozen (no dw) */
 export function rmsNormBackward(
@@ -61,11 +62,43 @@ export function matmulBackwardInput(
   N: number,
   K: number,
   accumulate = true,
+  lora?: LoraEpilogue,
 ): void {
   checkSize(dx, T * K * 4, 'matmulBackwardInput dx');
   checkSize(dy, T * N * 4, 'matmulBackwardInput dy');
   const wb = checkWeight(w, N, K, 'matmulBackwardInput w');
-  gemm(gpu, 'matmulBackwardInput', dx, dy, wb, weightFormat(w), T, K, N, [N, 1, 1, K], accumulate, 1);
+  if (!lora) {
+    gemm(gpu, 'matmulBackwardInput', dx, dy, wb, weightFormat(w), T, K, N, [N, 1, 1, K], accumulate, 1);
+    return;
+  }
+  // The LoRA branch's part, dx += scale * du (T, r) . A (r, K) (lora.u = du, lora.B = the A
+  // matrix): in gemm_tiled's store (tuning.loraFold; shaders/matmul.wgsl LORA with BT), else after.
+  check(
+    Number.isInteger(lora.r) && lora.r >= 1,
+    () => `matmulBackwardInput: LoRA rank must be a positive integer (got ${lora.r})`,
+  );
+  checkSize(lora.u, T * lora.r * 4, 'matmulBackwardInput lora du');
+  checkSize(lora.B, lora.r * K * 4, 'matmulBackwardInput lora A');
+  distinct('matmulBackwardInput', dx, lora.u, lora.B);
+  const separate = () => matmulBackwardInputF32(gpu, dx, lora.u, lora.B, T, lora.r, K, true, lora.scale);
+  const fold = tuning.loraFold !== 'off' && fusions.enabled;
+  const op = fold ? 'matmulBackwardInputLora' : 'matmulBackwardInput';
+  gemm(
+    gpu,
+    op,
+    dx,
+    dy,
+    wb,
+    weightFormat(w),
+    T,
+    K,
+    N,
+    [N, 1, 1, K],
+    accumulate,
+    1,
+    fold ? { ...lora, separate } : undefined,
+  );
+  if (!fold) separate();
 }
 
 /** dx (T, K) f32 (+)= scale * dy (T, N) f32 . w (N, K) f32 */

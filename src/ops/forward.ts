@@ -574,6 +574,15 @@ export function matmul(
     if (lora && !inStore) matmulF32(gpu, out, lora.u, lora.B, T, N, lora.r, true, lora.scale);
     return;
   }
+  if (lora && variant === 'tiled' && fold) {
+    // In gemm_tiled's store where its 16-byte-load tiles run (tiledProduct), else after it.
+    const separate = () => matmulF32(gpu, out, lora.u, lora.B, T, N, lora.r, true, lora.scale);
+    tiledProduct(gpu, 'matmulLora', out, x, wb, WEIGHTS, useGemmF16(gpu), T, N, K, [K, 1, K, 1], accumulate, 1, {
+      ...lora,
+      separate,
+    });
+    return;
+  }
   if (lora) {
     matmul(gpu, out, x, w, T, N, K, accumulate);
     matmulF32(gpu, out, lora.u, lora.B, T, N, lora.r, true, lora.scale);
@@ -639,6 +648,7 @@ function tiledProduct(
   strides: readonly [number, number, number, number],
   accumulate: boolean,
   scale: number,
+  lora?: TiledLora,
 ): void {
   const [, , bN, bR] = strides;
   const shape = bN === R && bR === 1 ? [N, R] : bN === 1 && bR === N ? [R, N] : null;
@@ -647,12 +657,34 @@ function tiledProduct(
     // Recorded as its own op, so that kernelVariant(gpu, op) still names the GEMM that ran.
     dequantizeQ4(gpu, copy, b, shape[0]!, shape[1]!);
     const defines = tiledDefines(gpu, 'f32', f16, strides[1], vecTile(a, copy, 'f32', M, N, R, strides));
-    gemmTiled(gpu, op, out, a, copy, defines, M, N, R, strides, accumulate, scale);
+    const fused = lora && tiledLoraFits(gpu, defines, scale) ? lora : undefined;
+    gemmTiled(gpu, op, out, a, copy, defines, M, N, R, strides, accumulate, scale, fused);
     gpu.releaseBuffer(copy);
+    if (lora && !fused) lora.separate();
     return;
   }
   const defines = tiledDefines(gpu, WEIGHTS, f16, strides[1], vecTile(a, b, WEIGHTS, M, N, R, strides));
-  gemmTiled(gpu, op, out, a, b, defines, M, N, R, strides, accumulate, scale);
+  const fused = lora && tiledLoraFits(gpu, defines, scale) ? lora : undefined;
+  gemmTiled(gpu, op, out, a, b, defines, M, N, R, strides, accumulate, scale, fused);
+  if (lora && !fused) lora.separate();
+}
+
+/**
+ * A LoRA branch for gemm_tiled's store (shaders/matmul.wgsl LORA): out += scale * u (M, r) . B^T,
+ * B (N, r) for the forward x . W^T, or the branch's A (r, N) for the input gradient dy . W (BT).
+ * `separate` adds it as a product of its own where the store cannot.
+ */
+export interface TiledLora extends LoraEpilogue {
+  separate: () => void;
+}
+
+/**
+ * Whether gemm_tiled adds a LoRA branch in its store: its 16-byte-load tiles (VEC; the r-major
+ * and SGA tiles keep the separate product), a product of scale 1 (split over R, the reduce scales
+ * the sum, the branch's term included), and 5 storage buffers a stage.
+ */
+function tiledLoraFits(gpu: Gpu, defines: Defines, scale: number): boolean {
+  return defines.VEC === 1 && scale === 1 && gpu.limits.maxStorageBuffersPerShaderStage >= 5;
 }
 
 /**
@@ -674,21 +706,26 @@ function gemmTiled(
   strides: readonly number[],
   accumulate: boolean,
   scale: number,
+  lora?: LoraEpilogue,
 ): void {
   const tileM = defines.TM8 ? TILE_M_TALL : TILE_M;
   const { slices, rSlice } = splitKFor(tuning.gemmSplitK, autoForCpu(gpu), M, N, R, tileM);
   const grid: [number, number] = [Math.ceil(N / TILE_N), Math.ceil(M / tileM)];
+  // The LoRA branch (define LORA, bindings 4 and 5): its params after the split's.
+  const withLora: Defines = lora ? { ...defines, LORA: 1 } : defines;
+  const loraBuffers = lora ? [lora.u, lora.B] : [];
+  const loraParams = lora ? [lora.r, f32(lora.scale)] : [];
   if (slices === 1) {
-    const params = [M, N, R, accumulate ? 1 : 0, ...strides, f32(scale)];
-    gpu.dispatch(opKernel(gpu, op, 'matmul', 'gemm_tiled', defines), [out, a, b], grid, params);
+    const params = [M, N, R, accumulate ? 1 : 0, ...strides, f32(scale), ...loraParams];
+    gpu.dispatch(opKernel(gpu, op, 'matmul', 'gemm_tiled', withLora), [out, a, b, ...loraBuffers], grid, params);
     return;
   }
   const partials = gpu.createBuffer(slices * M * N * 4, `${op}.splitK`); // (slices, M, N) f32
   gpu.dispatch(
-    opKernel(gpu, op, 'matmul', 'gemm_tiled', { ...defines, SPLITK: 1 }),
-    [partials, a, b],
+    opKernel(gpu, op, 'matmul', 'gemm_tiled', { ...withLora, SPLITK: 1 }),
+    [partials, a, b, ...loraBuffers],
     [...grid, slices],
-    [M, N, R, 0, ...strides, f32(1), rSlice],
+    [M, N, R, 0, ...strides, f32(1), rSlice, ...loraParams],
   );
   // Recorded as its own op, so that kernelVariant(gpu, op) still names the GEMM that ran.
   reducePartials(gpu, `${op}.splitK`, out, partials, M, N, slices, accumulate, scale);
@@ -709,6 +746,7 @@ function gemmVariant(gpu: Gpu, M: number, rowMajor: boolean): Tuning['matmul'] {
 /**
  * out (M, N) (+)= scale * sum_r A(m, r) B(n, r) through strides (shaders/matmul.wgsl):
  * A(m, r) = a[m * aM + r * aR] f32, B(n, r) = element n * bN + r * bR of b (f32, bf16 or q4).
+ * With `lora`, then its branch: in gemm_tiled's store where tiledLoraFits, else lora.separate().
  */
 export function gemm(
   gpu: Gpu,
@@ -723,6 +761,7 @@ export function gemm(
   strides: readonly [number, number, number, number],
   accumulate: boolean,
   scale: number,
+  lora?: TiledLora,
 ): void {
   distinct(op, out, a, b);
   check(M * Math.max(N, R) < 2 ** 32 && N * R < 2 ** 32, () => `${op}: sizes overflow u32 indexing`);
@@ -746,7 +785,8 @@ export function gemm(
       params,
     );
   } else if (variant === 'tiled') {
-    tiledProduct(gpu, op, out, a, b, WEIGHTS, false, M, N, R, strides, accumulate, scale);
+    tiledProduct(gpu, op, out, a, b, WEIGHTS, false, M, N, R, strides, accumulate, scale, lora);
+    return; // tiledProduct adds `lora`, in its store or after
   } else {
     const TMAX = tmaxFor(M);
     gpu.dispatch(
@@ -756,6 +796,7 @@ export function gemm(
       params,
     );
   }
+  lora?.separate();
 }
 
 /**

@@ -166,7 +166,11 @@ export interface Tuning {
    * matmul takes gemv_rows or gemv_lanes (decode), 'off' never. The q/k/v and gate/up groups' too
    * (K.matmulGroup): each branch's u and B bound where they fit the device's storage buffers a
    * stage, else packed (one u over the stacked A matrices, one stacked B: LoraAdapter.packed);
-   * 'packed' packs them wherever they fold (to test the packed kernels on any device).
+   * 'packed' packs them wherever they fold (to test the packed kernels on any device). Also the
+   * tiled GEMM's (prefill, the training pass): a branch's B product added in the forward
+   * product's store, and its part of the input gradient (du . A) in the base input gradient's
+   * (shaders/matmul.wgsl LORA), where the 16-byte-load tiles run; 'off' runs them as products of
+   * their own.
    */
   loraFold: 'auto' | 'off' | 'packed';
   /**

@@ -38,7 +38,7 @@
 // identity in the backward (straight-through), which is that function's gradient up to rounding.
 import type { Gpu } from '../gpu/index.ts';
 import * as K from '../ops/index.ts';
-import { loraBackward, loraForward, type LoraAdapter, type LoraTarget } from '../model/lora.ts';
+import { loraBackwardWeights, type LoraAdapter, type LoraTarget } from '../model/lora.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
 import {
   CHECKPOINT_DTYPES,
@@ -496,9 +496,17 @@ export class TrainingPass {
     Kd: number,
     accumulate = false,
   ): void {
-    K.matmul(this.gpu, y, x, w, rows, N, Kd, accumulate);
     const p = this.lora?.enabled ? this.lora.get(l, t) : undefined;
-    if (p) loraForward(this.gpu, y, b.u.get(t)!, x, p, rows, this.lora!.settings.r, this.lora!.scale);
+    if (!p) {
+      K.matmul(this.gpu, y, x, w, rows, N, Kd, accumulate);
+      return;
+    }
+    // u = x A^T first, then the product with s u B^T added in its store where gemm_tiled can
+    // (K.matmul's `lora`; else as the separate product loraForward runs).
+    const { r } = this.lora!.settings;
+    const u = b.u.get(t)!;
+    K.matmulF32(this.gpu, u, x, p.A, rows, r, Kd);
+    K.matmul(this.gpu, y, x, w, rows, N, Kd, accumulate, { u, B: p.B, r, scale: this.lora!.scale });
   }
 
   /** Attention half of layer l from its input x (T, C): h1 .. xMid and h2, all kept in b. */
@@ -575,10 +583,17 @@ export class TrainingPass {
     Kd: number,
     accumulate: boolean,
   ): void {
-    K.matmulBackwardInput(this.gpu, dxIn, dy, w, rows, N, Kd, accumulate);
     const lora = this.lora!;
     const p = lora.get(l, t);
-    if (p) loraBackward(this.gpu, dxIn, g.du, dy, xIn, b.u.get(t)!, p, rows, lora.settings.r, lora.scale);
+    if (!p) {
+      K.matmulBackwardInput(this.gpu, dxIn, dy, w, rows, N, Kd, accumulate);
+      return;
+    }
+    // dB, du and dA first (they read dy, u and x only), then dx with du A added in the input
+    // gradient's store where gemm_tiled can (K.matmulBackwardInput's `lora`; else after it).
+    const { r } = lora.settings;
+    loraBackwardWeights(this.gpu, g.du, dy, xIn, b.u.get(t)!, p, rows, r, lora.scale);
+    K.matmulBackwardInput(this.gpu, dxIn, dy, w, rows, N, Kd, accumulate, { u: g.du, B: p.A, r, scale: 1 });
   }
 
   /**

@@ -92,6 +92,23 @@ describe.each([
   });
 });
 
+// The tiled GEMM (prefill, T > GEMV_MAX_T) takes the branch in its store too (shaders/matmul.wgsl
+// LORA; test/ops/gemmLoraStore.test.ts tests it at length): one dispatch, within the same bound.
+describe('in the tiled GEMM store', () => {
+  beforeAll(() => {
+    current = gpu;
+  });
+  it("a GPU's 'auto' at T > GEMV_MAX_T: one gemm_tiled dispatch with LORA", async () => {
+    K.resetTuning({ matmul: 'auto', autoFor: 'gpu', gemmF16: 'off' });
+    for (const accumulate of [false, true]) {
+      const { dispatches, label } = await check('q4', K.GEMV_MAX_T + 2, 40, 96, 4, accumulate);
+      expect(dispatches, 'one dispatch').toBe(1);
+      expect(label).toContain('matmul.gemm_tiled[');
+      expect(label).toContain('LORA=1');
+    }
+  });
+});
+
 describe('apart from the product: the B product its own matmulF32', () => {
   beforeAll(() => {
     current = gpu;
@@ -102,7 +119,11 @@ describe('apart from the product: the B product its own matmulF32', () => {
     ['matmul_gemv', { matmul: 'gemv' }, 3],
     ['unaligned rows (bf16, K % 8 != 0: matmul_gemv)', { matmul: 'lanes' }, 3],
     // f32 tiles: the f16 ones (a GPU's 'auto' with shader-f16, lavapipe) round past this bound.
-    [`tiled GEMM (T > GEMV_MAX_T)`, { matmul: 'auto', autoFor: 'gpu', gemmF16: 'off' }, K.GEMV_MAX_T + 2],
+    [
+      `tuning.loraFold 'off' (the tiled GEMM, T > GEMV_MAX_T)`,
+      { matmul: 'auto', autoFor: 'gpu', gemmF16: 'off', loraFold: 'off' },
+      K.GEMV_MAX_T + 2,
+    ],
   ] as const)('%s', async (what, tuning, T) => {
     K.resetTuning(tuning);
     const unaligned = what.startsWith('unaligned');

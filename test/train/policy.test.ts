@@ -220,7 +220,12 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
       Object.assign(K.tuning, { matmul: 'tiled', gemmF16: 'on' });
       try {
         const f16 = await maxRatioError(temperature, 'f32');
-        expect(K.kernelVariant(gpu, 'matmul')!.defines.F16).toBe(1);
+        // The projections (with LoRA: op matmulLora, the branch in the store) and the LM head's tiles.
+        const tiled = ['matmul', 'matmulLora']
+          .map((op) => K.kernelVariant(gpu, op))
+          .filter((v) => v?.label.includes('gemm_tiled'));
+        expect(tiled.length, 'a tiled product ran').toBeGreaterThan(0);
+        for (const v of tiled) expect(v!.defines.F16, v!.label).toBe(1);
         measured[`ratio-1 max |logp - old| T=${temperature} f16 GEMM`] = f16.err.toExponential(2);
         expect(f16.err).toBeLessThan(0.1);
       } finally {

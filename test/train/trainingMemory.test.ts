@@ -494,7 +494,7 @@ describe('trainingPassBytes against the live bytes of real passes', () => {
       const short = await measuredPass(s, ids, targets, null, opts);
       K.tuning.gemmTile = '128';
       const { fwdPeak, bwdPeak, want, logp, live } = await measuredPass(s, ids, targets, null, opts);
-      expect(K.kernelVariant(gpu, 'matmul')!.defines.TM8, 'the tall tiles ran').toBe(1);
+      expect(K.kernelVariant(gpu, 'matmulLora')!.defines.TM8, 'the tall tiles ran (the LoRA projections)').toBe(1);
       expect(live).toBe(0);
       expect({ fwdPeak, bwdPeak }).toEqual({ fwdPeak: want.peakForward, bwdPeak: want.peakBackward });
       // At these sizes R bounds the slices either way (src/ops/splitK.ts SPLITK_MIN_SLICE), so the
