@@ -329,6 +329,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
           loadedBytes: m.loadedBytes,
           plannedWeightsBytes: plan.weights,
           keepLayers: plan.keepLayers, // layers whose activations the update kept (withKeptLayers)
+          keepPromptKv: plan.keepPromptKv, // the summaries' KV kept for the votes (planRound)
           phases: {
             play: { peakBytes: m.play, plannedBytes: planned(['summaries', 'reasons', 'votes']) },
             update: { peakBytes: m.update, plannedBytes: planned(['update']) },

@@ -6,9 +6,9 @@ import { playerName, seatsByLabel, type Roles } from './roles.ts';
 import { commonPrefixLength, type GameTokenizer } from './text.ts';
 
 export interface PromptConfig {
-  /** The performing-stage instruction; the report follows it. */
+  /** The performing-stage instruction; it follows the report. */
   summaryInstruction: string;
-  /** The voting-stage rules; the voter's copy of the report and all summaries follow. */
+  /** The voting-stage rules; they follow the voter's copy of the report, and the summaries follow them. */
   voteInstruction: string;
   /** The last line of a vote prompt; {self} becomes the voter's own label ("Player 3"). */
   voteQuestion: string;
@@ -19,9 +19,9 @@ export interface PromptConfig {
 }
 
 export const DEFAULT_PROMPTS: PromptConfig = {
-  summaryInstruction: 'Summarize the following report in one paragraph. Cover all of its main points.',
+  summaryInstruction: 'Summarize the report above in one paragraph. Cover all of its main points.',
   voteInstruction:
-    'We are playing "Who Is the Spy?". Every player summarized the report below. All players were given the full report ' +
+    'We are playing "Who Is the Spy?". Every player summarized the report above. All players were given the full report ' +
     'except one, the spy, whose copy had a passage removed without notice. Compare each summary with the report and find ' +
     'the player whose summary leaves out part of the report.',
   voteQuestion: 'You are {self}. Which other player is the spy? Answer in the form "Player <number>".',
@@ -73,8 +73,20 @@ export function shareKvPrefix(prompts: ChatPrompt[], source: number): ChatPrompt
   );
 }
 
+/**
+ * Every prompt of a round opens with the player's copy of the report, as its own head (the
+ * report first, the instructions after it, as long-document prompts usually are): a player's
+ * vote (and reason) prompt then begins with the same tokens as its summary prompt, so GpuPolicy
+ * takes the report's KV-cache pages from the summaries' prefill instead of prefilling the report
+ * again (GenerateOptions.keepPromptKv), and the update's prefix tree packs a player's summary
+ * and vote on one copy of it.
+ */
+export function reportHead(report: string): string {
+  return `Report:\n${report}\n\n`;
+}
+
 export function summaryMessages(report: string, cfg: PromptConfig): ChatMessage[] {
-  return [{ role: 'user', content: `${cfg.summaryInstruction}\n\nReport:\n${report}` }];
+  return [{ role: 'user', content: `${reportHead(report)}${cfg.summaryInstruction}` }];
 }
 
 export interface SummaryPrompts {
@@ -119,8 +131,9 @@ export function voteMessages(
     .map((seat) => `${playerName(roles.labels[seat]!)}: ${listedSummary(summaries[seat] ?? '')}`)
     .join('\n\n');
   const ask = question.replaceAll('{self}', playerName(roles.labels[voterSeat]!));
-  // The voter-specific line comes last so civilians' vote prompts share everything before it.
-  return [{ role: 'user', content: `${cfg.voteInstruction}\n\nReport:\n${report}\n\nSummaries:\n${listed}\n\n${ask}` }];
+  // The report first (reportHead: the summary prompt's opening); the voter-specific line last, so
+  // civilians' vote prompts share everything before it.
+  return [{ role: 'user', content: `${reportHead(report)}${cfg.voteInstruction}\n\nSummaries:\n${listed}\n\n${ask}` }];
 }
 
 export interface VotePromptInput {

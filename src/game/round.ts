@@ -24,6 +24,14 @@ export interface GenerateOptions {
   topK: number;
   /** One seed per prompt: a completion must be a pure function of (prompt, seed, weights), for exact resume. */
   seeds: number[];
+  /**
+   * The policy's next call has prompts that open as these do (a player's vote or reason prompt
+   * begins with the report its summary prompt began with; src/game/prompts.ts reportHead): a
+   * policy may keep this call's KV cache for it, which then reads that common prefix from it
+   * instead of prefilling it again, and releases it (or releaseKv does). The same weights, the
+   * same positions: the results equal a fresh prefill's up to f32 rounding.
+   */
+  keepPromptKv?: boolean;
 }
 
 export interface Generation {
@@ -50,6 +58,8 @@ export interface Policy {
    * the policy measures it; the round reads it around its summaries (timings.summaryPrefillMs).
    */
   readonly prefillMs?: number;
+  /** Releases what a generate call kept for the next (keepPromptKv) when no call took it; playRound calls it at its end. */
+  releaseKv?(): void;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -240,6 +250,14 @@ function checkGenerations(gens: Generation[], n: number, what: string): void {
 const mean = (xs: readonly number[]) => (xs.length === 0 ? 0 : xs.reduce((a, b) => a + b, 0) / xs.length);
 
 export async function playRound(ctx: RoundContext, policy: Policy): Promise<RoundResult> {
+  try {
+    return await playRoundStages(ctx, policy);
+  } finally {
+    policy.releaseKv?.(); // a kept cache the votes did not take (a failed stage)
+  }
+}
+
+async function playRoundStages(ctx: RoundContext, policy: Policy): Promise<RoundResult> {
   const { config: cfg, tokenizer, rng } = ctx;
   const clock = ctx.now;
   const t0 = clock?.();
@@ -263,6 +281,7 @@ export async function playRound(ctx: RoundContext, policy: Policy): Promise<Roun
     maxTokens: cfg.summaryMaxTokens,
     ...sampling,
     seeds: seeds(rng.fork('summary-seeds'), N),
+    keepPromptKv: true, // the reason or vote prompts open with the same report
   });
   checkGenerations(gens, N, 'summaries');
   const t1 = clock?.();
@@ -280,6 +299,7 @@ export async function playRound(ctx: RoundContext, policy: Policy): Promise<Roun
       maxTokens: cfg.voteReasonMaxTokens,
       ...sampling,
       seeds: seeds(rng.fork('reason-seeds'), N),
+      keepPromptKv: true, // each vote prompt continues its reason prompt
     });
     checkGenerations(rg, N, 'reasons');
     reasons = rg.map((g) => cleanReason(g.text));

@@ -38,6 +38,7 @@ export class KVCache {
   private readonly free: number[] = []; // free pages, lowest index on top
   private inUse = 0;
   private dirty = true;
+  private destroyed = false;
 
   constructor(
     private readonly gpu: Gpu,
@@ -106,7 +107,8 @@ export class KVCache {
    * Makes slot `dst` read the first `tokens` positions of slot `src` from src's own pages: every
    * full page is mapped into dst's table, nothing is copied. Returns the positions shared (tokens
    * rounded down to a page); dst prefills from there, so a partial last page is recomputed, never
-   * copied. dst must hold no pages (resetSlot first), and src must have those positions mapped.
+   * copied. dst must hold none of those positions (resetSlot first; pages `adopt` gave it after
+   * them may stay), and src must have them mapped.
    */
   share(dst: number, src: number, tokens: number): number {
     this.checkSlot(dst, 'share dst');
@@ -115,11 +117,13 @@ export class KVCache {
     if (!Number.isInteger(tokens) || tokens < 0 || tokens > this.maxT)
       throw new RangeError(`share: ${tokens} tokens is not in [0, ${this.maxT}]`);
     const row = this.pagesPerSlot;
-    for (let j = 0; j < row; j++) {
-      if (this.table[dst * row + j] !== UNMAPPED)
-        throw new Error(`share: slot ${dst} already holds pages; resetSlot(${dst}) first`);
-    }
     const n = Math.floor(tokens / this.pageSize);
+    for (let j = 0; j < n; j++) {
+      if (this.table[dst * row + j] !== UNMAPPED)
+        throw new Error(
+          `share: slot ${dst} already holds pages under its first ${tokens} positions; resetSlot(${dst}) first`,
+        );
+    }
     for (let j = 0; j < n; j++) {
       const page = this.table[src * row + j];
       if (page === UNMAPPED)
@@ -131,6 +135,77 @@ export class KVCache {
     }
     if (n > 0) this.dirty = true;
     return n * this.pageSize;
+  }
+
+  /**
+   * Gives slot `dst` positions [start, end) of slot `srcSlot` of another cache `from` (the same
+   * model's layers, dtype and page size): fresh pages of this cache, mapped under those positions,
+   * their K and V copied from `from`'s pages on the GPU (one copy a run of consecutive pages on both
+   * sides, per layer and pool). start and end are whole pages, and dst must hold none of the
+   * positions from `start` on; those before it it maps itself (its own or, by a later `share`,
+   * borrowed) before anything reads them. Returns the positions adopted (end - start). What a
+   * prefill across calls reuses (GpuPolicy: a vote prompt takes its report's pages from the
+   * summaries' cache); the copies are ordered before the work encoded after them, so `from` may be
+   * released right after this call.
+   */
+  adopt(dst: number, start: number, end: number, from: KVCache, srcSlot: number): number {
+    this.checkSlot(dst, 'adopt dst');
+    from.checkSlot(srcSlot, 'adopt src');
+    if (from === this) throw new RangeError('adopt: the source is this cache (use share)');
+    if (
+      from.cfg.numLayers !== this.cfg.numLayers ||
+      from.cfg.numKvHeads !== this.cfg.numKvHeads ||
+      from.cfg.headDim !== this.cfg.headDim ||
+      from.dtype !== this.dtype ||
+      from.pageSize !== this.pageSize
+    )
+      throw new RangeError(
+        `adopt: the source cache's layout (${from.cfg.numLayers} layers, ${from.cfg.numKvHeads}x${from.cfg.headDim}, ${from.dtype}, pages of ${from.pageSize}) differs from this one's (${this.cfg.numLayers} layers, ${this.cfg.numKvHeads}x${this.cfg.headDim}, ${this.dtype}, pages of ${this.pageSize})`,
+      );
+    const P = this.pageSize;
+    if (!Number.isInteger(start) || !Number.isInteger(end) || start % P !== 0 || end % P !== 0 || start > end)
+      throw new RangeError(`adopt: [${start}, ${end}) is not a range of whole pages of ${P} positions`);
+    if (end > this.maxT || end > from.maxT)
+      throw new RangeError(`adopt: position ${end} is past a cache's capacity (${this.maxT}, source ${from.maxT})`);
+    const row = this.pagesPerSlot,
+      srcRow = from.pagesPerSlot;
+    const j0 = start / P,
+      j1 = end / P;
+    for (let j = j0; j < row; j++) {
+      if (this.table[dst * row + j] !== UNMAPPED)
+        throw new Error(`adopt: slot ${dst} already holds positions from ${start} on`);
+    }
+    const srcPages: number[] = [];
+    for (let j = j0; j < j1; j++) {
+      const page = from.table[srcSlot * srcRow + j];
+      if (page === UNMAPPED)
+        throw new Error(`adopt: source slot ${srcSlot} has no page for positions ${j * P}..${(j + 1) * P - 1}`);
+      srcPages.push(page);
+    }
+    if (srcPages.length > this.free.length)
+      throw new RangeError(
+        `KV cache is out of pages: adopting ${srcPages.length} pages, ${this.free.length} of ${this.pages} free`,
+      );
+    const dstPages = srcPages.map((_, i) => {
+      const page = this.free.pop()!;
+      this.table[dst * row + j0 + i] = page;
+      this.refs[page] = 1;
+      this.inUse++;
+      return page;
+    });
+    if (dstPages.length === 0) return 0;
+    this.dirty = true;
+    const pageBytes = K.kvPoolBytes({ ...this.paging, pages: 1 }, this.cfg.numKvHeads, this.cfg.headDim);
+    for (let i = 0; i < dstPages.length;) {
+      let n = 1; // a run of pages consecutive in both pools: one copy
+      while (i + n < dstPages.length && dstPages[i + n] === dstPages[i] + n && srcPages[i + n] === srcPages[i] + n) n++;
+      for (let l = 0; l < this.cfg.numLayers; l++) {
+        this.gpu.copy(from.k[l], srcPages[i] * pageBytes, this.k[l], dstPages[i] * pageBytes, n * pageBytes);
+        this.gpu.copy(from.v[l], srcPages[i] * pageBytes, this.v[l], dstPages[i] * pageBytes, n * pageBytes);
+      }
+      i += n;
+    }
+    return end - start;
   }
 
   /** Unmaps every page of `slot`; a page returns to the free list when no slot maps it. */
@@ -202,7 +277,10 @@ export class KVCache {
     }
   }
 
+  /** Releases the pools and the page table; a second call does nothing. */
   destroy(): void {
+    if (this.destroyed) return;
+    this.destroyed = true;
     for (const b of [...this.k, ...this.v, this.pageTable]) this.gpu.releaseBuffer(b);
     this.k.length = 0;
     this.v.length = 0;

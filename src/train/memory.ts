@@ -52,11 +52,12 @@ export const VOTE_TAIL_TOKENS = 32;
 export const REASON_QUESTION_EXTRA_TOKENS = 12;
 export const REASON_SEPARATOR_TOKENS = 4;
 /**
- * Tokens before the report, which the spy's prompt always shares with the civilians': 22 in a
- * summary prompt, 63 in a vote or reason prompt (template and instruction).
+ * Tokens before the report, which the spy's prompt always shares with the civilians': 5 in every
+ * prompt of a round (the template and "Report:", src/game/prompts.ts reportHead; the instructions
+ * follow the report).
  */
-export const SUMMARY_HEAD_TOKENS = 20;
-export const VOTE_HEAD_TOKENS = 60;
+export const SUMMARY_HEAD_TOKENS = 4;
+export const VOTE_HEAD_TOKENS = 4;
 /** Tokens the spy's report may hold beyond the report minus its removed span: re-tokenization at the cut. */
 const SPY_CUT_TOKENS = 4;
 /** Tokens per character for instruction text longer than the default's (English is ~0.25). */
@@ -297,6 +298,12 @@ interface BatchShape {
   spyHead: number;
   /** Positions written past the prompt (generated tokens fed back). */
   extra: number;
+  /**
+   * Prompt tokens the source civilian and the spy take from the previous batch's kept cache instead
+   * of prefilling them (GpuPolicy's prefillSources: their report, whole pages); 0 without one.
+   */
+  adopt?: number;
+  spyAdopt?: number;
   /** Whether prompts share KV prefixes (the game's prompts; eval prompts do not). */
   shared: boolean;
 }
@@ -313,16 +320,21 @@ function batchLayout(b: BatchShape, P: number) {
     return { pages: b.slots * own(b.prompt), pass0: { tokens: b.slots * b.prompt, rows: b.slots }, pass1: null };
   const civilianShared = Math.floor(Math.max(0, b.prompt - Math.max(1, b.civilianTail)) / P) * P;
   const spyShared = Math.floor(Math.min(b.spyHead, b.spyPrompt - 1) / P) * P;
+  // Adopted pages are the prompt's own (the same pages); only its prefill starts later. One page
+  // less than the shapes give: the real prompt's report ends inside a page somewhere else.
+  const adopted = (tokens: number, prompt: number) => Math.max(0, Math.floor(Math.min(tokens, prompt - 1) / P) * P - P);
+  const source = b.prompt - adopted(b.adopt ?? 0, b.prompt);
+  const spy = b.spyPrompt - Math.max(spyShared, adopted(b.spyAdopt ?? 0, b.spyPrompt));
   const pages = own(b.prompt) + (b.slots - 2) * (own(b.prompt) - civilianShared / P) + own(b.spyPrompt) - spyShared / P;
   // Pass 0: prompts that share nothing (the source, and the spy when its head is under a page); pass 1: the borrowers.
   const civilians = { tokens: (b.slots - 2) * (b.prompt - civilianShared), rows: b.slots - 2 };
   return spyShared > 0
     ? {
         pages,
-        pass0: { tokens: b.prompt, rows: 1 },
-        pass1: { tokens: civilians.tokens + b.spyPrompt - spyShared, rows: civilians.rows + 1 },
+        pass0: { tokens: source, rows: 1 },
+        pass1: { tokens: civilians.tokens + spy, rows: civilians.rows + 1 },
       }
-    : { pages, pass0: { tokens: b.prompt + b.spyPrompt, rows: 2 }, pass1: civilians.rows > 0 ? civilians : null };
+    : { pages, pass0: { tokens: source + spy, rows: 2 }, pass1: civilians.rows > 0 ? civilians : null };
 }
 
 export interface RoundPlanOptions extends RoundShape {
@@ -340,6 +352,12 @@ export interface RoundPlanOptions extends RoundShape {
    * planMemory, and so every run, keeps as many as fit the round's own peak or the user's budget.
    */
   keepLayers?: number;
+  /**
+   * Whether the summaries' (and reasons') KV cache is kept for the next stage, whose prompts open
+   * with the same report (GpuPolicy's keepPromptKv): held beside that stage's cache until its report
+   * pages are copied. 'auto' (default): where that does not raise the round's peak.
+   */
+  keepPromptKv?: boolean | 'auto';
   /** Held-out reports at an evaluation (0: none); src/train/evaluate.ts summarises them one at a time. */
   evalDocs?: number;
   /** Report and summary budgets of the evaluation (evalDocTokenBudget, evalSummaryMaxTokens; default: the game's). */
@@ -366,6 +384,12 @@ export interface MemoryPlan {
   trainSeqLen: number;
   /** Layers whose activations the update's passes keep (options.keepLayers; 0 without training). */
   keepLayers: number;
+  /**
+   * Whether the round keeps the summaries' (and reasons') KV cache for the next stage's prompts
+   * (GenerateOptions.keepPromptKv, GpuPolicy.keepPromptKv): options.keepPromptKv, or with 'auto',
+   * where that does not raise the round's peak. false for SFT.
+   */
+  keepPromptKv: boolean;
   cfg: Qwen3Config;
   options: Required<Omit<RoundPlanOptions, 'prompts'>> & { prompts?: PromptConfig };
 }
@@ -380,6 +404,7 @@ function resolve(o: RoundPlanOptions): MemoryPlan['options'] {
     checkpoints: o.checkpoints ?? ROUND_CHECKPOINTS,
     mlpChunk: o.mlpChunk ?? DEFAULT_MLP_CHUNK,
     keepLayers: o.keepLayers ?? 0,
+    keepPromptKv: o.keepPromptKv ?? 'auto',
     evalDocs: o.evalDocs ?? 0,
     evalDocTokens: o.evalDocTokens ?? o.docTokens,
     evalSummaryTokens: o.evalSummaryTokens ?? o.summaryTokens,
@@ -437,6 +462,7 @@ function batchPhase(
   decode: boolean,
   base: number,
   workspace: PlannedBuffer[],
+  kept: PhasePlan | null = null,
 ): PhasePlan {
   const V = cfg.vocabSize,
     N = b.slots,
@@ -477,6 +503,16 @@ function batchPhase(
     const step = forwardBuffers(cfg, N, N, r, o.forwardChunk, 'decode');
     act = [...sampling, ...(sum(prefill) >= sum(step) ? prefill : step)];
   }
+  // The previous batch's cache, kept for this one (GenerateOptions.keepPromptKv): held beside this
+  // batch's cache while the report pages are copied out of it, and released before the first
+  // forward (GpuPolicy.prefill), so the pool gives its memory to the activations: the phase holds
+  // the larger of the two.
+  if (kept) {
+    const held = kept.buffers
+      .filter((x) => x.name.startsWith(`${kept.phase} KV `))
+      .map((x) => ({ ...x, name: `${x.name}, kept until the ${phase} adopt its report pages` }));
+    if (sum(held) > sum(act)) act = held;
+  }
   return phasePlan(phase, base, kv, act, workspace);
 }
 
@@ -498,66 +534,80 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
     buf('readback staging', 'MAP_READ', stagingBytes(cfg, o)),
   ];
   const N = o.players;
-  const phases: PhasePlan[] = [
-    ...loadPhase(cfg, o.weights, weights.total),
-    batchPhase(
-      cfg,
-      o,
-      'summaries',
-      {
-        slots: N,
-        prompt: seq.summaryPrompt,
-        civilianTail: 1,
-        spyPrompt: seq.summaryPrompt - spyCut,
-        spyHead: SUMMARY_HEAD_TOKENS,
-        extra: o.summaryTokens - 1,
-        shared: true,
-      },
-      true,
-      base,
-      workspace,
-    ),
-  ];
-  if (o.reasonTokens > 0) {
-    phases.push(
+  const summaries = batchPhase(
+    cfg,
+    o,
+    'summaries',
+    {
+      slots: N,
+      prompt: seq.summaryPrompt,
+      civilianTail: 1,
+      spyPrompt: seq.summaryPrompt - spyCut,
+      spyHead: SUMMARY_HEAD_TOKENS,
+      extra: o.summaryTokens - 1,
+      shared: true,
+    },
+    true,
+    base,
+    workspace,
+  );
+  // The reasons and votes, each with the previous batch's cache kept for it (keepPromptKv: its
+  // report pages adopted, held beside this batch's cache until they are copied) or without.
+  const voteStages = (keep: boolean): PhasePlan[] => {
+    const out: PhasePlan[] = [];
+    if (o.reasonTokens > 0) {
+      out.push(
+        batchPhase(
+          cfg,
+          o,
+          'reasons',
+          {
+            slots: N,
+            prompt: seq.reasonPrompt,
+            civilianTail: VOTE_TAIL_TOKENS + REASON_QUESTION_EXTRA_TOKENS,
+            spyPrompt: seq.reasonPrompt - spyCut,
+            spyHead: VOTE_HEAD_TOKENS,
+            extra: o.reasonTokens - 1,
+            shared: true,
+            ...(keep && { adopt: VOTE_HEAD_TOKENS + o.docTokens, spyAdopt: VOTE_HEAD_TOKENS + seq.spyReport }),
+          },
+          true,
+          base,
+          workspace,
+          keep ? summaries : null,
+        ),
+      );
+    }
+    out.push(
       batchPhase(
         cfg,
         o,
-        'reasons',
+        'votes',
         {
           slots: N,
-          prompt: seq.reasonPrompt,
-          civilianTail: VOTE_TAIL_TOKENS + REASON_QUESTION_EXTRA_TOKENS,
-          spyPrompt: seq.reasonPrompt - spyCut,
+          prompt: seq.votePrompt,
+          civilianTail: seq.voteTail,
+          spyPrompt: seq.votePrompt - spyCut,
           spyHead: VOTE_HEAD_TOKENS,
-          extra: o.reasonTokens - 1,
+          extra: 0,
           shared: true,
+          // The report from the summaries' cache; after reasons, each vote prompt's whole reason prompt.
+          ...(keep &&
+            (o.reasonTokens > 0
+              ? { adopt: seq.reasonPrompt, spyAdopt: seq.reasonPrompt - spyCut }
+              : { adopt: VOTE_HEAD_TOKENS + o.docTokens, spyAdopt: VOTE_HEAD_TOKENS + seq.spyReport })),
         },
-        true,
+        false,
         base,
         workspace,
+        keep ? (out[0] ?? summaries) : null,
       ),
     );
-  }
-  phases.push(
-    batchPhase(
-      cfg,
-      o,
-      'votes',
-      {
-        slots: N,
-        prompt: seq.votePrompt,
-        civilianTail: seq.voteTail,
-        spyPrompt: seq.votePrompt - spyCut,
-        spyHead: VOTE_HEAD_TOKENS,
-        extra: 0,
-        shared: true,
-      },
-      false,
-      base,
-      workspace,
-    ),
-  );
+    return out;
+  };
+  const phases: PhasePlan[] = [...loadPhase(cfg, o.weights, weights.total), summaries];
+  const withKept = voteStages(true),
+    withoutKept = voteStages(false);
   if (o.evalDocs > 0) {
     phases.push(
       batchPhase(
@@ -614,7 +664,13 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
     trainSeqLen = pass.seqLen;
     phases.push(updatePhase(pass.bytes, trainSeqLen, base, workspace, keepLayers, L));
   }
-  return finish('round', cfg, o, weights, lora, phases, seq, trainSeqLen, keepLayers);
+  // 'auto': keep the caches where that does not raise the round's peak (the update's kept layers,
+  // or a budget's, often leave room for it; a round planned at its least memory does without).
+  const peakOf = (xs: PhasePlan[]) => Math.max(0, ...xs.map((x) => x.total));
+  const keepPromptKv =
+    o.keepPromptKv === 'auto' ? peakOf(withKept) <= Math.max(peakOf(phases), peakOf(withoutKept)) : o.keepPromptKv;
+  phases.splice(phases.indexOf(summaries) + 1, 0, ...(keepPromptKv ? withKept : withoutKept));
+  return finish('round', cfg, o, weights, lora, phases, seq, trainSeqLen, keepLayers, keepPromptKv);
 }
 
 /**
@@ -670,6 +726,7 @@ function finish(
   seq: RoundSequences | null,
   trainSeqLen: number,
   keepLayers = 0,
+  keepPromptKv = false,
 ): MemoryPlan {
   const peak = phases.reduce((a, p) => (p.total > a.total ? p : a));
   const largestBuffer = [weights.largest, ...phases.map((p) => p.largest)].reduce((a, b) =>
@@ -689,6 +746,7 @@ function finish(
     sequences: seq,
     trainSeqLen,
     keepLayers,
+    keepPromptKv,
     cfg,
     options: o,
   };

@@ -6,6 +6,7 @@
 // from (shaders/sample.wgsl: temperature, top-k, top-p as applied), the PPO behaviour log-prob.
 import type { Generation, GenerateOptions, Policy } from '../game/round.ts';
 import type { ChatPrompt } from '../game/prompts.ts';
+import { commonPrefixLength } from '../game/text.ts';
 import * as K from '../ops/index.ts';
 import { KV_PAGE_SIZE, kvPages, type KVCache } from '../model/kvCache.ts';
 import { decodeSteps } from '../model/generate.ts';
@@ -48,6 +49,53 @@ export function sharedPositions(prompts: readonly ChatPrompt[], pageSize = KV_PA
   });
 }
 
+/** A call's KV cache kept for the policy's next call (GenerateOptions.keepPromptKv). */
+export interface KeptKv {
+  cache: KVCache;
+  /** Per slot, its prompt's ids: the positions a later prompt may adopt from it. */
+  prompts: number[][];
+}
+
+/** Where a prompt's first positions come from before its prefill (prefillSources). */
+export interface PrefillSource {
+  /** Positions [0, shared) mapped from its kvShare source in the batch (sharedPositions). */
+  shared: number;
+  /** Positions [shared, adopted) copied from slot keptSlot of the kept cache (adopted = shared: none). */
+  adopted: number;
+  /** -1 where nothing is adopted. */
+  keptSlot: number;
+}
+
+/**
+ * Per prompt, the positions it borrows in its batch (sharedPositions) and those it adopts from a
+ * kept call's prompts (KVCache.adopt): its longest common prefix with one of them, whole pages,
+ * never the last token, where that reaches past what it borrows. It prefills from `adopted` on.
+ * A vote prompt's report, which its player's summary prompt opened with too (src/game/prompts.ts
+ * reportHead), is adopted from the summaries' cache; the civilians other than the batch's source
+ * borrow their whole prompt but its tail from the source as before.
+ */
+export function prefillSources(
+  prompts: readonly ChatPrompt[],
+  kept: readonly (readonly number[])[] | null,
+  pageSize = KV_PAGE_SIZE,
+): PrefillSource[] {
+  const shared = sharedPositions(prompts, pageSize);
+  return prompts.map((p, b) => {
+    let adopted = shared[b]!,
+      keptSlot = -1;
+    for (const [k, ids] of (kept ?? []).entries()) {
+      const n =
+        Math.floor(Math.min(commonPrefixLength(p.tokenIds, ids), ids.length, p.tokenIds.length - 1) / pageSize) *
+        pageSize;
+      if (n > adopted) {
+        adopted = n;
+        keptSlot = k;
+      }
+    }
+    return { shared: shared[b]!, adopted, keptSlot };
+  });
+}
+
 /** Pages a batch needs when every prompt writes `extra` positions past its end, shared pages once. */
 export function planPages(prompts: readonly ChatPrompt[], extra: number, pageSize = KV_PAGE_SIZE): number {
   const shared = sharedPositions(prompts, pageSize);
@@ -58,8 +106,18 @@ export class GpuPolicy implements Policy {
   /** Tokens generated (and prompt tokens prefilled) so far, for throughput. */
   generatedTokens = 0;
   prefilledTokens = 0;
+  /** Prompt positions taken from a kept cache instead of prefilled (keepPromptKv), so far. */
+  adoptedTokens = 0;
+  /** The last generate's cache, when it was asked to keep it (GenerateOptions.keepPromptKv). */
+  private kept: KeptKv | null = null;
   /** KV-cache use of the last call. */
   kvUsage: KvUsage | null = null;
+  /**
+   * Whether generate honours GenerateOptions.keepPromptKv (keeps its cache for the next call to
+   * adopt from). The trainer sets the memory plan's choice (src/train/memory.ts keepPromptKv): the
+   * kept cache is held beside the next call's until its pages are copied.
+   */
+  keepPromptKv = true;
   /** Decode one step ahead of the readback (model/generate.ts decodeSteps); false: read every step first. */
   decodeAhead = true;
   /**
@@ -80,29 +138,65 @@ export class GpuPolicy implements Policy {
     readonly hooks: PolicyHooks = {},
   ) {}
 
+  /** Releases the cache a generate call kept (keepPromptKv) when no later call took it. */
+  releaseKv(): void {
+    const kept = this.kept;
+    this.kept = null;
+    kept?.cache.destroy();
+  }
+
+  /**
+   * A call's start: the kept cache (now this call's to adopt from and release) and a new cache with
+   * the pages these prompts need when each writes `extra` more positions; the kept one is released
+   * when that cannot be made.
+   */
+  private openCall(prompts: readonly ChatPrompt[], extra: number): { kept: KeptKv | null; cache: KVCache } {
+    const kept = this.kept;
+    this.kept = null;
+    try {
+      return { kept, cache: this.createCache(prompts, extra) };
+    } catch (e) {
+      kept?.cache.destroy();
+      throw e;
+    }
+  }
+
   /**
    * Prefills every prompt into its own slot, sharing KV-cache prefixes: a prompt with kvShare
    * {source, tokens} maps the source slot's whole pages of that prefix (cache.share, no copy) and
-   * prefills the rest. Returns the (B, V) logits of each prompt's last token.
+   * prefills the rest. With a kept cache (the previous call's, keepPromptKv), a prompt first copies
+   * the pages of its longest common prefix with a kept prompt where that reaches further
+   * (prefillSources, cache.adopt); the kept cache is released as soon as those copies are encoded,
+   * before any forward. Returns the (B, V) logits of each prompt's last token.
    */
-  private prefill(prompts: readonly ChatPrompt[], cache: KVCache): GPUBuffer {
+  private prefill(prompts: readonly ChatPrompt[], cache: KVCache, kept: KeptKv | null): GPUBuffer {
     const { gpu, cfg } = this.model;
     const V = cfg.vocabSize;
     const B = prompts.length;
+    const sources = prefillSources(prompts, kept?.prompts ?? null, cache.pageSize);
+    if (kept) {
+      try {
+        sources.forEach((s, b) => {
+          if (s.keptSlot < 0) return;
+          this.adoptedTokens += cache.adopt(b, s.shared, s.adopted, kept.cache, s.keptSlot);
+        });
+      } finally {
+        kept.cache.destroy();
+      }
+    }
     const logits = gpu.createBuffer(B * V * 4, 'promptLogits'); // (B, V)
-    const shared = sharedPositions(prompts, cache.pageSize);
     for (const pass of [0, 1]) {
       // Pass 0: prompts that own their prefix; pass 1: those that borrow one.
-      const batch = prompts.map((_, b) => b).filter((b) => shared[b] > 0 === (pass === 1));
+      const batch = prompts.map((_, b) => b).filter((b) => sources[b].shared > 0 === (pass === 1));
       if (batch.length === 0) continue;
-      if (pass === 1) for (const b of batch) cache.share(b, prompts[b].kvShare!.source, shared[b]);
+      if (pass === 1) for (const b of batch) cache.share(b, prompts[b].kvShare!.source, sources[b].shared);
       const ids: number[] = [],
         slots: number[] = [],
         positions: number[] = [],
         last: number[] = [];
       for (const b of batch) {
         const p = prompts[b].tokenIds;
-        for (let t = shared[b]; t < p.length; t++) {
+        for (let t = sources[b].adopted; t < p.length; t++) {
           ids.push(p[t]);
           slots.push(b);
           positions.push(t);
@@ -141,7 +235,8 @@ export class GpuPolicy implements Policy {
     if (opts.seeds.length !== B) throw new RangeError(`${opts.seeds.length} seeds for ${B} prompts`);
     // The last sampled token is never fed back, so each sequence writes maxTokens - 1 positions past
     // its prompt (the step decodeSteps runs past a stop id writes inside them).
-    const cache = this.createCache(prompts, Math.max(0, opts.maxTokens - 1));
+    const { kept, cache } = this.openCall(prompts, Math.max(0, opts.maxTokens - 1));
+    let keep = false;
     const sampling = { temperature: opts.temperature, topK: opts.topK, topP: opts.topP };
     const out: Generation[] = prompts.map(() => ({ text: '', tokenIds: [], logprobs: [], truncated: false }));
     const streamers = prompts.map(() => new TextStreamer(tokenizer, { skipSpecial: true }));
@@ -157,7 +252,7 @@ export class GpuPolicy implements Policy {
     }));
     try {
       const c0 = this.clock?.();
-      const logits = this.prefill(prompts, cache);
+      const logits = this.prefill(prompts, cache, kept);
       if (this.clock && c0 !== undefined) {
         await model.gpu.sync();
         this.prefillTotal += this.clock() - c0;
@@ -187,8 +282,11 @@ export class GpuPolicy implements Policy {
         }
       }
       this.recordKv(cache, prefillPages);
+      keep = opts.keepPromptKv === true && this.keepPromptKv;
     } finally {
-      cache.destroy();
+      kept?.cache.destroy(); // already, unless the prefill failed first
+      if (keep) this.kept = { cache, prompts: prompts.map((p) => [...p.tokenIds]) };
+      else cache.destroy();
     }
     return out;
   }
@@ -199,14 +297,15 @@ export class GpuPolicy implements Policy {
    */
   async promptLogits(prompts: ChatPrompt[]): Promise<Float32Array> {
     const { gpu, cfg } = this.model;
-    const cache = this.createCache(prompts, 0);
+    const { kept, cache } = this.openCall(prompts, 0);
     try {
-      const logits = this.prefill(prompts, cache);
+      const logits = this.prefill(prompts, cache, kept);
       this.recordKv(cache, cache.pagesInUse);
       const out = await gpu.readF32(logits, prompts.length * cfg.vocabSize);
       gpu.releaseBuffer(logits);
       return out;
     } finally {
+      kept?.cache.destroy();
       cache.destroy();
     }
   }
@@ -215,12 +314,13 @@ export class GpuPolicy implements Policy {
     const { gpu, cfg } = this.model;
     const V = cfg.vocabSize;
     const B = prompts.length;
-    const cache = this.createCache(prompts, 0);
+    const { kept, cache } = this.openCall(prompts, 0);
     let logits: GPUBuffer;
     try {
-      logits = this.prefill(prompts, cache);
+      logits = this.prefill(prompts, cache, kept);
       this.recordKv(cache, cache.pagesInUse);
     } finally {
+      kept?.cache.destroy();
       cache.destroy();
     }
     // Full-vocabulary log-softmax at each prompt's end; only the candidates' values come back.

@@ -88,6 +88,7 @@ export class Run {
         ...o,
         packBytes: o.packBytes ?? packBytes,
         keepLayers: o.keepLayers ?? plan.keepLayers,
+        keepPromptKv: plan.keepPromptKv,
       }),
       plan,
     );

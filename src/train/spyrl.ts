@@ -85,6 +85,12 @@ export interface TrainerOptions {
    * plan's: as many as fit under the round's other phases.
    */
   keepLayers?: number;
+  /**
+   * Whether the policy keeps the summaries' (and reasons') KV cache for the votes, whose prompts
+   * open with the same report (GpuPolicy.keepPromptKv; default true). src/train/run.ts sets the
+   * memory plan's: where the cache held beside the votes' does not raise the round's peak.
+   */
+  keepPromptKv?: boolean;
 }
 
 interface TrainerState {
@@ -154,6 +160,7 @@ export class SpyRLTrainer {
     t.checkpoints = o.checkpoints ?? ROUND_CHECKPOINTS;
     t.packing = { packBytes: o.packBytes, packPrefixes: o.packPrefixes, keepLayers: o.keepLayers };
     if (o.now) t.policy.clock = o.now;
+    if (o.keepPromptKv !== undefined) t.policy.keepPromptKv = o.keepPromptKv;
     t.policy.hooks.onDelta = (seat, text) => t.listener?.({ type: 'summary-delta', round: t.state.round, seat, text });
     if (o.runId) t.stamp = runStamp(o.runId);
     if (src && (await src.exists('trainer_state.json'))) {

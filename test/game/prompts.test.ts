@@ -69,7 +69,7 @@ describe('summary prompts', () => {
     for (const p of civ) expect(p.text).toBe(civ[0]!.text);
     expect(spy.text).not.toBe(civ[0]!.text);
     expect(sharedPrefixTokens).toBe(commonPrefixLength(spy.tokenIds, civ[0]!.tokenIds));
-    // Shared: template + instruction + "The agency spent $2 billion."; the next sentence differs.
+    // Shared: template + "Report:" + "The agency spent $2 billion."; the next sentence differs.
     const sharedText = tok.decode(spy.tokenIds.slice(0, sharedPrefixTokens));
     expect(sharedText.endsWith('The agency spent $2 billion.')).toBe(true);
     const source = roles.spySeat === 0 ? 1 : 0;
@@ -77,8 +77,10 @@ describe('summary prompts', () => {
       if (s === source) expect(p.kvShare).toBeNull();
       else expect(p.kvShare).toEqual({ source, tokens: s === roles.spySeat ? sharedPrefixTokens : p.tokenIds.length });
     });
-    expect(civ[0]!.text).toContain(DEFAULT_PROMPTS.summaryInstruction);
-    expect(civ[0]!.text).toContain(`Report:\n${FULL}<|im_end|>`);
+    // The report first, the instruction after it (reportHead).
+    expect(civ[0]!.text).toContain(
+      `<|im_start|>user\nReport:\n${FULL}\n\n${DEFAULT_PROMPTS.summaryInstruction}<|im_end|>`,
+    );
   });
 });
 
@@ -89,7 +91,12 @@ describe('vote prompts', () => {
     const prompts = votePrompts(tok, { roles, civilianText: FULL, spyText: SPY, summaries }, DEFAULT_PROMPTS);
     prompts.forEach((p, seat) => {
       const content = p.messages[0]!.content;
-      expect(content).toContain(`Report:\n${seat === roles.spySeat ? SPY : FULL}\n\nSummaries:`);
+      // The report first, as the voter's summary prompt opened (reportHead), then the rules.
+      expect(
+        content.startsWith(
+          `Report:\n${seat === roles.spySeat ? SPY : FULL}\n\n${DEFAULT_PROMPTS.voteInstruction}\n\nSummaries:`,
+        ),
+      ).toBe(true);
       const listed = listedSummaries(content);
       expect([...listed.keys()]).toEqual([1, 2, 3, 4, 5]);
       for (const s of seatsByLabel(roles))

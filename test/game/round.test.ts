@@ -283,6 +283,30 @@ describe('playRound with a scripted policy', () => {
     expect(JSON.parse(runLogLine(record, { includePromptTexts: true })).prompts.texts.votes).toHaveLength(4);
   });
 
+  it("asks the policy to keep the summaries' KV for the votes (their prompts open alike) and releases it at the end, failed or not", async () => {
+    for (const voteReason of [false, true]) {
+      const config = validateConfig({ docTokenBudget: 128, voteReason });
+      const inner = scriptedPolicy(tok);
+      const kept: (boolean | undefined)[] = [];
+      let released = 0;
+      const policy: Policy = {
+        generate: (p, o) => {
+          kept.push(o.keepPromptKv);
+          return inner.generate(p, o);
+        },
+        voteLogprobs: inner.voteLogprobs,
+        releaseKv: () => void released++,
+      };
+      await clocked(config, policy);
+      // Summaries (and reasons) keep theirs for the next call; one release when the round ends.
+      expect(kept).toEqual(voteReason ? [true, true] : [true]);
+      expect(released).toBe(1);
+      const failing: Policy = { ...policy, voteLogprobs: () => Promise.reject(new Error('device lost')) };
+      await expect(clocked(config, failing)).rejects.toThrow(/device lost/);
+      expect(released).toBe(2);
+    }
+  });
+
   it('rejects a policy that answers with the wrong shapes', async () => {
     const config = validateConfig({ docTokenBudget: 128 });
     const good = scriptedPolicy(tok);

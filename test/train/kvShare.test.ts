@@ -25,17 +25,20 @@ import type { Qwen3Tokenizer } from '../../src/model/tokenizer.ts';
 import {
   DEFAULT_PROMPTS,
   labelTokenIds,
+  reasonPrompts,
   summaryPrompts,
   votePrompts,
   type ChatPrompt,
 } from '../../src/game/prompts.ts';
+import { commonPrefixLength } from '../../src/game/text.ts';
 import { assignRoles, type Roles } from '../../src/game/roles.ts';
 import { Rng } from '../../src/game/rng.ts';
-import { GpuPolicy, planPages } from '../../src/train/policy.ts';
+import { GpuPolicy, planPages, prefillSources } from '../../src/train/policy.ts';
 
-const FULL =
-  'The agency spent $2 billion on the new system. It hired 300 staff in three regions. Audits found gaps in the records. The plan ends in 2030.';
-const SPY = 'The agency spent $2 billion on the new system. Audits found gaps in the records. The plan ends in 2030.';
+// The first sentence, which the spy's copy shares, spans more than a page (the prompts open with it).
+const FIRST = 'The agency spent $2 billion on the new records system that serves veterans in every state.';
+const FULL = `${FIRST} It hired 300 staff in three regions. Audits found gaps in the records. The plan ends in 2030.`;
+const SPY = `${FIRST} Audits found gaps in the records. The plan ends in 2030.`;
 const P = KV_PAGE_SIZE;
 // Short instructions keep the prompts (and SwiftShader's time) small; the structure is the game's.
 const PROMPTS = {
@@ -147,6 +150,105 @@ describe('GpuPolicy with shared KV prefixes', () => {
     expect(full.prefillPages).toBe(expectedPages(prompts, 0, false));
     console.log(
       `votes: prompts ${prompts.map((p) => p.tokenIds.length).join(', ')} tokens; KV pages ${shared.prefillPages} shared vs ${full.prefillPages} unshared`,
+    );
+  });
+
+  it('votes adopt the report pages the summaries kept (keepPromptKv): identical completions and vote log-probs, the report prefilled once', async () => {
+    const sp = summaryPrompts(tokenizer, roles, FULL, SPY, PROMPTS).prompts;
+    const opts = { maxTokens: 4, temperature: 1, topK: 0, topP: 1, seeds: [21, 22, 23, 24, 25] };
+    const labels = labelTokenIds(tokenizer, roles.groupSize);
+    // A round's three calls (summaries, reasons, votes), with the summaries and reasons keeping
+    // their caches for the next call, and without.
+    const play = async (keep: boolean, honour = true) => {
+      const policy = new GpuPolicy(model, tokenizer);
+      policy.keepPromptKv = honour; // the memory plan's choice (src/train/run.ts)
+      const summaries = await policy.generate(sp, { ...opts, keepPromptKv: keep });
+      const input = { roles, civilianText: FULL, spyText: SPY, summaries: summaries.map((g) => g.text) };
+      const rp = reasonPrompts(tokenizer, input, PROMPTS);
+      const reasonsPrefilled = policy.prefilledTokens;
+      const reasonsAdopted = policy.adoptedTokens;
+      const reasons = await policy.generate(rp, { ...opts, keepPromptKv: keep });
+      const reasonsUsage = policy.kvUsage!;
+      const reasonsRun = {
+        prefilled: policy.prefilledTokens - reasonsPrefilled,
+        adopted: policy.adoptedTokens - reasonsAdopted,
+      };
+      const vp = votePrompts(tokenizer, { ...input, reasons: reasons.map((g) => g.text) }, PROMPTS);
+      const votesPrefilled = policy.prefilledTokens;
+      const votes = await policy.voteLogprobs(
+        vp,
+        vp.map(() => labels),
+      );
+      const live = gpu.memory.inUseBytes;
+      policy.releaseKv(); // nothing left to release: the votes took and released the reasons' cache
+      expect(gpu.memory.inUseBytes).toBe(live);
+      return {
+        summaries,
+        reasons,
+        votes,
+        rp,
+        vp,
+        reasonsRun,
+        reasonsUsage,
+        votesPrefilled: policy.prefilledTokens - votesPrefilled,
+        adopted: policy.adoptedTokens,
+      };
+    };
+    const kept = await play(true);
+    const fresh = await play(false);
+    // A policy told not to keep (the plan's keepPromptKv false) ignores the request.
+    const refused = await play(true, false);
+    expect(refused.adopted).toBe(0);
+    expect(refused.votes).toEqual(fresh.votes);
+    expect(kept.summaries).toEqual(fresh.summaries);
+    expect(kept.reasons).toEqual(fresh.reasons);
+    expect(kept.votes).toEqual(fresh.votes);
+    expect(fresh.adopted).toBe(0);
+    // What each prompt adopts: its longest common prefix with a kept prompt, whole pages, where
+    // that beats what it borrows in its batch (the report for the reasons' source and the spy).
+    const expectAdopted = (prompts: ChatPrompt[], keptPrompts: ChatPrompt[]) => {
+      const sources = prefillSources(
+        prompts,
+        keptPrompts.map((p) => p.tokenIds),
+        P,
+      );
+      let adopted = 0;
+      sources.forEach((s, b) => {
+        const best = Math.max(...keptPrompts.map((k) => commonPrefixLength(prompts[b]!.tokenIds, k.tokenIds)));
+        const whole = Math.floor(Math.min(best, prompts[b]!.tokenIds.length - 1) / P) * P;
+        expect(s.adopted).toBe(Math.max(s.shared, whole));
+        adopted += s.adopted - s.shared;
+      });
+      return adopted;
+    };
+    const reasonsAdopted = expectAdopted(kept.rp, sp);
+    const votesAdopted = expectAdopted(kept.vp, kept.rp);
+    // Both the reasons' source and the spy adopt their copy of the report (at least a page).
+    const source = kept.rp.findIndex((p) => p.kvShare === null);
+    expect(
+      prefillSources(
+        kept.rp,
+        sp.map((p) => p.tokenIds),
+        P,
+      )[source]!.adopted,
+    ).toBeGreaterThanOrEqual(P);
+    expect(
+      prefillSources(
+        kept.rp,
+        sp.map((p) => p.tokenIds),
+        P,
+      )[roles.spySeat]!.adopted,
+    ).toBeGreaterThan(prefillSources(kept.rp, null, P)[roles.spySeat]!.shared);
+    expect(kept.reasonsRun.adopted).toBe(reasonsAdopted);
+    expect(kept.adopted).toBe(reasonsAdopted + votesAdopted);
+    expect(kept.reasonsRun.prefilled).toBe(fresh.reasonsRun.prefilled - reasonsAdopted);
+    expect(kept.votesPrefilled).toBe(fresh.votesPrefilled - votesAdopted);
+    // Adopted pages are the prompt's own pages: the cache holds what it held without them.
+    expect(kept.reasonsUsage.prefillPages).toBe(fresh.reasonsUsage.prefillPages);
+    expect(kept.reasonsUsage.pages).toBe(planPages(kept.rp, opts.maxTokens - 1));
+    console.log(
+      `reasons: prefilled ${kept.reasonsRun.prefilled} tokens with the summaries' pages adopted vs ${fresh.reasonsRun.prefilled}; ` +
+        `votes: ${kept.votesPrefilled} vs ${fresh.votesPrefilled}`,
     );
   });
 

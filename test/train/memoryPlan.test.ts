@@ -157,9 +157,22 @@ describe('kept layers: as many as memory allows (withKeptLayers)', () => {
       const grown = check.plan.total - base.total;
       expect(grown).toBeGreaterThan((k - 1) * perLayer);
       expect(grown).toBeLessThanOrEqual(k * perLayer + work);
-      expect(check.plan.phases.filter((ph) => ph.phase !== 'update')).toEqual(
-        base.phases.filter((ph) => ph.phase !== 'update'),
-      );
+      // and the votes: with the update grown, the summaries' cache kept beside the votes' no longer
+      // raises the peak, so 'auto' keeps it (without a budget it would: base does without).
+      expect(base.keepPromptKv).toBe(false);
+      expect(check.plan.keepPromptKv).toBe(true);
+      const kept = planRound(QWEN3_4B, { ...q4, keepPromptKv: true });
+      expect(kept.keepPromptKv).toBe(true);
+      const others = (p: typeof base) => p.phases.filter((ph) => ph.phase !== 'update' && ph.phase !== 'votes');
+      expect(others(check.plan)).toEqual(others(base));
+      const votes = (p: typeof base) => p.phases.find((ph) => ph.phase === 'votes')!;
+      expect(votes(check.plan)).toEqual(votes(kept));
+      // Kept, the votes hold the summaries' KV cache beside their own while they copy its report pages.
+      expect(votes(kept).total - votes(kept).activations).toBe(votes(base).total - votes(base).activations);
+      // At 4B that cache (0.68 GiB) outweighs the votes' prefill activations (0.05), which it stands in for.
+      const summariesKv = base.phases.find((ph) => ph.phase === 'summaries')!.kv;
+      expect(votes(base).activations).toBeLessThan(summariesKv);
+      expect(votes(kept).activations).toBe(summariesKv);
     }
     // An explicit choice stays.
     expect(
