@@ -186,6 +186,7 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
         checkpoints: p.options.checkpoints,
         mlpChunk: p.options.mlpChunk,
         keepLayers: p.keepLayers,
+        keepPromptKv: p.keepPromptKv, // the summaries' KV cache kept for the votes (planRound 'auto')
       },
     }) + '\n',
   );

@@ -340,6 +340,9 @@ describe('spyrl memory', () => {
       total: p.total,
       peakPhase: p.peakPhase,
     });
+    // Planned at its least memory, the default 4B round does not keep the summaries' cache for the votes.
+    expect(got.format.keepPromptKv).toBe(false);
+    expect(p.keepPromptKv).toBe(false);
   });
 
   it.each([
