@@ -32,6 +32,18 @@ export interface GenerateOptions {
    * same positions: the results equal a fresh prefill's up to f32 rounding.
    */
   keepPromptKv?: boolean;
+  /**
+   * With keepPromptKv, the calls that follow, their prompts at their budgets (placeholder
+   * summaries and reasons of the most tokens): a policy sizes the kept cache so that they run in
+   * it in place, reading the common prefix where it already is.
+   */
+  nextCalls?: readonly NextCall[];
+}
+
+/** A call after this one (GenerateOptions.nextCalls): its prompts and the tokens it samples (0: none). */
+export interface NextCall {
+  prompts: readonly ChatPrompt[];
+  maxTokens: number;
 }
 
 export interface Generation {
@@ -274,14 +286,35 @@ async function playRoundStages(ctx: RoundContext, policy: Policy): Promise<Round
   const roles = assignRoles(N, rng.fork('roles'));
   const { spySeat, labels } = roles;
 
-  // Performing stage.
+  // Performing stage. The summaries' KV cache is kept for the reasons or votes, whose prompts open
+  // with the same report, and sized for them: their prompts at their budgets (placeholder
+  // summaries and reasons of the most tokens each) tell the policy how large (keepPromptKv).
   const sp = summaryPrompts(tokenizer, roles, masked.full, masked.spyText, cfg.prompts);
+  const words = (n: number) => roles.labels.map(() => Array.from({ length: n }, () => 'word').join(' '));
+  const atBudget = {
+    roles,
+    civilianText: masked.full,
+    spyText: masked.spyText,
+    summaries: words(cfg.summaryMaxTokens),
+  };
+  const voteCall: NextCall = {
+    prompts: votePrompts(
+      tokenizer,
+      { ...atBudget, reasons: cfg.voteReason ? words(cfg.voteReasonMaxTokens) : null },
+      cfg.prompts,
+    ),
+    maxTokens: 0,
+  };
+  const nextCalls: NextCall[] = cfg.voteReason
+    ? [{ prompts: reasonPrompts(tokenizer, atBudget, cfg.prompts), maxTokens: cfg.voteReasonMaxTokens }, voteCall]
+    : [voteCall];
   const sampling = { temperature: cfg.sampling.temperature, topP: cfg.sampling.topP, topK: cfg.sampling.topK };
   const gens = await policy.generate(sp.prompts, {
     maxTokens: cfg.summaryMaxTokens,
     ...sampling,
     seeds: seeds(rng.fork('summary-seeds'), N),
     keepPromptKv: true, // the reason or vote prompts open with the same report
+    nextCalls,
   });
   checkGenerations(gens, N, 'summaries');
   const t1 = clock?.();
@@ -300,6 +333,7 @@ async function playRoundStages(ctx: RoundContext, policy: Policy): Promise<Round
       ...sampling,
       seeds: seeds(rng.fork('reason-seeds'), N),
       keepPromptKv: true, // each vote prompt continues its reason prompt
+      nextCalls: [voteCall],
     });
     checkGenerations(rg, N, 'reasons');
     reasons = rg.map((g) => cleanReason(g.text));

@@ -107,8 +107,7 @@ export class KVCache {
    * Makes slot `dst` read the first `tokens` positions of slot `src` from src's own pages: every
    * full page is mapped into dst's table, nothing is copied. Returns the positions shared (tokens
    * rounded down to a page); dst prefills from there, so a partial last page is recomputed, never
-   * copied. dst must hold none of those positions (resetSlot first; pages `adopt` gave it after
-   * them may stay), and src must have them mapped.
+   * copied. dst must hold none of those positions (resetSlot first), and src must have them mapped.
    */
   share(dst: number, src: number, tokens: number): number {
     this.checkSlot(dst, 'share dst');
@@ -137,75 +136,58 @@ export class KVCache {
     return n * this.pageSize;
   }
 
-  /**
-   * Gives slot `dst` positions [start, end) of slot `srcSlot` of another cache `from` (the same
-   * model's layers, dtype and page size): fresh pages of this cache, mapped under those positions,
-   * their K and V copied from `from`'s pages on the GPU (one copy a run of consecutive pages on both
-   * sides, per layer and pool). start and end are whole pages, and dst must hold none of the
-   * positions from `start` on; those before it it maps itself (its own or, by a later `share`,
-   * borrowed) before anything reads them. Returns the positions adopted (end - start). What a
-   * prefill across calls reuses (GpuPolicy: a vote prompt takes its report's pages from the
-   * summaries' cache); the copies are ordered before the work encoded after them, so `from` may be
-   * released right after this call.
-   */
-  adopt(dst: number, start: number, end: number, from: KVCache, srcSlot: number): number {
-    this.checkSlot(dst, 'adopt dst');
-    from.checkSlot(srcSlot, 'adopt src');
-    if (from === this) throw new RangeError('adopt: the source is this cache (use share)');
-    if (
-      from.cfg.numLayers !== this.cfg.numLayers ||
-      from.cfg.numKvHeads !== this.cfg.numKvHeads ||
-      from.cfg.headDim !== this.cfg.headDim ||
-      from.dtype !== this.dtype ||
-      from.pageSize !== this.pageSize
-    )
-      throw new RangeError(
-        `adopt: the source cache's layout (${from.cfg.numLayers} layers, ${from.cfg.numKvHeads}x${from.cfg.headDim}, ${from.dtype}, pages of ${from.pageSize}) differs from this one's (${this.cfg.numLayers} layers, ${this.cfg.numKvHeads}x${this.cfg.headDim}, ${this.dtype}, pages of ${this.pageSize})`,
-      );
-    const P = this.pageSize;
-    if (!Number.isInteger(start) || !Number.isInteger(end) || start % P !== 0 || end % P !== 0 || start > end)
-      throw new RangeError(`adopt: [${start}, ${end}) is not a range of whole pages of ${P} positions`);
-    if (end > this.maxT || end > from.maxT)
-      throw new RangeError(`adopt: position ${end} is past a cache's capacity (${this.maxT}, source ${from.maxT})`);
-    const row = this.pagesPerSlot,
-      srcRow = from.pagesPerSlot;
-    const j0 = start / P,
-      j1 = end / P;
-    for (let j = j0; j < row; j++) {
-      if (this.table[dst * row + j] !== UNMAPPED)
-        throw new Error(`adopt: slot ${dst} already holds positions from ${start} on`);
-    }
-    const srcPages: number[] = [];
-    for (let j = j0; j < j1; j++) {
-      const page = from.table[srcSlot * srcRow + j];
-      if (page === UNMAPPED)
-        throw new Error(`adopt: source slot ${srcSlot} has no page for positions ${j * P}..${(j + 1) * P - 1}`);
-      srcPages.push(page);
-    }
-    if (srcPages.length > this.free.length)
-      throw new RangeError(
-        `KV cache is out of pages: adopting ${srcPages.length} pages, ${this.free.length} of ${this.pages} free`,
-      );
-    const dstPages = srcPages.map((_, i) => {
-      const page = this.free.pop()!;
-      this.table[dst * row + j0 + i] = page;
-      this.refs[page] = 1;
-      this.inUse++;
-      return page;
-    });
-    if (dstPages.length === 0) return 0;
-    this.dirty = true;
-    const pageBytes = K.kvPoolBytes({ ...this.paging, pages: 1 }, this.cfg.numKvHeads, this.cfg.headDim);
-    for (let i = 0; i < dstPages.length;) {
-      let n = 1; // a run of pages consecutive in both pools: one copy
-      while (i + n < dstPages.length && dstPages[i + n] === dstPages[i] + n && srcPages[i + n] === srcPages[i] + n) n++;
-      for (let l = 0; l < this.cfg.numLayers; l++) {
-        this.gpu.copy(from.k[l], srcPages[i] * pageBytes, this.k[l], dstPages[i] * pageBytes, n * pageBytes);
-        this.gpu.copy(from.v[l], srcPages[i] * pageBytes, this.v[l], dstPages[i] * pageBytes, n * pageBytes);
+  /** Distinct pages under the first `tokens` positions of these slots (what reslot would keep). */
+  pagesUnder(prefixes: readonly { src: number; tokens: number }[]): number {
+    const pages = new Set<number>();
+    for (const { src, tokens } of prefixes) {
+      this.checkSlot(src, 'pagesUnder');
+      for (let j = 0; j < Math.min(this.pagesPerSlot, Math.floor(tokens / this.pageSize)); j++) {
+        const page = this.table[src * this.pagesPerSlot + j];
+        if (page !== UNMAPPED) pages.add(page);
       }
-      i += n;
     }
-    return end - start;
+    return pages.size;
+  }
+
+  /**
+   * Re-slots the cache in place for a new batch (GpuPolicy's next call, GenerateOptions.keepPromptKv):
+   * slot `dst` of each entry maps the first `tokens` positions (whole pages) of slot `src`'s pages as
+   * they are now, and every other mapping is dropped; pages no entry keeps return to the free list.
+   * Nothing moves on the GPU: the page table changes (uploaded by the next prepareWrite), and the
+   * new slots write only past their pages. A slot given twice, a partial page or a position its
+   * source has no page for is refused, and the cache is left as it was.
+   */
+  reslot(assign: readonly { dst: number; src: number; tokens: number }[]): void {
+    const row = this.pagesPerSlot,
+      P = this.pageSize;
+    const table = new Uint32Array(this.table.length).fill(UNMAPPED);
+    const seen = new Set<number>();
+    for (const { dst, src, tokens } of assign) {
+      this.checkSlot(dst, 'reslot dst');
+      this.checkSlot(src, 'reslot src');
+      if (seen.has(dst)) throw new RangeError(`reslot: slot ${dst} is given twice`);
+      seen.add(dst);
+      if (!Number.isInteger(tokens) || tokens < 0 || tokens % P !== 0 || tokens > row * P)
+        throw new RangeError(
+          `reslot: ${tokens} positions is not a number of whole pages of ${P} within the slot's ${row * P}`,
+        );
+      for (let j = 0; j < tokens / P; j++) {
+        const page = this.table[src * row + j];
+        if (page === UNMAPPED)
+          throw new Error(`reslot: slot ${src} has no page for positions ${j * P}..${(j + 1) * P - 1}`);
+        table[dst * row + j] = page;
+      }
+    }
+    this.table.set(table);
+    this.refs.fill(0);
+    for (const page of table) if (page !== UNMAPPED) this.refs[page]++;
+    this.free.length = 0;
+    this.inUse = 0;
+    for (let p = this.pages - 1; p >= 0; p--) {
+      if (this.refs[p] === 0) this.free.push(p);
+      else this.inUse++;
+    }
+    this.dirty = true;
   }
 
   /** Unmaps every page of `slot`; a page returns to the free list when no slot maps it. */

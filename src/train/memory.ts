@@ -354,8 +354,9 @@ export interface RoundPlanOptions extends RoundShape {
   keepLayers?: number;
   /**
    * Whether the summaries' (and reasons') KV cache is kept for the next stage, whose prompts open
-   * with the same report (GpuPolicy's keepPromptKv): held beside that stage's cache until its report
-   * pages are copied. 'auto' (default): where that does not raise the round's peak.
+   * with the same report (GpuPolicy's keepPromptKv): one cache for the play stages, sized for the
+   * largest of them, the later ones reading the report where the summaries left it. 'auto'
+   * (default): where that does not raise the round's peak.
    */
   keepPromptKv?: boolean | 'auto';
   /** Held-out reports at an evaluation (0: none); src/train/evaluate.ts summarises them one at a time. */
@@ -462,15 +463,16 @@ function batchPhase(
   decode: boolean,
   base: number,
   workspace: PlannedBuffer[],
-  kept: PhasePlan | null = null,
+  hold: { pages: number; maxT: number } | null = null,
 ): PhasePlan {
   const V = cfg.vocabSize,
     N = b.slots,
     P = KV_PAGE_SIZE,
     r = o.lora.r;
   const layout = batchLayout(b, P);
-  const pages = layout.pages;
-  const maxT = b.prompt + b.extra;
+  // With keepPromptKv, the round's one cache, sized for every stage that runs in it (hold).
+  const pages = hold?.pages ?? layout.pages;
+  const maxT = hold?.maxT ?? b.prompt + b.extra;
   // L layers' K and V pools (one buffer each) and the page table.
   const pool = kvCacheBytes({ ...cfg, numLayers: 1 }, { dtype: o.kv, pageSize: P, pages }) / 2;
   const table = kvCacheBytes(cfg, { dtype: o.kv, pageSize: P, pages, slots: N, maxT }) - 2 * cfg.numLayers * pool;
@@ -503,16 +505,6 @@ function batchPhase(
     const step = forwardBuffers(cfg, N, N, r, o.forwardChunk, 'decode');
     act = [...sampling, ...(sum(prefill) >= sum(step) ? prefill : step)];
   }
-  // The previous batch's cache, kept for this one (GenerateOptions.keepPromptKv): held beside this
-  // batch's cache while the report pages are copied out of it, and released before the first
-  // forward (GpuPolicy.prefill), so the pool gives its memory to the activations: the phase holds
-  // the larger of the two.
-  if (kept) {
-    const held = kept.buffers
-      .filter((x) => x.name.startsWith(`${kept.phase} KV `))
-      .map((x) => ({ ...x, name: `${x.name}, kept until the ${phase} adopt its report pages` }));
-    if (sum(held) > sum(act)) act = held;
-  }
   return phasePlan(phase, base, kv, act, workspace);
 }
 
@@ -534,80 +526,63 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
     buf('readback staging', 'MAP_READ', stagingBytes(cfg, o)),
   ];
   const N = o.players;
-  const summaries = batchPhase(
-    cfg,
-    o,
-    'summaries',
-    {
-      slots: N,
-      prompt: seq.summaryPrompt,
-      civilianTail: 1,
-      spyPrompt: seq.summaryPrompt - spyCut,
-      spyHead: SUMMARY_HEAD_TOKENS,
-      extra: o.summaryTokens - 1,
-      shared: true,
-    },
-    true,
-    base,
-    workspace,
-  );
-  // The reasons and votes, each with the previous batch's cache kept for it (keepPromptKv: its
-  // report pages adopted, held beside this batch's cache until they are copied) or without.
-  const voteStages = (keep: boolean): PhasePlan[] => {
-    const out: PhasePlan[] = [];
-    if (o.reasonTokens > 0) {
-      out.push(
-        batchPhase(
-          cfg,
-          o,
-          'reasons',
-          {
-            slots: N,
-            prompt: seq.reasonPrompt,
-            civilianTail: VOTE_TAIL_TOKENS + REASON_QUESTION_EXTRA_TOKENS,
-            spyPrompt: seq.reasonPrompt - spyCut,
-            spyHead: VOTE_HEAD_TOKENS,
-            extra: o.reasonTokens - 1,
-            shared: true,
-            ...(keep && { adopt: VOTE_HEAD_TOKENS + o.docTokens, spyAdopt: VOTE_HEAD_TOKENS + seq.spyReport }),
-          },
-          true,
-          base,
-          workspace,
-          keep ? summaries : null,
-        ),
-      );
-    }
-    out.push(
-      batchPhase(
-        cfg,
-        o,
-        'votes',
-        {
+  const summaryShape: BatchShape = {
+    slots: N,
+    prompt: seq.summaryPrompt,
+    civilianTail: 1,
+    spyPrompt: seq.summaryPrompt - spyCut,
+    spyHead: SUMMARY_HEAD_TOKENS,
+    extra: o.summaryTokens - 1,
+    shared: true,
+  };
+  const reasonShape: BatchShape | null =
+    o.reasonTokens > 0
+      ? {
           slots: N,
-          prompt: seq.votePrompt,
-          civilianTail: seq.voteTail,
-          spyPrompt: seq.votePrompt - spyCut,
+          prompt: seq.reasonPrompt,
+          civilianTail: VOTE_TAIL_TOKENS + REASON_QUESTION_EXTRA_TOKENS,
+          spyPrompt: seq.reasonPrompt - spyCut,
           spyHead: VOTE_HEAD_TOKENS,
-          extra: 0,
+          extra: o.reasonTokens - 1,
           shared: true,
-          // The report from the summaries' cache; after reasons, each vote prompt's whole reason prompt.
-          ...(keep &&
-            (o.reasonTokens > 0
-              ? { adopt: seq.reasonPrompt, spyAdopt: seq.reasonPrompt - spyCut }
-              : { adopt: VOTE_HEAD_TOKENS + o.docTokens, spyAdopt: VOTE_HEAD_TOKENS + seq.spyReport })),
-        },
-        false,
-        base,
-        workspace,
-        keep ? (out[0] ?? summaries) : null,
-      ),
-    );
+        }
+      : null;
+  const voteShape: BatchShape = {
+    slots: N,
+    prompt: seq.votePrompt,
+    civilianTail: seq.voteTail,
+    spyPrompt: seq.votePrompt - spyCut,
+    spyHead: VOTE_HEAD_TOKENS,
+    extra: 0,
+    shared: true,
+  };
+  // The summaries, reasons and votes, each in a cache of its own, or (keepPromptKv) all in the
+  // summaries' cache, sized for each stage at its budgets plus a page a prompt (GpuPolicy's
+  // createCache with GenerateOptions.nextCalls), the later stages reading the report (after
+  // reasons, the votes their whole reason prompt) where the earlier one left it.
+  const playStages = (keep: boolean): PhasePlan[] => {
+    const P = KV_PAGE_SIZE;
+    const later = [reasonShape, voteShape].filter((x): x is BatchShape => x !== null);
+    const hold = keep
+      ? {
+          pages: Math.max(
+            batchLayout(summaryShape, P).pages,
+            ...later.map((x) => batchLayout({ ...x, extra: x.extra + P }, P).pages),
+          ),
+          maxT: Math.max(summaryShape.prompt + summaryShape.extra, ...later.map((x) => x.prompt + x.extra + P)),
+        }
+      : null;
+    const report = { adopt: VOTE_HEAD_TOKENS + o.docTokens, spyAdopt: VOTE_HEAD_TOKENS + seq.spyReport };
+    const out = [batchPhase(cfg, o, 'summaries', summaryShape, true, base, workspace, hold)];
+    if (reasonShape)
+      out.push(batchPhase(cfg, o, 'reasons', { ...reasonShape, ...(keep && report) }, true, base, workspace, hold));
+    const voteAdopt = reasonShape ? { adopt: seq.reasonPrompt, spyAdopt: seq.reasonPrompt - spyCut } : report;
+    out.push(batchPhase(cfg, o, 'votes', { ...voteShape, ...(keep && voteAdopt) }, false, base, workspace, hold));
     return out;
   };
-  const phases: PhasePlan[] = [...loadPhase(cfg, o.weights, weights.total), summaries];
-  const withKept = voteStages(true),
-    withoutKept = voteStages(false);
+  const withKept = playStages(true),
+    withoutKept = playStages(false);
+  const phases: PhasePlan[] = [...loadPhase(cfg, o.weights, weights.total)];
   if (o.evalDocs > 0) {
     phases.push(
       batchPhase(
@@ -669,7 +644,7 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
   const peakOf = (xs: PhasePlan[]) => Math.max(0, ...xs.map((x) => x.total));
   const keepPromptKv =
     o.keepPromptKv === 'auto' ? peakOf(withKept) <= Math.max(peakOf(phases), peakOf(withoutKept)) : o.keepPromptKv;
-  phases.splice(phases.indexOf(summaries) + 1, 0, ...(keepPromptKv ? withKept : withoutKept));
+  phases.splice(loadPhase(cfg, o.weights, weights.total).length, 0, ...(keepPromptKv ? withKept : withoutKept));
   return finish('round', cfg, o, weights, lora, phases, seq, trainSeqLen, keepLayers, keepPromptKv);
 }
 

@@ -4,7 +4,7 @@
 // depends only on (prompt, seed, weights), and votes read from the next-token distribution at the
 // prompt's end. Each sampled token comes with its log-prob under the distribution it was drawn
 // from (shaders/sample.wgsl: temperature, top-k, top-p as applied), the PPO behaviour log-prob.
-import type { Generation, GenerateOptions, Policy } from '../game/round.ts';
+import type { Generation, GenerateOptions, NextCall, Policy } from '../game/round.ts';
 import type { ChatPrompt } from '../game/prompts.ts';
 import { commonPrefixLength } from '../game/text.ts';
 import * as K from '../ops/index.ts';
@@ -60,7 +60,10 @@ export interface KeptKv {
 export interface PrefillSource {
   /** Positions [0, shared) mapped from its kvShare source in the batch (sharedPositions). */
   shared: number;
-  /** Positions [shared, adopted) copied from slot keptSlot of the kept cache (adopted = shared: none). */
+  /**
+   * Positions [0, adopted) read from slot keptSlot of the kept cache, in place (KVCache.reslot),
+   * where that reaches past `shared`; else adopted = shared. The prefill starts at `adopted`.
+   */
   adopted: number;
   /** -1 where nothing is adopted. */
   keptSlot: number;
@@ -68,7 +71,7 @@ export interface PrefillSource {
 
 /**
  * Per prompt, the positions it borrows in its batch (sharedPositions) and those it adopts from a
- * kept call's prompts (KVCache.adopt): its longest common prefix with one of them, whole pages,
+ * kept call's prompts (KVCache.reslot): its longest common prefix with one of them, whole pages,
  * never the last token, where that reaches past what it borrows. It prefills from `adopted` on.
  * A vote prompt's report, which its player's summary prompt opened with too (src/game/prompts.ts
  * reportHead), is adopted from the summaries' cache; the civilians other than the batch's source
@@ -96,6 +99,27 @@ export function prefillSources(
   });
 }
 
+/**
+ * Whether `cache` (a kept one) holds these prompts in place: every prompt's positions within its
+ * capacity, and its pages within the pool: the distinct kept pages the prompts adopt (where they
+ * are), then each prompt's own pages past what it adopts or borrows.
+ */
+export function fitsInPlace(
+  cache: Pick<KVCache, 'maxT' | 'pages' | 'pageSize' | 'slots' | 'pagesUnder'>,
+  prompts: readonly ChatPrompt[],
+  extra: number,
+  sources: readonly PrefillSource[],
+): boolean {
+  if (prompts.length > cache.slots) return false;
+  if (prompts.some((p) => p.tokenIds.length + extra > cache.maxT)) return false;
+  const P = cache.pageSize;
+  const kept = cache.pagesUnder(
+    sources.flatMap((x) => (x.keptSlot < 0 ? [] : [{ src: x.keptSlot, tokens: x.adopted }])),
+  );
+  const own = prompts.reduce((n, p, b) => n + kvPages(p.tokenIds.length + extra, P) - sources[b]!.adopted / P, 0);
+  return kept + own <= cache.pages;
+}
+
 /** Pages a batch needs when every prompt writes `extra` positions past its end, shared pages once. */
 export function planPages(prompts: readonly ChatPrompt[], extra: number, pageSize = KV_PAGE_SIZE): number {
   const shared = sharedPositions(prompts, pageSize);
@@ -113,9 +137,9 @@ export class GpuPolicy implements Policy {
   /** KV-cache use of the last call. */
   kvUsage: KvUsage | null = null;
   /**
-   * Whether generate honours GenerateOptions.keepPromptKv (keeps its cache for the next call to
-   * adopt from). The trainer sets the memory plan's choice (src/train/memory.ts keepPromptKv): the
-   * kept cache is held beside the next call's until its pages are copied.
+   * Whether generate honours GenerateOptions.keepPromptKv (keeps its cache, sized for the next
+   * calls' prompts too, for them to run in). The trainer sets the memory plan's choice
+   * (src/train/memory.ts keepPromptKv).
    */
   keepPromptKv = true;
   /** Decode one step ahead of the readback (model/generate.ts decodeSteps); false: read every step first. */
@@ -146,48 +170,51 @@ export class GpuPolicy implements Policy {
   }
 
   /**
-   * A call's start: the kept cache (now this call's to adopt from and release) and a new cache with
-   * the pages these prompts need when each writes `extra` more positions; the kept one is released
-   * when that cannot be made.
+   * A call's cache and where each prompt's positions come from (prefillSources). The kept cache
+   * (the previous generate's, keepPromptKv) serves the call in place when it holds these prompts:
+   * each prompt that adopts maps its kept slot's pages (KVCache.reslot, no copy) and the rest are
+   * dropped. Where it does not (prompts past its capacity), it is released and the call prefills
+   * in a new cache from scratch. A new cache has the pages these prompts need when each writes
+   * `extra` more positions, and with `reserve` (GenerateOptions.nextCalls, when this call keeps
+   * its cache) what each of those calls needs after it.
    */
-  private openCall(prompts: readonly ChatPrompt[], extra: number): { kept: KeptKv | null; cache: KVCache } {
+  private openCall(
+    prompts: readonly ChatPrompt[],
+    extra: number,
+    reserve: readonly NextCall[] = [],
+  ): { cache: KVCache; sources: PrefillSource[] } {
     const kept = this.kept;
     this.kept = null;
-    try {
-      return { kept, cache: this.createCache(prompts, extra) };
-    } catch (e) {
-      kept?.cache.destroy();
-      throw e;
+    const P = KV_PAGE_SIZE;
+    if (kept) {
+      const sources = prefillSources(prompts, kept.prompts, P);
+      if (fitsInPlace(kept.cache, prompts, extra, sources)) {
+        kept.cache.reslot(
+          sources.flatMap((x, b) => (x.keptSlot < 0 ? [] : [{ dst: b, src: x.keptSlot, tokens: x.adopted }])),
+        );
+        for (const x of sources) if (x.keptSlot >= 0) this.adoptedTokens += x.adopted - x.shared;
+        return { cache: kept.cache, sources };
+      }
+      kept.cache.destroy();
     }
+    return { cache: this.createCache(prompts, extra, reserve), sources: prefillSources(prompts, null, P) };
   }
 
   /**
    * Prefills every prompt into its own slot, sharing KV-cache prefixes: a prompt with kvShare
    * {source, tokens} maps the source slot's whole pages of that prefix (cache.share, no copy) and
-   * prefills the rest. With a kept cache (the previous call's, keepPromptKv), a prompt first copies
-   * the pages of its longest common prefix with a kept prompt where that reaches further
-   * (prefillSources, cache.adopt); the kept cache is released as soon as those copies are encoded,
-   * before any forward. Returns the (B, V) logits of each prompt's last token.
+   * prefills the rest; a prompt that adopted a kept slot's pages (openCall) prefills past them.
+   * Returns the (B, V) logits of each prompt's last token.
    */
-  private prefill(prompts: readonly ChatPrompt[], cache: KVCache, kept: KeptKv | null): GPUBuffer {
+  private prefill(prompts: readonly ChatPrompt[], cache: KVCache, sources: readonly PrefillSource[]): GPUBuffer {
     const { gpu, cfg } = this.model;
     const V = cfg.vocabSize;
     const B = prompts.length;
-    const sources = prefillSources(prompts, kept?.prompts ?? null, cache.pageSize);
-    if (kept) {
-      try {
-        sources.forEach((s, b) => {
-          if (s.keptSlot < 0) return;
-          this.adoptedTokens += cache.adopt(b, s.shared, s.adopted, kept.cache, s.keptSlot);
-        });
-      } finally {
-        kept.cache.destroy();
-      }
-    }
+    const borrows = (b: number) => sources[b].keptSlot < 0 && sources[b].shared > 0;
     const logits = gpu.createBuffer(B * V * 4, 'promptLogits'); // (B, V)
     for (const pass of [0, 1]) {
-      // Pass 0: prompts that own their prefix; pass 1: those that borrow one.
-      const batch = prompts.map((_, b) => b).filter((b) => sources[b].shared > 0 === (pass === 1));
+      // Pass 0: prompts that own their prefix (or adopted it); pass 1: those that borrow one in the batch.
+      const batch = prompts.map((_, b) => b).filter((b) => borrows(b) === (pass === 1));
       if (batch.length === 0) continue;
       if (pass === 1) for (const b of batch) cache.share(b, prompts[b].kvShare!.source, sources[b].shared);
       const ids: number[] = [],
@@ -211,13 +238,21 @@ export class GpuPolicy implements Policy {
     return logits;
   }
 
-  /** A cache with exactly the pages these prompts need when each writes `extra` more positions. */
-  private createCache(prompts: readonly ChatPrompt[], extra: number): KVCache {
-    const maxT = Math.max(...prompts.map((p) => p.tokenIds.length)) + extra;
-    return this.model.createCache(prompts.length, maxT, {
-      pageSize: KV_PAGE_SIZE,
-      pages: planPages(prompts, extra, KV_PAGE_SIZE),
-    });
+  /**
+   * A cache with exactly the pages these prompts need when each writes `extra` more positions, or
+   * more where a `reserve` batch (the next calls' prompts at their budgets) needs more, plus a page
+   * a prompt of it for re-tokenization: it then serves those calls in place (openCall).
+   */
+  private createCache(prompts: readonly ChatPrompt[], extra: number, reserve: readonly NextCall[] = []): KVCache {
+    let maxT = Math.max(...prompts.map((p) => p.tokenIds.length)) + extra;
+    let pages = planPages(prompts, extra, KV_PAGE_SIZE);
+    for (const next of reserve) {
+      if (next.prompts.length !== prompts.length) continue; // another batch size: it cannot run here
+      const e = Math.max(0, next.maxTokens - 1) + KV_PAGE_SIZE; // a page more for re-tokenization
+      maxT = Math.max(maxT, ...next.prompts.map((p) => p.tokenIds.length + e));
+      pages = Math.max(pages, planPages(next.prompts, e, KV_PAGE_SIZE));
+    }
+    return this.model.createCache(prompts.length, maxT, { pageSize: KV_PAGE_SIZE, pages });
   }
 
   private recordKv(cache: KVCache, prefillPages: number): void {
@@ -235,7 +270,8 @@ export class GpuPolicy implements Policy {
     if (opts.seeds.length !== B) throw new RangeError(`${opts.seeds.length} seeds for ${B} prompts`);
     // The last sampled token is never fed back, so each sequence writes maxTokens - 1 positions past
     // its prompt (the step decodeSteps runs past a stop id writes inside them).
-    const { kept, cache } = this.openCall(prompts, Math.max(0, opts.maxTokens - 1));
+    const keepAsked = opts.keepPromptKv === true && this.keepPromptKv;
+    const { cache, sources } = this.openCall(prompts, Math.max(0, opts.maxTokens - 1), keepAsked ? opts.nextCalls : []);
     let keep = false;
     const sampling = { temperature: opts.temperature, topK: opts.topK, topP: opts.topP };
     const out: Generation[] = prompts.map(() => ({ text: '', tokenIds: [], logprobs: [], truncated: false }));
@@ -252,7 +288,7 @@ export class GpuPolicy implements Policy {
     }));
     try {
       const c0 = this.clock?.();
-      const logits = this.prefill(prompts, cache, kept);
+      const logits = this.prefill(prompts, cache, sources);
       if (this.clock && c0 !== undefined) {
         await model.gpu.sync();
         this.prefillTotal += this.clock() - c0;
@@ -282,9 +318,8 @@ export class GpuPolicy implements Policy {
         }
       }
       this.recordKv(cache, prefillPages);
-      keep = opts.keepPromptKv === true && this.keepPromptKv;
+      keep = keepAsked;
     } finally {
-      kept?.cache.destroy(); // already, unless the prefill failed first
       if (keep) this.kept = { cache, prompts: prompts.map((p) => [...p.tokenIds]) };
       else cache.destroy();
     }
@@ -297,15 +332,14 @@ export class GpuPolicy implements Policy {
    */
   async promptLogits(prompts: ChatPrompt[]): Promise<Float32Array> {
     const { gpu, cfg } = this.model;
-    const { kept, cache } = this.openCall(prompts, 0);
+    const { cache, sources } = this.openCall(prompts, 0);
     try {
-      const logits = this.prefill(prompts, cache, kept);
+      const logits = this.prefill(prompts, cache, sources);
       this.recordKv(cache, cache.pagesInUse);
       const out = await gpu.readF32(logits, prompts.length * cfg.vocabSize);
       gpu.releaseBuffer(logits);
       return out;
     } finally {
-      kept?.cache.destroy();
       cache.destroy();
     }
   }
@@ -314,13 +348,12 @@ export class GpuPolicy implements Policy {
     const { gpu, cfg } = this.model;
     const V = cfg.vocabSize;
     const B = prompts.length;
-    const { kept, cache } = this.openCall(prompts, 0);
+    const { cache, sources } = this.openCall(prompts, 0);
     let logits: GPUBuffer;
     try {
-      logits = this.prefill(prompts, cache, kept);
+      logits = this.prefill(prompts, cache, sources);
       this.recordKv(cache, cache.pagesInUse);
     } finally {
-      kept?.cache.destroy();
       cache.destroy();
     }
     // Full-vocabulary log-softmax at each prompt's end; only the candidates' values come back.

@@ -88,7 +88,7 @@ export interface TrainerOptions {
   /**
    * Whether the policy keeps the summaries' (and reasons') KV cache for the votes, whose prompts
    * open with the same report (GpuPolicy.keepPromptKv; default true). src/train/run.ts sets the
-   * memory plan's: where the cache held beside the votes' does not raise the round's peak.
+   * memory plan's: where one cache sized for the summaries and the votes does not raise the round's peak.
    */
   keepPromptKv?: boolean;
 }

@@ -288,10 +288,14 @@ describe('playRound with a scripted policy', () => {
       const config = validateConfig({ docTokenBudget: 128, voteReason });
       const inner = scriptedPolicy(tok);
       const kept: (boolean | undefined)[] = [];
+      const next: string[] = [];
       let released = 0;
       const policy: Policy = {
         generate: (p, o) => {
           kept.push(o.keepPromptKv);
+          // The calls that follow, at their budgets: each a batch of N prompts; the votes sample nothing.
+          for (const c of o.nextCalls ?? []) expect(c.prompts).toHaveLength(p.length);
+          next.push((o.nextCalls ?? []).map((c) => (c.maxTokens === 0 ? 'votes' : 'reasons')).join(','));
           return inner.generate(p, o);
         },
         voteLogprobs: inner.voteLogprobs,
@@ -300,6 +304,7 @@ describe('playRound with a scripted policy', () => {
       await clocked(config, policy);
       // Summaries (and reasons) keep theirs for the next call; one release when the round ends.
       expect(kept).toEqual(voteReason ? [true, true] : [true]);
+      expect(next).toEqual(voteReason ? ['reasons,votes', 'votes'] : ['votes']);
       expect(released).toBe(1);
       const failing: Policy = { ...policy, voteLogprobs: () => Promise.reject(new Error('device lost')) };
       await expect(clocked(config, failing)).rejects.toThrow(/device lost/);

@@ -367,73 +367,55 @@ describe('KVCache pages', () => {
     }
   });
 
-  it("adopt: copies another cache's pages under a slot's positions (runs of pages), then shares and writes as its own", async () => {
-    const a = new KVCache(gpu, cfg, 2, 40, { dtype: 'f16', pageSize: 8, pages: 6 });
-    const b = new KVCache(gpu, cfg, 2, 48, { dtype: 'f16', pageSize: 8, pages: 7 });
+  it("reslot: a new batch maps the old slots' pages in place; the rest return to the free list", () => {
+    const cache = new KVCache(gpu, cfg, 3, 40, { dtype: 'f16', pageSize: 8, pages: 9 });
     try {
-      // A: slot 0 writes positions 0..23 (pages 0, 1, 2), slot 1 borrows its first two pages and
-      // writes 16..20 (page 3); every pool word is distinct.
-      a.prepareWrite(
+      // Slot 0 writes 0..23 (3 pages), slot 1 borrows its first two and writes 16..20, slot 2 writes 0..9.
+      cache.prepareWrite(
         Array(24).fill(0),
         Array.from({ length: 24 }, (_, i) => i),
       );
-      expect(a.share(1, 0, 16)).toBe(16);
-      a.prepareWrite([1, 1, 1, 1, 1], [16, 17, 18, 19, 20]);
-      const pageWords = (8 * 1 * 16 * 2) / 4; // P x NKV x HD f16, as u32 words
-      const fill = (l: number, kv: number) =>
-        Uint32Array.from({ length: 6 * pageWords }, (_, i) => (l * 2 + kv) * 1_000_000 + i);
-      for (let l = 0; l < 2; l++) {
-        gpu.write(a.k[l]!, fill(l, 0));
-        gpu.write(a.v[l]!, fill(l, 1));
-      }
-      // B: slot 0 adopts slot 1's positions 0..23 (A's pages 0, 1 then 3: two copies); slot 1
-      // adopts slot 0's 8..23 before it borrows B slot 0's first page.
-      expect(b.adopt(0, 0, 24, a, 1)).toBe(24);
-      expect(b.adopt(1, 8, 24, a, 0)).toBe(16);
-      expect(b.share(1, 0, 8)).toBe(8);
-      expect(b.pagesInUse).toBe(5);
-      expect(b.mappedTokens(0)).toBe(24);
-      expect(b.mappedTokens(1)).toBe(24);
-      b.prepareWrite([0, 1], [24, 24]); // past the adopted pages: fresh pages of each slot's own
-      expect(b.pagesInUse).toBe(7);
-      // B's pages were handed out from 0 on: slot 0 got 0, 1, 2; slot 1 got 3, 4.
-      const expectPages = async (pool: GPUBuffer, want: Uint32Array, pairs: [number, number][]) => {
-        const got = new Uint32Array((await gpu.readF32(pool, 7 * pageWords)).buffer);
-        for (const [dst, src] of pairs)
-          expect(Array.from(got.subarray(dst * pageWords, (dst + 1) * pageWords))).toEqual(
-            Array.from(want.subarray(src * pageWords, (src + 1) * pageWords)),
-          );
-      };
-      for (let l = 0; l < 2; l++) {
-        const pairs: [number, number][] = [
-          [0, 0],
-          [1, 1],
-          [2, 3],
-          [3, 1],
-          [4, 2],
-        ];
-        await expectPages(b.k[l]!, fill(l, 0), pairs);
-        await expectPages(b.v[l]!, fill(l, 1), pairs);
-      }
-      // Refused: partial pages, positions a slot already holds, positions the source never wrote,
-      // another layout, more pages than are free.
-      b.resetSlot(1);
-      expect(() => b.adopt(1, 0, 12, a, 0)).toThrow(/whole pages/);
-      expect(() => b.adopt(0, 16, 24, a, 0)).toThrow(/already holds positions from 16/);
-      expect(() => b.adopt(1, 0, 32, a, 1)).toThrow(/source slot 1 has no page for positions 24\.\.31/);
-      const f32 = new KVCache(gpu, cfg, 1, 40, { dtype: 'f32', pageSize: 8 });
-      const small = new KVCache(gpu, cfg, 1, 40, { dtype: 'f16', pageSize: 8, pages: 2 });
-      try {
-        expect(() => f32.adopt(0, 0, 8, a, 0)).toThrow(/layout .* differs/);
-        expect(() => small.adopt(0, 0, 24, a, 0)).toThrow(/out of pages: adopting 3 pages, 2 of 2 free/);
-      } finally {
-        f32.destroy();
-        small.destroy();
-      }
+      expect(cache.share(1, 0, 16)).toBe(16);
+      cache.prepareWrite([1, 1, 1, 1, 1], [16, 17, 18, 19, 20]);
+      cache.prepareWrite(
+        Array(10).fill(2),
+        Array.from({ length: 10 }, (_, i) => i),
+      );
+      expect(cache.pagesInUse).toBe(6);
+      // New slot 2 takes old slot 1's 0..23 (two pages shared with old slot 0, then its own), new
+      // slot 0 takes old slot 0's first page; new slot 1 starts empty.
+      cache.reslot([
+        { dst: 2, src: 1, tokens: 24 },
+        { dst: 0, src: 0, tokens: 8 },
+      ]);
+      expect(cache.mappedTokens(0)).toBe(8);
+      expect(cache.mappedTokens(1)).toBe(0);
+      expect(cache.mappedTokens(2)).toBe(24);
+      expect(cache.pagesInUse).toBe(3); // old slot 0's page 0 (twice), page 1, old slot 1's page
+      expect(() => cache.prepareWrite([0], [3])).toThrow(/shared/); // page 0 is mapped by new slots 0 and 2
+      cache.prepareWrite([2, 0], [24, 8]); // past their pages: fresh ones
+      expect(cache.pagesInUse).toBe(5);
+      cache.prepareWrite(
+        Array(32).fill(1),
+        Array.from({ length: 32 }, (_, i) => i),
+      );
+      expect(cache.pagesInUse).toBe(9);
+      // Refused, and the cache left as it was.
+      expect(() => cache.reslot([{ dst: 0, src: 1, tokens: 12 }])).toThrow(/whole pages/);
+      expect(() => cache.reslot([{ dst: 0, src: 0, tokens: 24 }])).toThrow(/slot 0 has no page for positions 16\.\.23/);
+      expect(() =>
+        cache.reslot([
+          { dst: 1, src: 0, tokens: 8 },
+          { dst: 1, src: 2, tokens: 8 },
+        ]),
+      ).toThrow(/slot 1 is given twice/);
+      expect(cache.pagesInUse).toBe(9);
+      expect(cache.mappedTokens(1)).toBe(32);
+      cache.reslot([]);
+      expect(cache.pagesInUse).toBe(0);
     } finally {
-      a.destroy();
-      b.destroy();
-      b.destroy(); // twice: nothing more
+      cache.destroy();
+      cache.destroy(); // twice: nothing more
     }
   });
 

@@ -159,15 +159,24 @@ describe('GpuPolicy with shared KV prefixes', () => {
     const labels = labelTokenIds(tokenizer, roles.groupSize);
     // A round's three calls (summaries, reasons, votes), with the summaries and reasons keeping
     // their caches for the next call, and without.
-    const play = async (keep: boolean, honour = true) => {
+    // The next calls at their budgets, as playRound passes them: placeholder summaries and reasons,
+    // so the kept cache holds the reasons and votes. This random model's 4 sampled tokens can be
+    // byte pieces that decode and re-encode into several tokens each, so the placeholders have 4
+    // words a token (a real model's summary re-encodes to about its own length; playRound passes one a token).
+    const words = roles.labels.map(() => Array.from({ length: 4 * opts.maxTokens }, () => 'word').join(' '));
+    const atBudget = { roles, civilianText: FULL, spyText: SPY, summaries: words };
+    const voteCall = { prompts: votePrompts(tokenizer, { ...atBudget, reasons: words }, PROMPTS), maxTokens: 0 };
+    const nextCalls = [{ prompts: reasonPrompts(tokenizer, atBudget, PROMPTS), maxTokens: opts.maxTokens }, voteCall];
+    const play = async (keep: boolean, honour = true, sized = true) => {
       const policy = new GpuPolicy(model, tokenizer);
       policy.keepPromptKv = honour; // the memory plan's choice (src/train/run.ts)
-      const summaries = await policy.generate(sp, { ...opts, keepPromptKv: keep });
+      const summaries = await policy.generate(sp, { ...opts, keepPromptKv: keep, nextCalls: sized ? nextCalls : [] });
+      const summariesUsage = policy.kvUsage!;
       const input = { roles, civilianText: FULL, spyText: SPY, summaries: summaries.map((g) => g.text) };
       const rp = reasonPrompts(tokenizer, input, PROMPTS);
       const reasonsPrefilled = policy.prefilledTokens;
       const reasonsAdopted = policy.adoptedTokens;
-      const reasons = await policy.generate(rp, { ...opts, keepPromptKv: keep });
+      const reasons = await policy.generate(rp, { ...opts, keepPromptKv: keep, nextCalls: sized ? [voteCall] : [] });
       const reasonsUsage = policy.kvUsage!;
       const reasonsRun = {
         prefilled: policy.prefilledTokens - reasonsPrefilled,
@@ -179,6 +188,7 @@ describe('GpuPolicy with shared KV prefixes', () => {
         vp,
         vp.map(() => labels),
       );
+      const votesUsage = policy.kvUsage!;
       const live = gpu.memory.inUseBytes;
       policy.releaseKv(); // nothing left to release: the votes took and released the reasons' cache
       expect(gpu.memory.inUseBytes).toBe(live);
@@ -190,16 +200,25 @@ describe('GpuPolicy with shared KV prefixes', () => {
         vp,
         reasonsRun,
         reasonsUsage,
+        summariesUsage,
+        votesUsage,
         votesPrefilled: policy.prefilledTokens - votesPrefilled,
         adopted: policy.adoptedTokens,
       };
     };
     const kept = await play(true);
     const fresh = await play(false);
-    // A policy told not to keep (the plan's keepPromptKv false) ignores the request.
-    const refused = await play(true, false);
-    expect(refused.adopted).toBe(0);
-    expect(refused.votes).toEqual(fresh.votes);
+    // A policy told not to keep (the plan's keepPromptKv false) ignores the request; a kept cache
+    // not sized for the next calls (no nextCalls) cannot hold them, and they prefill afresh.
+    for (const other of [await play(true, false), await play(true, true, false)]) {
+      expect(other.adopted).toBe(0);
+      expect(other.votes).toEqual(fresh.votes);
+      expect(other.summariesUsage.pages).toBe(fresh.summariesUsage.pages);
+    }
+    // Kept: the reasons and votes ran in the summaries' cache (its pages and bytes), sized for them.
+    expect(kept.summariesUsage.pages).toBeGreaterThan(fresh.summariesUsage.pages);
+    expect(kept.reasonsUsage.bytesAllocated).toBe(kept.summariesUsage.bytesAllocated);
+    expect(kept.votesUsage.bytesAllocated).toBe(kept.summariesUsage.bytesAllocated);
     expect(kept.summaries).toEqual(fresh.summaries);
     expect(kept.reasons).toEqual(fresh.reasons);
     expect(kept.votes).toEqual(fresh.votes);
@@ -243,9 +262,16 @@ describe('GpuPolicy with shared KV prefixes', () => {
     expect(kept.adopted).toBe(reasonsAdopted + votesAdopted);
     expect(kept.reasonsRun.prefilled).toBe(fresh.reasonsRun.prefilled - reasonsAdopted);
     expect(kept.votesPrefilled).toBe(fresh.votesPrefilled - votesAdopted);
-    // Adopted pages are the prompt's own pages: the cache holds what it held without them.
-    expect(kept.reasonsUsage.prefillPages).toBe(fresh.reasonsUsage.prefillPages);
-    expect(kept.reasonsUsage.pages).toBe(planPages(kept.rp, opts.maxTokens - 1));
+    // The adopted pages are where the summaries left them (the spy's and the source's report pages
+    // hold the civilians' common prefix once): no more pages than a fresh prefill maps.
+    expect(kept.reasonsUsage.prefillPages).toBeLessThanOrEqual(fresh.reasonsUsage.prefillPages);
+    expect(kept.summariesUsage.pages).toBe(
+      Math.max(
+        planPages(sp, opts.maxTokens - 1),
+        planPages(nextCalls[0]!.prompts, opts.maxTokens - 1 + P),
+        planPages(voteCall.prompts, P),
+      ),
+    );
     console.log(
       `reasons: prefilled ${kept.reasonsRun.prefilled} tokens with the summaries' pages adopted vs ${fresh.reasonsRun.prefilled}; ` +
         `votes: ${kept.votesPrefilled} vs ${fresh.votesPrefilled}`,
