@@ -1,5 +1,5 @@
 // `npx tsx bench/dispatch-count.ts [--model 4b] [--layers 4] [--format q4] [--r 16]
-//   [--train-len 512] [--prefill 512] [--kernels autoFor=gpu] [--by-kernel]`
+//   [--train-len 512] [--prefill 512] [--chunk 256,1024] [--kernels autoFor=gpu] [--by-kernel]`
 // The dispatches of one LoRA training step (a TrainingPass forward and backward of --train-len
 // tokens, every layer recomputed, as bench/profile.ts's "LoRA training step" runs it) and of one
 // prefill (--prefill tokens, the adapter on), at a model's full shapes, counted without running
@@ -12,7 +12,7 @@
 import '../bin/gpu-env.mjs';
 import { parseArgs } from 'node:util';
 import { createGpu, type Gpu } from '../src/gpu/index.ts';
-import { Qwen3Model } from '../src/model/qwen3.ts';
+import { DEFAULT_CHUNK, Qwen3Model } from '../src/model/qwen3.ts';
 import { LoraAdapter } from '../src/model/lora.ts';
 import { initLora, loraConfig } from '../src/model/peft.ts';
 import * as K from '../src/ops/index.ts';
@@ -29,6 +29,7 @@ const { values } = parseArgs({
     r: { type: 'string', default: '16' },
     'train-len': { type: 'string', default: '512' },
     prefill: { type: 'string', default: '512' },
+    chunk: { type: 'string', default: String(DEFAULT_CHUNK) },
     kernels: { type: 'string', default: 'autoFor=gpu' },
     'by-kernel': { type: 'boolean', default: false },
   },
@@ -68,13 +69,18 @@ try {
   });
   const P = Number(values.prefill);
   model.lora = adapter;
-  const cache = model.createCache(1, P);
   const pos = Array.from({ length: P }, (_, i) => i);
-  await count(`prefill ${P} tokens`, async () => {
-    const ids = pos.map((i) => (i * 7919) % cfg.vocabSize);
-    gpu.releaseBuffer(model.forward({ ids, slots: pos.map(() => 0), positions: pos, logitRows: [P - 1] }, cache));
-  });
-  cache.destroy();
+  // Prefill at each --chunk (Qwen3Model.chunk: tokens a pass over the layers; a run takes its
+  // memory plan's, src/train/memory.ts forwardChunk).
+  for (const chunk of values.chunk.split(',').map(Number)) {
+    model.chunk = chunk;
+    const cache = model.createCache(1, P);
+    await count(`prefill ${P} tokens in ${chunk}-token chunks`, async () => {
+      const ids = pos.map((i) => (i * 7919) % cfg.vocabSize);
+      gpu.releaseBuffer(model.forward({ ids, slots: pos.map(() => 0), positions: pos, logitRows: [P - 1] }, cache));
+    });
+    cache.destroy();
+  }
   model.lora = null;
   adapter.destroy();
   console.log(

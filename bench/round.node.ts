@@ -46,6 +46,8 @@ export async function benchRound(
      * against it and the update keeps the layers' activations that fit. Undefined: no budget.
      */
     budgetBytes?: number;
+    /** Tokens per prefill chunk (RunOptions.forwardChunk); undefined: the plan's 'auto'. */
+    forwardChunk?: number;
     log: (line: string) => void;
   },
 ): Promise<BenchRecord[]> {
@@ -74,10 +76,11 @@ export async function benchRound(
     train,
     evalDocs,
     budgetBytes: o.budgetBytes,
+    forwardChunk: o.forwardChunk,
     now: () => performance.now(),
   });
   o.log(
-    `   memory plan: ${gib(run.plan.total)} GiB at the peak, ${run.plan.keepLayers} of ${L} layers' activations kept in the update's planned pass`,
+    `   memory plan: ${gib(run.plan.total)} GiB at the peak, ${run.plan.keepLayers} of ${L} layers' activations kept in the update's planned pass, prompts prefilled ${run.plan.forwardChunk} tokens a chunk${o.forwardChunk === undefined ? " ('auto')" : ''}`,
   );
   try {
     // The rounds before the last: their totals only. The first pays the pipeline compiles (as a
@@ -85,7 +88,8 @@ export async function benchRound(
     const warm: BenchRecord[] = [];
     const shape =
       `${name} ${o.format} kv=${kv} L=${L} players=${config.groupSize}` +
-      (o.budgetBytes === undefined ? '' : ` budget=${gib(o.budgetBytes)}GiB`);
+      (o.budgetBytes === undefined ? '' : ` budget=${gib(o.budgetBytes)}GiB`) +
+      ` chunk=${run.plan.forwardChunk}`;
     for (let i = 0; i < rounds - 1; i++) {
       const t0 = performance.now();
       const k0 = gpu.pipelineCount;

@@ -29,6 +29,8 @@ export interface SuiteOptions extends Pick<ModelBenchOptions, 'prompts' | 'decod
   gpuMemoryBytes: number | undefined;
   /** --kernels: kernel switches (`name=value,...`, the CLI's --kernels) for the whole run; '': the defaults. */
   kernels: string;
+  /** --prefill-chunk: tokens per prefill chunk of the rounds (`spyrl train --prefill-chunk`); undefined: the plan's 'auto'. */
+  prefillChunk: number | undefined;
 }
 
 /** The flags (CLI `--name value`, URL `?name=value`) and what they default to. */
@@ -53,6 +55,8 @@ export const SUITE_FLAGS = {
     "GiB of GPU memory a round's memory plan may fill, as `spyrl train --gpu-memory`: its update keeps the layers' activations that fit (default: none, the adapter's limits only)",
   kernels:
     "kernel switches for the whole run, as `spyrl --kernels` (name=value,...; e.g. the 'auto' choices before a change, for an A/B in one run; default: none)",
+  'prefill-chunk':
+    "tokens per prefill chunk of --parts round, as `spyrl train --prefill-chunk` (default auto: the memory plan's largest that adds nothing at the round's peak)",
 } as const;
 
 type FlagValues = Readonly<Record<string, string | boolean | undefined>>;
@@ -116,6 +120,7 @@ export function suiteOptions(v: FlagValues, cpu: boolean): SuiteOptions {
     rounds: positive('rounds', v.rounds, mode === 'quick' ? 1 : 2),
     gpuMemoryBytes: gibibytes('gpu-memory', v['gpu-memory']),
     kernels: kernelSpec(str('kernels', '')),
+    prefillChunk: str('prefill-chunk', 'auto') === 'auto' ? undefined : positive('prefill-chunk', v['prefill-chunk']),
   };
 }
 

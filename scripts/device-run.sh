@@ -108,7 +108,7 @@ if { grep -q "f16 GEMM true" "$OUT/gpu-check.log" && grep -q "^FAIL" "$OUT/gpu-c
 fi
 cat "$OUT/gpu-check.log" >>"$OUT/summary.log" && rm -f "$OUT/gpu-check.log" # 8 files at most
 # PyTorch + PEFT first after the bench: its ratio is the issue's target.
-run bench 175 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$DEPTHS" \
+run bench 145 "$NODE" "$D/bench/run.mjs" --full --parts roofline,ops,e2e --model 4b --layers "$DEPTHS" \
   --weights q4,bf16 --kv f16 --prompt 128,2048 --batch 1,4 --train-len "$TRAIN_LEN" --json "$OUT/bench.json"
 PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --layers "$LAYERS" \
   --tokens "$TRAIN_LEN" --device cuda --reps 10
@@ -128,10 +128,13 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 #   this says whether it pays), over q4 and over bf16 weights;
 # - the prefill and LoRA step with loraFold=off: each LoRA branch's B product (and its dx += du A)
 #   a GEMM of its own, as before 2026-12-07, against 'auto''s branches in gemm_tiled's store (LORA);
+# - the round again with --prefill-chunk 256 (its table in round.log): prompts prefilled 256 tokens a
+#   chunk, as before 2026-12-07, against the plan's 'auto' (2,048 with the 24 GiB plan: products 2,048
+#   rows tall, one pass over the layers per report instead of eight);
 # - last (cut first), the round again with gemmF16=off.
 NO_F16=gemmF16=off
 P4="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --kv f16 --train-len '$TRAIN_LEN'"
-run round 190 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; $P4 --weights q4 --top 30; $P4 --weights q4 --top 12 --kernels '$NO_F16'; $P4 --weights q4 --top 12 --kernels gemmQ4Dequant=on; $P4 --weights bf16 --top 16; $P4 --weights q4 --top 12 --kernels gemmTile=128; $P4 --weights bf16 --top 12 --kernels gemmTile=128; $P4 --weights q4 --top 12 --parts prefill,train --kernels loraFold=off; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$NO_F16'"
+run round 220 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; $P4 --weights q4 --top 30; $P4 --weights q4 --top 12 --kernels '$NO_F16'; $P4 --weights q4 --top 12 --kernels gemmQ4Dequant=on; $P4 --weights bf16 --top 16; $P4 --weights q4 --top 12 --kernels gemmTile=128; $P4 --weights bf16 --top 12 --kernels gemmTile=128; $P4 --weights q4 --top 12 --parts prefill,train --kernels loraFold=off; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --prefill-chunk 256; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$NO_F16'"
 # attention-ab.log: the decode attention's kernels side by side in the per-kernel GPU time of a
 # decode step at context 2,048 (bench/profile.ts --parts decode, LAYERS layers, q4, f16 KV, the
 # round's sampling), B = 1 and 4: 'auto' (attention_lanes, each key's row read by 16 lanes

@@ -68,6 +68,17 @@ export function gpuMemoryBudget(flags: Flags): number | undefined {
   return str(flags, 'gpu-memory') === undefined ? undefined : num(flags, 'gpu-memory', 0, { above: 0 }) * 2 ** 30;
 }
 
+/** --prefill-chunk TOKENS|auto: tokens per prefill chunk (RoundPlanOptions.forwardChunk); undefined for auto or left out. */
+export const PREFILL_CHUNK_FLAG = { 'prefill-chunk': { type: 'string' } } as const;
+export function prefillChunk(flags: Flags): number | undefined {
+  const v = str(flags, 'prefill-chunk');
+  if (v === undefined || v === 'auto') return undefined;
+  const n = Number(v);
+  if (!/^\d+$/.test(v) || !Number.isSafeInteger(n) || n < 1)
+    throw new UsageError(`--prefill-chunk must be auto or a positive integer of tokens (got "${v}")`);
+  return n;
+}
+
 /** --force: replace a non-empty --out folder (a UsageError otherwise). */
 export const FORCE_FLAG = { force: { type: 'boolean' } } as const;
 

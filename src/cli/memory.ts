@@ -2,7 +2,18 @@
 // for a model folder, a config.json or a preset, without touching the GPU.
 import { readFile } from 'node:fs/promises';
 import { ModelLoadError } from '../model/errors.ts';
-import { bool, engineOptions, ENGINE_FLAGS, gpuMemoryBudget, int, parse, str, UsageError } from './args.ts';
+import {
+  bool,
+  engineOptions,
+  ENGINE_FLAGS,
+  gpuMemoryBudget,
+  int,
+  parse,
+  prefillChunk,
+  PREFILL_CHUNK_FLAG,
+  str,
+  UsageError,
+} from './args.ts';
 import { modelSource } from './open.ts';
 
 const CHECKPOINTS = ['f32', 'f16', 'bf16'] as const;
@@ -64,6 +75,7 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
     'mlp-chunk': { type: 'string' },
     'keep-layers': { type: 'string' },
     'gpu-memory': { type: 'string' },
+    ...PREFILL_CHUNK_FLAG,
     training: { type: 'string' },
     'eval-docs': { type: 'string' },
     table: { type: 'boolean' },
@@ -151,6 +163,7 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
       mlpChunk: int(f, 'mlp-chunk', DEFAULT_MLP_CHUNK, 1),
       training: bool(f, 'training', true),
       evalDocs: int(f, 'eval-docs', 0, 0),
+      forwardChunk: prefillChunk(f) ?? 'auto',
     },
   );
   if (opts.players > 8) throw new UsageError(`--players must be at most 8 (got ${opts.players})`);
@@ -187,6 +200,7 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
         mlpChunk: p.options.mlpChunk,
         keepLayers: p.keepLayers,
         keepPromptKv: p.keepPromptKv, // the summaries' KV cache kept for the votes (planRound 'auto')
+        prefillChunk: p.forwardChunk, // tokens per prefill chunk (planRound 'auto')
       },
     }) + '\n',
   );

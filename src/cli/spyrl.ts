@@ -4,7 +4,18 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { ModelLoadError } from '../model/errors.ts';
 import { asModelFormat, describeFormat, formatDiff, type ModelFormat } from '../model/format.ts';
-import { ENGINE_FLAGS, engineOptions, FORCE_FLAG, gpuMemoryBudget, int, parse, str, UsageError } from './args.ts';
+import {
+  ENGINE_FLAGS,
+  engineOptions,
+  FORCE_FLAG,
+  gpuMemoryBudget,
+  int,
+  parse,
+  prefillChunk,
+  PREFILL_CHUNK_FLAG,
+  str,
+  UsageError,
+} from './args.ts';
 import { openModel, requireDir } from './open.ts';
 import { checkOutDir, saveFolder } from './saveFolder.ts';
 import type { SpyRLConfig } from '../game/config.ts';
@@ -202,12 +213,14 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
     resume: { type: 'string' },
     'gpu-memory': { type: 'string' },
     ...ENGINE_FLAGS,
+    ...PREFILL_CHUNK_FLAG,
     'report-memory': { type: 'boolean' },
     ...FORCE_FLAG,
   });
   const dir = str(f, 'model', true)!;
   const outDir = str(f, 'out', true)!;
   const budget = gpuMemoryBudget(f);
+  const forwardChunk = prefillChunk(f);
   if (!str(f, 'rounds')) throw new UsageError('--rounds is required');
   const rounds = int(f, 'rounds', 1, 1);
   const seed = str(f, 'seed') === undefined ? undefined : int(f, 'seed', 0, 0);
@@ -267,6 +280,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
       train,
       evalDocs,
       budgetBytes: budget,
+      forwardChunk,
       baseModel: dir,
       onEvent: (e: TrainEvent) => {
         peaks?.onEvent(e);
@@ -330,6 +344,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
           plannedWeightsBytes: plan.weights,
           keepLayers: plan.keepLayers, // layers whose activations the update kept (withKeptLayers)
           keepPromptKv: plan.keepPromptKv, // the summaries' KV kept for the votes (planRound)
+          forwardChunk: model.chunk, // tokens per prefill chunk the run's forwards took (the plan's)
           phases: {
             play: { peakBytes: m.play, plannedBytes: planned(['summaries', 'reasons', 'votes']) },
             update: { peakBytes: m.update, plannedBytes: planned(['update']) },

@@ -53,7 +53,7 @@ export interface ForwardInput {
 }
 
 export class Qwen3Model {
-  readonly chunk: number;
+  private chunkTokens: number;
   /** KV-cache element type of createCache. */
   readonly kv: 'f32' | 'f16';
   /** Applied in every forward while set and enabled (the policy); null or disabled = the base model. */
@@ -64,8 +64,24 @@ export class Qwen3Model {
     readonly weights: Qwen3Weights,
     opts: { chunk?: number; kv?: 'f32' | 'f16' } = {},
   ) {
+    this.chunkTokens = DEFAULT_CHUNK;
     this.chunk = opts.chunk ?? DEFAULT_CHUNK;
     this.kv = opts.kv ?? 'f32';
+  }
+
+  /**
+   * Tokens per forward chunk: a prompt runs through the layers this many tokens at a time, so its
+   * activations are bounded whatever its length. A run sets its memory plan's (MemoryPlan.forwardChunk:
+   * larger chunks where the round's peak allows, fewer dispatches and taller products).
+   */
+  get chunk(): number {
+    return this.chunkTokens;
+  }
+
+  set chunk(tokens: number) {
+    if (!Number.isSafeInteger(tokens) || tokens < 1)
+      throw new RangeError(`forward chunk must be a positive integer of tokens (got ${tokens})`);
+    this.chunkTokens = tokens;
   }
 
   /** A paged cache of `slots` sequences of up to maxT tokens, in this.kv (opts.pages: its memory). */

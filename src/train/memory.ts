@@ -156,6 +156,13 @@ export const UNIFORM_ARENA_BYTES = 2048 * 256;
 export const UPLOAD_ARENA_BYTES = 256 * 1024;
 /** Tokens per forward chunk (Qwen3Model's DEFAULT_CHUNK, checked in test/train/memoryPlan.test.ts). */
 export const FORWARD_CHUNK = 256;
+/**
+ * The chunks forwardChunk 'auto' tries, largest first. A chunk of T tokens makes the prefill's
+ * products T rows tall: at 256 rows Qwen3-4B's k/v, o and down projections have fewer output tiles
+ * than a large GPU has multiprocessors (split over R, with a reduce dispatch each), and every
+ * chunk is another pass over all the layers' dispatches and weights.
+ */
+export const FORWARD_CHUNKS_AUTO = [2048, 1024, 512, 256] as const;
 /** Checkpoints of SpyRLTrainer's passes (its default) and of sftStep's (TrainingPass's default). */
 export { ROUND_CHECKPOINTS };
 export const SFT_CHECKPOINTS: CheckpointDtype = 'f32';
@@ -364,8 +371,12 @@ export interface RoundPlanOptions extends RoundShape {
   /** Report and summary budgets of the evaluation (evalDocTokenBudget, evalSummaryMaxTokens; default: the game's). */
   evalDocTokens?: number;
   evalSummaryTokens?: number;
-  /** Qwen3Model.chunk. */
-  forwardChunk?: number;
+  /**
+   * Tokens per prefill chunk (Qwen3Model.chunk). 'auto' (default): the largest of
+   * FORWARD_CHUNKS_AUTO whose plan neither raises the round's peak nor its largest buffer above
+   * those of FORWARD_CHUNK tokens, the chunk the plan then holds (MemoryPlan.forwardChunk).
+   */
+  forwardChunk?: number | 'auto';
 }
 
 export interface MemoryPlan {
@@ -391,6 +402,11 @@ export interface MemoryPlan {
    * where that does not raise the round's peak. false for SFT.
    */
   keepPromptKv: boolean;
+  /**
+   * Tokens per prefill chunk the plan holds and a run sets (Qwen3Model.chunk): options.forwardChunk,
+   * or with 'auto' the largest that leaves the peak and the largest buffer where FORWARD_CHUNK does.
+   */
+  forwardChunk: number;
   cfg: Qwen3Config;
   options: Required<Omit<RoundPlanOptions, 'prompts'>> & { prompts?: PromptConfig };
 }
@@ -409,7 +425,7 @@ function resolve(o: RoundPlanOptions): MemoryPlan['options'] {
     evalDocs: o.evalDocs ?? 0,
     evalDocTokens: o.evalDocTokens ?? o.docTokens,
     evalSummaryTokens: o.evalSummaryTokens ?? o.summaryTokens,
-    forwardChunk: o.forwardChunk ?? FORWARD_CHUNK,
+    forwardChunk: o.forwardChunk ?? 'auto',
   };
 }
 
@@ -457,7 +473,7 @@ function phasePlan(
 /** One generate (GpuPolicy.generate) or voteLogprobs call over a batch, as a phase. */
 function batchPhase(
   cfg: Qwen3Config,
-  o: MemoryPlan['options'],
+  o: MemoryPlan['options'] & { forwardChunk: number },
   phase: RoundPhase,
   b: BatchShape,
   decode: boolean,
@@ -514,6 +530,26 @@ function batchPhase(
  */
 export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPlan {
   const o = resolve(options);
+  if (o.forwardChunk !== 'auto') {
+    if (!Number.isSafeInteger(o.forwardChunk) || o.forwardChunk < 1)
+      throw new RangeError(
+        `forwardChunk must be a positive integer of tokens or 'auto' (got ${String(o.forwardChunk)})`,
+      );
+    return planRoundAt(cfg, { ...o, forwardChunk: o.forwardChunk });
+  }
+  // 'auto': the plan at FORWARD_CHUNK tokens decides the cache keeping, then the largest chunk that
+  // holds no more at the peak and in any one buffer (the prefill's activations grow with it, so
+  // where a phase of play is the peak, or a small budget-free plan, it stays at FORWARD_CHUNK).
+  const base = planRoundAt(cfg, { ...o, forwardChunk: FORWARD_CHUNK });
+  for (const chunk of FORWARD_CHUNKS_AUTO) {
+    if (chunk <= FORWARD_CHUNK) break;
+    const p = planRoundAt(cfg, { ...o, keepPromptKv: base.keepPromptKv, forwardChunk: chunk });
+    if (p.total <= base.total && p.largestBuffer.bytes <= base.largestBuffer.bytes) return { ...p, options: o };
+  }
+  return { ...base, options: o };
+}
+
+function planRoundAt(cfg: Qwen3Config, o: MemoryPlan['options'] & { forwardChunk: number }): MemoryPlan {
   if (!Number.isInteger(o.players) || o.players < 3)
     throw new RangeError(`players must be an integer >= 3 (got ${o.players})`);
   const seq = roundSequences(o);
@@ -645,7 +681,7 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
   const keepPromptKv =
     o.keepPromptKv === 'auto' ? peakOf(withKept) <= Math.max(peakOf(phases), peakOf(withoutKept)) : o.keepPromptKv;
   phases.splice(loadPhase(cfg, o.weights, weights.total).length, 0, ...(keepPromptKv ? withKept : withoutKept));
-  return finish('round', cfg, o, weights, lora, phases, seq, trainSeqLen, keepLayers, keepPromptKv);
+  return finish('round', cfg, o, weights, lora, phases, seq, trainSeqLen, keepLayers, keepPromptKv, o.forwardChunk);
 }
 
 /**
@@ -702,6 +738,7 @@ function finish(
   trainSeqLen: number,
   keepLayers = 0,
   keepPromptKv = false,
+  forwardChunk = FORWARD_CHUNK,
 ): MemoryPlan {
   const peak = phases.reduce((a, p) => (p.total > a.total ? p : a));
   const largestBuffer = [weights.largest, ...phases.map((p) => p.largest)].reduce((a, b) =>
@@ -722,6 +759,7 @@ function finish(
     trainSeqLen,
     keepLayers,
     keepPromptKv,
+    forwardChunk,
     cfg,
     options: o,
   };

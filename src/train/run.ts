@@ -28,6 +28,11 @@ export interface RunOptions extends TrainerOptions {
    * warns above it): kept layers fill at most 90% of it (withKeptLayers), as they do of budgetBytes.
    */
   keepBudgetBytes?: number;
+  /**
+   * Tokens per prefill chunk (`--prefill-chunk`; RoundPlanOptions.forwardChunk): left out, the
+   * plan's 'auto', the largest chunk that holds no more memory at the round's peak.
+   */
+  forwardChunk?: number;
 }
 
 /** The weights and KV formats the model was loaded with: what the plan must be made for. */
@@ -41,7 +46,7 @@ export function modelFormat(model: Qwen3Model): EngineFormat {
  */
 export function checkRunFits(
   model: Qwen3Model,
-  o: Pick<RunOptions, 'config' | 'evalDocs' | 'budgetBytes'>,
+  o: Pick<RunOptions, 'config' | 'evalDocs' | 'budgetBytes' | 'forwardChunk'>,
 ): MemoryPlan {
   const check = planRunMemory(
     model.cfg,
@@ -50,6 +55,7 @@ export function checkRunFits(
     o.budgetBytes,
     modelFormat(model),
     evalDocCount(o.config, o.evalDocs),
+    o.forwardChunk,
   );
   if (check.problem) throw new RangeError(check.problem);
   return check.plan;
@@ -62,7 +68,7 @@ export function checkRunFits(
  */
 export function planRun(
   model: Qwen3Model,
-  o: Pick<RunOptions, 'config' | 'evalDocs' | 'budgetBytes' | 'keepBudgetBytes'>,
+  o: Pick<RunOptions, 'config' | 'evalDocs' | 'budgetBytes' | 'keepBudgetBytes' | 'forwardChunk'>,
 ): MemoryPlan {
   const plan = checkRunFits(model, o);
   return o.keepBudgetBytes !== undefined && o.budgetBytes === undefined
@@ -80,6 +86,9 @@ export class Run {
   /** A new run (or one starting from the PEFT adapter in `resume`); refused when it cannot fit. */
   static async create(o: RunOptions): Promise<Run> {
     const plan = planRun(o.model, o);
+    // The prefill's chunk the plan holds memory for (larger than the model's default where the
+    // round's peak leaves room): every forward of the run, prompts and evaluations, takes it.
+    o.model.chunk = plan.forwardChunk;
     // Packed (prefix-sharing) update passes may use what the plan holds for the update's pass.
     const packBytes = plan.phases.find((p) => p.phase === 'update')?.activations;
     // Layers whose activations the passes keep: as many as the plan found room for (memory the round holds anyway).

@@ -24,7 +24,8 @@ export function evalDocCount(config: RunPlanConfig, evalDocs?: readonly SpyDocum
 /**
  * The round's plan (src/train/memory.ts planRound) of `config` on `cfg` in `format`, checked
  * against the adapter's limits (blocking: loading or the run would fail) and then against the
- * user's GPU memory `budgetBytes` (WebGPU does not report it). `evalDocs` is evalDocCount's.
+ * user's GPU memory `budgetBytes` (WebGPU does not report it). `evalDocs` is evalDocCount's;
+ * `forwardChunk` the prefill's tokens per chunk (RoundPlanOptions.forwardChunk, 'auto' by default).
  */
 export function planRunMemory(
   cfg: Qwen3Config,
@@ -33,6 +34,7 @@ export function planRunMemory(
   budgetBytes: number | undefined,
   format: EngineFormat,
   evalDocs: number = evalDocCount(config),
+  forwardChunk: number | 'auto' = 'auto',
 ): MemoryCheck {
-  return planMemory(cfg, config, limits, budgetBytes, format, { evalDocs });
+  return planMemory(cfg, config, limits, budgetBytes, format, { evalDocs, forwardChunk });
 }

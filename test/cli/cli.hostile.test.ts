@@ -43,6 +43,11 @@ describe('row 1 and row 6: sizes and ranges refused before any work', () => {
     ['sft --weight-decay=-0.1', ['sft', '--weight-decay=-0.1'], /--weight-decay must be >= 0 \(got "-0\.1"\)/],
     ['sft --max-grad-norm=-1', ['sft', '--max-grad-norm=-1'], /--max-grad-norm must be >= 0 \(got "-1"\)/],
     ['train --gpu-memory=-2', ['train', '--gpu-memory=-2', '--rounds', '1'], /--gpu-memory must be > 0 \(got "-2"\)/],
+    [
+      'train --prefill-chunk 1.5',
+      ['train', '--prefill-chunk', '1.5', '--rounds', '1'],
+      /--prefill-chunk must be auto or a positive integer of tokens \(got "1\.5"\)/,
+    ],
   ])('row 6: %s is refused with the allowed range', async (_name, args, msg) => {
     const [cmd, ...rest] = args;
     const base = cmd === 'sft' ? ['--text-file', join(tmp, 'none.txt'), '--steps', '1'] : ['--docs', 'bundled'];

@@ -23,6 +23,7 @@ import { planTableMarkdown } from '../../src/cli/memory.ts';
 import {
   checkPlanFits,
   FORWARD_CHUNK,
+  FORWARD_CHUNKS_AUTO,
   Q4_STAGING_BYTES,
   planMemory,
   planRound,
@@ -131,8 +132,8 @@ describe('kept layers: as many as memory allows (withKeptLayers)', () => {
     expect(phase(kept, 'votes').kv).toBeGreaterThanOrEqual(phase(apart, 'votes').kv);
     expect(phase(kept, 'summaries').kv).toBeGreaterThan(phase(apart, 'summaries').kv);
     expect(phase(kept, 'votes').activations).toBeLessThanOrEqual(phase(apart, 'votes').activations);
-    // The default 4B round: the summaries phase grows (3.38 -> 3.57 GiB) but stays under the
-    // update's peak, so 'auto' keeps the cache at the same total.
+    // The default 4B round: the summaries phase grows (3.38 -> 3.57 GiB at 256-token prefill
+    // chunks) but stays under the update's peak, so 'auto' keeps the cache at the same total.
     expect(kept.total).toBe(apart.total);
     expect(auto.keepPromptKv).toBe(true);
     expect(auto.phases).toEqual(kept.phases);
@@ -179,8 +180,16 @@ describe('kept layers: as many as memory allows (withKeptLayers)', () => {
       const grown = check.plan.total - base.total;
       expect(grown).toBeGreaterThan((k - 1) * perLayer);
       expect(grown).toBeLessThanOrEqual(k * perLayer + work);
-      expect(check.plan.phases.filter((ph) => ph.phase !== 'update')).toEqual(
-        base.phases.filter((ph) => ph.phase !== 'update'),
+      // The same plan as one asked for k kept layers at the prefill chunk their peak allows (the
+      // play phases may take a larger chunk under the update's higher peak).
+      expect(check.plan.forwardChunk).toBeGreaterThanOrEqual(base.forwardChunk);
+      expect(check.plan.phases).toEqual(
+        planRound(QWEN3_4B, {
+          ...q4,
+          keepLayers: k,
+          forwardChunk: check.plan.forwardChunk,
+          keepPromptKv: check.plan.keepPromptKv,
+        }).phases,
       );
       expect(check.plan.keepPromptKv).toBe(true);
     }
@@ -213,6 +222,51 @@ describe('the plan', () => {
   it('plans the forward chunk and the q4 load staging the engine uses', () => {
     expect(FORWARD_CHUNK).toBe(DEFAULT_CHUNK);
     expect(Q4_STAGING_BYTES).toBe(LOAD_Q4_STAGING_BYTES);
+  });
+
+  it("forwardChunk 'auto': the largest chunk that raises neither the peak nor the largest buffer", () => {
+    const q4 = roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f16' });
+    const at = (o: typeof q4, forwardChunk: number | 'auto') => planRound(QWEN3_4B, { ...o, forwardChunk });
+    const cases = [
+      { name: 'q4, f16 KV (the update is the peak)', o: q4, chunk: 1024 },
+      { name: 'q4, f16 KV, kept layers', o: { ...q4, keepLayers: 12 }, chunk: 2048 },
+      {
+        name: 'bf16, f32 KV (the votes are the peak)',
+        o: roundPlanOptions(DEFAULT_CONFIG, { weights: 'bf16', kv: 'f32' }),
+        chunk: 256,
+      },
+      { name: 'q4, f16 KV, no training', o: { ...q4, training: false }, chunk: 256 },
+    ];
+    for (const c of cases) {
+      const auto = at(c.o, 'auto');
+      const base = at(c.o, FORWARD_CHUNK);
+      expect(auto.forwardChunk, c.name).toBe(c.chunk);
+      expect(base.forwardChunk).toBe(FORWARD_CHUNK);
+      // The chosen plan is the fixed chunk's, bit for bit (the options keep 'auto' for replanning).
+      const fixed = at({ ...c.o, keepPromptKv: base.keepPromptKv }, auto.forwardChunk);
+      expect(auto.phases, c.name).toEqual(fixed.phases);
+      expect(auto.options.forwardChunk).toBe('auto');
+      expect(auto.keepPromptKv).toBe(base.keepPromptKv);
+      expect(auto.total, c.name).toBeLessThanOrEqual(base.total);
+      expect(auto.largestBuffer.bytes).toBeLessThanOrEqual(base.largestBuffer.bytes);
+      // The next larger candidate would hold more at the peak or in a buffer.
+      const larger = FORWARD_CHUNKS_AUTO.filter((x) => x > auto.forwardChunk).at(-1);
+      if (larger !== undefined) {
+        const p = at({ ...c.o, keepPromptKv: base.keepPromptKv }, larger);
+        expect(p.total > base.total || p.largestBuffer.bytes > base.largestBuffer.bytes, c.name).toBe(true);
+      }
+      // Where the chunk grew, only the prefill's activations did (the KV cache and the update did not).
+      const phase = (p: MemoryPlan, name: string) => p.phases.find((ph) => ph.phase === name)!;
+      if (auto.forwardChunk > FORWARD_CHUNK) {
+        expect(phase(auto, 'summaries').activations).toBeGreaterThan(phase(base, 'summaries').activations);
+        expect(phase(auto, 'summaries').kv).toBe(phase(base, 'summaries').kv);
+        expect(phase(auto, 'update')).toEqual(phase(base, 'update'));
+      }
+    }
+    // A fixed chunk is the plan's; anything else is refused by name.
+    expect(at(q4, 512).forwardChunk).toBe(512);
+    expect(() => at(q4, 0)).toThrow("forwardChunk must be a positive integer of tokens or 'auto' (got 0)");
+    expect(() => at(q4, 1.5)).toThrow('forwardChunk');
   });
 
   it('total = weights + LoRA state + the largest phase', () => {
@@ -355,6 +409,12 @@ describe('spyrl memory', () => {
     // The default 4B round keeps the summaries' cache for the votes (it does not raise the peak).
     expect(got.format.keepPromptKv).toBe(true);
     expect(p.keepPromptKv).toBe(true);
+    // ...and prefills 1,024 tokens a chunk ('auto'); --prefill-chunk fixes it.
+    expect(got.format.prefillChunk).toBe(1024);
+    expect(p.forwardChunk).toBe(1024);
+    const fixed = await spyrl('memory', '--preset', 'Qwen/Qwen3-4B-Instruct-2507', '--prefill-chunk', '512');
+    expect(fixed.code, fixed.stderr).toBe(0);
+    expect(JSON.parse(fixed.stdout).format.prefillChunk).toBe(512);
   });
 
   it.each([
@@ -364,6 +424,10 @@ describe('spyrl memory', () => {
     [['--preset', 'Qwen/Qwen3-0.6B', '--lora-targets', 'q_proj,x_proj'], '--lora-targets: unknown "x_proj"'],
     [['--weights', 'q4'], 'give exactly one of --model DIR, --config config.json or --preset NAME'],
     [['--config', '/nonexistent/config.json'], 'config.json not found'],
+    [
+      ['--preset', 'Qwen/Qwen3-0.6B', '--prefill-chunk', '0'],
+      '--prefill-chunk must be auto or a positive integer of tokens (got "0")',
+    ],
   ])('bad input %j: one error line', async (args, message) => {
     const r = await spyrl('memory', ...args);
     expect(r.code).not.toBe(0);
@@ -397,7 +461,7 @@ const CASES = [
     engine: ['--weights', 'q4', '--kv', 'f16'],
   },
   {
-    name: 'bf16 weights, f16 KV, 3 players, 200-token reports in two forward chunks, reasons before votes',
+    name: 'bf16 weights, f16 KV, 3 players, 200-token reports in two 128-token prefill chunks, reasons before votes',
     model: [],
     config: {
       groupSize: 3,
@@ -408,7 +472,8 @@ const CASES = [
       lora: { r: 4, alpha: 8, targetModules: ['q_proj', 'o_proj'] },
       seed: 11,
     },
-    engine: ['--kv', 'f16'],
+    engine: ['--kv', 'f16', '--prefill-chunk', '128'],
+    forwardChunk: 128,
   },
   {
     // 1 GiB of GPU memory: the plan keeps both layers' activations in the update (withKeptLayers).
@@ -459,11 +524,14 @@ describe('planned vs measured peak GPU memory of a round (spyrl train --report-m
         loadedBytes: number;
         plannedWeightsBytes: number;
         keepLayers: number;
+        forwardChunk: number;
         phases: Record<'play' | 'update', { peakBytes: number; plannedBytes: number }>;
       };
       // The weights are exact: the same tensors, the same packing.
       expect(m.loadedBytes).toBe(m.plannedWeightsBytes);
       expect(m.keepLayers).toBe('keepLayers' in c ? c.keepLayers : 0);
+      // The prefill chunk asked for, else 'auto''s: the tiny models' reports fit one 2,048-token chunk.
+      expect(m.forwardChunk).toBe('forwardChunk' in c ? c.forwardChunk : 2048);
       expect(m.peakBytes / m.plannedBytes, last).toBeGreaterThan(0.85);
       expect(m.peakBytes / m.plannedBytes, last).toBeLessThan(1.15);
       for (const phase of ['play', 'update'] as const) {
