@@ -29,6 +29,8 @@ async function loadTinyModel(page: Page) {
   // the round below trains that way in the worker (src/train/memory.ts withKeptLayers).
   await page.getByLabel('GPU memory in GiB').fill('1');
   await expect(page.getByTestId('kept-layers')).toContainText('keeps the activations of 2 of 2 layers');
+  // The tiny model's prefill activations are small beside its logits: 'auto' takes the largest chunk.
+  await expect(page.getByTestId('prefill-chunk')).toContainText('prefilled 2,048 tokens at a time');
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   // Small rounds for a software GPU: 3 players, 96-token reports, 12-token summaries, LoRA r=4, an update every round.

@@ -315,21 +315,30 @@ export class Qwen3Model {
       }
     }
     if (rows.length > 0) {
+      // The final norm of the logit rows only, into h's first R rows (free once the layers are
+      // done): the rows gathered first where they are not every row in order (a prefill's last
+      // tokens), none where they are (a decode step's). The norm is per row, so each row's
+      // value is the same bits as norming all T rows and gathering after.
       const R = rows.length;
-      K.rmsNorm(gpu, h, x, w.norm, T, C, eps);
-      const rowIdx = this.u32(rows, 'logitRows'); // (R) u32
-      const hr = gpu.createBuffer(R * C * 4, 'hLast'); // (R, C)
-      K.gatherRows(gpu, hr, h, rowIdx, R, C);
+      const everyRow = R === T && rows.every((r, i) => r === i);
+      let rowIdx: GPUBuffer | null = null,
+        xr: GPUBuffer | null = null;
+      if (!everyRow) {
+        rowIdx = this.u32(rows, 'logitRows'); // (R) u32
+        xr = gpu.createBuffer(R * C * 4, 'hLast'); // (R, C) the rows of x
+        K.gatherRows(gpu, xr, x, rowIdx, R, C);
+      }
+      K.rmsNorm(gpu, h, xr ?? x, w.norm, R, C, eps);
       if (logitsOffset === 0) {
-        K.matmul(gpu, logits, hr, w.lmHead, R, V, C);
+        K.matmul(gpu, logits, h, w.lmHead, R, V, C);
       } else {
         const part = gpu.createBuffer(R * V * 4, 'logitsChunk'); // (R, V)
-        K.matmul(gpu, part, hr, w.lmHead, R, V, C);
+        K.matmul(gpu, part, h, w.lmHead, R, V, C);
         gpu.copy(part, 0, logits, logitsOffset, R * V * 4);
         gpu.releaseBuffer(part);
       }
-      gpu.releaseBuffer(hr);
-      gpu.releaseBuffer(rowIdx);
+      if (xr) gpu.releaseBuffer(xr);
+      if (rowIdx) gpu.releaseBuffer(rowIdx);
     }
     // Released together at the end, after the last buffer this chunk makes: a release before a
     // later make would let that make's miss (src/gpu/device.ts makeRoom) destroy the released

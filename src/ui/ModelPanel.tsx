@@ -2,7 +2,7 @@
 // see the GPU memory it needs against the adapter's limits, load it with per-file progress,
 // manage the Hub cache.
 import { QWEN3_PRESETS, paramCount, type Qwen3PresetName } from '../model/config.ts';
-import { formatBytes, type RoundPhase } from '../train/memory.ts';
+import { FORWARD_CHUNK, formatBytes, type RoundPhase } from '../train/memory.ts';
 import { useMemo } from 'react';
 import { useApp, useAppShallow } from '../store/hooks.ts';
 import {
@@ -231,6 +231,15 @@ function MemoryCheck() {
               The LoRA update keeps the activations of {p.keepLayers} of {p.cfg.numLayers} layers for its backward
               instead of recomputing them (less work per update), in memory{' '}
               {budget ? 'within your GPU memory' : 'the round needs anyway'}.
+            </p>
+          ) : null}
+          {!check.problem ? (
+            <p className="muted" data-testid="prefill-chunk">
+              Prompts are prefilled {p.forwardChunk.toLocaleString('en-US')} tokens at a time
+              {p.forwardChunk > FORWARD_CHUNK
+                ? ': the most that adds no memory at the round’s peak (fewer, taller GPU passes)'
+                : ''}
+              .
             </p>
           ) : null}
         </>
