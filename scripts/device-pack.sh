@@ -19,7 +19,7 @@ D=.device
 mkdir -p "$D/bench" "$D/debs"
 
 # 1. The benchmark entry points, bundled.
-for entry in run gpu-check gemv-ab gemv-sweep gemm-f16-ab gemm-ab decode-attention-ab attention-ab fused-ab profile pack-ab keep-ab sample-ab shader-ab decode-encode; do
+for entry in run gpu-check gemv-ab gemv-sweep gemm-f16-ab gemm-ab decode-attention-ab attention-ab fused-ab profile pack-ab keep-ab sample-ab shader-ab decode-encode chunk-ab; do
   node_modules/.bin/esbuild "bench/$entry.ts" --bundle --platform=node --format=esm --target=node20 \
     --external:webgpu --log-level=warning --outfile="$D/bench/$entry.mjs" \
     --banner:js="import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);"
