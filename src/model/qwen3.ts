@@ -64,8 +64,7 @@ export class Qwen3Model {
     readonly weights: Qwen3Weights,
     opts: { chunk?: number; kv?: 'f32' | 'f16' } = {},
   ) {
-    this.chunkTokens = DEFAULT_CHUNK;
-    this.chunk = opts.chunk ?? DEFAULT_CHUNK;
+    this.chunkTokens = checkedChunk(opts.chunk ?? DEFAULT_CHUNK);
     this.kv = opts.kv ?? 'f32';
   }
 
@@ -79,9 +78,7 @@ export class Qwen3Model {
   }
 
   set chunk(tokens: number) {
-    if (!Number.isSafeInteger(tokens) || tokens < 1)
-      throw new RangeError(`forward chunk must be a positive integer of tokens (got ${tokens})`);
-    this.chunkTokens = tokens;
+    this.chunkTokens = checkedChunk(tokens);
   }
 
   /** A paged cache of `slots` sequences of up to maxT tokens, in this.kv (opts.pages: its memory). */
@@ -352,6 +349,12 @@ export class Qwen3Model {
     this.gpu.write(buf, Uint32Array.from(values));
     return buf;
   }
+}
+
+function checkedChunk(tokens: number): number {
+  if (!Number.isSafeInteger(tokens) || tokens < 1)
+    throw new RangeError(`forward chunk must be a positive integer of tokens (got ${tokens})`);
+  return tokens;
 }
 
 function tokenIdsOnGpu(ids: ForwardInput['ids']): GpuTokenIds | null {

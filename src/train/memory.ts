@@ -157,12 +157,12 @@ export const UPLOAD_ARENA_BYTES = 256 * 1024;
 /** Tokens per forward chunk (Qwen3Model's DEFAULT_CHUNK, checked in test/train/memoryPlan.test.ts). */
 export const FORWARD_CHUNK = 256;
 /**
- * The chunks forwardChunk 'auto' tries, largest first. A chunk of T tokens makes the prefill's
+ * The chunks forwardChunk 'auto' tries past FORWARD_CHUNK, largest first. A chunk of T tokens makes the prefill's
  * products T rows tall: at 256 rows Qwen3-4B's k/v, o and down projections have fewer output tiles
  * than a large GPU has multiprocessors (split over R, with a reduce dispatch each), and every
  * chunk is another pass over all the layers' dispatches and weights.
  */
-export const FORWARD_CHUNKS_AUTO = [2048, 1024, 512, 256] as const;
+export const FORWARD_CHUNKS_AUTO = [2048, 1024, 512] as const;
 /** Checkpoints of SpyRLTrainer's passes (its default) and of sftStep's (TrainingPass's default). */
 export { ROUND_CHECKPOINTS };
 export const SFT_CHECKPOINTS: CheckpointDtype = 'f32';
@@ -542,7 +542,6 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
   // where a phase of play is the peak, or a small budget-free plan, it stays at FORWARD_CHUNK).
   const base = planRoundAt(cfg, { ...o, forwardChunk: FORWARD_CHUNK });
   for (const chunk of FORWARD_CHUNKS_AUTO) {
-    if (chunk <= FORWARD_CHUNK) break;
     const p = planRoundAt(cfg, { ...o, keepPromptKv: base.keepPromptKv, forwardChunk: chunk });
     if (p.total <= base.total && p.largestBuffer.bytes <= base.largestBuffer.bytes) return { ...p, options: o };
   }
