@@ -1,7 +1,10 @@
 // `npx tsx bench/dispatch-count.ts [--model 4b] [--layers 4] [--format q4] [--r 16]
-//   [--train-len 512] [--prefill 512] [--chunk 256,1024] [--kernels autoFor=gpu] [--by-kernel]`
+//   [--train-len 512] [--mlp-chunk 256,512] [--prefill 512] [--chunk 256,1024] [--kernels autoFor=gpu]
+//   [--by-kernel]`
 // The dispatches of one LoRA training step (a TrainingPass forward and backward of --train-len
-// tokens, every layer recomputed, as bench/profile.ts's "LoRA training step" runs it) and of one
+// tokens, every layer recomputed, as bench/profile.ts's "LoRA training step" runs it; at each
+// --mlp-chunk, TrainingPassOptions.mlpChunk: rows of the MLP's products, the memory plan's in a run,
+// src/train/memory.ts mlpChunk) and of one
 // prefill (--prefill tokens, the adapter on), at a model's full shapes, counted without running
 // them: every gpu.dispatch is encoded with an empty grid, so SwiftShader counts a Qwen3-4B step in
 // seconds. The GPU's 'auto' kernel choices by default. Dispatch counts are what this machine can
@@ -17,6 +20,7 @@ import { LoraAdapter } from '../src/model/lora.ts';
 import { initLora, loraConfig } from '../src/model/peft.ts';
 import * as K from '../src/ops/index.ts';
 import { TrainingPass } from '../src/train/trainingPass.ts';
+import { DEFAULT_MLP_CHUNK } from '../src/train/trainingPassBytes.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 import { MODELS, randomWeights, type Format } from './e2e.ts';
 import { adapterName } from './suite.ts';
@@ -28,6 +32,7 @@ const { values } = parseArgs({
     format: { type: 'string', default: 'q4' },
     r: { type: 'string', default: '16' },
     'train-len': { type: 'string', default: '512' },
+    'mlp-chunk': { type: 'string', default: String(DEFAULT_MLP_CHUNK) },
     prefill: { type: 'string', default: '512' },
     chunk: { type: 'string', default: String(DEFAULT_CHUNK) },
     kernels: { type: 'string', default: 'autoFor=gpu' },
@@ -61,12 +66,13 @@ try {
   };
   const T = Number(values['train-len']);
   const ids = Array.from({ length: T }, (_, i) => (i * 104729) % cfg.vocabSize);
-  await count(`LoRA training step, ${T} tokens`, async () => {
-    const pass = new TrainingPass(model, adapter, ids, [...ids.slice(1), -1]);
-    pass.backward(crossEntropyLoss(await pass.forward()).dlogp);
-    await gpu.sync();
-    pass.release();
-  });
+  for (const mlpChunk of values['mlp-chunk'].split(',').map(Number))
+    await count(`LoRA training step, ${T} tokens, MLP in ${mlpChunk}-row chunks`, async () => {
+      const pass = new TrainingPass(model, adapter, ids, [...ids.slice(1), -1], null, { mlpChunk });
+      pass.backward(crossEntropyLoss(await pass.forward()).dlogp);
+      await gpu.sync();
+      pass.release();
+    });
   const P = Number(values.prefill);
   model.lora = adapter;
   const pos = Array.from({ length: P }, (_, i) => i);

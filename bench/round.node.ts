@@ -48,6 +48,8 @@ export async function benchRound(
     budgetBytes?: number;
     /** Tokens per prefill chunk (RunOptions.forwardChunk); undefined: the plan's 'auto'. */
     forwardChunk?: number;
+    /** Rows of the update's MLP chunks (RunOptions.mlpChunk); undefined: the plan's 'auto'. */
+    mlpChunk?: number;
     log: (line: string) => void;
   },
 ): Promise<BenchRecord[]> {
@@ -77,10 +79,11 @@ export async function benchRound(
     evalDocs,
     budgetBytes: o.budgetBytes,
     forwardChunk: o.forwardChunk,
+    mlpChunk: o.mlpChunk,
     now: () => performance.now(),
   });
   o.log(
-    `   memory plan: ${gib(run.plan.total)} GiB at the peak, ${run.plan.keepLayers} of ${L} layers' activations kept in the update's planned pass, prompts prefilled ${run.plan.forwardChunk} tokens a chunk${o.forwardChunk === undefined ? " ('auto')" : ''}`,
+    `   memory plan: ${gib(run.plan.total)} GiB at the peak, ${run.plan.keepLayers} of ${L} layers' activations kept in the update's planned pass, prompts prefilled ${run.plan.forwardChunk} tokens a chunk${o.forwardChunk === undefined ? " ('auto')" : ''}, the update's MLP ${run.mlpChunk} rows a chunk${o.mlpChunk === undefined ? " ('auto')" : ''}`,
   );
   try {
     // The rounds before the last: their totals only. The first pays the pipeline compiles (as a
@@ -89,7 +92,7 @@ export async function benchRound(
     const shape =
       `${name} ${o.format} kv=${kv} L=${L} players=${config.groupSize}` +
       (o.budgetBytes === undefined ? '' : ` budget=${gib(o.budgetBytes)}GiB`) +
-      ` chunk=${run.plan.forwardChunk}`;
+      ` chunk=${run.plan.forwardChunk} mlp=${run.mlpChunk}`;
     for (let i = 0; i < rounds - 1; i++) {
       const t0 = performance.now();
       const k0 = gpu.pipelineCount;

@@ -1,6 +1,6 @@
 // `npm run bench -- [--quick|--full] [--parts roofline,ops,e2e,round] [--ops gemv,gemm,attention,decode-attention]
 //                   [--model tiny,4b] [--weights bf16,q4] [--kv f32,f16] [--layers N,...] [--prompt 128] [--decode 16]
-//                   [--batch 1,4] [--train-len N] [--lora-r 16] [--rounds 2] [--gpu-memory G] [--prefill-chunk N] [--kernels k=v,...]
+//                   [--batch 1,4] [--train-len N] [--lora-r 16] [--rounds 2] [--gpu-memory G] [--prefill-chunk N] [--mlp-chunk N] [--kernels k=v,...]
 //                   [--json FILE]`
 // The suite of bench/suite.ts on Node (Dawn, the npm `webgpu` package): progress lines while it
 // runs, then the table, and the report as JSON with --json. A benchmark, not a test: nothing here
@@ -54,6 +54,7 @@ try {
                   rounds: opts.rounds,
                   budgetBytes: opts.gpuMemoryBytes,
                   forwardChunk: opts.prefillChunk,
+                  mlpChunk: opts.mlpChunk,
                   log,
                 })),
               );

@@ -31,6 +31,8 @@ export interface SuiteOptions extends Pick<ModelBenchOptions, 'prompts' | 'decod
   kernels: string;
   /** --prefill-chunk: tokens per prefill chunk of the rounds (`spyrl train --prefill-chunk`); undefined: the plan's 'auto'. */
   prefillChunk: number | undefined;
+  /** --mlp-chunk: rows of the rounds' update MLP chunks (`spyrl train --mlp-chunk`); undefined: the plan's 'auto'. */
+  mlpChunk: number | undefined;
 }
 
 /** The flags (CLI `--name value`, URL `?name=value`) and what they default to. */
@@ -57,6 +59,8 @@ export const SUITE_FLAGS = {
     "kernel switches for the whole run, as `spyrl --kernels` (name=value,...; e.g. the 'auto' choices before a change, for an A/B in one run; default: none)",
   'prefill-chunk':
     "tokens per prefill chunk of --parts round, as `spyrl train --prefill-chunk` (default auto: the memory plan's largest that adds nothing at the round's peak)",
+  'mlp-chunk':
+    "rows of the update's MLP chunks in --parts round, as `spyrl train --mlp-chunk` (default auto: the memory plan's largest that adds nothing at the peak, or fits what --gpu-memory leaves after the kept layers)",
 } as const;
 
 type FlagValues = Readonly<Record<string, string | boolean | undefined>>;
@@ -121,6 +125,7 @@ export function suiteOptions(v: FlagValues, cpu: boolean): SuiteOptions {
     gpuMemoryBytes: gibibytes('gpu-memory', v['gpu-memory']),
     kernels: kernelSpec(str('kernels', '')),
     prefillChunk: str('prefill-chunk', 'auto') === 'auto' ? undefined : positive('prefill-chunk', v['prefill-chunk']),
+    mlpChunk: str('mlp-chunk', 'auto') === 'auto' ? undefined : positive('mlp-chunk', v['mlp-chunk']),
   };
 }
 

@@ -31,6 +31,9 @@ async function loadTinyModel(page: Page) {
   await expect(page.getByTestId('kept-layers')).toContainText('keeps the activations of 2 of 2 layers');
   // The tiny model's prefill activations are small beside its logits: 'auto' takes the largest chunk.
   await expect(page.getByTestId('prefill-chunk')).toContainText('prefilled 2,048 tokens at a time');
+  // Its MLP (intermediate 128) is small beside the LM head's rows in a training pass: the update's
+  // MLP chunks grow to the largest too, within the same memory.
+  await expect(page.getByTestId('mlp-chunk')).toContainText("each layer's MLP 2,048 tokens at a time");
   await page.getByRole('button', { name: 'Load model' }).click();
   await expect(page.getByTestId('model-status')).toContainText('2-layer Qwen3');
   // Small rounds for a software GPU: 3 players, 96-token reports, 12-token summaries, LoRA r=4, an update every round.

@@ -118,7 +118,10 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 # which bench/device-report.ts judges directly; then the per-kernel GPU time of a decode step, a
 # prefill and a LoRA step (bench/profile.ts, q4). Then the same-run A/Bs of this tree's changes:
 # - a 2,048-token prefill (LAYERS layers, q4, LoRA) in 256-, 1,024- and 2,048-token chunks
-#   (bench/chunk-ab.ts, alternated): the memory plan's forwardChunk, 256 before 2026-12-07;
+#   (bench/chunk-ab.ts, alternated): the memory plan's forwardChunk, 256 before 2026-12-07; and a
+#   2,048-token LoRA training step (every layer kept, as the 24 GiB round's update runs) with its MLP
+#   in 256-, 1,024- and 2,048-row chunks (chunk-ab --mode train): the plan's mlpChunk, 256 before
+#   2026-12-07 (PM);
 # - the profile with gemmF16=off (NO_F16): since 2026-12-06 Node asks Dawn for shader-f16 on NVIDIA
 #   (vulkan_enable_f16_on_nvidia, src/gpu/device.ts), so 'auto' takes the f16 tiles in the forward
 #   GEMMs there; without them, as every earlier NVIDIA run;
@@ -130,13 +133,15 @@ PYTHONUNBUFFERED=1 run peft 60 python3 scripts/bench_peft_step.py --model 4b --l
 #   this says whether it pays), over q4 and over bf16 weights;
 # - the prefill and LoRA step with loraFold=off: each LoRA branch's B product (and its dx += du A)
 #   a GEMM of its own, as before 2026-12-07, against 'auto''s branches in gemm_tiled's store (LORA);
-# - the round again with --prefill-chunk 256 (its table in round.log): prompts prefilled 256 tokens a
-#   chunk, as before 2026-12-07, against the plan's 'auto' (2,048 with the 24 GiB plan: products 2,048
-#   rows tall, one pass over the layers per report instead of eight);
+# - the round again with --prefill-chunk 256 --mlp-chunk 256 (its table in round.log): prompts
+#   prefilled 256 tokens a chunk and the update's MLP run 256 rows a chunk, as before 2026-12-07,
+#   against the plan's 'auto' (2,048 and 2,048 with the 24 GiB plan: products 2,048 rows tall, one
+#   pass over the layers per report instead of eight); the play stages time the first, the update
+#   the second;
 # - last (cut first), the round again with gemmF16=off.
 NO_F16=gemmF16=off
 P4="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --kv f16 --train-len '$TRAIN_LEN'"
-run round 220 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; '$NODE' '$D/bench/chunk-ab.mjs' --model 4b --layers '$LAYERS' --tokens 2048 --chunks 256,1024,2048 --rounds 3; $P4 --weights q4 --top 30; $P4 --weights q4 --top 12 --kernels '$NO_F16'; $P4 --weights q4 --top 12 --kernels gemmQ4Dequant=on; $P4 --weights bf16 --top 16; $P4 --weights q4 --top 12 --kernels gemmTile=128; $P4 --weights bf16 --top 12 --kernels gemmTile=128; $P4 --weights q4 --top 12 --parts prefill,train --kernels loraFold=off; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --prefill-chunk 256; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$NO_F16'"
+run round 220 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --json '$OUT/round.json'; '$NODE' '$D/bench/chunk-ab.mjs' --model 4b --layers '$LAYERS' --tokens 2048 --chunks 256,1024,2048 --rounds 3; '$NODE' '$D/bench/chunk-ab.mjs' --model 4b --layers '$LAYERS' --tokens 2048 --chunks 256,1024,2048 --rounds 3 --mode train --keep-layers '$LAYERS'; $P4 --weights q4 --top 30; $P4 --weights q4 --top 12 --kernels '$NO_F16'; $P4 --weights q4 --top 12 --kernels gemmQ4Dequant=on; $P4 --weights bf16 --top 16; $P4 --weights q4 --top 12 --kernels gemmTile=128; $P4 --weights bf16 --top 12 --kernels gemmTile=128; $P4 --weights q4 --top 12 --parts prefill,train --kernels loraFold=off; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --prefill-chunk 256 --mlp-chunk 256; '$NODE' '$D/bench/run.mjs' --full --parts round --model 4b --layers '$ROUND_LAYERS' --rounds 1 --weights q4 --kv f16 --gpu-memory '$ROUND_GPU_MEMORY' --kernels '$NO_F16'"
 # attention-ab.log: the decode attention's kernels side by side in the per-kernel GPU time of a
 # decode step at context 2,048 (bench/profile.ts --parts decode, LAYERS layers, q4, f16 KV, the
 # round's sampling), B = 1 and 4: 'auto' (attention_lanes, each key's row read by 16 lanes

@@ -70,12 +70,18 @@ export function gpuMemoryBudget(flags: Flags): number | undefined {
 
 /** --prefill-chunk TOKENS|auto: tokens per prefill chunk (RoundPlanOptions.forwardChunk); undefined for auto or left out. */
 export const PREFILL_CHUNK_FLAG = { 'prefill-chunk': { type: 'string' } } as const;
-export function prefillChunk(flags: Flags): number | undefined {
-  const v = str(flags, 'prefill-chunk');
+export const prefillChunk = (flags: Flags): number | undefined => chunkFlag(flags, 'prefill-chunk', 'tokens');
+
+/** --mlp-chunk ROWS|auto: rows of the update's MLP chunks (RoundPlanOptions.mlpChunk); undefined for auto or left out. */
+export const MLP_CHUNK_FLAG = { 'mlp-chunk': { type: 'string' } } as const;
+export const mlpChunk = (flags: Flags): number | undefined => chunkFlag(flags, 'mlp-chunk', 'rows');
+
+function chunkFlag(flags: Flags, name: string, unit: string): number | undefined {
+  const v = str(flags, name);
   if (v === undefined || v === 'auto') return undefined;
   const n = Number(v);
   if (!/^\d+$/.test(v) || !Number.isSafeInteger(n) || n < 1)
-    throw new UsageError(`--prefill-chunk must be auto or a positive integer of tokens (got "${v}")`);
+    throw new UsageError(`--${name} must be auto or a positive integer of ${unit} (got "${v}")`);
   return n;
 }
 

@@ -42,15 +42,17 @@ Usage:
   spyrl grad --model DIR --adapter DIR (--tokens 1,2,3 | --text STR) --out FILE.safetensors
   spyrl sft --model DIR --text-file F --steps N --out DIR [--lr 2e-4 --r 8 --alpha 16 --rslora false
             --targets q_proj,...,down_proj --seq-len 128 --batch 1 --schedule constant|cosine --warmup 0
-            --max-grad-norm 1 --weight-decay 0 --seed 0 --resume DIR --gpu-memory GIB --force]
+            --max-grad-norm 1 --weight-decay 0 --seed 0 --resume DIR --gpu-memory GIB --mlp-chunk auto|N --force]
   spyrl train --model DIR --docs FILE|bundled --rounds N --out DIR [--config FILE.json] [--seed S] [--resume DIR] [--gpu-memory GIB] [--force]
               [--prefill-chunk auto|N]   tokens per prefill chunk (auto: the largest that adds no GPU memory at the round's peak)
+              [--mlp-chunk auto|N]   rows of the update's MLP chunks (auto: the largest that adds no GPU memory at the peak
+                                     or fits what --gpu-memory leaves after the kept layers)
               [--report-memory]   (ends with {"peakBytes":..,"plannedBytes":..}: measured vs planned GPU memory)
   spyrl eval --model DIR [--adapter DIR] [--compare-model DIR|OWNER/NAME[@REV]] [--docs FILE|bundled] [--config FILE.json]
              [--held-out N] [--out FILE.jsonl]   ROUGE-1/2/L (stemmed) of greedy summaries of the held-out reports
   spyrl memory (--model DIR | --config config.json | --preset Qwen/Qwen3-4B-Instruct-2507) [--weights bf16|q4 --kv f32|f16
                --players 4 --doc-tokens 2048 --summary-tokens 256 --reason-tokens 0 --lora-r 16 --lora-targets q_proj,...
-               --checkpoints bf16|f16|f32 --mlp-chunk 256 --keep-layers auto|N --gpu-memory GIB --eval-docs 0
+               --checkpoints bf16|f16|f32 --mlp-chunk auto|N --keep-layers auto|N --gpu-memory GIB --eval-docs 0
                --prefill-chunk auto|N --run-config FILE.json]
                the GPU memory plan of a round as one JSON line (bytes), without a GPU
   spyrl memory --table   the plan of the default round for every Qwen3 preset (the README table)

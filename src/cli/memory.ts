@@ -8,6 +8,8 @@ import {
   ENGINE_FLAGS,
   gpuMemoryBudget,
   int,
+  mlpChunk,
+  MLP_CHUNK_FLAG,
   parse,
   prefillChunk,
   PREFILL_CHUNK_FLAG,
@@ -72,7 +74,7 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
     'lora-r': { type: 'string' },
     'lora-targets': { type: 'string' },
     checkpoints: { type: 'string' },
-    'mlp-chunk': { type: 'string' },
+    ...MLP_CHUNK_FLAG,
     'keep-layers': { type: 'string' },
     'gpu-memory': { type: 'string' },
     ...PREFILL_CHUNK_FLAG,
@@ -96,13 +98,11 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
     { validateConfig },
     { LORA_TARGETS },
     { planRound, roundPlanOptions, withKeptLayers },
-    { DEFAULT_MLP_CHUNK },
   ] = await Promise.all([
     import('../model/config.ts'),
     import('../game/config.ts'),
     import('../model/peft.ts'),
     import('../train/memory.ts'),
-    import('../train/trainingPassBytes.ts'),
   ]);
 
   let cfg;
@@ -160,7 +160,7 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
     engine,
     {
       checkpoints: checkpoints as (typeof CHECKPOINTS)[number] | undefined,
-      mlpChunk: int(f, 'mlp-chunk', DEFAULT_MLP_CHUNK, 1),
+      mlpChunk: mlpChunk(f) ?? 'auto',
       training: bool(f, 'training', true),
       evalDocs: int(f, 'eval-docs', 0, 0),
       forwardChunk: prefillChunk(f) ?? 'auto',
@@ -197,7 +197,7 @@ export async function memoryCmd(args: string[], out: NodeJS.WritableStream): Pro
         weights: engine.weights,
         kv: engine.kv,
         checkpoints: p.options.checkpoints,
-        mlpChunk: p.options.mlpChunk,
+        mlpChunk: p.mlpChunk, // rows of the update's MLP chunks (planRound 'auto', withKeptLayers)
         keepLayers: p.keepLayers,
         keepPromptKv: p.keepPromptKv, // the summaries' KV cache kept for the votes (planRound 'auto')
         prefillChunk: p.forwardChunk, // tokens per prefill chunk (planRound 'auto')

@@ -10,6 +10,8 @@ import {
   FORCE_FLAG,
   gpuMemoryBudget,
   int,
+  mlpChunk,
+  MLP_CHUNK_FLAG,
   parse,
   prefillChunk,
   PREFILL_CHUNK_FLAG,
@@ -214,6 +216,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
     'gpu-memory': { type: 'string' },
     ...ENGINE_FLAGS,
     ...PREFILL_CHUNK_FLAG,
+    ...MLP_CHUNK_FLAG,
     'report-memory': { type: 'boolean' },
     ...FORCE_FLAG,
   });
@@ -221,6 +224,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
   const outDir = str(f, 'out', true)!;
   const budget = gpuMemoryBudget(f);
   const forwardChunk = prefillChunk(f);
+  const mlpRows = mlpChunk(f);
   if (!str(f, 'rounds')) throw new UsageError('--rounds is required');
   const rounds = int(f, 'rounds', 1, 1);
   const seed = str(f, 'seed') === undefined ? undefined : int(f, 'seed', 0, 0);
@@ -281,6 +285,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
       evalDocs,
       budgetBytes: budget,
       forwardChunk,
+      mlpChunk: mlpRows,
       baseModel: dir,
       onEvent: (e: TrainEvent) => {
         peaks?.onEvent(e);
@@ -345,6 +350,7 @@ export async function trainCmd(args: string[], out: NodeJS.WritableStream): Prom
           keepLayers: plan.keepLayers, // layers whose activations the update kept (withKeptLayers)
           keepPromptKv: plan.keepPromptKv, // the summaries' KV kept for the votes (planRound)
           forwardChunk: model.chunk, // tokens per prefill chunk the run's forwards took (the plan's)
+          mlpChunk: run.mlpChunk, // rows of the MLP chunks the update's passes took (the plan's)
           phases: {
             play: { peakBytes: m.play, plannedBytes: planned(['summaries', 'reasons', 'votes']) },
             update: { peakBytes: m.update, plannedBytes: planned(['update']) },

@@ -10,6 +10,8 @@ import {
   FORCE_FLAG,
   gpuMemoryBudget,
   int,
+  mlpChunk,
+  MLP_CHUNK_FLAG,
   num,
   parse,
   str,
@@ -133,6 +135,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
     seed: { type: 'string' },
     resume: { type: 'string' },
     'gpu-memory': { type: 'string' },
+    ...MLP_CHUNK_FLAG,
     ...ENGINE_FLAGS,
     ...FORCE_FLAG,
   });
@@ -161,6 +164,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
     weights: given('weights', () => engineOptions(f).weights),
   };
   const budget = gpuMemoryBudget(f);
+  const mlpRows = mlpChunk(f);
   await checkOutDir(outDir, f.force === true);
   if (resumeDir) await requireDir(resumeDir, 'resume folder');
   const saved = resumeDir ? await savedSftRun(resumeDir) : null;
@@ -219,7 +223,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
     { LoraAdapter },
     { LoraAdamW },
     { packSequences, epochOrder, sftStep },
-    { planSft, checkPlanFits, withKeptLayers },
+    { planSft, checkPlanFits, withKeptLayers, DEFAULT_MLP_CHUNK },
     { nodeFolderSource },
     { runStamp },
   ] = await Promise.all([
@@ -290,10 +294,12 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
       weights: engine.weights,
       lora: { r: lora.r, targets: lora.targetModules },
       seqLen,
+      mlpChunk: mlpRows ?? 'auto',
     });
     checkPlanFits(sftPlan, gpu.limits, budget);
-    // With --gpu-memory, the passes keep as many layers' activations as fit in 90% of it.
-    const { keepLayers } = withKeptLayers(sftPlan, gpu.limits, budget);
+    // With --gpu-memory, the passes keep as many layers' activations as fit in 90% of it, then
+    // (--mlp-chunk auto) take MLP chunks as tall as what is left allows.
+    const { keepLayers, mlpChunk: mlpChunkRows } = withKeptLayers(sftPlan, gpu.limits, budget);
 
     const windows = packSequences(tokenizer.encode(text), seqLen);
     if (windows.length === 0) throw new ModelLoadError(textPath, 'has fewer than 2 tokens');
@@ -321,7 +327,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
     const started = performance.now();
     let tokensSeen = 0;
     out.write(
-      `sft: ${n} windows of <= ${seqLen} tokens, batch ${batch}, LoRA r=${lora.r} alpha=${lora.alpha} on ${lora.targetModules.join(',')} (${adapter.numParams.toLocaleString()} params), lr ${lr} ${scheduleKind}${keepLayers ? `; keeping ${keepLayers} of ${cfg.numLayers} layers' activations (--gpu-memory)` : ''}\n`,
+      `sft: ${n} windows of <= ${seqLen} tokens, batch ${batch}, LoRA r=${lora.r} alpha=${lora.alpha} on ${lora.targetModules.join(',')} (${adapter.numParams.toLocaleString()} params), lr ${lr} ${scheduleKind}${keepLayers ? `; keeping ${keepLayers} of ${cfg.numLayers} layers' activations (--gpu-memory)` : ''}${mlpChunkRows !== DEFAULT_MLP_CHUNK ? `; MLP ${mlpChunkRows} rows a chunk` : ''}\n`,
     );
     for (let step = opt.step + 1; step <= steps; step++) {
       // The windows of a step follow from the step number alone, so a resumed run sees the same data.
@@ -329,7 +335,7 @@ export async function sftCmd(args: string[], out: NodeJS.WritableStream): Promis
         const g = (step - 1) * batch + i;
         return windows[epochOrder(n, seed, Math.floor(g / n))[g % n]];
       });
-      const res = await sftStep(model, adapter, opt, picked, keepLayers);
+      const res = await sftStep(model, adapter, opt, picked, { keepLayers, mlpChunk: mlpChunkRows });
       tokensSeen += res.tokens;
       const elapsed = (performance.now() - started) / 1000;
       const eta = (elapsed / (step - firstStep + 1)) * (steps - step);

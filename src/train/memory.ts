@@ -163,8 +163,19 @@ export const FORWARD_CHUNK = 256;
  * chunk is another pass over all the layers' dispatches and weights.
  */
 export const FORWARD_CHUNKS_AUTO = [2048, 1024, 512] as const;
-/** Checkpoints of SpyRLTrainer's passes (its default) and of sftStep's (TrainingPass's default). */
-export { ROUND_CHECKPOINTS };
+/**
+ * The MLP chunks of the update's training passes mlpChunk 'auto' tries past DEFAULT_MLP_CHUNK, largest
+ * first (TrainingPassOptions.mlpChunk: the rows of each layer's gate, up and down products, forward
+ * and backward). At 256 rows Qwen3-4B's down projection and the input gradients of gate and up
+ * have 80 output tiles of 64 x 128, fewer than a large GPU has multiprocessors: split over R with a
+ * reduce dispatch each, and every chunk is another round of a layer's MLP dispatches.
+ */
+export const MLP_CHUNKS_AUTO = [2048, 1024, 512] as const;
+/**
+ * Checkpoints of SpyRLTrainer's passes (its default) and of sftStep's (TrainingPass's default); the
+ * MLP chunk TrainingPass takes by default, where mlpChunk 'auto' starts.
+ */
+export { DEFAULT_MLP_CHUNK, ROUND_CHECKPOINTS };
 export const SFT_CHECKPOINTS: CheckpointDtype = 'f32';
 /** load.ts Q4_STAGING_BYTES: the bf16 rows a q4 load quantizes at once (checked in the test). */
 export const Q4_STAGING_BYTES = 4 << 20;
@@ -350,9 +361,15 @@ export interface RoundPlanOptions extends RoundShape {
   lora: LoraShape;
   /** false: inference only (no gradients, no AdamW moments, no update phase). Default true. */
   training?: boolean;
-  /** TrainingPass options (defaults: ROUND_CHECKPOINTS, DEFAULT_MLP_CHUNK). */
+  /** TrainingPass options (default: ROUND_CHECKPOINTS). */
   checkpoints?: CheckpointDtype;
-  mlpChunk?: number;
+  /**
+   * Rows of the update's MLP chunks (TrainingPassOptions.mlpChunk). 'auto' (default): the largest
+   * of MLP_CHUNKS_AUTO whose plan neither raises the round's peak nor its largest buffer above
+   * those of DEFAULT_MLP_CHUNK rows; withKeptLayers grows it further into a budget the kept layers
+   * leave. The chunk the plan then holds is MemoryPlan.mlpChunk.
+   */
+  mlpChunk?: number | 'auto';
   /**
    * Layers of the update's training passes that keep their activations for the backward instead
    * of recomputing them (TrainingPassOptions.keepLayers; default 0). withKeptLayers picks it:
@@ -407,6 +424,12 @@ export interface MemoryPlan {
    * or with 'auto' the largest that leaves the peak and the largest buffer where FORWARD_CHUNK does.
    */
   forwardChunk: number;
+  /**
+   * Rows of the update's MLP chunks the plan holds and a run's training passes take
+   * (TrainingPassOptions.mlpChunk): options.mlpChunk, or with 'auto' the largest that leaves the
+   * peak and the largest buffer where DEFAULT_MLP_CHUNK does (withKeptLayers: or a budget allows).
+   */
+  mlpChunk: number;
   cfg: Qwen3Config;
   options: Required<Omit<RoundPlanOptions, 'prompts'>> & { prompts?: PromptConfig };
 }
@@ -419,7 +442,7 @@ function resolve(o: RoundPlanOptions): MemoryPlan['options'] {
     reasonTokens: o.reasonTokens ?? 0,
     training: o.training ?? true,
     checkpoints: o.checkpoints ?? ROUND_CHECKPOINTS,
-    mlpChunk: o.mlpChunk ?? DEFAULT_MLP_CHUNK,
+    mlpChunk: o.mlpChunk ?? 'auto',
     keepLayers: o.keepLayers ?? 0,
     keepPromptKv: o.keepPromptKv ?? 'auto',
     evalDocs: o.evalDocs ?? 0,
@@ -530,25 +553,51 @@ function batchPhase(
  */
 export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPlan {
   const o = resolve(options);
-  if (o.forwardChunk !== 'auto') {
-    if (!Number.isSafeInteger(o.forwardChunk) || o.forwardChunk < 1)
-      throw new RangeError(
-        `forwardChunk must be a positive integer of tokens or 'auto' (got ${String(o.forwardChunk)})`,
-      );
-    return planRoundAt(cfg, { ...o, forwardChunk: o.forwardChunk });
-  }
-  // 'auto': the plan at FORWARD_CHUNK tokens decides the cache keeping, then the largest chunk that
-  // holds no more at the peak and in any one buffer (the prefill's activations grow with it, so
-  // where a phase of play is the peak, or a small budget-free plan, it stays at FORWARD_CHUNK).
-  const base = planRoundAt(cfg, { ...o, forwardChunk: FORWARD_CHUNK });
-  for (const chunk of FORWARD_CHUNKS_AUTO) {
-    const p = planRoundAt(cfg, { ...o, keepPromptKv: base.keepPromptKv, forwardChunk: chunk });
-    if (p.total <= base.total && p.largestBuffer.bytes <= base.largestBuffer.bytes) return { ...p, options: o };
-  }
-  return { ...base, options: o };
+  const fixedF = fixedChunk('forwardChunk', o.forwardChunk, 'tokens');
+  const fixedM = fixedChunk('mlpChunk', o.mlpChunk, 'rows');
+  // The plan at the fixed chunks, FORWARD_CHUNK tokens and DEFAULT_MLP_CHUNK rows for those left
+  // 'auto', decides the cache keeping; then each 'auto' chunk takes the largest candidate that
+  // holds no more at the peak and in any one buffer. The prefill's chunk grows only the play phases'
+  // activations and the MLP's only the update's, so where the update is the peak the first may
+  // grow and the second not, and where a phase of play is, the reverse (without training, no
+  // update: the MLP chunk stays DEFAULT_MLP_CHUNK, which nothing runs).
+  const base = planRoundAt(cfg, { ...o, forwardChunk: fixedF ?? FORWARD_CHUNK, mlpChunk: fixedM ?? DEFAULT_MLP_CHUNK });
+  const at = (forwardChunk: number, mlpChunk: number) =>
+    planRoundAt(cfg, { ...o, keepPromptKv: base.keepPromptKv, forwardChunk, mlpChunk });
+  const holds = (p: MemoryPlan) => p.total <= base.total && p.largestBuffer.bytes <= base.largestBuffer.bytes;
+  let best = base;
+  if (fixedF === null)
+    for (const chunk of FORWARD_CHUNKS_AUTO) {
+      const p = at(chunk, best.mlpChunk);
+      if (holds(p)) {
+        best = p;
+        break;
+      }
+    }
+  if (fixedM === null && o.training)
+    for (const chunk of MLP_CHUNKS_AUTO) {
+      const p = at(best.forwardChunk, chunk);
+      if (holds(p)) {
+        best = p;
+        break;
+      }
+    }
+  // The options keep 'auto' for replanning.
+  return { ...best, options: o };
 }
 
-function planRoundAt(cfg: Qwen3Config, o: MemoryPlan['options'] & { forwardChunk: number }): MemoryPlan {
+/** A chunk option's number, null for 'auto'; anything else is refused by name. */
+function fixedChunk(name: string, v: number | 'auto', unit: string): number | null {
+  if (v === 'auto') return null;
+  if (!Number.isSafeInteger(v) || v < 1)
+    throw new RangeError(`${name} must be a positive integer of ${unit} or 'auto' (got ${String(v)})`);
+  return v;
+}
+
+function planRoundAt(
+  cfg: Qwen3Config,
+  o: MemoryPlan['options'] & { forwardChunk: number; mlpChunk: number },
+): MemoryPlan {
   if (!Number.isInteger(o.players) || o.players < 3)
     throw new RangeError(`players must be an integer >= 3 (got ${o.players})`);
   const seq = roundSequences(o);
@@ -680,7 +729,12 @@ function planRoundAt(cfg: Qwen3Config, o: MemoryPlan['options'] & { forwardChunk
   const keepPromptKv =
     o.keepPromptKv === 'auto' ? peakOf(withKept) <= Math.max(peakOf(phases), peakOf(withoutKept)) : o.keepPromptKv;
   phases.splice(loadPhase(cfg, o.weights, weights.total).length, 0, ...(keepPromptKv ? withKept : withoutKept));
-  return finish('round', cfg, o, weights, lora, phases, seq, trainSeqLen, keepLayers, keepPromptKv, o.forwardChunk);
+  return finish('round', cfg, o, weights, lora, phases, seq, trainSeqLen, {
+    keepLayers,
+    keepPromptKv,
+    forwardChunk: o.forwardChunk,
+    mlpChunk: o.mlpChunk,
+  });
 }
 
 /**
@@ -735,9 +789,7 @@ function finish(
   phases: PhasePlan[],
   seq: RoundSequences | null,
   trainSeqLen: number,
-  keepLayers = 0,
-  keepPromptKv = false,
-  forwardChunk = FORWARD_CHUNK,
+  chosen: Pick<MemoryPlan, 'keepLayers' | 'keepPromptKv' | 'forwardChunk' | 'mlpChunk'>,
 ): MemoryPlan {
   const peak = phases.reduce((a, p) => (p.total > a.total ? p : a));
   const largestBuffer = [weights.largest, ...phases.map((p) => p.largest)].reduce((a, b) =>
@@ -756,9 +808,7 @@ function finish(
     largestBuffer,
     sequences: seq,
     trainSeqLen,
-    keepLayers,
-    keepPromptKv,
-    forwardChunk,
+    ...chosen,
     cfg,
     options: o,
   };
@@ -769,7 +819,8 @@ export interface SftPlanOptions {
   lora: LoraShape;
   seqLen: number;
   checkpoints?: CheckpointDtype;
-  mlpChunk?: number;
+  /** Rows of the passes' MLP chunks, as RoundPlanOptions.mlpChunk (default 'auto'). */
+  mlpChunk?: number | 'auto';
   /** Layers whose activations each pass keeps (TrainingPassOptions.keepLayers; default 0). */
   keepLayers?: number;
 }
@@ -784,6 +835,20 @@ export function planSft(cfg: Qwen3Config, s: SftPlanOptions): MemoryPlan {
     docTokens: 0,
     summaryTokens: 1,
   });
+  const fixed = fixedChunk('mlpChunk', o.mlpChunk, 'rows');
+  const at = (mlpChunk: number) => planSftAt(cfg, s.seqLen, { ...o, mlpChunk });
+  // 'auto' as planRound's: the largest chunk that holds no more at the peak and in any one buffer
+  // (the pass is the peak unless loading q4 weights takes more, so it mostly stays).
+  const base = at(fixed ?? DEFAULT_MLP_CHUNK);
+  if (fixed === null)
+    for (const chunk of MLP_CHUNKS_AUTO) {
+      const p = at(chunk);
+      if (p.total <= base.total && p.largestBuffer.bytes <= base.largestBuffer.bytes) return { ...p, options: o };
+    }
+  return { ...base, options: o };
+}
+
+function planSftAt(cfg: Qwen3Config, seqLen: number, o: MemoryPlan['options'] & { mlpChunk: number }): MemoryPlan {
   const { weights, lora } = persistent(cfg, o);
   const base = weights.total + lora;
   const workspace = [
@@ -792,12 +857,12 @@ export function planSft(cfg: Qwen3Config, s: SftPlanOptions): MemoryPlan {
     buf(
       'readback staging',
       'MAP_READ',
-      f32(Math.max(s.seqLen, o.lora.r * Math.max(cfg.intermediateSize, cfg.hiddenSize))),
+      f32(Math.max(seqLen, o.lora.r * Math.max(cfg.intermediateSize, cfg.hiddenSize))),
     ),
   ];
   const pass = trainingPassBytes(cfg, {
-    seqLen: s.seqLen,
-    numTargets: s.seqLen - 1,
+    seqLen,
+    numTargets: seqLen - 1,
     lora: { r: o.lora.r, targetModules: o.lora.targets },
     checkpoints: o.checkpoints,
     mlpChunk: o.mlpChunk,
@@ -811,11 +876,11 @@ export function planSft(cfg: Qwen3Config, s: SftPlanOptions): MemoryPlan {
     lora,
     [
       ...loadPhase(cfg, o.weights, weights.total),
-      updatePhase(pass, s.seqLen, base, workspace, o.keepLayers, cfg.numLayers),
+      updatePhase(pass, seqLen, base, workspace, o.keepLayers, cfg.numLayers),
     ],
     null,
-    s.seqLen,
-    o.keepLayers,
+    seqLen,
+    { keepLayers: o.keepLayers, keepPromptKv: false, forwardChunk: FORWARD_CHUNK, mlpChunk: o.mlpChunk },
   );
 }
 
@@ -1024,5 +1089,15 @@ export function withKeptLayers(p: MemoryPlan, limits?: AdapterLimits, budgetByte
   };
   // Bytes grow with k, so the fitting k are 0 .. some k*.
   const k = largestFitting(p.keepLayers, p.cfg.numLayers, (v) => fits(replan(p, { keepLayers: v })));
-  return k === null || k === p.keepLayers ? p : replan(p, { keepLayers: k });
+  const kept = k === null || k === p.keepLayers ? p : replan(p, { keepLayers: k });
+  if (p.options.mlpChunk !== 'auto') return kept;
+  // Then the update's MLP chunk ('auto'), into what the kept layers leave of the same ceiling: a
+  // kept layer saves a third of its layer's work in every pass, its recompute, which is measured
+  // (bench/keep-ab.ts); what taller MLP products save is not yet, so the layers come first.
+  for (const chunk of MLP_CHUNKS_AUTO) {
+    if (chunk <= kept.mlpChunk) break;
+    const q = replan(kept, { mlpChunk: chunk });
+    if (fits(q)) return q;
+  }
+  return kept;
 }

@@ -33,6 +33,12 @@ export interface RunOptions extends TrainerOptions {
    * plan's 'auto', the largest chunk that holds no more memory at the round's peak.
    */
   forwardChunk?: number;
+  /**
+   * Rows of the update's MLP chunks (`--mlp-chunk`; RoundPlanOptions.mlpChunk): left out, the plan's
+   * 'auto', the largest that holds no more memory at the round's peak or, with a budget, fits what
+   * the kept layers leave of it.
+   */
+  mlpChunk?: number;
 }
 
 /** The weights and KV formats the model was loaded with: what the plan must be made for. */
@@ -46,7 +52,7 @@ export function modelFormat(model: Qwen3Model): EngineFormat {
  */
 export function checkRunFits(
   model: Qwen3Model,
-  o: Pick<RunOptions, 'config' | 'evalDocs' | 'budgetBytes' | 'forwardChunk'>,
+  o: Pick<RunOptions, 'config' | 'evalDocs' | 'budgetBytes' | 'forwardChunk' | 'mlpChunk'>,
 ): MemoryPlan {
   const check = planRunMemory(
     model.cfg,
@@ -56,6 +62,7 @@ export function checkRunFits(
     modelFormat(model),
     evalDocCount(o.config, o.evalDocs),
     o.forwardChunk,
+    o.mlpChunk,
   );
   if (check.problem) throw new RangeError(check.problem);
   return check.plan;
@@ -68,7 +75,7 @@ export function checkRunFits(
  */
 export function planRun(
   model: Qwen3Model,
-  o: Pick<RunOptions, 'config' | 'evalDocs' | 'budgetBytes' | 'keepBudgetBytes' | 'forwardChunk'>,
+  o: Pick<RunOptions, 'config' | 'evalDocs' | 'budgetBytes' | 'keepBudgetBytes' | 'forwardChunk' | 'mlpChunk'>,
 ): MemoryPlan {
   const plan = checkRunFits(model, o);
   return o.keepBudgetBytes !== undefined && o.budgetBytes === undefined
@@ -97,6 +104,8 @@ export class Run {
         ...o,
         packBytes: o.packBytes ?? packBytes,
         keepLayers: o.keepLayers ?? plan.keepLayers,
+        // The rows of the passes' MLP chunks the plan holds memory for.
+        mlpChunk: plan.mlpChunk,
         keepPromptKv: plan.keepPromptKv,
       }),
       plan,
@@ -112,6 +121,11 @@ export class Run {
 
   get round(): number {
     return this.trainer.round;
+  }
+
+  /** Rows of the MLP chunks the update's training passes take (the plan's, MemoryPlan.mlpChunk). */
+  get mlpChunk(): number {
+    return this.trainer.mlpChunk;
   }
 
   get runId(): string {

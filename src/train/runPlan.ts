@@ -25,7 +25,8 @@ export function evalDocCount(config: RunPlanConfig, evalDocs?: readonly SpyDocum
  * The round's plan (src/train/memory.ts planRound) of `config` on `cfg` in `format`, checked
  * against the adapter's limits (blocking: loading or the run would fail) and then against the
  * user's GPU memory `budgetBytes` (WebGPU does not report it). `evalDocs` is evalDocCount's;
- * `forwardChunk` the prefill's tokens per chunk (RoundPlanOptions.forwardChunk, 'auto' by default).
+ * `forwardChunk` the prefill's tokens per chunk and `mlpChunk` the update's MLP rows per chunk
+ * (RoundPlanOptions.forwardChunk and mlpChunk, 'auto' by default).
  */
 export function planRunMemory(
   cfg: Qwen3Config,
@@ -35,6 +36,7 @@ export function planRunMemory(
   format: EngineFormat,
   evalDocs: number = evalDocCount(config),
   forwardChunk: number | 'auto' = 'auto',
+  mlpChunk: number | 'auto' = 'auto',
 ): MemoryCheck {
-  return planMemory(cfg, config, limits, budgetBytes, format, { evalDocs, forwardChunk });
+  return planMemory(cfg, config, limits, budgetBytes, format, { evalDocs, forwardChunk, mlpChunk });
 }

@@ -1,6 +1,6 @@
 // Supervised LoRA fine-tuning on plain text: next-token cross-entropy over windows of the
 // tokenized text, gradient accumulation over `batch` windows per optimizer step.
-import { TrainingPass } from './trainingPass.ts';
+import { TrainingPass, type TrainingPassOptions } from './trainingPass.ts';
 import type { LoraAdapter } from '../model/lora.ts';
 import type { Qwen3Model } from '../model/qwen3.ts';
 import type { LoraAdamW, StepReport } from './optimizer.ts';
@@ -47,26 +47,27 @@ export interface SftStepResult extends StepReport {
 
 /**
  * One optimizer step over `windows` (gradients accumulated, then averaged); each pass keeps the
- * activations of its last `keepLayers` layers (TrainingPassOptions.keepLayers; the plan's).
+ * activations of its last `keepLayers` layers and runs its MLP `mlpChunk` rows at a time
+ * (TrainingPassOptions; the plan's, src/train/memory.ts planSft and withKeptLayers).
  */
 export async function sftStep(
   model: Qwen3Model,
   lora: LoraAdapter,
   opt: LoraAdamW,
   windows: readonly (readonly number[])[],
-  keepLayers = 0,
+  pass: Pick<TrainingPassOptions, 'keepLayers' | 'mlpChunk'> = {},
 ): Promise<SftStepResult> {
   let loss = 0,
     tokens = 0;
   for (const ids of windows) {
-    const pass = new TrainingPass(model, lora, ids, [...ids.slice(1), -1], null, { keepLayers });
+    const p = new TrainingPass(model, lora, ids, [...ids.slice(1), -1], null, pass);
     try {
-      const ce = crossEntropyLoss(await pass.forward());
-      pass.backward(ce.dlogp);
+      const ce = crossEntropyLoss(await p.forward());
+      p.backward(ce.dlogp);
       loss += ce.loss;
       tokens += ids.length;
     } finally {
-      pass.release();
+      p.release();
     }
   }
   const report = await opt.update(windows.length);

@@ -7,7 +7,7 @@ import { checkTrainable, type SpyRLConfig } from '../game/config.ts';
 import { playRound, roundRng, runLogLine, type PolicySample, type RoundRecord } from '../game/round.ts';
 import { ppoUpdate, type UpdateContext, type UpdateResult } from './update.ts';
 import type { CheckpointDtype } from './trainingPass.ts';
-import { ROUND_CHECKPOINTS } from './trainingPassBytes.ts';
+import { DEFAULT_MLP_CHUNK, ROUND_CHECKPOINTS } from './trainingPassBytes.ts';
 import { LoraAdapter } from '../model/lora.ts';
 import {
   initLora,
@@ -86,6 +86,11 @@ export interface TrainerOptions {
    */
   keepLayers?: number;
   /**
+   * Rows of each training pass's MLP chunks (TrainingPassOptions.mlpChunk; default
+   * DEFAULT_MLP_CHUNK). src/train/run.ts sets the memory plan's (MemoryPlan.mlpChunk).
+   */
+  mlpChunk?: number;
+  /**
    * Whether the policy keeps the summaries' (and reasons') KV cache for the votes, whose prompts
    * open with the same report (GpuPolicy.keepPromptKv; default true). src/train/run.ts sets the
    * memory plan's: where one cache sized for the summaries and the votes does not raise the round's peak.
@@ -104,7 +109,7 @@ export class SpyRLTrainer {
   private readonly log: RoundRecord[] = [];
   private listener: TrainListener | undefined;
   private checkpoints: CheckpointDtype = ROUND_CHECKPOINTS;
-  private packing: Pick<UpdateContext, 'packBytes' | 'packPrefixes' | 'keepLayers'> = {};
+  private packing: Pick<UpdateContext, 'packBytes' | 'packPrefixes' | 'keepLayers' | 'mlpChunk'> = {};
   private stamp: RunStamp = runStamp();
 
   private constructor(
@@ -158,7 +163,12 @@ export class SpyRLTrainer {
     );
     t.listener = o.onEvent;
     t.checkpoints = o.checkpoints ?? ROUND_CHECKPOINTS;
-    t.packing = { packBytes: o.packBytes, packPrefixes: o.packPrefixes, keepLayers: o.keepLayers };
+    t.packing = {
+      packBytes: o.packBytes,
+      packPrefixes: o.packPrefixes,
+      keepLayers: o.keepLayers,
+      mlpChunk: o.mlpChunk,
+    };
     if (o.now) t.policy.clock = o.now;
     if (o.keepPromptKv !== undefined) t.policy.keepPromptKv = o.keepPromptKv;
     t.policy.hooks.onDelta = (seat, text) => t.listener?.({ type: 'summary-delta', round: t.state.round, seat, text });
@@ -203,6 +213,11 @@ export class SpyRLTrainer {
   /** The run's id, kept across resumes. */
   get runId(): string {
     return this.stamp.runId;
+  }
+
+  /** Rows of the MLP chunks of the update's training passes (TrainerOptions.mlpChunk). */
+  get mlpChunk(): number {
+    return this.packing.mlpChunk ?? DEFAULT_MLP_CHUNK;
   }
 
   /** Rounds completed. */

@@ -37,7 +37,7 @@ import * as K from '../ops/index.ts';
 import type { LoraAdamW } from './optimizer.ts';
 import { packSequences, type PackedLayout } from './packing.ts';
 import { ppoTokenTerm } from './pgLoss.ts';
-import { TrainingPass, trainingPassBytes, type CheckpointDtype } from './trainingPass.ts';
+import { TrainingPass, trainingPassBytes, type CheckpointDtype, type TrainingPassOptions } from './trainingPass.ts';
 
 /** A sample with the round it came from (a vote is identified by round and voter seat). */
 export interface RoundSample {
@@ -54,6 +54,8 @@ export interface UpdateContext {
   checkpoints: CheckpointDtype;
   /** Layers whose activations each pass keeps for its backward (TrainingPassOptions.keepLayers; default 0). */
   keepLayers?: number;
+  /** Rows of each pass's MLP chunks (TrainingPassOptions.mlpChunk; default DEFAULT_MLP_CHUNK): the plan's. */
+  mlpChunk?: number;
   /** sampling.temperature: sampled text (candidateTokenIds null) is recomputed at it, vote labels at 1. */
   temperature: number;
   /**
@@ -100,6 +102,12 @@ export interface UpdateResult {
 
 const emptyStage = (): StageStat => ({ loss: 0, gradNorm: 0, gradShare: 0, sequences: 0, tokens: 0 });
 
+/**
+ * How a pass stores and chunks its work: its checkpoints' dtype and its MLP chunk's rows
+ * (TrainingPassOptions; mlpChunk left out: DEFAULT_MLP_CHUNK). Its peak bytes depend on both.
+ */
+export type PassFormat = { checkpoints: CheckpointDtype } & Pick<TrainingPassOptions, 'mlpChunk'>;
+
 /** ids = prompt + completion; targets: each completion token at the position before it. */
 export function sampleSequence(s: PolicySample): { ids: number[]; targets: number[] } {
   const ids = [...s.promptTokenIds, ...s.completionTokenIds];
@@ -116,13 +124,13 @@ export function samplePass(
   model: Qwen3Model,
   adapter: LoraAdapter,
   s: PolicySample,
-  checkpoints: CheckpointDtype,
+  format: PassFormat,
   temperature: number,
   keepLayers = 0,
 ): TrainingPass {
   const { ids, targets } = sampleSequence(s);
   return new TrainingPass(model, adapter, ids, targets, s.candidateTokenIds, {
-    checkpoints,
+    ...format,
     temperature: s.candidateTokenIds ? 1 : temperature,
     keepLayers,
   });
@@ -140,7 +148,7 @@ export interface SamplePack {
 function packPeak(
   model: Qwen3Model,
   adapter: LoraAdapter,
-  checkpoints: CheckpointDtype,
+  format: PassFormat,
   shape: PassShape,
   keepLayers: number,
 ): number {
@@ -148,7 +156,7 @@ function packPeak(
     seqLen: shape.T,
     numTargets: shape.M,
     lora: { r: adapter.settings.r, targetModules: adapter.settings.targetModules },
-    checkpoints,
+    ...format,
     candidates: shape.candidates,
     packed: shape.packed,
     keepLayers,
@@ -188,12 +196,12 @@ export function packKeepLayers(
   adapter: LoraAdapter,
   samples: readonly RoundSample[],
   pack: SamplePack,
-  checkpoints: CheckpointDtype,
+  format: PassFormat,
   budget: number,
   keep: number,
 ): number {
   const shape = packShape(samples, pack);
-  const fits = (k: number) => packPeak(model, adapter, checkpoints, shape, k) <= budget;
+  const fits = (k: number) => packPeak(model, adapter, format, shape, k) <= budget;
   let lo = keep,
     hi = model.cfg.numLayers; // the peak grows with k: the largest k that fits, by bisection
   while (lo < hi) {
@@ -215,7 +223,7 @@ export function planPacks(
   adapter: LoraAdapter,
   samples: readonly RoundSample[],
   which: readonly number[],
-  checkpoints: CheckpointDtype,
+  format: PassFormat,
   budget: number,
   keepLayers = 0,
 ): SamplePack[] {
@@ -245,7 +253,7 @@ export function planPacks(
       const members: number[] = [...open.members, i];
       const layout = packSequences(members.map((m) => sampleSequence(samples[m]!.sample)));
       const saved = open.tokens + seq.ids.length - layout.ids.length;
-      const peak = packPeak(model, adapter, checkpoints, packShape(samples, { members, layout }), keepLayers);
+      const peak = packPeak(model, adapter, format, packShape(samples, { members, layout }), keepLayers);
       const before = open.layout ? open.tokens - open.layout.ids.length : 0;
       if (saved - before >= seq.ids.length / 2 && peak <= budget) {
         open = { members, layout, tokens: open.tokens + seq.ids.length };
@@ -265,12 +273,12 @@ function packPass(
   adapter: LoraAdapter,
   samples: readonly RoundSample[],
   pack: SamplePack,
-  checkpoints: CheckpointDtype,
+  format: PassFormat,
   temperature: number,
   keepLayers: number,
 ): TrainingPass {
   if (!pack.layout)
-    return samplePass(model, adapter, samples[pack.members[0]!]!.sample, checkpoints, temperature, keepLayers);
+    return samplePass(model, adapter, samples[pack.members[0]!]!.sample, format, temperature, keepLayers);
   const first = samples[pack.members[0]!]!.sample;
   const L = pack.layout;
   let restrict: number[][] | null = null; // each target row's candidates: its voter's
@@ -280,7 +288,7 @@ function packPass(
       for (const row of L.rows[k]!) restrict[row] = [...samples[m]!.sample.candidateTokenIds!];
   }
   return new TrainingPass(model, adapter, L.ids, L.targets, restrict, {
-    checkpoints,
+    ...format,
     temperature: first.candidateTokenIds ? 1 : temperature,
     layout: { positions: L.positions, keyEnd: L.keyEnd },
     keepLayers,
@@ -396,22 +404,23 @@ export async function ppoUpdate(ctx: UpdateContext, all: readonly RoundSample[])
   // Which samples run together (the same packs in every epoch).
   const share = ctx.packPrefixes !== false && K.treeAttentionSupported(gpu, model.cfg.headDim);
   const keep = ctx.keepLayers ?? 0;
+  const format: PassFormat = { checkpoints: ctx.checkpoints, mlpChunk: ctx.mlpChunk };
   const budget =
     ctx.packBytes ??
     Math.max(
       ...samples.map((_, i) =>
-        packPeak(model, adapter, ctx.checkpoints, packShape(samples, { members: [i], layout: null }), keep),
+        packPeak(model, adapter, format, packShape(samples, { members: [i], layout: null }), keep),
       ),
     );
   const packsOf = (which: number[]): SamplePack[] =>
     share
-      ? planPacks(model, adapter, samples, which, ctx.checkpoints, budget, keep)
+      ? planPacks(model, adapter, samples, which, format, budget, keep)
       : which.map((i) => ({ members: [i], layout: null }));
   const indices = (keep: (x: RoundSample) => boolean) => [...samples.keys()].filter((i) => keep(samples[i]!));
   /** A pack's pass, forward run: the pass (to run its backward, then release) and each member's log-probs. */
   const forward = async (p: SamplePack) => {
-    const k = adapter.enabled ? packKeepLayers(model, adapter, samples, p, ctx.checkpoints, budget, keep) : 0;
-    const pass = packPass(model, adapter, samples, p, ctx.checkpoints, ctx.temperature, k);
+    const k = adapter.enabled ? packKeepLayers(model, adapter, samples, p, format, budget, keep) : 0;
+    const pass = packPass(model, adapter, samples, p, format, ctx.temperature, k);
     try {
       const logp = await pass.forward();
       passes.forward++;

@@ -2,7 +2,7 @@
 // see the GPU memory it needs against the adapter's limits, load it with per-file progress,
 // manage the Hub cache.
 import { QWEN3_PRESETS, paramCount, type Qwen3PresetName } from '../model/config.ts';
-import { FORWARD_CHUNK, formatBytes, type RoundPhase } from '../train/memory.ts';
+import { DEFAULT_MLP_CHUNK, FORWARD_CHUNK, formatBytes, type RoundPhase } from '../train/memory.ts';
 import { useMemo } from 'react';
 import { useApp, useAppShallow } from '../store/hooks.ts';
 import {
@@ -231,6 +231,13 @@ function MemoryCheck() {
               The LoRA update keeps the activations of {p.keepLayers} of {p.cfg.numLayers} layers for its backward
               instead of recomputing them (less work per update), in memory{' '}
               {budget ? 'within your GPU memory' : 'the round needs anyway'}.
+            </p>
+          ) : null}
+          {p.mlpChunk > DEFAULT_MLP_CHUNK && !check.problem ? (
+            <p className="muted" data-testid="mlp-chunk">
+              The LoRA update runs each layer's MLP {p.mlpChunk.toLocaleString('en-US')} tokens at a time (fewer, taller
+              GPU passes than {DEFAULT_MLP_CHUNK}),{' '}
+              {budget ? 'within your GPU memory' : 'in memory the round needs anyway'}.
             </p>
           ) : null}
           {!check.problem ? (

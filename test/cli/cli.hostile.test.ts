@@ -48,6 +48,16 @@ describe('row 1 and row 6: sizes and ranges refused before any work', () => {
       ['train', '--prefill-chunk', '1.5', '--rounds', '1'],
       /--prefill-chunk must be auto or a positive integer of tokens \(got "1\.5"\)/,
     ],
+    [
+      'train --mlp-chunk 0',
+      ['train', '--mlp-chunk', '0', '--rounds', '1'],
+      /--mlp-chunk must be auto or a positive integer of rows \(got "0"\)/,
+    ],
+    [
+      'sft --mlp-chunk -8',
+      ['sft', '--mlp-chunk=-8'],
+      /--mlp-chunk must be auto or a positive integer of rows \(got "-8"\)/,
+    ],
   ])('row 6: %s is refused with the allowed range', async (_name, args, msg) => {
     const [cmd, ...rest] = args;
     const base = cmd === 'sft' ? ['--text-file', join(tmp, 'none.txt'), '--steps', '1'] : ['--docs', 'bundled'];

@@ -22,8 +22,10 @@ import { assignRoles } from '../../src/game/roles.ts';
 import { planTableMarkdown } from '../../src/cli/memory.ts';
 import {
   checkPlanFits,
+  DEFAULT_MLP_CHUNK,
   FORWARD_CHUNK,
   FORWARD_CHUNKS_AUTO,
+  MLP_CHUNKS_AUTO,
   Q4_STAGING_BYTES,
   planMemory,
   planRound,
@@ -33,6 +35,7 @@ import {
   withKeptLayers,
   KEPT_BUDGET_SHARE,
   type MemoryPlan,
+  type RoundPlanOptions,
 } from '../../src/train/memory.ts';
 import { ROOT, spyrl } from '../helpers/spyrl.ts';
 
@@ -175,24 +178,46 @@ describe('kept layers: as many as memory allows (withKeptLayers)', () => {
       const T = check.plan.trainSeqLen;
       const { hiddenSize: C, numHeads: NH, numKvHeads: NKV, headDim: HD, intermediateSize: I } = QWEN3_4B;
       const perLayer = 4 * T * (C + 2 * NH * HD + 2 * NKV * HD + NH + 2 * I + 16 * 7);
-      const Tc = 256;
+      const Tc = Math.min(T, check.plan.mlpChunk);
       const work = 4 * (T * (2 * C + NH * HD + NKV * HD) + Tc * I + Tc * (2 * I + 2 * C + 16 * 3));
       const grown = check.plan.total - base.total;
       expect(grown).toBeGreaterThan((k - 1) * perLayer);
       expect(grown).toBeLessThanOrEqual(k * perLayer + work);
       // The same plan as one asked for k kept layers at the prefill chunk their peak allows (the
-      // play phases may take a larger chunk under the update's higher peak).
+      // play phases may take a larger chunk under the update's higher peak) and the MLP chunk what
+      // they leave of the budget allows.
       expect(check.plan.forwardChunk).toBeGreaterThanOrEqual(base.forwardChunk);
       expect(check.plan.phases).toEqual(
         planRound(QWEN3_4B, {
           ...q4,
           keepLayers: k,
           forwardChunk: check.plan.forwardChunk,
+          mlpChunk: check.plan.mlpChunk,
           keepPromptKv: check.plan.keepPromptKv,
         }).phases,
       );
       expect(check.plan.keepPromptKv).toBe(true);
+      // The MLP chunk comes after the layers: the next larger one would pass the budget's share
+      // (24 GiB: every layer kept and 2,048 rows, 18.27 GiB; 8 and 12: 256, a kept layer's
+      // leftover short of 512 rows' buffers).
+      expect(check.plan.mlpChunk, `${gib} GiB`).toBe(gib === 24 ? 2048 : DEFAULT_MLP_CHUNK);
+      const larger = MLP_CHUNKS_AUTO.filter((x) => x > check.plan.mlpChunk).at(-1);
+      if (larger !== undefined)
+        expect(planRound(QWEN3_4B, { ...q4, keepLayers: k, mlpChunk: larger }).total, `${gib} GiB`).toBeGreaterThan(
+          KEPT_BUDGET_SHARE * budget,
+        );
     }
+    // A fixed MLP chunk stays, and the layers fill the budget around it.
+    const fixed = planMemory(
+      QWEN3_4B,
+      DEFAULT_CONFIG,
+      NO_LIMITS,
+      24 * GiB,
+      { weights: 'q4', kv: 'f16' },
+      { mlpChunk: 512 },
+    ).plan;
+    expect(fixed.mlpChunk).toBe(512);
+    expect(fixed.keepLayers).toBe(L);
     // An explicit choice stays.
     expect(
       planMemory(QWEN3_4B, DEFAULT_CONFIG, NO_LIMITS, 24 * GiB, { weights: 'q4', kv: 'f16' }, { keepLayers: 2 }).plan
@@ -219,6 +244,34 @@ describe('kept layers: as many as memory allows (withKeptLayers)', () => {
 });
 
 describe('the plan', () => {
+  const phase = (p: MemoryPlan, name: string) => p.phases.find((ph) => ph.phase === name)!;
+  /**
+   * A chunk option's 'auto' on one plan: it chose `want`, its plan is that fixed chunk's bit for bit
+   * (the options keep 'auto' for replanning), at no higher peak or buffer than the base chunk's,
+   * and the next larger candidate would raise one of them (where the chunk runs at all).
+   */
+  function expectAutoChunk(knob: 'forwardChunk' | 'mlpChunk', o: RoundPlanOptions, want: number, name: string) {
+    const [baseChunk, candidates] =
+      knob === 'forwardChunk' ? [FORWARD_CHUNK, FORWARD_CHUNKS_AUTO] : [DEFAULT_MLP_CHUNK, MLP_CHUNKS_AUTO];
+    const at = (chunk: number | 'auto', keepPromptKv = o.keepPromptKv) =>
+      planRound(QWEN3_4B, { ...o, [knob]: chunk, keepPromptKv });
+    const auto = at('auto');
+    const base = at(baseChunk);
+    expect(auto[knob], name).toBe(want);
+    expect(base[knob]).toBe(baseChunk);
+    expect(auto.phases, name).toEqual(at(want, base.keepPromptKv).phases);
+    expect(auto.options[knob]).toBe('auto');
+    expect(auto.keepPromptKv).toBe(base.keepPromptKv);
+    expect(auto.total, name).toBeLessThanOrEqual(base.total);
+    expect(auto.largestBuffer.bytes).toBeLessThanOrEqual(base.largestBuffer.bytes);
+    const larger = candidates.filter((x) => x > want).at(-1);
+    if (larger !== undefined && !(knob === 'mlpChunk' && o.training === false)) {
+      const p = at(larger, base.keepPromptKv);
+      expect(p.total > base.total || p.largestBuffer.bytes > base.largestBuffer.bytes, name).toBe(true);
+    }
+    return { auto, base };
+  }
+
   it('plans the forward chunk and the q4 load staging the engine uses', () => {
     expect(FORWARD_CHUNK).toBe(DEFAULT_CHUNK);
     expect(Q4_STAGING_BYTES).toBe(LOAD_Q4_STAGING_BYTES);
@@ -238,25 +291,8 @@ describe('the plan', () => {
       { name: 'q4, f16 KV, no training', o: { ...q4, training: false }, chunk: 256 },
     ];
     for (const c of cases) {
-      const auto = at(c.o, 'auto');
-      const base = at(c.o, FORWARD_CHUNK);
-      expect(auto.forwardChunk, c.name).toBe(c.chunk);
-      expect(base.forwardChunk).toBe(FORWARD_CHUNK);
-      // The chosen plan is the fixed chunk's, bit for bit (the options keep 'auto' for replanning).
-      const fixed = at({ ...c.o, keepPromptKv: base.keepPromptKv }, auto.forwardChunk);
-      expect(auto.phases, c.name).toEqual(fixed.phases);
-      expect(auto.options.forwardChunk).toBe('auto');
-      expect(auto.keepPromptKv).toBe(base.keepPromptKv);
-      expect(auto.total, c.name).toBeLessThanOrEqual(base.total);
-      expect(auto.largestBuffer.bytes).toBeLessThanOrEqual(base.largestBuffer.bytes);
-      // The next larger candidate would hold more at the peak or in a buffer.
-      const larger = FORWARD_CHUNKS_AUTO.filter((x) => x > auto.forwardChunk).at(-1);
-      if (larger !== undefined) {
-        const p = at({ ...c.o, keepPromptKv: base.keepPromptKv }, larger);
-        expect(p.total > base.total || p.largestBuffer.bytes > base.largestBuffer.bytes, c.name).toBe(true);
-      }
+      const { auto, base } = expectAutoChunk('forwardChunk', c.o, c.chunk, c.name);
       // Where the chunk grew, only the prefill's activations did (the KV cache and the update did not).
-      const phase = (p: MemoryPlan, name: string) => p.phases.find((ph) => ph.phase === name)!;
       if (auto.forwardChunk > FORWARD_CHUNK) {
         expect(phase(auto, 'summaries').activations).toBeGreaterThan(phase(base, 'summaries').activations);
         expect(phase(auto, 'summaries').kv).toBe(phase(base, 'summaries').kv);
@@ -267,6 +303,54 @@ describe('the plan', () => {
     expect(at(q4, 512).forwardChunk).toBe(512);
     expect(() => at(q4, 0)).toThrow("forwardChunk must be a positive integer of tokens or 'auto' (got 0)");
     expect(() => at(q4, 1.5)).toThrow('forwardChunk');
+  });
+
+  it("mlpChunk 'auto': the update's largest MLP chunk that raises neither the peak nor the largest buffer", () => {
+    const q4 = roundPlanOptions(DEFAULT_CONFIG, { weights: 'q4', kv: 'f16' });
+    const bf16 = roundPlanOptions(DEFAULT_CONFIG, { weights: 'bf16', kv: 'f32' });
+    const at = (o: typeof q4, mlpChunk: number | 'auto') => planRound(QWEN3_4B, { ...o, mlpChunk });
+    const cases = [
+      // The update is the peak: its MLP chunk stays (the prefill's grows instead, above).
+      { name: 'q4, f16 KV (the update is the peak)', o: q4, chunk: DEFAULT_MLP_CHUNK },
+      // The votes are the peak: the update, 0.75 GiB under them, grows into their memory (2,048 rows:
+      // +0.42 GiB).
+      { name: 'bf16, f32 KV (the votes are the peak)', o: bf16, chunk: 2048 },
+      { name: 'q4, f16 KV, no training (nothing runs the MLP in chunks)', o: { ...q4, training: false }, chunk: 256 },
+    ];
+    for (const c of cases) {
+      const { auto, base } = expectAutoChunk('mlpChunk', c.o, c.chunk, c.name);
+      // Where the chunk grew, only the update's activations did.
+      if (auto.mlpChunk > DEFAULT_MLP_CHUNK) {
+        expect(phase(auto, 'update').activations).toBeGreaterThan(phase(base, 'update').activations);
+        for (const ph of ['summaries', 'votes']) expect(phase(auto, ph)).toEqual(phase(base, ph));
+      }
+    }
+    // Both chunks 'auto' (the default): each grows into the other phases' peak, never past it.
+    const both = planRound(QWEN3_4B, bf16);
+    expect(both.total).toBe(at({ ...bf16, forwardChunk: FORWARD_CHUNK }, DEFAULT_MLP_CHUNK).total);
+    // A fixed chunk is the plan's; anything else is refused by name.
+    expect(at(q4, 512).mlpChunk).toBe(512);
+    expect(at(q4, 512).total).toBeGreaterThan(at(q4, 256).total);
+    expect(() => at(q4, 0)).toThrow("mlpChunk must be a positive integer of rows or 'auto' (got 0)");
+    expect(() => at(q4, 1.5)).toThrow('mlpChunk');
+    // spyrl sft's plan: the pass is its peak, so 'auto' keeps DEFAULT_MLP_CHUNK without a budget and
+    // takes what a budget leaves after the kept layers.
+    const sft = planSft(QWEN3_4B, { weights: 'q4', lora: q4.lora, seqLen: 2048 });
+    expect(sft.mlpChunk).toBe(DEFAULT_MLP_CHUNK);
+    expect(sft.options.mlpChunk).toBe('auto');
+    const roomy = withKeptLayers(sft, NO_LIMITS, 64 * GiB);
+    expect(roomy.keepLayers).toBe(QWEN3_4B.numLayers);
+    expect(roomy.mlpChunk).toBe(2048);
+    expect(planSft(QWEN3_4B, { weights: 'q4', lora: q4.lora, seqLen: 2048, mlpChunk: 2048 }).total).toBeGreaterThan(
+      sft.total,
+    );
+    expect(
+      withKeptLayers(
+        planSft(QWEN3_4B, { weights: 'q4', lora: q4.lora, seqLen: 2048, mlpChunk: 512 }),
+        NO_LIMITS,
+        64 * GiB,
+      ).mlpChunk,
+    ).toBe(512);
   });
 
   it('total = weights + LoRA state + the largest phase', () => {
@@ -354,7 +438,10 @@ describe('the plan', () => {
     const fits = planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 6 * GiB, q4).plan;
     expect(fits.keepLayers).toBeGreaterThan(0);
     expect(fits.total).toBe(
-      planRound(QWEN3_4B, roundPlanOptions(DEFAULT_CONFIG, q4, { keepLayers: fits.keepLayers })).total,
+      planRound(
+        QWEN3_4B,
+        roundPlanOptions(DEFAULT_CONFIG, q4, { keepLayers: fits.keepLayers, mlpChunk: fits.mlpChunk }),
+      ).total,
     );
     expect(planMemory(QWEN3_4B, DEFAULT_CONFIG, limits, 3 * GiB, q4)).toMatchObject({
       problem: expect.stringMatching(/above the 3\.00 GiB available/),
@@ -375,14 +462,10 @@ describe('the plan', () => {
 
 describe('spyrl memory', () => {
   it('prints one JSON line of byte counts, the same plan as planRound', async () => {
-    const r = await spyrl(
-      'memory',
-      '--preset',
-      'Qwen/Qwen3-4B-Instruct-2507',
-      '--weights',
-      'q4',
-      '--kv',
-      'f16',
+    const memory = (...args: string[]) => spyrl('memory', '--preset', 'Qwen/Qwen3-4B-Instruct-2507', ...args);
+    const q4 = ['--weights', 'q4', '--kv', 'f16'];
+    const r = await memory(
+      ...q4,
       '--players',
       '4',
       '--doc-tokens',
@@ -412,9 +495,18 @@ describe('spyrl memory', () => {
     // ...and prefills 1,024 tokens a chunk ('auto'); --prefill-chunk fixes it.
     expect(got.format.prefillChunk).toBe(1024);
     expect(p.forwardChunk).toBe(1024);
-    const fixed = await spyrl('memory', '--preset', 'Qwen/Qwen3-4B-Instruct-2507', '--prefill-chunk', '512');
+    const fixed = await memory('--prefill-chunk', '512');
     expect(fixed.code, fixed.stderr).toBe(0);
     expect(JSON.parse(fixed.stdout).format.prefillChunk).toBe(512);
+    // The update's MLP chunk: 'auto' keeps 256 rows (the update is the peak), grows to 2,048 with
+    // the memory of a 24 GiB GPU once every layer is kept; --mlp-chunk fixes it.
+    expect(got.format.mlpChunk).toBe(256);
+    const roomy = await memory(...q4, '--gpu-memory', '24');
+    expect(roomy.code, roomy.stderr).toBe(0);
+    expect(JSON.parse(roomy.stdout).format).toMatchObject({ keepLayers: 36, mlpChunk: 2048 });
+    const rows = await memory('--mlp-chunk', '1024');
+    expect(rows.code, rows.stderr).toBe(0);
+    expect(JSON.parse(rows.stdout).format.mlpChunk).toBe(1024);
   });
 
   it.each([
@@ -427,6 +519,10 @@ describe('spyrl memory', () => {
     [
       ['--preset', 'Qwen/Qwen3-0.6B', '--prefill-chunk', '0'],
       '--prefill-chunk must be auto or a positive integer of tokens (got "0")',
+    ],
+    [
+      ['--preset', 'Qwen/Qwen3-0.6B', '--mlp-chunk', 'x'],
+      '--mlp-chunk must be auto or a positive integer of rows (got "x")',
     ],
   ])('bad input %j: one error line', async (args, message) => {
     const r = await spyrl('memory', ...args);
@@ -461,7 +557,7 @@ const CASES = [
     engine: ['--weights', 'q4', '--kv', 'f16'],
   },
   {
-    name: 'bf16 weights, f16 KV, 3 players, 200-token reports in two 128-token prefill chunks, reasons before votes',
+    name: 'bf16 weights, f16 KV, 3 players, 200-token reports in two 128-token prefill chunks, 16-row MLP chunks, reasons before votes',
     model: [],
     config: {
       groupSize: 3,
@@ -472,8 +568,9 @@ const CASES = [
       lora: { r: 4, alpha: 8, targetModules: ['q_proj', 'o_proj'] },
       seed: 11,
     },
-    engine: ['--kv', 'f16', '--prefill-chunk', '128'],
+    engine: ['--kv', 'f16', '--prefill-chunk', '128', '--mlp-chunk', '16'],
     forwardChunk: 128,
+    mlpChunk: 16,
   },
   {
     // 1 GiB of GPU memory: the plan keeps both layers' activations in the update (withKeptLayers).
@@ -525,6 +622,7 @@ describe('planned vs measured peak GPU memory of a round (spyrl train --report-m
         plannedWeightsBytes: number;
         keepLayers: number;
         forwardChunk: number;
+        mlpChunk: number;
         phases: Record<'play' | 'update', { peakBytes: number; plannedBytes: number }>;
       };
       // The weights are exact: the same tensors, the same packing.
@@ -532,6 +630,9 @@ describe('planned vs measured peak GPU memory of a round (spyrl train --report-m
       expect(m.keepLayers).toBe('keepLayers' in c ? c.keepLayers : 0);
       // The prefill chunk asked for, else 'auto''s: the tiny models' reports fit one 2,048-token chunk.
       expect(m.forwardChunk).toBe('forwardChunk' in c ? c.forwardChunk : 2048);
+      // The MLP chunk asked for, else 'auto''s: the tiny models' MLPs are small beside the LM head's
+      // rows in a pass, so the largest adds nothing at the peak.
+      expect(m.mlpChunk).toBe('mlpChunk' in c ? c.mlpChunk : 2048);
       expect(m.peakBytes / m.plannedBytes, last).toBeGreaterThan(0.85);
       expect(m.peakBytes / m.plannedBytes, last).toBeLessThan(1.15);
       for (const phase of ['play', 'update'] as const) {

@@ -316,7 +316,7 @@ describe('ppoUpdate with prefix sharing', () => {
     const adapter = attachAdapter(t.model, lora, weights);
     const samples = SAMPLES.map((x) => ({ ...x, sample: { ...x.sample } }));
     for (const x of samples) {
-      const pass = samplePass(t.model, adapter, x.sample, 'f32', 0.8);
+      const pass = samplePass(t.model, adapter, x.sample, { checkpoints: 'f32' }, 0.8);
       x.sample.oldLogprobs = Array.from(await pass.forward(), (v) => v + 0.05);
       pass.release();
     }
@@ -399,8 +399,8 @@ describe('ppoUpdate with prefix sharing', () => {
       const which = [...SAMPLES.keys()];
       const single = (i: number) => singlePeak(adapter, i);
       const largest = Math.max(...which.map(single));
-      const roomy = planPacks(t.model, adapter, SAMPLES, which, 'f32', 10 * largest);
-      const tight = planPacks(t.model, adapter, SAMPLES, which, 'f32', Math.min(...which.map(single)));
+      const roomy = planPacks(t.model, adapter, SAMPLES, which, { checkpoints: 'f32' }, 10 * largest);
+      const tight = planPacks(t.model, adapter, SAMPLES, which, { checkpoints: 'f32' }, Math.min(...which.map(single)));
       const members = (ps: typeof roomy) => ps.flatMap((p) => p.members).sort((x, y) => x - y);
       expect(members(roomy)).toEqual(which);
       expect(members(tight)).toEqual(which);
@@ -439,7 +439,7 @@ describe('ppoUpdate with prefix sharing', () => {
       const peakOf = (i: number, keepLayers: number) => singlePeak(adapter, i, keepLayers);
       const alone = which.map((i) => ({ members: [i], layout: null }));
       const keepOf = (i: number, budget: number, keep = 0) =>
-        packKeepLayers(t.model, adapter, SAMPLES, alone[i]!, 'f32', budget, keep);
+        packKeepLayers(t.model, adapter, SAMPLES, alone[i]!, { checkpoints: 'f32' }, budget, keep);
       // The budget of the longest pass without kept layers: it keeps none, a shorter one some.
       const longest = which.reduce((a, b) => (peakOf(b, 0) > peakOf(a, 0) ? b : a));
       const budget = peakOf(longest, 0);
@@ -454,8 +454,9 @@ describe('ppoUpdate with prefix sharing', () => {
       expect(keepOf(longest, 1e12)).toBe(L);
       expect(keepOf(longest, 1, 1)).toBe(1);
       // A packed pass counts its packed shape.
-      const packs = planPacks(t.model, adapter, SAMPLES, which, 'f32', 1e12);
-      for (const p of packs) expect(packKeepLayers(t.model, adapter, SAMPLES, p, 'f32', 1e12, 0)).toBe(L);
+      const packs = planPacks(t.model, adapter, SAMPLES, which, { checkpoints: 'f32' }, 1e12);
+      for (const p of packs)
+        expect(packKeepLayers(t.model, adapter, SAMPLES, p, { checkpoints: 'f32' }, 1e12, 0)).toBe(L);
     } finally {
       adapter.destroy();
       t.model.lora = null;

@@ -187,7 +187,7 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
     const tokens: Record<string, number> = { summary: 0, reason: 0, label: 0 };
     let err = 0;
     for (const s of samples) {
-      const pass = samplePass(t.model, adapter, s, checkpoints, temperature);
+      const pass = samplePass(t.model, adapter, s, { checkpoints }, temperature);
       const logp = await pass.forward();
       pass.release();
       expect(logp.length).toBe(s.oldLogprobs.length);
@@ -239,7 +239,7 @@ describe('GpuPolicy on the tiny model (LoRA on)', () => {
     const samples = (await roundSamples(0.7)).filter((s) => s.stage === 'summary');
     let err = 0;
     for (const s of samples) {
-      const pass = samplePass(t.model, adapter, s, 'f32', 1);
+      const pass = samplePass(t.model, adapter, s, { checkpoints: 'f32' }, 1);
       const logp = await pass.forward();
       pass.release();
       logp.forEach((x, i) => (err = Math.max(err, Math.abs(x - s.oldLogprobs[i]!))));

@@ -52,7 +52,7 @@ async function update(samples: RoundSample[]) {
   const { lora, weights } = movedLora(t.model, 4, 3, 0.1);
   const adapter = attachAdapter(t.model, lora, weights);
   for (const x of samples) {
-    const pass = samplePass(t.model, adapter, x.sample, 'f32', 1);
+    const pass = samplePass(t.model, adapter, x.sample, { checkpoints: 'f32' }, 1);
     x.sample.oldLogprobs = Array.from(await pass.forward());
     pass.release();
   }
