@@ -1071,8 +1071,11 @@ export const KEPT_BUDGET_SHARE = 0.9;
  * most k whose plan stays within the larger of the plan's own peak (memory the summaries or the
  * votes hold anyway) and KEPT_BUDGET_SHARE of `budgetBytes` (the GPU memory the user allows),
  * and, given `limits`, whose buffers fit them. Each kept layer saves recomputing it in every training pass's
- * backward: all L make a pass two layer passes (forward, backward) instead of three. A plan
- * without training, or one with keepLayers set, comes back as it is.
+ * backward: all L make a pass two layer passes (forward, backward) instead of three. Then, with
+ * mlpChunk 'auto', the largest of MLP_CHUNKS_AUTO whose plan stays within the same bounds
+ * (MemoryPlan.mlpChunk: taller MLP products in every pass). A plan without training comes back as
+ * it is; k starts at the plan's own keepLayers (planMemory does not call this where the caller set
+ * keepLayers).
  */
 export function withKeptLayers(p: MemoryPlan, limits?: AdapterLimits, budgetBytes?: number): MemoryPlan {
   if (!p.options.training) return p;
