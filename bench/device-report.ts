@@ -19,7 +19,9 @@
 // decode GEMV's layouts swept (gemv-ab.log, bench/gemv-sweep.ts): per product and batch the
 // fastest and 'auto''s; and
 // bench/profile.ts's runs with other kernel switches beside the defaults' (round.log, gemv-ab.log):
-// each unit's GPU time and its ratio to the first run's.
+// each unit's GPU time and its ratio to the first run's; and bench/chunk-ab.ts's tables in round.log
+// (the prefill by prefill chunk, the LoRA step by MLP chunk): each chunk's median and its rate
+// over the first chunk's.
 // A file that is missing or malformed makes its rows say so; the rest still report.
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -50,6 +52,55 @@ export interface DeviceRun {
   profiles?: { file: string; runs: ProfileRun[] | string }[];
   /** bench/gemv-sweep.ts's tables in gemv-ab.log, or why they are missing. */
   gemvSweep?: GemvSweep[] | string;
+  /** bench/chunk-ab.ts's tables in round.log (none where it has none), or why the log is missing. */
+  chunks?: ChunkAb[] | string;
+}
+
+/** One run of bench/chunk-ab.ts: its `# ...` title and each chunk's median. */
+export interface ChunkAb {
+  title: string;
+  rows: { chunk: number; ms: number; dispatches: number; vsFirst: number }[];
+}
+
+/**
+ * bench/chunk-ab.ts's runs in a log: a `# prefill of ...` or `# LoRA training step ...` title, then
+ * after the `chunk  median ms ...` header one row a chunk (`chunk ms tok/s dispatches ratio x`).
+ * Other lines are skipped; a log without one gives none.
+ */
+export function parseChunkAb(text: string): ChunkAb[] {
+  const out: ChunkAb[] = [];
+  let title: string | null = null;
+  let open: ChunkAb | null = null;
+  for (const line of text.split('\n')) {
+    if (/^# (prefill of|LoRA training step)/.test(line)) {
+      title = line.slice(2);
+      open = null;
+    } else if (title !== null && /^chunk\s+median ms/.test(line)) {
+      out.push((open = { title, rows: [] }));
+      title = null;
+    } else if (open) {
+      const m = /^\s*(\d+)\s+([\d.]+)\s+\d+\s+(\d+)\s+([\d.]+)x\s*$/.exec(line);
+      if (m) open.rows.push({ chunk: +m[1]!, ms: +m[2]!, dispatches: +m[3]!, vsFirst: +m[4]! });
+      else open = null;
+    }
+  }
+  return out;
+}
+
+/** The chunk A/Bs' Markdown lines: per run its title, then each chunk's median ms, dispatches and rate over the first's. */
+function chunkLines(runs: ChunkAb[]): string[] {
+  const out: string[] = [];
+  for (const r of runs) {
+    out.push(
+      '',
+      `${r.title} (round.log, bench/chunk-ab.ts, alternated; > 1: faster than the first chunk):`,
+      '',
+      '| chunk | median ms | dispatches | rate over the first |',
+      '|---|---|---|---|',
+      ...r.rows.map((x) => `| ${x.chunk} | ${num(x.ms, 1)} | ${x.dispatches} | ${num(x.vsFirst, 2)}x |`),
+    );
+  }
+  return out;
 }
 
 /** One table of bench/gemv-sweep.ts: a product at a batch, each layout's median time. */
@@ -391,6 +442,8 @@ export function deviceReport(run: DeviceRun): string[] {
     if (typeof run.gemvSweep === 'object') out.push(...gemvSweepLines(run.gemvSweep));
     else out.push(`Decode GEMV layouts: ${why(run.gemvSweep, 'gemv-ab.log')}`);
   }
+  // The prefill and MLP chunks side by side (round.log).
+  if (typeof run.chunks === 'object') out.push(...chunkLines(run.chunks));
   // Profiles run with other kernel switches beside the defaults' (round.log, gemv-ab.log).
   for (const p of run.profiles ?? []) {
     if (typeof p.runs === 'string') continue; // a missing log: its other rows say so
@@ -431,6 +484,7 @@ export async function readDeviceRun(dir: string): Promise<DeviceRun> {
     summary: await read('summary.log', (t) => t),
     attention: await read('attention-ab.log', parseAttentionAb),
     gemvSweep: await read('gemv-ab.log', parseGemvSweep),
+    chunks: await read('round.log', parseChunkAb),
     profiles: [
       { file: 'round.log', runs: await read('round.log', parseProfiles) },
       { file: 'gemv-ab.log', runs: await read('gemv-ab.log', parseProfiles) },

@@ -10,6 +10,7 @@ import {
   deviceReport,
   lastJsonObject,
   parseAttentionAb,
+  parseChunkAb,
   parseGemvSweep,
   parseProfiles,
   readDeviceRun,
@@ -376,5 +377,50 @@ describe('gemv-ab.log: bench/gemv-sweep.ts tables', () => {
     expect(() => parseGemvSweep('gemv-ab: exit 124\n')).toThrow(/no "## op B=T" table/);
     const text = deviceReport(await readDeviceRun('bench/results/2026-12-04-h200')).join('\n');
     expect(text).toMatch(/Decode GEMV layouts: gemv-ab\.log: (missing|not readable)/);
+  });
+});
+
+describe('bench/chunk-ab.ts runs (round.log)', () => {
+  it('reads each run, its title and each chunk, and reports them as tables', () => {
+    const log = [
+      '## SpyRL round: 4b (36 of 36 layers) q4', // the round's lines: skipped
+      '# prefill of 2048 tokens on nvidia h100: 4b shapes, 4 layers, q4, f16 KV, LoRA r 16 on every projection',
+      'round 1: 256-token chunks 30.1 ms, 1151 dispatches',
+      'chunk  median ms  tok/s  dispatches  vs first',
+      '  256       30.1  68040        1151  1.00x',
+      ' 2048       20.5  99902         132  1.47x',
+      '# LoRA training step (4 layers kept) of 2048 tokens by MLP chunk on nvidia h100: 4b shapes, 4 layers',
+      'round 1: 256-row MLP chunks 700.0 ms, 2000 dispatches',
+      'chunk  median ms  tok/s  dispatches  vs first',
+      '  256      700.0   2926        2000  1.00x',
+      ' 1024      610.5   3355         900  1.15x',
+      '# nvidia h100; 4b with 4 of 36 layers, q4 weights', // a profile's header after it: the table ended
+      '# prefill of 2048 tokens on nvidia h100: cut off before its table', // no table: left out
+    ].join('\n');
+    const runs = parseChunkAb(log);
+    expect(
+      runs.map((r) => [r.title.split(' on ')[0], r.rows.map((x) => [x.chunk, x.ms, x.dispatches, x.vsFirst])]),
+    ).toEqual([
+      [
+        'prefill of 2048 tokens',
+        [
+          [256, 30.1, 1151, 1],
+          [2048, 20.5, 132, 1.47],
+        ],
+      ],
+      [
+        'LoRA training step (4 layers kept) of 2048 tokens by MLP chunk',
+        [
+          [256, 700, 2000, 1],
+          [1024, 610.5, 900, 1.15],
+        ],
+      ],
+    ]);
+    const lines = deviceReport({ chunks: runs });
+    expect(
+      lines.some((l) => l.startsWith('LoRA training step (4 layers kept)') && l.includes('bench/chunk-ab.ts')),
+    ).toBe(true);
+    expect(rowOf(lines, '1024')).toBe('| 1024 | 610.5 | 900 | 1.15x |');
+    expect(parseChunkAb('no tables here')).toEqual([]);
   });
 });
