@@ -9,6 +9,7 @@ import * as K from '../src/ops/index.ts';
 import { LoraAdapter } from '../src/model/lora.ts';
 import { initLora, loraConfig } from '../src/model/peft.ts';
 import { TrainingPass } from '../src/train/trainingPass.ts';
+import { MLP_CHUNKS_AUTO } from '../src/train/memory.ts';
 import { quantizeQ4 } from '../src/model/q4.ts';
 import { crossEntropyLoss } from '../src/train/pgLoss.ts';
 import { makeRecord, type BenchRecord, type Roofline } from './measure.ts';
@@ -338,11 +339,17 @@ export async function benchModel(
     // FLOPs: the forward's matmuls run 3 times (forward, recompute, input gradients) plus the
     // LM head twice on every target row (its logits, then its input gradient, both in the forward:
     // src/train/trainingPass.ts); LoRA's own matmuls are counted separately (small). Then the same
-    // step with every layer kept (TrainingPassOptions.keepLayers = L): no recompute, 2 times.
+    // step with every layer kept (TrainingPassOptions.keepLayers = L): no recompute, 2 times, and
+    // its MLP in chunks of MLP_CHUNKS_AUTO[0] rows, as the memory plan that keeps every layer takes
+    // it where memory is left (src/train/memory.ts withKeptLayers: the 24 GiB round's update), so
+    // up to 2,048 tokens in one chunk, as PyTorch + PEFT runs it; the recomputing step keeps
+    // TrainingPass's default (DEFAULT_MLP_CHUNK), the plan's without a budget.
     const TT = o.trainLen ?? (slow ? (name === 'tiny' ? 64 : 16) : 512);
     const tIds = Array.from({ length: TT }, (_, i) => (i * 104729) % c.vocabSize);
+    const keptChunk = MLP_CHUNKS_AUTO[0];
     const trainStep = async (keepLayers: number) => {
-      const pass = new TrainingPass(model, adapter, tIds, [...tIds.slice(1), -1], null, { keepLayers });
+      const mlpChunk = keepLayers ? keptChunk : undefined;
+      const pass = new TrainingPass(model, adapter, tIds, [...tIds.slice(1), -1], null, { keepLayers, mlpChunk });
       pass.backward(crossEntropyLoss(await pass.forward()).dlogp);
       await gpu.sync();
       const bytes = pass.bytes.peak;
@@ -366,7 +373,7 @@ export async function benchModel(
       const loraFlops = 2 * runs * TT * adapter.numParams; // ~2 flops per param per token and layer pass
       const trainBytes = (wBytes - headBytes) * runs + headBytes * 2 + 4 * (c.numLayers + 2) * TT * c.hiddenSize * 2;
       report(
-        `LoRA step ${TT} tok r=${lcfg.r}${keep ? ', every layer kept' : ''}`,
+        `LoRA step ${TT} tok r=${lcfg.r}${keep ? `, every layer kept, ${TT <= keptChunk ? 'one MLP chunk' : `MLP in ${keptChunk}-row chunks`}` : ''}`,
         tTrain,
         reps,
         TT,

@@ -206,7 +206,7 @@ describe('benchmark kernels and suite on the GPU', () => {
       'toy decode B=2 @ctx 20 (LoRA)',
       'toy decode B=2 @ctx 20 (LoRA, generate loop)',
       'toy LoRA step 6 tok r=4',
-      'toy LoRA step 6 tok r=4, every layer kept',
+      'toy LoRA step 6 tok r=4, every layer kept, one MLP chunk',
     ]);
     expect(recs.every((r) => r.group === 'e2e' && r.seconds > 0 && r.tokPerS! > 0)).toBe(true);
   });
