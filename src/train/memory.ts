@@ -564,26 +564,27 @@ export function planRound(cfg: Qwen3Config, options: RoundPlanOptions): MemoryPl
   const base = planRoundAt(cfg, { ...o, forwardChunk: fixedF ?? FORWARD_CHUNK, mlpChunk: fixedM ?? DEFAULT_MLP_CHUNK });
   const at = (forwardChunk: number, mlpChunk: number) =>
     planRoundAt(cfg, { ...o, keepPromptKv: base.keepPromptKv, forwardChunk, mlpChunk });
-  const holds = (p: MemoryPlan) => p.total <= base.total && p.largestBuffer.bytes <= base.largestBuffer.bytes;
   let best = base;
-  if (fixedF === null)
-    for (const chunk of FORWARD_CHUNKS_AUTO) {
-      const p = at(chunk, best.mlpChunk);
-      if (holds(p)) {
-        best = p;
-        break;
-      }
-    }
-  if (fixedM === null && o.training)
-    for (const chunk of MLP_CHUNKS_AUTO) {
-      const p = at(best.forwardChunk, chunk);
-      if (holds(p)) {
-        best = p;
-        break;
-      }
-    }
+  if (fixedF === null) best = grownChunk(base, FORWARD_CHUNKS_AUTO, (c) => at(c, best.mlpChunk)) ?? best;
+  if (fixedM === null && o.training) best = grownChunk(base, MLP_CHUNKS_AUTO, (c) => at(best.forwardChunk, c)) ?? best;
   // The options keep 'auto' for replanning.
   return { ...best, options: o };
+}
+
+/**
+ * The plan at the first of `chunks` (largest first) that holds no more than `limit` at the peak and
+ * in any one buffer, or null.
+ */
+function grownChunk(
+  limit: MemoryPlan,
+  chunks: readonly number[],
+  at: (chunk: number) => MemoryPlan,
+): MemoryPlan | null {
+  for (const chunk of chunks) {
+    const p = at(chunk);
+    if (p.total <= limit.total && p.largestBuffer.bytes <= limit.largestBuffer.bytes) return p;
+  }
+  return null;
 }
 
 /** A chunk option's number, null for 'auto'; anything else is refused by name. */
@@ -840,12 +841,8 @@ export function planSft(cfg: Qwen3Config, s: SftPlanOptions): MemoryPlan {
   // 'auto' as planRound's: the largest chunk that holds no more at the peak and in any one buffer
   // (the pass is the peak unless loading q4 weights takes more, so it mostly stays).
   const base = at(fixed ?? DEFAULT_MLP_CHUNK);
-  if (fixed === null)
-    for (const chunk of MLP_CHUNKS_AUTO) {
-      const p = at(chunk);
-      if (p.total <= base.total && p.largestBuffer.bytes <= base.largestBuffer.bytes) return { ...p, options: o };
-    }
-  return { ...base, options: o };
+  const grown = fixed === null ? grownChunk(base, MLP_CHUNKS_AUTO, at) : null;
+  return { ...(grown ?? base), options: o };
 }
 
 function planSftAt(cfg: Qwen3Config, seqLen: number, o: MemoryPlan['options'] & { mlpChunk: number }): MemoryPlan {
