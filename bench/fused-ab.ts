@@ -1,5 +1,5 @@
 // `npx tsx bench/fused-ab.ts [--reps 3] [--steps 4] [--shapes tiny,4b-layer] [--layers 1] [--weights bf16|q4]
-//   [--ops] [--compare fusions|normFold|loraFold|siluFold|gemvSplitK|gemvWideLanes] [--kernels name=value,...]`
+//   [--ops] [--compare fusions|normFold|loraFold|loraAFold|siluFold|gemvSplitK|gemvWideLanes] [--kernels name=value,...]`
 // The decode fusions side by side on this machine's adapter: Qwen3Model.forward with the fused
 // q/k/v and gate/up GEMVs (K.matmulGroup) and q/k norm + RoPE + KV write in one kernel
 // (K.qkNormRopeKv), against the kernels they replace (K.fusions.enabled = false), runs alternated
@@ -7,7 +7,9 @@
 // sides, the RMSNorms folded into the group GEMVs (tuning.normFold 'auto') against 'off'; the fold
 // runs where those GEMVs are gemv_lanes (GPUs; on a CPU adapter add `--kernels matmul=lanes`).
 // `--compare loraFold`: the o_proj and down_proj LoRA B products in their GEMVs' stores
-// (tuning.loraFold 'auto') against their own dispatches ('off'). `--compare siluFold`: the
+// (tuning.loraFold 'auto') against their own dispatches ('off'). `--compare loraAFold`: the q/k/v
+// LoRA A product begun in the previous layer's down_proj GEMV (tuning.loraAFold 'auto'; needs 2
+// layers or more: --layers with '4b-layer') against its own dispatch ('off'). `--compare siluFold`: the
 // SwiGLU activation formed inside down_proj's GEMVs (tuning.siluFold 'auto') against silu_mul's
 // own dispatch ('off'). `--compare gemvSplitK`: the
 // GEMV split over K where its columns make few workgroups (tuning.gemvSplitK 'auto': the o_proj and
@@ -48,7 +50,7 @@ const { values } = parseArgs({
     layers: { type: 'string', default: '1' },
   },
 });
-const COMPARES = ['fusions', 'normFold', 'loraFold', 'siluFold', 'gemvSplitK', 'gemvWideLanes'];
+const COMPARES = ['fusions', 'normFold', 'loraFold', 'loraAFold', 'siluFold', 'gemvSplitK', 'gemvWideLanes'];
 if (!COMPARES.includes(values.compare)) {
   throw new Error(`--compare must be one of ${COMPARES.join(', ')} (got "${values.compare}")`);
 }
@@ -59,6 +61,7 @@ function setSide(on: boolean): void {
   if (values.compare === 'fusions') K.fusions.enabled = on;
   else if (values.compare === 'normFold') K.tuning.normFold = on ? 'auto' : 'off';
   else if (values.compare === 'loraFold') K.tuning.loraFold = on ? 'auto' : 'off';
+  else if (values.compare === 'loraAFold') K.tuning.loraAFold = on ? 'auto' : 'off';
   else if (values.compare === 'siluFold') K.tuning.siluFold = on ? 'auto' : 'off';
   else if (values.compare === 'gemvSplitK') K.tuning.gemvSplitK = on ? 'auto' : 'off';
   else K.tuning.gemvWideLanes = on ? 'auto' : 'off';
@@ -194,6 +197,8 @@ try {
         fusions: 'fused = K.fusions on, unfused = off',
         normFold: "fused = tuning.normFold 'auto' (norms folded), unfused = 'off'",
         loraFold: "fused = tuning.loraFold 'auto' (LoRA B products in the GEMV stores), unfused = 'off'",
+        loraAFold:
+          "fused = tuning.loraAFold 'auto' (q/k/v's LoRA A product begun in down_proj's GEMV), unfused = 'off'",
         gemvSplitK: "fused = tuning.gemvSplitK 'auto' (GEMVs of few columns split over K), unfused = 'off'",
         siluFold: "fused = tuning.siluFold 'auto' (the SwiGLU formed in down_proj's GEMVs), unfused = 'off'",
         gemvWideLanes: "fused = tuning.gemvWideLanes 'auto' (up to 64 lanes a column), unfused = 'off'",

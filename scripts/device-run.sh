@@ -159,11 +159,14 @@ run round 220 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4
 # 'auto''s B products in the GEMVs' stores (o_proj's and down_proj's, and since 2026-12-07 the
 # q/k/v and gate/up groups' where their 14 and 10 storage buffers fit: 2 dispatches a layer), and
 # with loraFold=packed: the groups' branches packed (one u, one stacked B), as 'auto' binds them
-# where the device has fewer storage buffers (Chrome's 10), against the unpacked ones where it has more.
+# where the device has fewer storage buffers (Chrome's 10), against the unpacked ones where it has more;
+# then B = 1 at context 128 and B = 4 at 2,048 with loraAFold=off: q/k/v's LoRA A product a dispatch
+# of its own, against 'auto''s, begun in the previous layer's down_proj GEMV (since 2026-12-07,
+# shaders/gemv.wgsl NEXTA / UPART: one dispatch fewer a layer after the first).
 # The earlier runs' other A/Bs (the fusions, sampling, packing, kept layers, the attention kernels
 # at 512 and 2,048 tokens) are in bench/results/2026-12-04-h200 and 2026-12-06-h100*.
 DEC="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --parts decode --top 8"
-run attention-ab 60 bash -c "$DEC --batch 1 --ctx 2048; $DEC --batch 1 --ctx 2048 --kernels attention=split; $DEC --batch 4 --ctx 2048; $DEC --batch 4 --ctx 2048 --kernels attention=split; $DEC --batch 1 --ctx 128; $DEC --batch 1 --ctx 128 --kernels sampleChunks=off; '$NODE' '$D/bench/attention-ab.mjs' --T 64,128 --rounds 2 --variants single,tiled; $DEC --batch 1 --ctx 128 --kernels gemvCols=1; $DEC --batch 4 --ctx 2048 --kernels gemvCols=1; $DEC --batch 1 --ctx 128 --kernels loraFold=off; $DEC --batch 1 --ctx 128 --kernels loraFold=packed"
+run attention-ab 60 bash -c "$DEC --batch 1 --ctx 2048; $DEC --batch 1 --ctx 2048 --kernels attention=split; $DEC --batch 4 --ctx 2048; $DEC --batch 4 --ctx 2048 --kernels attention=split; $DEC --batch 1 --ctx 128; $DEC --batch 1 --ctx 128 --kernels sampleChunks=off; '$NODE' '$D/bench/attention-ab.mjs' --T 64,128 --rounds 2 --variants single,tiled; $DEC --batch 1 --ctx 128 --kernels gemvCols=1; $DEC --batch 4 --ctx 2048 --kernels gemvCols=1; $DEC --batch 1 --ctx 128 --kernels loraFold=off; $DEC --batch 1 --ctx 128 --kernels loraFold=packed; $DEC --batch 1 --ctx 128 --kernels loraAFold=off; $DEC --batch 4 --ctx 2048 --kernels loraAFold=off"
 # gemv-ab.log: first the decode GEMV's layouts swept (bench/gemv-sweep.ts: tuning.gemvLanes 'auto',
 # 4 and 16 staged lanes a column times tuning.gemvCols 1, 2 and 4 columns a thread, over Qwen3-4B
 # q4's q/k/v, o_proj, gate/up, down_proj and LM head at B = 1 and 4, called as a decode step calls

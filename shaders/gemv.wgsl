@@ -50,6 +50,12 @@ struct GemvParams {
   loraR: u32,
   loraScale: f32,
 #endif
+#ifdef NEXTA
+  nextR: u32, // gemv_lanes with define NEXTA: rows of nextA
+#endif
+#ifdef UPART
+  uParts: u32, // gemv_lanes_group with define UPART: the producer's partial sums of each u
+#endif
 }
 
 @group(0) @binding(0) var<uniform> p: GemvParams;
@@ -162,6 +168,56 @@ struct GemvParams {
 // silu(g) * u, g / (1 + e^-g) * u as silu_mul_forward writes it.
 fn siluTimes(g: vec4f, u: vec4f) -> vec4f {
   return g / (1.0 + exp(-g)) * u;
+}
+#endif
+
+#ifdef NEXTA
+// The next RMSNorm's LoRA A product started in the GEMV that writes the residual stream (define
+// NEXTA, gemv_lanes over one weight, unsplit: down_proj's, whose out is x for the next layer's
+// q/k/v group; src/ops/forward.ts matmul's `next`). After its stores, workgroup g adds up over its
+// own columns n of out the products nextA[i, n] nextNormW[n] out[t, n] into nextParts (groups, M,
+// nextR) at (g, t, i): the sum over g is u = x A^T of the normed x before the row's rstd, which the
+// consumer (define UPART) adds up and scales. One dispatch fewer a layer: the A product's own.
+// Bound after the weights and the LoRA branch's and SwiGLU's buffers.
+#if defined(LORA) && defined(SILU)
+@group(0) @binding(7) var<storage, read> nextA: array<f32>; // (nextR, N)
+@group(0) @binding(8) var<storage, read> nextNormW: array<u32>; // (N) bf16, two per u32
+@group(0) @binding(9) var<storage, read_write> nextParts: array<f32>;
+#elif defined(LORA)
+@group(0) @binding(6) var<storage, read> nextA: array<f32>;
+@group(0) @binding(7) var<storage, read> nextNormW: array<u32>;
+@group(0) @binding(8) var<storage, read_write> nextParts: array<f32>;
+#elif defined(SILU)
+@group(0) @binding(5) var<storage, read> nextA: array<f32>;
+@group(0) @binding(6) var<storage, read> nextNormW: array<u32>;
+@group(0) @binding(7) var<storage, read_write> nextParts: array<f32>;
+#else
+@group(0) @binding(4) var<storage, read> nextA: array<f32>;
+@group(0) @binding(5) var<storage, read> nextNormW: array<u32>;
+@group(0) @binding(6) var<storage, read_write> nextParts: array<f32>;
+#endif
+#endif
+
+#ifdef UPART
+// A group's packed LoRA branches (LORAPACK, with NORM) whose u comes as a producer's partial sums
+// (define UPART; the producer's define NEXTA): loraU is (p.uParts, M, GROUP loraR), each u the sum
+// of its p.uParts partials (gatherU, into uw at the kernel's start) times the row's rstd
+// (rowScale, the folded norm's; common/loraterm.wgsl).
+var<workgroup> uw: array<f32, {{UPART}}>; // TMAX GROUP loraR: u (M, GROUP loraR)
+var<private> rowScale: array<f32, TMAX>;
+
+// uw = the sums of loraU's p.uParts partials, four running sums a thread (independent loads).
+fn gatherU(lid: u32) {
+  let n = p.M * {{GROUP}}u * p.loraR;
+  for (var i = lid; i < n; i += 256u) {
+    var s = vec4f(0.0);
+    var g = 0u;
+    for (; g + 4u <= p.uParts; g += 4u) {
+      s += vec4f(loraU[g * n + i], loraU[(g + 1u) * n + i], loraU[(g + 2u) * n + i], loraU[(g + 3u) * n + i]);
+    }
+    for (; g < p.uParts; g++) { s.x += loraU[g * n + i]; }
+    uw[i] = (s.x + s.y) + (s.z + s.w);
+  }
 }
 #endif
 
@@ -358,6 +414,51 @@ fn normScales(ss: array<f32, SH>, lid: u32) -> array<f32, TMAX> {
 }
 #endif
 
+#ifdef NEXTA
+// nextNormW at element n.
+fn nextNormAt(n: u32) -> f32 {
+  let w = nextNormW[n >> 1u];
+  return select(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u), (n & 1u) == 1u);
+}
+
+// Workgroup g's partial sums of the next A product over its columns [g COLS, g COLS + COLS) of
+// out, once they are stored (define NEXTA, above): each (row t, A row i) by P threads, P the most
+// (a power of two) that fit 256 threads and the columns, their sums added in red. Holds barriers:
+// call it in uniform control flow.
+fn nextPartials(g: u32, lid: u32) {
+  storageBarrier(); // this workgroup's stores of out are visible to all its threads
+  workgroupBarrier(); // and red's last reads are done
+  let c0 = g * COLS;
+  let nc = min(COLS, p.N - c0);
+  let pairs = p.M * p.nextR;
+  var P = 1u;
+  while (P * 2u * pairs <= 256u && P * 2u <= nc) { P *= 2u; }
+  let per = 256u / P; // pairs a round
+  let q0 = lid / P;
+  let sl = lid % P;
+  for (var base = 0u; base < pairs; base += per) {
+    let q = base + q0;
+    var s = 0.0;
+    if (q < pairs) {
+      let t = q / p.nextR;
+      let i = q - t * p.nextR;
+      for (var c = sl; c < nc; c += P) {
+        let n = c0 + c;
+        s += nextA[i * p.N + n] * (nextNormAt(n) * out[t * p.N + n]);
+      }
+    }
+    red[lid] = s;
+    workgroupBarrier();
+    if (q < pairs && sl == 0u) {
+      var tot = 0.0;
+      for (var j = 0u; j < P; j++) { tot += red[lid + j]; }
+      nextParts[g * pairs + q] = tot;
+    }
+    workgroupBarrier();
+  }
+}
+#endif
+
 @compute @workgroup_size(256)
 fn gemv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
 #ifdef SUBGROUPS
@@ -369,6 +470,9 @@ fn gemv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: v
   let n0 = linearGroup(wid, nwg) * COLS + col;
   if (linearGroup(wid, nwg) * COLS >= p.N) { return; } // a whole workgroup past N (uniform)
 #include "common/gemvstaged.wgsl" (WI=, WN=p.N, AT=wid.z * p.splitStride + )
+#ifdef NEXTA
+  nextPartials(linearGroup(wid, nwg), lid);
+#endif
 }
 
 #ifdef GROUP
@@ -386,6 +490,9 @@ fn gemv_lanes_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) 
   let g = linearGroup(wid, nwg);
   let g0 = (p.N + COLS - 1u) / COLS;
   let g1 = g0 + (p.N1 + COLS - 1u) / COLS;
+#ifdef UPART
+  gatherU(lid); // read in the stores, many barriers on
+#endif
   if (g < g0) {
     let n0 = g * COLS + col;
 #include "common/gemvstaged.wgsl" (WI=, WN=p.N, AT=wid.z * p.splitStride + )

@@ -93,6 +93,9 @@
   }
 #ifdef NORM
   let rs = normScales(ss, lid);
+#ifdef UPART
+  rowScale = rs; // the LoRA branches' u is of the unnormed partials (gemv.wgsl UPART)
+#endif
   for (var t = 0u; t < TMAX; t++) {
     for (var r = 0u; r < CPT; r++) { accs[t * CPT + r] *= rs[t]; }
   }

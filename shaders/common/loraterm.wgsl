@@ -22,14 +22,21 @@ fn loraTerm{{WI}}(o: u32) -> f32 {
 #else
 // Or, a group's branches packed (define LORAPACK), without AT:
 //   #include "common/loraterm.wgsl" (WI=suffix, WN=rows, US=row stride, UO=column, BO=row)
-// the same sum over the kernel's shared loraU (M, US) from column UO and loraB from row BO.
+// the same sum over the kernel's shared loraU (M, US) from column UO and loraB from row BO (with
+// define UPART, over uw: u gathered from partial sums, times the row's rstd).
 fn loraTerm{{WI}}(o: u32) -> f32 {
   let t = o / {{WN}};
   let n = o - t * {{WN}};
   let u0 = t * ({{US}}) + {{UO}};
   let b0 = ({{BO}} + n) * p.loraR;
   var s = 0.0;
+#ifdef UPART
+  // u summed from a producer's partials into uw, of the row before its rstd (gemv.wgsl UPART).
+  for (var j = 0u; j < p.loraR; j++) { s += uw[u0 + j] * loraB[b0 + j]; }
+  return p.loraScale * (rowScale[t] * s);
+#else
   for (var j = 0u; j < p.loraR; j++) { s += loraU[u0 + j] * loraB[b0 + j]; }
   return p.loraScale * s;
+#endif
 }
 #endif

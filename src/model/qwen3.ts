@@ -189,6 +189,10 @@ export class Qwen3Model {
     const u = us[0] ?? null;
     // (T, G r): a group's u over its stacked A matrices, where its branches bind packed (made on first use)
     let uPacked: GPUBuffer | null = null;
+    // This layer's q/k/v LoRA A product as the partial sums the previous layer's down_proj GEMV
+    // wrote (K.NextAProduct, tuning.loraAFold): their count a row, 0 where it did not.
+    let aParts: GPUBuffer | null = null;
+    let pendingParts = 0;
     let l = 0;
     // y (+)= x W^T, plus the LoRA branch s (x A^T) B^T when the adapter targets this projection:
     // its A product first, then the B product inside the projection's GEMV where that takes it
@@ -203,12 +207,26 @@ export class Qwen3Model {
       Kd: number,
       accumulate = false,
       up?: GPUBuffer,
-    ) => {
+      next?: K.NextAProduct,
+    ): number => {
       const p = lora?.get(l, target);
-      if (!p) return K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, undefined, up);
+      if (!p) return K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, undefined, up, next);
       const r = lora!.settings.r;
       K.matmulF32(gpu, u!, xIn, p.A, T, r, Kd, false, 1, up);
-      K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, { u: u!, B: p.B, r, scale: lora!.scale }, up);
+      return K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, { u: u!, B: p.B, r, scale: lora!.scale }, up, next);
+    };
+    const qkvTargets: readonly LoraTarget[] = ['q_proj', 'k_proj', 'v_proj'];
+    const qkvNs = [NH * HD, NKV * HD, NKV * HD];
+    // Layer l1's q/k/v LoRA A product for the GEMV writing its input x to begin (K.matmul's
+    // `next`), where that group takes its u as partial sums (K.groupTakesParts); else undefined.
+    const nextQkvA = (l1: number): K.NextAProduct | undefined => {
+      if (!lora || l1 >= cfg.numLayers || !qkvTargets.every((t) => lora.get(l1, t))) return undefined;
+      const lw1 = w.layers[l1];
+      const norm = { w: lw1.inputNorm, eps };
+      const r = lora.settings.r;
+      if (!K.groupTakesParts(gpu, x, [lw1.qProj, lw1.kProj, lw1.vProj], T, qkvNs, C, r, norm)) return undefined;
+      aParts ??= gpu.createBuffer(K.nextAParts(C) * T * 3 * r * 4, 'loraAParts');
+      return { A: lora.packed(l1, qkvTargets)!.A, normW: lw1.inputNorm, parts: aParts, R: 3 * r };
     };
     // Projections of h = rmsNorm(x, normW) sharing one read of it (q/k/v, gate/up): one fused GEMV
     // dispatch in decode (K.matmulGroup), then each target's LoRA branch on its own output.
@@ -222,7 +240,13 @@ export class Qwen3Model {
     // (LoraAdapter.packed).
     // Where the group products can take it (K.foldsNorm: decode on GPUs), the norm runs inside them
     // and h is never written; a LoRA A product of one projection alone needs h, so not then.
-    const projGroup = (normW: GPUBuffer, ys: GPUBuffer[], wts: K.Weight[], targets: LoraTarget[], Ns: number[]) => {
+    const projGroup = (
+      normW: GPUBuffer,
+      ys: GPUBuffer[],
+      wts: K.Weight[],
+      targets: readonly LoraTarget[],
+      Ns: readonly number[],
+    ) => {
       const ps = targets.map((target) => lora?.get(l, target) ?? null);
       const groupA = lora !== null && ps.every((p) => p !== null);
       const fold = K.foldsNorm(gpu, T, wts.length) && (groupA || ps.every((p) => p === null));
@@ -237,6 +261,19 @@ export class Qwen3Model {
         return;
       }
       const r = lora.settings.r;
+      if (pendingParts > 0 && wts.length === 3) {
+        // u from the partial sums the previous layer's down_proj wrote (nextQkvA)
+        const pack = lora.packed(l, targets)!;
+        K.matmulGroup(gpu, ys, xIn, wts, T, Ns, C, norm, {
+          u: aParts!,
+          B: pack.B,
+          r,
+          scale: lora.scale,
+          parts: pendingParts,
+        });
+        pendingParts = 0;
+        return;
+      }
       if (K.groupLoraPacks(gpu, xIn, wts, T, Ns, C, norm)) {
         const pack = lora.packed(l, targets)!;
         uPacked ??= gpu.createBuffer(T * 3 * r * 4, 'loraUPacked'); // the larger group's
@@ -270,13 +307,7 @@ export class Qwen3Model {
     for (l = 0; l < cfg.numLayers; l++) {
       const lw = w.layers[l];
       // x = x + o_proj(attn(rope(q_norm(q)), rope(k_norm(k)), v))
-      projGroup(
-        lw.inputNorm,
-        [q, k, v],
-        [lw.qProj, lw.kProj, lw.vProj],
-        ['q_proj', 'k_proj', 'v_proj'],
-        [NH * HD, NKV * HD, NKV * HD],
-      );
+      projGroup(lw.inputNorm, [q, k, v], [lw.qProj, lw.kProj, lw.vProj], qkvTargets, qkvNs);
       // q/k norms, RoPE, and k, v into the cache: one dispatch
       K.qkNormRopeKv(
         gpu,
@@ -305,10 +336,12 @@ export class Qwen3Model {
       projGroup(lw.postNorm, [gate, up], [lw.gateProj, lw.upProj], ['gate_proj', 'up_proj'], [I, I]);
       // down_proj over silu(gate) * up: formed inside its GEMVs where they take it (K.foldsSilu),
       // else by its own kernel first.
-      if (siluFold) proj(x, gate, lw.downProj, 'down_proj', C, I, true, up);
+      // It also begins the next layer's q/k/v LoRA A product where that folds (nextQkvA).
+      const next = nextQkvA(l + 1);
+      if (siluFold) pendingParts = proj(x, gate, lw.downProj, 'down_proj', C, I, true, up, next);
       else {
         K.siluMul(gpu, act, gate, up, T * I);
-        proj(x, act, lw.downProj, 'down_proj', C, I, true);
+        pendingParts = proj(x, act, lw.downProj, 'down_proj', C, I, true, undefined, next);
       }
     }
     if (rows.length > 0) {
@@ -342,6 +375,7 @@ export class Qwen3Model {
     // buffer, and the next decode step would miss it in turn, with new bind groups every step.
     for (const b of [ids, slot, pos, x, h, q, qn, k, v, att, gate, up, act, ...us]) gpu.releaseBuffer(b);
     if (uPacked) gpu.releaseBuffer(uPacked);
+    if (aParts) gpu.releaseBuffer(aParts);
   }
 
   private u32(values: ArrayLike<number>, label: string): GPUBuffer {

@@ -74,6 +74,12 @@ export function lanesSplit(N: number, K: number, blockElems: number, lanes: numb
 export const LANES_MAX = 64;
 
 /**
+ * The most partial sums a row that matmul's `next` A product writes over N columns (K.NextAProduct:
+ * one per gemv_lanes workgroup, the narrowest of which has 256 / LANES_MAX = 4 columns).
+ */
+export const nextAParts = (N: number): number => Math.ceil(N / (256 / LANES_MAX));
+
+/**
  * gemv_lanes' threads per column for N columns over rows of K elements, widened from `lanes`
  * (tuning.gemvWideLanes): doubled, up to LANES_MAX, while the columns (256 / lanes per
  * workgroup) make fewer than LANES_SPLIT_BELOW workgroups and each lane would still walk at

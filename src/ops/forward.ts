@@ -30,6 +30,7 @@ import {
   type WeightFormat,
 } from './common.ts';
 import { colsPerThread, colsShapeFits, colsSplit, lanesSplit, LANES_MAX, tmaxFor, wideLanes } from './colsSplit.ts';
+export { nextAParts } from './colsSplit.ts';
 import { GEMM_TILE_M, GEMM_TILE_M_TALL, GEMM_TILE_N, splitKFor } from './splitK.ts';
 import { q4DequantFor } from './q4Dequant.ts';
 import { dequantizeQ4 } from './quant.ts';
@@ -145,9 +146,12 @@ const NORM_FLAG = 1,
   SILU_FLAG = 2,
   LORA_FLAG = 4,
   XEACH_FLAG = 8,
-  LORAPACK_FLAG = 16;
+  LORAPACK_FLAG = 16,
+  NEXTA_FLAG = 32;
 const WEIGHT_CODES: Record<WeightFormat, number> = { f32: 0, bf16: 1, q4: 2 };
 const blockDefinesMemo = new Map<number, BlockDefines>();
+/** blockDefines with define UPART (its workgroup array's length), by the key without it, then by it. */
+const upartDefinesMemo = new Map<number, Map<number, BlockDefines>>();
 const fitsBits = (v: number, bits: number) => Number.isInteger(v) && v >= 0 && v < 2 ** bits;
 
 /**
@@ -156,7 +160,8 @@ const fitsBits = (v: number, bits: number) => Number.isInteger(v) && v >= 0 && v
  * its kernel by identity (src/gpu/launch.ts). A decode step makes hundreds of these calls; the
  * object spreads they replace were a sixth of its encoding (bench/decode-encode.ts). LANES and XS
  * of 0 leave their define out (gemv_rows, gemv_cols), and so does a CPT of 1 (gemv_lanes' columns
- * a thread).
+ * a thread), and a UPART of 0 (a group's u gathered from partial sums: its value the length of the
+ * kernel's array for it).
  */
 function blockDefines(
   WEIGHTS: WeightFormat,
@@ -168,6 +173,7 @@ function blockDefines(
   GROUP = 0,
   flags = 0,
   CPT = 1,
+  UPART = 0,
 ): BlockDefines {
   const cptCode = CPT === 1 ? 0 : CPT === 2 ? 1 : CPT === 4 ? 2 : -1;
   const packs =
@@ -181,11 +187,11 @@ function blockDefines(
     ? ((((((WEIGHT_CODES[WEIGHTS] * 256 + TMAX) * 512 + COLS) * 256 + LANES) * 8192 + XS) * 2 + (subgroups ? 1 : 0)) *
         4 +
         cptCode) *
-        128 +
-      GROUP * 32 +
-      (flags & 31)
+        256 +
+      GROUP * 64 +
+      (flags & 63)
     : -1;
-  const hit = blockDefinesMemo.get(key);
+  const hit = UPART === 0 ? blockDefinesMemo.get(key) : upartDefinesMemo.get(key)?.get(UPART);
   if (hit) return hit;
   const d: Record<string, DefineValue> = { WEIGHTS, TMAX };
   if (LANES) d.LANES = LANES;
@@ -199,25 +205,33 @@ function blockDefines(
   if (flags & LORA_FLAG) d.LORA = 1;
   if (flags & XEACH_FLAG) d.XEACH = 1;
   if (flags & LORAPACK_FLAG) d.LORAPACK = 1;
+  if (flags & NEXTA_FLAG) d.NEXTA = 1;
+  if (UPART) d.UPART = UPART;
   const out = d as BlockDefines;
   if (!packs) return out; // outside the packing: built each call, and looked up by its values
-  blockDefinesMemo.set(key, Object.freeze(out));
+  if (UPART === 0) blockDefinesMemo.set(key, Object.freeze(out));
+  else {
+    let byPart = upartDefinesMemo.get(key);
+    if (!byPart) upartDefinesMemo.set(key, (byPart = new Map()));
+    byPart.set(UPART, Object.freeze(out));
+  }
   return out;
 }
 
-/** d with the group and flags set (those of d dropped); LANES replaced (COLS 256 / LANES) when given. */
+/** d with the group and flags set (those of d dropped, and its UPART); LANES replaced (COLS 256 / LANES) when given. */
 function withBlock<D extends BlockDefines>(d: D, GROUP: number, flags: number, LANES = d.LANES ?? 0): D {
   const COLS = LANES === (d.LANES ?? 0) ? d.COLS : 256 / LANES;
   return blockDefines(d.WEIGHTS, d.TMAX, COLS, LANES, d.XS ?? 0, 'SUBGROUPS' in d, GROUP, flags) as D;
 }
 
-/** blockDefines' flags of d (NORM, SILU, LORA, XEACH, LORAPACK). */
+/** blockDefines' flags of d (NORM, SILU, LORA, XEACH, LORAPACK, NEXTA). */
 const flagsOf = (d: BlockDefines) =>
   ('NORM' in d ? NORM_FLAG : 0) |
   ('SILU' in d ? SILU_FLAG : 0) |
   ('LORA' in d ? LORA_FLAG : 0) |
   ('XEACH' in d ? XEACH_FLAG : 0) |
-  ('LORAPACK' in d ? LORAPACK_FLAG : 0);
+  ('LORAPACK' in d ? LORAPACK_FLAG : 0) |
+  ('NEXTA' in d ? NEXTA_FLAG : 0);
 
 /**
  * gemv_lanes' defines d (one column a thread) with CPT columns a thread (tuning.gemvCols,
@@ -241,6 +255,7 @@ function withColsPerThread(gpu: Gpu, d: LanesDefines, K: number): LanesDefines {
     GROUP,
     flagsOf(d),
     CPT,
+    Number(d.UPART ?? 0),
   ) as LanesDefines;
 }
 
@@ -279,12 +294,13 @@ function lanesDefines(
   N?: number,
   GROUP = 0,
   flags = 0,
+  UPART = 0,
 ): LanesDefines {
   const staged = stagedLanes(K, WEIGHTS);
   const LANES = N !== undefined && widensLanes(gpu) ? wideLanes(N, K, BLOCK_ELEMS[WEIGHTS], staged) : staged;
   const TMAX = tmaxFor(M);
   const XS = stagedVec4s(gpu, TMAX, norm);
-  return blockDefines(WEIGHTS, TMAX, 256 / LANES, LANES, XS, useSubgroups(gpu), GROUP, flags) as LanesDefines;
+  return blockDefines(WEIGHTS, TMAX, 256 / LANES, LANES, XS, useSubgroups(gpu), GROUP, flags, 1, UPART) as LanesDefines;
 }
 
 /**
@@ -294,6 +310,8 @@ function lanesDefines(
  * workgroup sharing x staged in workgroup memory; split over K where its columns make few
  * workgroups (tuning.gemvSplitK, lanesSplit: the LoRA A products), the slices' partial sums in a
  * pooled scratch that gemv_cols_reduce adds in order (not with a LoRA epilogue in the store).
+ * With `next` ('lanes' only, never split): the next norm's LoRA A partial sums too (NextAProduct);
+ * returns how many partials a row it wrote (its workgroups), 0 without `next`.
  */
 function blockGemv(
   gpu: Gpu,
@@ -311,14 +329,16 @@ function blockGemv(
   lora?: LoraEpilogue,
   up?: GPUBuffer,
   norm?: FoldedNorm,
-): void {
+  next?: NextAProduct,
+): number {
   const TMAX = tmaxFor(M);
   // gemv_rows' columns per thread: each read of x then serves COLS columns. On SwiftShader, bf16
   // 9728 x 2560: 4 took half the time of 1 at M = 1 and 4, and 0.8x the time of 2 at M = 8 (bf16 and q4).
   check(!up || entry === 'lanes', () => `${op}: a folded SwiGLU needs gemv_lanes`); // the callers check first
   check(!norm || (entry === 'lanes' && !up && !lora), () => `${op}: a folded norm needs gemv_lanes alone`);
+  check(!next || (entry === 'lanes' && !norm), () => `${op}: the next A product needs gemv_lanes without a norm`);
   const lanes = entry === 'lanes' ? lanesDefines(gpu, WEIGHTS, M, K, norm !== undefined) : null;
-  if (lanes && !lora && !norm && tuning.gemvSplitK === 'auto' && !autoForCpu(gpu) && (M * N) % 4 === 0) {
+  if (lanes && !lora && !norm && !next && tuning.gemvSplitK === 'auto' && !autoForCpu(gpu) && (M * N) % 4 === 0) {
     const base = up ? withBlock(lanes, 0, SILU_FLAG) : lanes;
     const { kChunk, splits } = lanesSplit(N, K, BLOCK_ELEMS[WEIGHTS], base.LANES, base.COLS);
     if (splits > 1) {
@@ -334,11 +354,11 @@ function blockGemv(
       );
       // Recorded as its own op, so that kernelVariant(gpu, op) still names the GEMV that ran.
       reducePartials(gpu, `${op}.splitK`, out, partials, M, N, splits, accumulate, scale);
-      return;
+      return 0;
     }
   }
   // Unsplit: a narrow product widens its lanes instead (wideLanes), as a group product does.
-  const flags = (up ? SILU_FLAG : 0) | (lora ? LORA_FLAG : 0) | (norm ? NORM_FLAG : 0);
+  const flags = (up ? SILU_FLAG : 0) | (lora ? LORA_FLAG : 0) | (norm ? NORM_FLAG : 0) | (next ? NEXTA_FLAG : 0);
   let base: BlockDefines;
   if (lanes) {
     const LANES = widensLanes(gpu) ? wideLanes(N, K, BLOCK_ELEMS[WEIGHTS], lanes.LANES) : lanes.LANES;
@@ -347,20 +367,47 @@ function blockGemv(
   const columnsPerGroup = entry === 'rows' ? 64 * base.COLS : base.COLS;
   const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), gpu.limits.maxComputeWorkgroupsPerDimension);
   const params = [M, N, K, accumulate ? 1 : 0, f32(scale), 0, 0, 0];
+  const buffers = lora
+    ? up
+      ? [out, x, w, lora.u, lora.B, up]
+      : [out, x, w, lora.u, lora.B]
+    : up
+      ? [out, x, w, up]
+      : norm
+        ? [out, x, w, norm.w]
+        : [out, x, w];
+  const parts = next ? Math.ceil(N / columnsPerGroup) : 0;
+  if (next) {
+    checkSize(next.parts, parts * M * next.R * 4, () => `${op} next A partials`);
+    buffers.push(next.A, next.normW, next.parts);
+  }
   gpu.dispatch(
     opKernel(gpu, op, 'gemv', entry === 'lanes' ? 'gemv_lanes' : 'gemv_rows', base),
-    lora
-      ? up
-        ? [out, x, w, lora.u, lora.B, up]
-        : [out, x, w, lora.u, lora.B]
-      : up
-        ? [out, x, w, up]
-        : norm
-          ? [out, x, w, norm.w]
-          : [out, x, w],
+    buffers,
     [x0, y0, entry === 'rows' ? Math.ceil(M / TMAX) : 1],
-    lora ? [...params, lora.r, f32(lora.scale)] : norm ? [...params, f32(norm.eps)] : params,
+    lora
+      ? [...params, lora.r, f32(lora.scale), ...(next ? [next.R] : [])]
+      : norm
+        ? [...params, f32(norm.eps)]
+        : next
+          ? [...params, next.R]
+          : params,
   );
+  return parts;
+}
+
+/**
+ * The next RMSNorm's LoRA A product begun in the GEMV that writes the residual stream (matmul's
+ * `next`; shaders/gemv.wgsl NEXTA): with x the product's output (N = the hidden size), its
+ * workgroups write parts (P, T, R), P = the count matmul returns, whose sum over P is
+ * x (normW * .) A^T before each row's rstd; the next group's GEMV adds them up and scales them in
+ * its store (matmulGroup's PackedGroupLora `parts`) instead of a dispatch of its own for u.
+ */
+export interface NextAProduct {
+  A: GPUBuffer; // (R, N) f32: the next group's A matrices stacked (LoraAdapter.packed)
+  normW: GPUBuffer; // (N) bf16: the next RMSNorm's weights
+  parts: GPUBuffer; // (P, T, R) f32 out, P <= nextAParts(N) (src/ops/colsSplit.ts)
+  R: number;
 }
 
 /**
@@ -534,7 +581,8 @@ export function matmul(
   accumulate = false,
   lora?: LoraEpilogue,
   up?: GPUBuffer,
-): void {
+  next?: NextAProduct,
+): number {
   checkSize(out, T * N * 4, 'matmul out');
   checkSize(x, T * K * 4, 'matmul x');
   const wb = checkWeight(w, N, K, 'matmul w');
@@ -553,7 +601,16 @@ export function matmul(
     checkSize(lora.B, N * lora.r * 4, 'matmul lora B');
     distinct('matmul', out, lora.u, lora.B);
   }
-  if (T === 0) return;
+  if (next) {
+    check(
+      Number.isInteger(next.R) && next.R >= 1,
+      () => `matmul: the next A product's rows must be a positive integer (got ${next.R})`,
+    );
+    checkSize(next.A, next.R * N * 4, 'matmul next A');
+    checkSize(next.normW, bf16Bytes(N), 'matmul next norm w');
+    distinct('matmul', out, x, next.parts, next.A, next.normW);
+  }
+  if (T === 0) return 0;
   const params = [T, N, K, accumulate ? 1 : 0, K, 1, K, 1, f32(1)];
   const WEIGHTS = weightFormat(w);
   const variant = matmulVariant(gpu, T);
@@ -562,17 +619,43 @@ export function matmul(
   const fold = tuning.loraFold !== 'off' && fusions.enabled && gpu.limits.maxStorageBuffersPerShaderStage >= 5;
   const inStore = fold ? lora : undefined;
   if (up && !(variant === 'lanes' && siluFits(gpu, x, up, wb, WEIGHTS, T, N, K, inStore ? 6 : 4))) {
-    withSilu(gpu, x, up, T, K, (act) => matmul(gpu, out, act, w, T, N, K, accumulate, lora));
-    return;
+    let parts = 0;
+    withSilu(gpu, x, up, T, K, (act) => {
+      parts = matmul(gpu, out, act, w, T, N, K, accumulate, lora, undefined, next);
+    });
+    return parts;
   }
   if ((variant === 'blocks' || variant === 'lanes') && blockGemvFits(x, wb, WEIGHTS, T, N, K)) {
     const entry = variant === 'blocks' ? 'rows' : 'lanes';
     // Recorded as its own op when the LoRA rides along, so kernelVariant(gpu, 'matmul') still
     // names the plain products (the LM head's).
     const op = inStore ? 'matmulLora' : 'matmul';
-    blockGemv(gpu, op, entry, out, x, wb, WEIGHTS, T, N, K, accumulate, 1, inStore, up);
+    // The next A product in the store (foldsNextA) where its 3 bindings fit beside the rest.
+    const bindings = 3 + (inStore ? 2 : 0) + (up ? 1 : 0) + 3;
+    const nextIn =
+      next && entry === 'lanes' && foldsNextA(gpu, T) && bindings <= gpu.limits.maxStorageBuffersPerShaderStage
+        ? next
+        : undefined;
+    const parts = blockGemv(
+      gpu,
+      op,
+      entry,
+      out,
+      x,
+      wb,
+      WEIGHTS,
+      T,
+      N,
+      K,
+      accumulate,
+      1,
+      inStore,
+      up,
+      undefined,
+      nextIn,
+    );
     if (lora && !inStore) matmulF32(gpu, out, lora.u, lora.B, T, N, lora.r, true, lora.scale);
-    return;
+    return parts;
   }
   if (lora && variant === 'tiled' && fold) {
     // In gemm_tiled's store where its 16-byte-load tiles run (tiledProduct), else after it.
@@ -581,12 +664,12 @@ export function matmul(
       ...lora,
       separate,
     });
-    return;
+    return 0;
   }
   if (lora) {
     matmul(gpu, out, x, w, T, N, K, accumulate);
     matmulF32(gpu, out, lora.u, lora.B, T, N, lora.r, true, lora.scale);
-    return;
+    return 0;
   }
   if (variant === 'rows' || variant === 'blocks') {
     const TMAX = tmaxFor(T);
@@ -608,6 +691,17 @@ export function matmul(
   } else {
     tiledProduct(gpu, 'matmul', out, x, wb, WEIGHTS, useGemmF16(gpu), T, N, K, [K, 1, K, 1], accumulate, 1);
   }
+  return 0;
+}
+
+/**
+ * Whether matmul may take a `next` A product (NextAProduct, tuning.loraAFold) for T rows: where
+ * it runs gemv_lanes (decode on GPUs) with the norm fold and the LoRA B fold on, which the
+ * consumer's store needs. matmul returns 0 where it did not (its bindings did not fit, or x or a
+ * weight not whole 16-byte blocks): the caller then runs u's product itself.
+ */
+export function foldsNextA(gpu: Gpu, T: number): boolean {
+  return tuning.loraAFold !== 'off' && tuning.loraFold !== 'off' && foldsNorm(gpu, T);
 }
 
 /**
@@ -1134,7 +1228,12 @@ export function matmulGroup(
   );
   if (lora) groupLoraChecks(lora, outs, x, T, Ns);
   if (T === 0) return;
-  if (lora && 'u' in lora)
+  if (lora && 'u' in lora && lora.parts !== undefined)
+    check(
+      groupTakesParts(gpu, x, ws, T, Ns, K, lora.r, norm),
+      'matmulGroup: LoRA u as partial sums only where the group GEMV gathers them (K.groupTakesParts)',
+    );
+  else if (lora && 'u' in lora)
     check(
       groupLoraPacks(gpu, x, ws, T, Ns, K, norm),
       'matmulGroup: packed LoRA branches only where the group GEMV takes them in its store (K.groupLoraPacks)',
@@ -1173,11 +1272,47 @@ export function matmulGroup(
  * the q/k/v group with its norm takes its branches in 10 (Chrome's limit) instead of 14.
  */
 export interface PackedGroupLora {
-  u: GPUBuffer; // (T, G r) f32
+  u: GPUBuffer; // (T, G r) f32; with `parts`, (parts, T, G r): partial sums (NextAProduct)
   B: GPUBuffer; // (N_0 + .. + N_{G-1}, r) f32
   r: number;
   scale: number;
+  /**
+   * u as the partial sums of the GEMV that wrote x (matmul's `next`, the count it returned), of
+   * x before the norm's rstd: the group GEMV adds them up and scales them (shaders/gemv.wgsl
+   * UPART). Only with a folded norm, where groupTakesParts.
+   */
+  parts?: number;
 }
+
+/**
+ * Whether matmulGroup over these operands takes its packed LoRA branches' u as partial sums
+ * (PackedGroupLora `parts`, tuning.loraAFold): where the norm folds into gemv_lanes_group, the
+ * packed branches' bindings fit (groupLoraFold), and the workgroup memory holds u (T, G r) beside
+ * the staged x and the lane sums.
+ */
+export function groupTakesParts(
+  gpu: Gpu,
+  x: GPUBuffer,
+  ws: readonly Weight[],
+  T: number,
+  Ns: readonly number[],
+  K: number,
+  r: number,
+  norm?: FoldedNorm,
+): boolean {
+  if (!norm || T === 0 || ws.length !== Ns.length || !foldsNextA(gpu, T)) return false;
+  const WEIGHTS = weightFormat(ws[0]);
+  if (ws.some((w) => weightFormat(w) !== WEIGHTS)) return false;
+  const wbs = ws.map((w, i) => checkWeight(w, Ns[i], K, `groupTakesParts w ${i}`));
+  if (groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, true) !== 'lanes') return false;
+  if (groupLoraFold(gpu, ws.length, true) === null) return false;
+  const TMAX = tmaxFor(T);
+  const bytes = (stagedVec4s(gpu, TMAX, true) * 4 + TMAX * 256 + upartLength(TMAX, ws.length, r)) * 4;
+  return bytes <= gpu.limits.maxComputeWorkgroupStorageSize;
+}
+
+/** gemv_lanes_group's uw (define UPART): u (TMAX, G r). */
+const upartLength = (TMAX: number, G: number, r: number) => TMAX * G * r;
 
 /**
  * Whether matmulGroup over these operands takes its LoRA branches packed (PackedGroupLora; the
@@ -1234,7 +1369,12 @@ function groupLoraChecks(
     () => `matmulGroup: LoRA rank must be a positive integer (got ${lora.r})`,
   );
   if ('u' in lora) {
-    checkSize(lora.u, T * G * lora.r * 4, () => `matmulGroup packed lora u`);
+    const parts = lora.parts ?? 1;
+    check(
+      Number.isInteger(parts) && parts >= 1,
+      () => `matmulGroup: LoRA u's partial sums must be a positive integer count (got ${lora.parts})`,
+    );
+    checkSize(lora.u, parts * T * G * lora.r * 4, () => `matmulGroup packed lora u`);
     checkSize(lora.B, Ns.reduce((n, N) => n + N, 0) * lora.r * 4, () => `matmulGroup packed lora B`);
     distinct('matmulGroup', lora.u, lora.B, x, ...outs);
     return;
@@ -1480,10 +1620,16 @@ function groupGemv(
   }
   const flags = (norm ? NORM_FLAG : 0) | (inStore ? LORA_FLAG : 0) | (packed ? LORAPACK_FLAG : 0);
   const [N1, N2 = 0] = Ns.slice(1);
-  const loraParams = inStore ? [lora!.r, f32(lora!.scale)] : [];
+  const parts = packed ? (lora as PackedGroupLora).parts : undefined;
+  check(
+    parts === undefined || (variant === 'lanes' && norm !== undefined),
+    () => `${op}: LoRA partial sums need gemv_lanes_group with its norm`,
+  ); // matmulGroup checks first
+  const loraParams = inStore ? [lora!.r, f32(lora!.scale), ...(parts !== undefined ? [parts] : [])] : [];
   if (variant === 'lanes') {
     const N = G === 2 ? Math.max(Ns[0], Ns[1]) : Math.max(Ns[0], Ns[1], Ns[2]);
-    const defines = withColsPerThread(gpu, lanesDefines(gpu, WEIGHTS, T, K, norm !== undefined, N, G, flags), K);
+    const UPART = parts !== undefined ? upartLength(tmaxFor(T), G, lora!.r) : 0;
+    const defines = withColsPerThread(gpu, lanesDefines(gpu, WEIGHTS, T, K, norm !== undefined, N, G, flags, UPART), K);
     const groups = Ns.reduce((n, N) => n + Math.ceil(N / defines.COLS), 0);
     const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
     gpu.dispatch(

@@ -174,6 +174,17 @@ export interface Tuning {
    */
   loraFold: 'auto' | 'off' | 'packed';
   /**
+   * The q/k/v group's LoRA A product (u = rmsNorm(x) A^T over its stacked A matrices) begun in the
+   * GEMV that writes x, the previous layer's down_proj (shaders/gemv.wgsl NEXTA): each of its
+   * workgroups adds up its own columns' share of u before the norm's rstd, and the group's GEMV
+   * adds the shares up, scales them by the rstd it computes anyway and takes the B products in
+   * its store (UPART). One dispatch fewer a layer after the first (the A product's), within f32
+   * rounding of it. 'auto' where the norm and the LoRA B products fold (decode on GPUs) and the
+   * bindings fit (the group's 10 storage buffers with its branches packed: Chrome's limit),
+   * 'off' never.
+   */
+  loraAFold: 'auto' | 'off';
+  /**
    * The MLP's SwiGLU activation, silu(gate) * up, formed inside down_proj's GEMV and its LoRA A
    * product as they stage x (shaders/gemv.wgsl SILU; the same expression, so bitwise the separate
    * kernel's products), one dispatch fewer per layer and no activation written: 'auto' wherever
@@ -221,6 +232,7 @@ export const TUNING_DEFAULTS: Readonly<Tuning> = {
   attentionForward: 'auto',
   normFold: 'auto',
   loraFold: 'auto',
+  loraAFold: 'auto',
   siluFold: 'auto',
   sampleChunks: 'auto',
   autoFor: 'auto',
@@ -247,6 +259,7 @@ export const TUNING_CHOICES: { readonly [K in keyof Tuning]: readonly Tuning[K][
   attentionForward: ['auto', 'rows', 'blocks'],
   normFold: ['auto', 'off'],
   loraFold: ['auto', 'off', 'packed'],
+  loraAFold: ['auto', 'off'],
   siluFold: ['auto', 'off'],
   sampleChunks: ['auto', 'on', 'off'],
   autoFor: ['auto', 'gpu', 'cpu'],

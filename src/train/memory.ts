@@ -24,6 +24,8 @@ import { weightNames, type Qwen3Config } from '../model/config.ts';
 import { KV_PAGE_SIZE, kvCacheBytes, kvPages, type KvDtype } from '../model/kvLayout.ts';
 import { targetDims, type LoraTarget } from '../model/loraTargets.ts';
 import { q4Words } from '../model/q4.ts';
+import { nextAParts } from '../ops/colsSplit.ts';
+import { GEMV_MAX_T } from '../ops/common.ts';
 import type { SpyRLConfig } from '../game/config.ts';
 import { DEFAULT_PROMPTS, type PromptConfig } from '../game/prompts.ts';
 import { DEFAULT_MLP_CHUNK, ROUND_CHECKPOINTS, trainingPassBytes, type CheckpointDtype } from './trainingPassBytes.ts';
@@ -290,6 +292,9 @@ function forwardBuffers(
       buf(`${tag} gate, up, act`, `3 x (${T}, I) f32`, 3 * f32(T * I), 3),
     ];
     if (r > 0) out.push(buf(`${tag} loraU`, `3 x (${T}, r) f32`, 3 * f32(T * r), 3));
+    // Decode on GPUs: q/k/v's LoRA A product as down_proj's partial sums (K.NextAProduct)
+    if (r > 0 && T <= GEMV_MAX_T)
+      out.push(buf(`${tag} loraAParts`, `(${nextAParts(C)}, ${T}, 3 r) f32`, f32(nextAParts(C) * T * 3 * r)));
     if (rows > 0)
       out.push(buf(`${tag} logitRows`, '(R) u32', f32(rows)), buf(`${tag} hLast`, '(R, C) f32', f32(rows * C)));
     if (later && rows > 1) out.push(buf(`${tag} logitsChunk`, "(R', V) f32", f32((rows - 1) * V)));

@@ -120,6 +120,7 @@ describe.each([
     K.tuning.normFold = 'off';
     K.tuning.loraFold = 'off';
     K.tuning.siluFold = 'off';
+    K.tuning.loraAFold = 'off'; // its own test below
     const fused = await decode(model);
     expect(K.kernelVariant(gpu, 'matmulGroup')?.label).toContain(
       { auto: 'gemv.gemv_rows_group', gemv: 'matmul.matmul_gemv_group', lanes: 'gemv.gemv_lanes_group' }[matmul],
@@ -286,11 +287,63 @@ describe.each([
       expect(qkv.every((l) => l.includes('LORA=1') === qkvFolds && l.includes('LORAPACK=1') === qkvFolds)).toBe(true);
       expect(gateUp.every((l) => l.includes('LORA=1') === gateUpFolds)).toBe(true);
       expect(gateUp.every((l) => l.includes('LORAPACK=1') === limit < 10)).toBe(true);
-      const fewer = (2 + (qkvFolds ? 1 : 0) + (gateUpFolds ? 1 : 0)) * LAYERS;
+      // Where q/k/v's branches fold (packed), their A product after the first layer is begun in
+      // the previous down_proj's GEMV (tuning.loraAFold): one dispatch fewer a layer after the first.
+      const fewer = (2 + (qkvFolds ? 1 : 0) + (gateUpFolds ? 1 : 0)) * LAYERS + (qkvFolds ? LAYERS - 1 : 0);
       for (let s = 0; s < off.dispatches.length; s++) expect(off.dispatches[s] - auto.dispatches[s]).toBe(fewer);
+      expect(labels.some((l) => l.startsWith('gemv.gemv_lanes[') && l.includes('NEXTA=1'))).toBe(qkvFolds);
+      expect(qkv.some((l) => l.includes('UPART='))).toBe(qkvFolds);
       adapter.destroy();
     } finally {
       small.destroy();
     }
+  });
+});
+
+// The next layer's q/k/v LoRA A product begun in down_proj's GEMV (tuning.loraAFold, 'auto' with
+// 'lanes'): down_proj's workgroups write their columns' shares of u = rmsNorm(x) A^T before the
+// rstd (shaders/gemv.wgsl NEXTA), the q/k/v GEMV adds them up and scales them (UPART). Against the
+// A product of its own ('off'): logits within f32 rounding, one dispatch fewer a layer after the
+// first, at one and two rows of x (B = 1, 2), bf16 and q4, f32 and f16 KV; new LoRA weights are
+// followed (the stacked A the producer reads, LoraAdapter.packed).
+describe.each([
+  ['bf16', 'f32'],
+  ['q4', 'f16'],
+] as const)("weights %s, KV %s: q/k/v's LoRA A product in the previous down_proj", (weights, kv) => {
+  it('decodes within rounding of its own A product, one dispatch fewer a layer after the first', async () => {
+    const { model } = await loadQwen3(gpu, nodeFolderSource(tmp), { weights, kv });
+    const { lora, weights: loraWeights } = movedLora(model, 4, 3);
+    const adapter = attachAdapter(model, lora, loraWeights);
+    K.tuning.matmul = 'lanes';
+    K.tuning.loraAFold = 'off';
+    const off = await decode(model);
+    K.tuning.loraAFold = 'auto';
+    const labels: string[] = [];
+    const dispatch = gpu.dispatch.bind(gpu);
+    gpu.dispatch = (kernel, ...rest) => {
+      labels.push(kernel.label);
+      dispatch(kernel, ...rest);
+    };
+    let folded;
+    try {
+      folded = await decode(model);
+    } finally {
+      gpu.dispatch = dispatch;
+    }
+    const rel = kv === 'f16' ? 2e-4 : 1e-5;
+    for (let s = 0; s < off.logits.length; s++) expectClose(folded.logits[s], off.logits[s], `step ${s}`, rel);
+    for (let s = 0; s < off.dispatches.length; s++) expect(off.dispatches[s] - folded.dispatches[s]).toBe(LAYERS - 1);
+    expect(labels.some((l) => l.startsWith('gemv.gemv_lanes[') && l.includes('NEXTA=1'))).toBe(true);
+    expect(labels.some((l) => l.startsWith('gemv.gemv_lanes_group[') && l.includes('UPART='))).toBe(true);
+    // New weights: both paths follow them.
+    adapter.setWeights(movedLora(model, 4, 8, 0.2).weights);
+    const foldedNew = await decode(model);
+    K.tuning.loraAFold = 'off';
+    const offNew = await decode(model);
+    for (let s = 0; s < off.logits.length; s++) {
+      expect(foldedNew.logits[s], `new weights, step ${s}`).not.toEqual(folded.logits[s]);
+      expectClose(foldedNew.logits[s], offNew.logits[s], `new weights, step ${s}`, rel);
+    }
+    adapter.destroy();
   });
 });

@@ -49,6 +49,53 @@ describe.each(['tied-all', 'untied-rslora'])('LoRA vs PyTorch autograd: %s', (va
     adapter.destroy();
   });
 
+  // Decode with the adapter: a prefill of the first 3 tokens, then one token a step for two
+  // sequences batched (T = 2 rows a step), each step's logits against the fixture's at that
+  // position. With a GPU's choices (npm test's autoFor=gpu stages) the steps run the lane GEMVs
+  // with the LoRA branches, the norms, the SwiGLU and (tied-all: every projection targeted) q/k/v's
+  // LoRA A product begun in the previous layer's down_proj folded in; on a CPU adapter, gemv_rows.
+  it('decode steps with the adapter, two sequences batched, match the logits within the same budget', async () => {
+    const { dir, ref, model, adapter } = await setup(variant);
+    const want = new Float32Array((await readFile(join(dir, 'logits.f32'))).buffer.slice(0));
+    const V = model.cfg.vocabSize;
+    const ids = ref.tokens;
+    const n = Math.min(ids.length, 8);
+    const P = 3;
+    const cache = model.createCache(2, n);
+    const budget = goldenBudget(gpu).logits * ref.max_abs_logit;
+    const rows = [...Array(P).keys()];
+    const check = async (buf: GPUBuffer, t: number, R: number) => {
+      const got = await gpu.readF32(buf, R * V);
+      gpu.releaseBuffer(buf);
+      let err = 0;
+      for (let r = 0; r < R; r++)
+        for (let i = 0; i < V; i++) err = Math.max(err, Math.abs(got[r * V + i] - want[t * V + i]));
+      expect(err, `position ${t}`).toBeLessThanOrEqual(budget);
+    };
+    try {
+      const pre = model.forward(
+        {
+          ids: [...ids.slice(0, P), ...ids.slice(0, P)],
+          slots: [...rows.map(() => 0), ...rows.map(() => 1)],
+          positions: [...rows, ...rows],
+          logitRows: [P - 1, 2 * P - 1],
+        },
+        cache,
+      );
+      await check(pre, P - 1, 2);
+      for (let t = P; t < n; t++) {
+        const out = model.forward(
+          { ids: [ids[t], ids[t]], slots: [0, 1], positions: [t, t], logitRows: [0, 1] },
+          cache,
+        );
+        await check(out, t, 2);
+      }
+    } finally {
+      cache.destroy();
+      adapter.destroy();
+    }
+  });
+
   it('loss and the gradient of every LoRA tensor match', async () => {
     const { dir, ref, model, adapter } = await setup(variant);
     const ids = ref.tokens;
