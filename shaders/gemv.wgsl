@@ -132,6 +132,12 @@ struct GemvParams {
 #endif
 #elif !defined(GROUP)
 #include "common/loraterm.wgsl" (WI=, WN=p.N, AT=4)
+#elif defined(UPART)
+// Each branch's own B with u from partial sums (define UPART without LORAPACK: the gate/up group
+// with its norm, matmulGroup's PartialGroupLora): the partials bind where u would, then B and B1.
+@group(0) @binding(7) var<storage, read> loraU: array<f32>;
+#include "common/loraterm.wgsl" (WI=, WN=p.N, BAT=8, US=2u * p.loraR, UO=0u)
+#include "common/loraterm.wgsl" (WI=1, WN=p.N1, BAT=9, US=2u * p.loraR, UO=p.loraR)
 #elif GROUP > 2
 #ifdef NORM
 #include "common/loraterm.wgsl" (WI=, WN=p.N, AT=9)
@@ -174,35 +180,30 @@ fn siluTimes(g: vec4f, u: vec4f) -> vec4f {
 #ifdef NEXTA
 // The next RMSNorm's LoRA A product started in the GEMV that writes the residual stream (define
 // NEXTA, gemv_lanes over one weight, unsplit: down_proj's, whose out is x for the next layer's
-// q/k/v group; src/ops/forward.ts matmul's `next`). After its stores, workgroup g adds up over its
-// own columns n of out the products nextA[i, n] nextNormW[n] out[t, n] into nextParts (groups, M,
-// nextR) at (g, t, i): the sum over g is u = x A^T of the normed x before the row's rstd, which the
-// consumer (define UPART) adds up and scales. One dispatch fewer a layer: the A product's own.
-// Bound after the weights and the LoRA branch's and SwiGLU's buffers.
+// q/k/v group, and o_proj's, whose out is x for its layer's gate/up group; src/ops/forward.ts
+// matmul's `next`). After its stores, workgroup g adds up over its own columns n of out the
+// products A[i, n] nextNormW[n] out[t, n] into nextParts (groups, M, nextR) at (g, t, i), A the
+// next group's A matrices stacked (nextA), or with define NEXTA2 two of nextR / 2 rows each
+// (nextA, nextA1: gate's and up's own): the sum over g is u = x A^T of the normed x before the
+// row's rstd, which the consumer (define UPART) adds up and scales. One dispatch fewer a layer: the
+// A product's own. Bound after the weights and the LoRA branch's and SwiGLU's buffers
+// (common/nexta.wgsl).
 #if defined(LORA) && defined(SILU)
-@group(0) @binding(7) var<storage, read> nextA: array<f32>; // (nextR, N)
-@group(0) @binding(8) var<storage, read> nextNormW: array<u32>; // (N) bf16, two per u32
-@group(0) @binding(9) var<storage, read_write> nextParts: array<f32>;
+#include "common/nexta.wgsl" (AT=7)
 #elif defined(LORA)
-@group(0) @binding(6) var<storage, read> nextA: array<f32>;
-@group(0) @binding(7) var<storage, read> nextNormW: array<u32>;
-@group(0) @binding(8) var<storage, read_write> nextParts: array<f32>;
+#include "common/nexta.wgsl" (AT=6)
 #elif defined(SILU)
-@group(0) @binding(5) var<storage, read> nextA: array<f32>;
-@group(0) @binding(6) var<storage, read> nextNormW: array<u32>;
-@group(0) @binding(7) var<storage, read_write> nextParts: array<f32>;
+#include "common/nexta.wgsl" (AT=5)
 #else
-@group(0) @binding(4) var<storage, read> nextA: array<f32>;
-@group(0) @binding(5) var<storage, read> nextNormW: array<u32>;
-@group(0) @binding(6) var<storage, read_write> nextParts: array<f32>;
+#include "common/nexta.wgsl" (AT=4)
 #endif
 #endif
 
 #ifdef UPART
-// A group's packed LoRA branches (LORAPACK, with NORM) whose u comes as a producer's partial sums
-// (define UPART; the producer's define NEXTA): loraU is (p.uParts, M, GROUP loraR), each u the sum
-// of its p.uParts partials (gatherU, into uw at the kernel's start) times the row's rstd
-// (rowScale, the folded norm's; common/loraterm.wgsl).
+// A group's LoRA branches (with NORM; packed, LORAPACK, or each its own B) whose u comes as a
+// producer's partial sums (define UPART; the producer's define NEXTA): loraU is (p.uParts, M,
+// GROUP loraR), each u the sum of its p.uParts partials (gatherU, into uw at the kernel's start)
+// times the row's rstd (rowScale, the folded norm's; common/loraterm.wgsl).
 var<workgroup> uw: array<f32, {{UPART}}>; // TMAX GROUP loraR: u (M, GROUP loraR)
 var<private> rowScale: array<f32, TMAX>;
 
@@ -415,6 +416,15 @@ fn normScales(ss: array<f32, SH>, lid: u32) -> array<f32, TMAX> {
 #endif
 
 #ifdef NEXTA
+// Row i, column n of the next group's stacked A (nextA, or nextA and nextA1 with NEXTA2).
+fn nextAAt(i: u32, n: u32) -> f32 {
+#ifdef NEXTA2
+  let h = p.nextR / 2u;
+  if (i >= h) { return nextA1[(i - h) * p.N + n]; }
+#endif
+  return nextA[i * p.N + n];
+}
+
 // nextNormW at element n.
 fn nextNormAt(n: u32) -> f32 {
   let w = nextNormW[n >> 1u];
@@ -444,7 +454,7 @@ fn nextPartials(g: u32, lid: u32) {
       let i = q - t * p.nextR;
       for (var c = sl; c < nc; c += P) {
         let n = c0 + c;
-        s += nextA[i * p.N + n] * (nextNormAt(n) * out[t * p.N + n]);
+        s += nextAAt(i, n) * (nextNormAt(n) * out[t * p.N + n]);
       }
     }
     red[lid] = s;

@@ -4,7 +4,22 @@
 // loraTerm{{WI}}(o) for output o = t {{WN}} + n: p.loraScale * sum_j u[t, j] B[n, j], which
 // store{{WI}} (common/storeout.wgsl) adds. With BJ (shaders/matmul.wgsl gemm_tiled's input
 // gradient, BT): B[n, j] is loraB[j BJ + n], the branch's A (loraR, BJ) read across its rows.
-#ifdef AT
+#ifdef BAT
+// Or, u from a producer's partial sums (gemv.wgsl UPART without LORAPACK), each weight its own B:
+//   #include "common/loraterm.wgsl" (WI=suffix, WN=rows, BAT=binding, US=row stride, UO=column)
+// binds loraB{{WI}} ({{WN}}, loraR) at BAT and sums over uw (M, US) from column UO, times the
+// row's rstd.
+@group(0) @binding({{BAT}}) var<storage, read> loraB{{WI}}: array<f32>;
+
+fn loraTerm{{WI}}(o: u32) -> f32 {
+  let t = o / {{WN}};
+  let n = o - t * {{WN}};
+  let u0 = t * ({{US}}) + {{UO}};
+  var s = 0.0;
+  for (var j = 0u; j < p.loraR; j++) { s += uw[u0 + j] * loraB{{WI}}[n * p.loraR + j]; }
+  return p.loraScale * (rowScale[t] * s);
+}
+#elif defined(AT)
 @group(0) @binding({{AT}}) var<storage, read> loraU{{WI}}: array<f32>;
 @group(0) @binding({{AT}} + 1) var<storage, read> loraB{{WI}}: array<f32>;
 

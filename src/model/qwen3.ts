@@ -189,8 +189,9 @@ export class Qwen3Model {
     const u = us[0] ?? null;
     // (T, G r): a group's u over its stacked A matrices, where its branches bind packed (made on first use)
     let uPacked: GPUBuffer | null = null;
-    // This layer's q/k/v LoRA A product as the partial sums the previous layer's down_proj GEMV
-    // wrote (K.NextAProduct, tuning.loraAFold): their count a row, 0 where it did not.
+    // The next group's LoRA A product as the partial sums the GEMV before it wrote (K.NextAProduct,
+    // tuning.loraAFold): q/k/v's from the previous layer's down_proj, gate/up's from o_proj. Their
+    // count a row, 0 where that GEMV did not write them.
     let aParts: GPUBuffer | null = null;
     let pendingParts = 0;
     let l = 0;
@@ -217,16 +218,23 @@ export class Qwen3Model {
     };
     const qkvTargets: readonly LoraTarget[] = ['q_proj', 'k_proj', 'v_proj'];
     const qkvNs = [NH * HD, NKV * HD, NKV * HD];
-    // Layer l1's q/k/v LoRA A product for the GEMV writing its input x to begin (K.matmul's
-    // `next`), where that group takes its u as partial sums (K.groupTakesParts); else undefined.
-    const nextQkvA = (l1: number): K.NextAProduct | undefined => {
-      if (!lora || l1 >= cfg.numLayers || !qkvTargets.every((t) => lora.get(l1, t))) return undefined;
+    const gateUpTargets: readonly LoraTarget[] = ['gate_proj', 'up_proj'];
+    const gateUpNs = [I, I];
+    // Layer l1's q/k/v (qkv) or gate/up LoRA A product for the GEMV writing that group's input x
+    // to begin (K.matmul's `next`), where the group takes its u as partial sums (K.groupTakesParts):
+    // q/k/v's over its stacked A matrices, its branches packed (the producer, down_proj, has no
+    // bindings for three A's on Chrome's 10); gate/up's over its own two, each branch its own B.
+    const nextGroupA = (l1: number, qkv: boolean): K.NextAProduct | undefined => {
+      const targets = qkv ? qkvTargets : gateUpTargets;
+      if (!lora || l1 >= cfg.numLayers || !targets.every((t) => lora.get(l1, t))) return undefined;
       const lw1 = w.layers[l1];
-      const norm = { w: lw1.inputNorm, eps };
+      const normW = qkv ? lw1.inputNorm : lw1.postNorm;
+      const wts = qkv ? [lw1.qProj, lw1.kProj, lw1.vProj] : [lw1.gateProj, lw1.upProj];
       const r = lora.settings.r;
-      if (!K.groupTakesParts(gpu, x, [lw1.qProj, lw1.kProj, lw1.vProj], T, qkvNs, C, r, norm)) return undefined;
-      aParts ??= gpu.createBuffer(K.nextAParts(C) * T * 3 * r * 4, 'loraAParts');
-      return { A: lora.packed(l1, qkvTargets)!.A, normW: lw1.inputNorm, parts: aParts, R: 3 * r };
+      if (!K.groupTakesParts(gpu, x, wts, T, qkv ? qkvNs : gateUpNs, C, r, { w: normW, eps }, qkv)) return undefined;
+      aParts ??= gpu.createBuffer(K.nextAParts(C) * T * 3 * r * 4, 'loraAParts'); // the larger group's
+      const As = qkv ? [lora.packed(l1, targets)!.A] : targets.map((t) => lora.get(l1, t)!.A);
+      return { As, normW, parts: aParts, R: targets.length * r };
     };
     // Projections of h = rmsNorm(x, normW) sharing one read of it (q/k/v, gate/up): one fused GEMV
     // dispatch in decode (K.matmulGroup), then each target's LoRA branch on its own output.
@@ -261,17 +269,18 @@ export class Qwen3Model {
         return;
       }
       const r = lora.settings.r;
-      if (pendingParts > 0 && wts.length === 3) {
-        // u from the partial sums the previous layer's down_proj wrote (nextQkvA)
-        const pack = lora.packed(l, targets)!;
-        K.matmulGroup(gpu, ys, xIn, wts, T, Ns, C, norm, {
-          u: aParts!,
-          B: pack.B,
-          r,
-          scale: lora.scale,
-          parts: pendingParts,
-        });
+      if (pendingParts > 0) {
+        // u from the partial sums the GEMV before wrote (nextGroupA)
+        const parts = pendingParts;
         pendingParts = 0;
+        const scale = lora.scale;
+        if (wts.length === 3) {
+          const B = lora.packed(l, targets)!.B;
+          K.matmulGroup(gpu, ys, xIn, wts, T, Ns, C, norm, { u: aParts!, B, r, scale, parts });
+        } else {
+          const Bs = ps.map((p) => p!.B);
+          K.matmulGroup(gpu, ys, xIn, wts, T, Ns, C, norm, { u: aParts!, Bs, r, scale, parts });
+        }
         return;
       }
       if (K.groupLoraPacks(gpu, xIn, wts, T, Ns, C, norm)) {
@@ -331,13 +340,14 @@ export class Qwen3Model {
         kv,
       );
       K.attention(gpu, att, qn, cache.k[l], cache.v[l], cache.pageTable, slot, pos, T, NH, NKV, HD, kv);
-      proj(x, att, lw.oProj, 'o_proj', C, NH * HD, true);
+      // o_proj also begins gate/up's LoRA A product where that folds (nextGroupA).
+      pendingParts = proj(x, att, lw.oProj, 'o_proj', C, NH * HD, true, undefined, nextGroupA(l, false));
       // x = x + down(silu(gate(h)) * up(h))
-      projGroup(lw.postNorm, [gate, up], [lw.gateProj, lw.upProj], ['gate_proj', 'up_proj'], [I, I]);
+      projGroup(lw.postNorm, [gate, up], [lw.gateProj, lw.upProj], gateUpTargets, gateUpNs);
       // down_proj over silu(gate) * up: formed inside its GEMVs where they take it (K.foldsSilu),
       // else by its own kernel first.
-      // It also begins the next layer's q/k/v LoRA A product where that folds (nextQkvA).
-      const next = nextQkvA(l + 1);
+      // It also begins the next layer's q/k/v LoRA A product where that folds (nextGroupA).
+      const next = nextGroupA(l + 1, true);
       if (siluFold) pendingParts = proj(x, gate, lw.downProj, 'down_proj', C, I, true, up, next);
       else {
         K.siluMul(gpu, act, gate, up, T * I);

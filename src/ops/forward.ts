@@ -147,7 +147,8 @@ const NORM_FLAG = 1,
   LORA_FLAG = 4,
   XEACH_FLAG = 8,
   LORAPACK_FLAG = 16,
-  NEXTA_FLAG = 32;
+  NEXTA_FLAG = 32,
+  NEXTA2_FLAG = 64;
 const WEIGHT_CODES: Record<WeightFormat, number> = { f32: 0, bf16: 1, q4: 2 };
 const blockDefinesMemo = new Map<number, BlockDefines>();
 /** blockDefines with define UPART (its workgroup array's length), by the key without it, then by it. */
@@ -187,9 +188,9 @@ function blockDefines(
     ? ((((((WEIGHT_CODES[WEIGHTS] * 256 + TMAX) * 512 + COLS) * 256 + LANES) * 8192 + XS) * 2 + (subgroups ? 1 : 0)) *
         4 +
         cptCode) *
-        256 +
-      GROUP * 64 +
-      (flags & 63)
+        512 +
+      GROUP * 128 +
+      (flags & 127)
     : -1;
   const hit = UPART === 0 ? blockDefinesMemo.get(key) : upartDefinesMemo.get(key)?.get(UPART);
   if (hit) return hit;
@@ -206,6 +207,7 @@ function blockDefines(
   if (flags & XEACH_FLAG) d.XEACH = 1;
   if (flags & LORAPACK_FLAG) d.LORAPACK = 1;
   if (flags & NEXTA_FLAG) d.NEXTA = 1;
+  if (flags & NEXTA2_FLAG) d.NEXTA2 = 1;
   if (UPART) d.UPART = UPART;
   const out = d as BlockDefines;
   if (!packs) return out; // outside the packing: built each call, and looked up by its values
@@ -224,14 +226,15 @@ function withBlock<D extends BlockDefines>(d: D, GROUP: number, flags: number, L
   return blockDefines(d.WEIGHTS, d.TMAX, COLS, LANES, d.XS ?? 0, 'SUBGROUPS' in d, GROUP, flags) as D;
 }
 
-/** blockDefines' flags of d (NORM, SILU, LORA, XEACH, LORAPACK, NEXTA). */
+/** blockDefines' flags of d (NORM, SILU, LORA, XEACH, LORAPACK, NEXTA, NEXTA2). */
 const flagsOf = (d: BlockDefines) =>
   ('NORM' in d ? NORM_FLAG : 0) |
   ('SILU' in d ? SILU_FLAG : 0) |
   ('LORA' in d ? LORA_FLAG : 0) |
   ('XEACH' in d ? XEACH_FLAG : 0) |
   ('LORAPACK' in d ? LORAPACK_FLAG : 0) |
-  ('NEXTA' in d ? NEXTA_FLAG : 0);
+  ('NEXTA' in d ? NEXTA_FLAG : 0) |
+  ('NEXTA2' in d ? NEXTA2_FLAG : 0);
 
 /**
  * gemv_lanes' defines d (one column a thread) with CPT columns a thread (tuning.gemvCols,
@@ -358,7 +361,12 @@ function blockGemv(
     }
   }
   // Unsplit: a narrow product widens its lanes instead (wideLanes), as a group product does.
-  const flags = (up ? SILU_FLAG : 0) | (lora ? LORA_FLAG : 0) | (norm ? NORM_FLAG : 0) | (next ? NEXTA_FLAG : 0);
+  const flags =
+    (up ? SILU_FLAG : 0) |
+    (lora ? LORA_FLAG : 0) |
+    (norm ? NORM_FLAG : 0) |
+    (next ? NEXTA_FLAG : 0) |
+    (next && next.As.length === 2 ? NEXTA2_FLAG : 0);
   let base: BlockDefines;
   if (lanes) {
     const LANES = widensLanes(gpu) ? wideLanes(N, K, BLOCK_ELEMS[WEIGHTS], lanes.LANES) : lanes.LANES;
@@ -379,7 +387,7 @@ function blockGemv(
   const parts = next ? Math.ceil(N / columnsPerGroup) : 0;
   if (next) {
     checkSize(next.parts, parts * M * next.R * 4, () => `${op} next A partials`);
-    buffers.push(next.A, next.normW, next.parts);
+    buffers.push(...next.As, next.normW, next.parts);
   }
   gpu.dispatch(
     opKernel(gpu, op, 'gemv', entry === 'lanes' ? 'gemv_lanes' : 'gemv_rows', base),
@@ -404,7 +412,11 @@ function blockGemv(
  * its store (matmulGroup's PackedGroupLora `parts`) instead of a dispatch of its own for u.
  */
 export interface NextAProduct {
-  A: GPUBuffer; // (R, N) f32: the next group's A matrices stacked (LoraAdapter.packed)
+  /**
+   * The next group's A matrices: stacked, (R, N) f32 (LoraAdapter.packed: q/k/v), or two of (R / 2,
+   * N) each (gate's and up's own).
+   */
+  As: readonly GPUBuffer[];
   normW: GPUBuffer; // (N) bf16: the next RMSNorm's weights
   parts: GPUBuffer; // (P, T, R) f32 out, P <= nextAParts(N) (src/ops/colsSplit.ts)
   R: number;
@@ -606,9 +618,14 @@ export function matmul(
       Number.isInteger(next.R) && next.R >= 1,
       () => `matmul: the next A product's rows must be a positive integer (got ${next.R})`,
     );
-    checkSize(next.A, next.R * N * 4, 'matmul next A');
+    const nA = next.As.length;
+    check(
+      (nA === 1 || nA === 2) && next.R % nA === 0,
+      () => `matmul: the next A product takes 1 or 2 A matrices of R / count rows (got ${nA} for R ${next.R})`,
+    );
+    for (let i = 0; i < nA; i++) checkSize(next.As[i], (next.R / nA) * N * 4, () => `matmul next A ${i}`);
     checkSize(next.normW, bf16Bytes(N), 'matmul next norm w');
-    distinct('matmul', out, x, next.parts, next.A, next.normW);
+    distinct('matmul', out, x, next.parts, ...next.As, next.normW);
   }
   if (T === 0) return 0;
   const params = [T, N, K, accumulate ? 1 : 0, K, 1, K, 1, f32(1)];
@@ -630,8 +647,8 @@ export function matmul(
     // Recorded as its own op when the LoRA rides along, so kernelVariant(gpu, 'matmul') still
     // names the plain products (the LM head's).
     const op = inStore ? 'matmulLora' : 'matmul';
-    // The next A product in the store (foldsNextA) where its 3 bindings fit beside the rest.
-    const bindings = 3 + (inStore ? 2 : 0) + (up ? 1 : 0) + 3;
+    // The next A product in the store (foldsNextA) where its bindings fit beside the rest.
+    const bindings = 3 + (inStore ? 2 : 0) + (up ? 1 : 0) + (next ? next.As.length + 2 : 0);
     const nextIn =
       next && entry === 'lanes' && foldsNextA(gpu, T) && bindings <= gpu.limits.maxStorageBuffersPerShaderStage
         ? next
@@ -1221,7 +1238,7 @@ export function matmulGroup(
   Ns: readonly number[],
   K: number,
   norm?: FoldedNorm,
-  lora?: GroupLora | PackedGroupLora,
+  lora?: AnyGroupLora,
 ): void {
   const wbs = groupChecks('matmulGroup', outs, x, ws.length, T, Ns, K, norm).map((_, i) =>
     checkWeight(ws[i], Ns[i], K, `matmulGroup w ${i}`),
@@ -1230,7 +1247,7 @@ export function matmulGroup(
   if (T === 0) return;
   if (lora && 'u' in lora && lora.parts !== undefined)
     check(
-      groupTakesParts(gpu, x, ws, T, Ns, K, lora.r, norm),
+      groupTakesParts(gpu, x, ws, T, Ns, K, lora.r, norm, 'B' in lora),
       'matmulGroup: LoRA u as partial sums only where the group GEMV gathers them (K.groupTakesParts)',
     );
   else if (lora && 'u' in lora)
@@ -1285,10 +1302,26 @@ export interface PackedGroupLora {
 }
 
 /**
- * Whether matmulGroup over these operands takes its packed LoRA branches' u as partial sums
- * (PackedGroupLora `parts`, tuning.loraAFold): where the norm folds into gemv_lanes_group, the
- * packed branches' bindings fit (groupLoraFold), and the workgroup memory holds u (T, G r) beside
- * the staged x and the lane sums.
+ * A group's LoRA branches (matmulGroup's) whose u is the partial sums of the GEMV that wrote x
+ * (NextAProduct over each weight's own A: PackedGroupLora's `parts`), each weight its own B: the
+ * gate/up group, whose branches then need neither a stacked copy nor an A product of their own.
+ */
+export interface PartialGroupLora {
+  u: GPUBuffer; // (parts, T, G r) f32: the partial sums, weight i's at columns i r
+  parts: number;
+  Bs: readonly GPUBuffer[]; // (Ns[i], r) f32 each
+  r: number;
+  scale: number;
+}
+
+/** The LoRA branches matmulGroup takes. */
+export type AnyGroupLora = GroupLora | PackedGroupLora | PartialGroupLora;
+
+/**
+ * Whether matmulGroup over these operands takes its LoRA branches' u as partial sums
+ * (tuning.loraAFold), packed (PackedGroupLora `parts`) or each with its own B (PartialGroupLora,
+ * 2 weights): where the norm folds into gemv_lanes_group, the branches' bindings fit, and the
+ * workgroup memory holds u (T, G r) beside the staged x and the lane sums.
  */
 export function groupTakesParts(
   gpu: Gpu,
@@ -1299,13 +1332,17 @@ export function groupTakesParts(
   K: number,
   r: number,
   norm?: FoldedNorm,
+  packed = true,
 ): boolean {
-  if (!norm || T === 0 || ws.length !== Ns.length || !foldsNextA(gpu, T)) return false;
+  const G = ws.length;
+  if (!norm || T === 0 || G !== Ns.length || !foldsNextA(gpu, T)) return false;
+  if (!packed && G !== 2) return false; // shaders/gemv.wgsl UPART without LORAPACK: 2 weights
   const WEIGHTS = weightFormat(ws[0]);
   if (ws.some((w) => weightFormat(w) !== WEIGHTS)) return false;
   const wbs = ws.map((w, i) => checkWeight(w, Ns[i], K, `groupTakesParts w ${i}`));
   if (groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, true) !== 'lanes') return false;
-  if (groupLoraFold(gpu, ws.length, true) === null) return false;
+  // The group's own bindings and its norm's, then u's partials and one stacked B or one B a weight.
+  if (2 * G + 2 + (packed ? 2 : 1 + G) > gpu.limits.maxStorageBuffersPerShaderStage) return false;
   const TMAX = tmaxFor(T);
   const bytes = (stagedVec4s(gpu, TMAX, true) * 4 + TMAX * 256 + upartLength(TMAX, ws.length, r)) * 4;
   return bytes <= gpu.limits.maxComputeWorkgroupStorageSize;
@@ -1351,13 +1388,13 @@ export interface GroupLora {
 }
 
 /** Weight i's own LoRA epilogue of a group's (the products that run one weight at a time). */
-function loraOf(lora: GroupLora | PackedGroupLora | undefined, i: number): LoraEpilogue | undefined {
-  if (lora && 'u' in lora) throw new Error('matmulGroup: packed LoRA branches run in the group GEMV only'); // checked first
+function loraOf(lora: AnyGroupLora | undefined, i: number): LoraEpilogue | undefined {
+  if (lora && 'u' in lora) throw new Error('matmulGroup: packed or partial LoRA branches run in the group GEMV only'); // checked first
   return lora ? { u: lora.us[i], B: lora.Bs[i], r: lora.r, scale: lora.scale } : undefined;
 }
 
 function groupLoraChecks(
-  lora: GroupLora | PackedGroupLora,
+  lora: AnyGroupLora,
   outs: readonly GPUBuffer[],
   x: GPUBuffer,
   T: number,
@@ -1375,8 +1412,17 @@ function groupLoraChecks(
       () => `matmulGroup: LoRA u's partial sums must be a positive integer count (got ${lora.parts})`,
     );
     checkSize(lora.u, parts * T * G * lora.r * 4, () => `matmulGroup packed lora u`);
-    checkSize(lora.B, Ns.reduce((n, N) => n + N, 0) * lora.r * 4, () => `matmulGroup packed lora B`);
-    distinct('matmulGroup', lora.u, lora.B, x, ...outs);
+    if ('B' in lora) {
+      checkSize(lora.B, Ns.reduce((n, N) => n + N, 0) * lora.r * 4, () => `matmulGroup packed lora B`);
+      distinct('matmulGroup', lora.u, lora.B, x, ...outs);
+      return;
+    }
+    check(
+      lora.Bs.length === G,
+      () => `matmulGroup: the LoRA branches need one B per weight (got ${lora.Bs.length} for ${G} weights)`,
+    );
+    for (let i = 0; i < G; i++) checkSize(lora.Bs[i], Ns[i] * lora.r * 4, () => `matmulGroup lora B ${i}`);
+    distinct('matmulGroup', lora.u, x, ...outs, ...lora.Bs);
     return;
   }
   check(
@@ -1594,7 +1640,7 @@ function groupGemv(
   K: number,
   single: (i: number) => void,
   norm?: FoldedNorm,
-  lora?: GroupLora | PackedGroupLora,
+  lora?: AnyGroupLora,
 ): boolean {
   const G = wbs.length;
   const variant = groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, norm !== undefined);
@@ -1609,18 +1655,20 @@ function groupGemv(
   for (let i = 1; i < G; i++) buffers.push(outs[i], wbs[i]);
   if (norm) buffers.push(norm.w);
   const fold = lora !== undefined && variant !== 'gemv' ? groupLoraFold(gpu, G, norm !== undefined) : null;
-  const packed = lora !== undefined && 'u' in lora;
+  const packed = lora !== undefined && 'B' in lora;
+  // u as partial sums (PackedGroupLora's `parts`, PartialGroupLora): matmulGroup checked groupTakesParts.
+  const parts = lora !== undefined && 'u' in lora ? lora.parts : undefined;
   // Packed branches fold wherever any do (matmulGroup checked groupLoraPacks); one u and B per
-  // weight only where they all fit.
-  const inStore = packed ? fold !== null : fold === 'each';
+  // weight only where they all fit; each B with u from partial sums where groupTakesParts.
+  const inStore = packed ? fold !== null : parts !== undefined || fold === 'each';
   check(!packed || inStore, () => `${op}: packed LoRA branches need the group GEMV`); // matmulGroup checks first
   if (inStore) {
-    if ('u' in lora!) buffers.push(lora.u, lora.B);
+    if ('B' in lora!) buffers.push(lora.u, lora.B);
+    else if ('u' in lora!) buffers.push(lora.u, ...lora.Bs);
     else for (let i = 0; i < G; i++) buffers.push(lora!.us[i], lora!.Bs[i]);
   }
   const flags = (norm ? NORM_FLAG : 0) | (inStore ? LORA_FLAG : 0) | (packed ? LORAPACK_FLAG : 0);
   const [N1, N2 = 0] = Ns.slice(1);
-  const parts = packed ? (lora as PackedGroupLora).parts : undefined;
   check(
     parts === undefined || (variant === 'lanes' && norm !== undefined),
     () => `${op}: LoRA partial sums need gemv_lanes_group with its norm`,

@@ -174,14 +174,14 @@ export interface Tuning {
    */
   loraFold: 'auto' | 'off' | 'packed';
   /**
-   * The q/k/v group's LoRA A product (u = rmsNorm(x) A^T over its stacked A matrices) begun in the
-   * GEMV that writes x, the previous layer's down_proj (shaders/gemv.wgsl NEXTA): each of its
-   * workgroups adds up its own columns' share of u before the norm's rstd, and the group's GEMV
-   * adds the shares up, scales them by the rstd it computes anyway and takes the B products in
-   * its store (UPART). One dispatch fewer a layer after the first (the A product's), within f32
-   * rounding of it. 'auto' where the norm and the LoRA B products fold (decode on GPUs) and the
-   * bindings fit (the group's 10 storage buffers with its branches packed: Chrome's limit),
-   * 'off' never.
+   * The q/k/v and gate/up groups' LoRA A products (u = rmsNorm(x) A^T) begun in the GEMV that
+   * writes x: the previous layer's down_proj for q/k/v, o_proj for gate/up (shaders/gemv.wgsl
+   * NEXTA): each of its workgroups adds up its own columns' share of u before the norm's rstd, and
+   * the group's GEMV adds the shares up, scales them by the rstd it computes anyway and takes the B
+   * products in its store (UPART). Two dispatches fewer a layer (one in the first), within f32
+   * rounding. 'auto' where the norm and the LoRA B products fold (decode on GPUs) and the bindings
+   * fit (q/k/v's branches packed: 10 storage buffers, Chrome's limit; gate/up's each with its own
+   * B: 9), 'off' never.
    */
   loraAFold: 'auto' | 'off';
   /**

@@ -217,8 +217,10 @@ export function loraBytes(cfg: Qwen3Config, lora: LoraShape, copies: number): nu
  * The stacked copies of a group's A and B matrices (LoraAdapter.packed), made where a group the
  * adapter targets whole binds its LoRA branches packed in decode (K.groupLoraPacks: a device with
  * fewer storage buffers a stage than one u and B per projection need, but 2 more than the group's
- * own: q/k/v with its norm at 10 to 13, Chrome's 10; gate/up at 8 or 9). Those ranges do not
- * overlap, so at most one group packs on a device: the larger group's bytes, planned on every one.
+ * own: q/k/v with its norm at 10 to 13, Chrome's 10; gate/up at 8 or 9), and q/k/v's wherever its
+ * A product is begun in down_proj's GEMV (tuning.loraAFold: from 10 on, on GPUs; gate/up's then
+ * binds each B, and from 9 on). Those ranges do not overlap, so at most one group packs on a
+ * device: the larger group's bytes, planned on every one.
  */
 export function loraPackBytes(cfg: Qwen3Config, lora: LoraShape): number {
   let most = 0;
