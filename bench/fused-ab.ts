@@ -8,8 +8,9 @@
 // runs where those GEMVs are gemv_lanes (GPUs; on a CPU adapter add `--kernels matmul=lanes`).
 // `--compare loraFold`: the o_proj and down_proj LoRA B products in their GEMVs' stores
 // (tuning.loraFold 'auto') against their own dispatches ('off'). `--compare loraAFold`: the q/k/v
-// LoRA A product begun in the previous layer's down_proj GEMV (tuning.loraAFold 'auto'; needs 2
-// layers or more: --layers with '4b-layer') against its own dispatch ('off'). `--compare siluFold`: the
+// and gate/up LoRA A products begun in the previous layer's down_proj GEMV and in o_proj's
+// (tuning.loraAFold 'auto'; q/k/v's from the second layer on: --layers 2 with '4b-layer') against
+// their own dispatches ('off'). `--compare siluFold`: the
 // SwiGLU activation formed inside down_proj's GEMVs (tuning.siluFold 'auto') against silu_mul's
 // own dispatch ('off'). `--compare gemvSplitK`: the
 // GEMV split over K where its columns make few workgroups (tuning.gemvSplitK 'auto': the o_proj and
@@ -198,7 +199,7 @@ try {
         normFold: "fused = tuning.normFold 'auto' (norms folded), unfused = 'off'",
         loraFold: "fused = tuning.loraFold 'auto' (LoRA B products in the GEMV stores), unfused = 'off'",
         loraAFold:
-          "fused = tuning.loraAFold 'auto' (q/k/v's LoRA A product begun in down_proj's GEMV), unfused = 'off'",
+          "fused = tuning.loraAFold 'auto' (the q/k/v and gate/up LoRA A products begun in down_proj's and o_proj's GEMVs), unfused = 'off'",
         gemvSplitK: "fused = tuning.gemvSplitK 'auto' (GEMVs of few columns split over K), unfused = 'off'",
         siluFold: "fused = tuning.siluFold 'auto' (the SwiGLU formed in down_proj's GEMVs), unfused = 'off'",
         gemvWideLanes: "fused = tuning.gemvWideLanes 'auto' (up to 64 lanes a column), unfused = 'off'",
