@@ -1337,10 +1337,8 @@ export function groupTakesParts(
   const G = ws.length;
   if (!norm || T === 0 || G !== Ns.length || !foldsNextA(gpu, T)) return false;
   if (!packed && G !== 2) return false; // shaders/gemv.wgsl UPART without LORAPACK: 2 weights
-  const WEIGHTS = weightFormat(ws[0]);
-  if (ws.some((w) => weightFormat(w) !== WEIGHTS)) return false;
-  const wbs = ws.map((w, i) => checkWeight(w, Ns[i], K, `groupTakesParts w ${i}`));
-  if (groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, true) !== 'lanes') return false;
+  const wbs = sameFormatWeights(ws, Ns, K, 'groupTakesParts');
+  if (!wbs || groupVariant(gpu, x, wbs, weightFormat(ws[0]), T, Ns, K, true) !== 'lanes') return false;
   // The group's own bindings and its norm's, then u's partials and one stacked B or one B a weight.
   if (2 * G + 2 + (packed ? 2 : 1 + G) > gpu.limits.maxStorageBuffersPerShaderStage) return false;
   const TMAX = tmaxFor(T);
@@ -1350,6 +1348,13 @@ export function groupTakesParts(
 
 /** gemv_lanes_group's uw (define UPART): u (TMAX, G r). */
 const upartLength = (TMAX: number, G: number, r: number) => TMAX * G * r;
+
+/** A group's weight buffers (checked against Ns, K), or null where their formats differ (no group GEMV). */
+function sameFormatWeights(ws: readonly Weight[], Ns: readonly number[], K: number, op: string): GPUBuffer[] | null {
+  const WEIGHTS = weightFormat(ws[0]);
+  if (ws.some((w) => weightFormat(w) !== WEIGHTS)) return null;
+  return ws.map((w, i) => checkWeight(w, Ns[i], K, `${op} w ${i}`));
+}
 
 /**
  * Whether matmulGroup over these operands takes its LoRA branches packed (PackedGroupLora; the
@@ -1367,9 +1372,9 @@ export function groupLoraPacks(
   norm?: FoldedNorm,
 ): boolean {
   if (T === 0 || ws.length !== Ns.length) return false;
+  const wbs = sameFormatWeights(ws, Ns, K, 'groupLoraPacks');
+  if (!wbs) return false;
   const WEIGHTS = weightFormat(ws[0]);
-  if (ws.some((w) => weightFormat(w) !== WEIGHTS)) return false;
-  const wbs = ws.map((w, i) => checkWeight(w, Ns[i], K, `groupLoraPacks w ${i}`));
   // As matmulGroup: a norm that the group GEMV cannot fold runs first, and the product is unnormed.
   const folded = norm !== undefined && groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, true) === 'lanes';
   const variant = groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, folded);

@@ -102,6 +102,21 @@ async function decode(model: Qwen3Model): Promise<{ logits: number[][]; dispatch
   return { logits, dispatches };
 }
 
+/** run()'s result and the labels of the kernels it dispatched on g, in order. */
+async function withLabels<R>(g: Gpu, run: () => Promise<R>): Promise<{ result: R; labels: string[] }> {
+  const labels: string[] = [];
+  const dispatch = g.dispatch.bind(g);
+  g.dispatch = (kernel, ...rest) => {
+    labels.push(kernel.label);
+    dispatch(kernel, ...rest);
+  };
+  try {
+    return { result: await run(), labels };
+  } finally {
+    g.dispatch = dispatch;
+  }
+}
+
 describe.each([
   ['bf16', 'f32', 'auto'],
   ['q4', 'f16', 'auto'],
@@ -270,14 +285,7 @@ describe.each([
       K.tuning.loraFold = 'off';
       const off = await decode(model);
       K.tuning.loraFold = 'auto';
-      const labels: string[] = [];
-      const dispatch = small.dispatch.bind(small);
-      small.dispatch = (kernel, ...rest) => {
-        labels.push(kernel.label);
-        dispatch(kernel, ...rest);
-      };
-      const auto = await decode(model);
-      small.dispatch = dispatch;
+      const { result: auto, labels } = await withLabels(small, () => decode(model));
       for (let s = 0; s < off.logits.length; s++) expectClose(auto.logits[s], off.logits[s], `step ${s}`);
       const groups = labels.filter((l) => l.startsWith('gemv.gemv_lanes_group[') && /WEIGHTS=q4/.test(l));
       const qkv = groups.filter((l) => l.includes('GROUP=3')),
@@ -324,18 +332,7 @@ describe.each([
     K.tuning.loraAFold = 'off';
     const off = await decode(model);
     K.tuning.loraAFold = 'auto';
-    const labels: string[] = [];
-    const dispatch = gpu.dispatch.bind(gpu);
-    gpu.dispatch = (kernel, ...rest) => {
-      labels.push(kernel.label);
-      dispatch(kernel, ...rest);
-    };
-    let folded;
-    try {
-      folded = await decode(model);
-    } finally {
-      gpu.dispatch = dispatch;
-    }
+    const { result: folded, labels } = await withLabels(gpu, () => decode(model));
     const rel = kv === 'f16' ? 2e-4 : 1e-5;
     for (let s = 0; s < off.logits.length; s++) expectClose(folded.logits[s], off.logits[s], `step ${s}`, rel);
     for (let s = 0; s < off.dispatches.length; s++)
