@@ -248,6 +248,8 @@ export class Qwen3Model {
     // (LoraAdapter.packed).
     // Where the group products can take it (K.foldsNorm: decode on GPUs), the norm runs inside them
     // and h is never written; a LoRA A product of one projection alone needs h, so not then.
+    // Where the GEMV before the group wrote its u as partial sums (nextGroupA: tuning.loraAFold),
+    // the group product adds them up in its store and no A product runs.
     const projGroup = (
       normW: GPUBuffer,
       ys: GPUBuffer[],
