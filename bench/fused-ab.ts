@@ -9,8 +9,9 @@
 // `--compare loraFold`: the o_proj and down_proj LoRA B products in their GEMVs' stores
 // (tuning.loraFold 'auto') against their own dispatches ('off'). `--compare loraAFold`: the q/k/v
 // and gate/up LoRA A products begun in the previous layer's down_proj GEMV and in o_proj's
-// (tuning.loraAFold 'auto'; q/k/v's from the second layer on: --layers 2 with '4b-layer') against
-// their own dispatches ('off'). `--compare siluFold`: the
+// (tuning.loraAFold 'auto'; q/k/v's from the second layer on: --layers 2 with '4b-layer'), and
+// o_proj's and down_proj's A products split over K ('4b-layer') added up in their projection's
+// GEMV, against their own dispatches and reduces ('off'). `--compare siluFold`: the
 // SwiGLU activation formed inside down_proj's GEMVs (tuning.siluFold 'auto') against silu_mul's
 // own dispatch ('off'). `--compare gemvSplitK`: the
 // GEMV split over K where its columns make few workgroups (tuning.gemvSplitK 'auto': the o_proj and

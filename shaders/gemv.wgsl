@@ -54,7 +54,7 @@ struct GemvParams {
   nextR: u32, // gemv_lanes with define NEXTA: rows of nextA
 #endif
 #ifdef UPART
-  uParts: u32, // gemv_lanes_group with define UPART: the producer's partial sums of each u
+  uParts: u32, // define UPART: the partial sums of each u
 #endif
 }
 
@@ -200,16 +200,24 @@ fn siluTimes(g: vec4f, u: vec4f) -> vec4f {
 #endif
 
 #ifdef UPART
-// A group's LoRA branches (with NORM; packed, LORAPACK, or each its own B) whose u comes as a
-// producer's partial sums (define UPART; the producer's define NEXTA): loraU is (p.uParts, M,
-// GROUP loraR), each u the sum of its p.uParts partials (gatherU, into uw at the kernel's start)
-// times the row's rstd (rowScale, the folded norm's; common/loraterm.wgsl).
-var<workgroup> uw: array<f32, {{UPART}}>; // TMAX GROUP loraR: u (M, GROUP loraR)
+// LoRA branches whose u comes as partial sums (define UPART), loraU (p.uParts, M, UG loraR), each u
+// the sum of its p.uParts partials (gatherU, into uw at the kernel's start):
+// - a group's (gemv_lanes_group with NORM; packed, LORAPACK, or each its own B), the partials a
+//   producer's (its define NEXTA) over x before the norm: times the row's rstd in the store
+//   (rowScale, the folded norm's; common/loraterm.wgsl);
+// - one weight's (gemv_lanes, no norm: o_proj, down_proj), the partials its A product's slices
+//   over K (src/ops/forward.ts matmul's `lora.A`), so no dispatch adds them up first.
+#ifdef GROUP
+const UG = {{GROUP}}u; // u's columns a row: UG loraR
+#else
+const UG = 1u;
+#endif
+var<workgroup> uw: array<f32, {{UPART}}>; // TMAX UG loraR: u (M, UG loraR)
 var<private> rowScale: array<f32, TMAX>;
 
 // uw = the sums of loraU's p.uParts partials, four running sums a thread (independent loads).
 fn gatherU(lid: u32) {
-  let n = p.M * {{GROUP}}u * p.loraR;
+  let n = p.M * UG * p.loraR;
   for (var i = lid; i < n; i += 256u) {
     var s = vec4f(0.0);
     var g = 0u;
@@ -479,6 +487,9 @@ fn gemv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: v
   let lane = lid % LANES;
   let n0 = linearGroup(wid, nwg) * COLS + col;
   if (linearGroup(wid, nwg) * COLS >= p.N) { return; } // a whole workgroup past N (uniform)
+#ifdef UPART
+  gatherU(lid); // read in the store, many barriers on
+#endif
 #include "common/gemvstaged.wgsl" (WI=, WN=p.N, AT=wid.z * p.splitStride + )
 #ifdef NEXTA
   nextPartials(linearGroup(wid, nwg), lid);

@@ -4,6 +4,8 @@
 // loraTerm{{WI}}(o) for output o = t {{WN}} + n: p.loraScale * sum_j u[t, j] B[n, j], which
 // store{{WI}} (common/storeout.wgsl) adds. With BJ (shaders/matmul.wgsl gemm_tiled's input
 // gradient, BT): B[n, j] is loraB[j BJ + n], the branch's A (loraR, BJ) read across its rows.
+// With UPART (shaders/gemv.wgsl gemv_lanes, one weight): loraU holds u's partial sums, and the
+// sum reads u from uw, where gatherU added them up.
 #ifdef BAT
 // Or, u from a producer's partial sums (gemv.wgsl UPART without LORAPACK), each weight its own B:
 //   #include "common/loraterm.wgsl" (WI=suffix, WN=rows, BAT=binding, US=row stride, UO=column)
@@ -29,6 +31,9 @@ fn loraTerm{{WI}}(o: u32) -> f32 {
   var s = 0.0;
 #ifdef BJ
   for (var j = 0u; j < p.loraR; j++) { s += loraU{{WI}}[t * p.loraR + j] * loraB{{WI}}[j * ({{BJ}}) + n]; }
+#elif defined(UPART)
+  // u summed from its A product's partials into uw (gemv.wgsl UPART, one weight)
+  for (var j = 0u; j < p.loraR; j++) { s += uw[t * p.loraR + j] * loraB{{WI}}[n * p.loraR + j]; }
 #else
   for (var j = 0u; j < p.loraR; j++) { s += loraU{{WI}}[t * p.loraR + j] * loraB{{WI}}[n * p.loraR + j]; }
 #endif

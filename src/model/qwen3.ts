@@ -196,8 +196,9 @@ export class Qwen3Model {
     let pendingParts = 0;
     let l = 0;
     // y (+)= x W^T, plus the LoRA branch s (x A^T) B^T when the adapter targets this projection:
-    // its A product first, then the B product inside the projection's GEMV where that takes it
-    // (K.matmul's `lora`: decode), so a LoRA projection is two dispatches, not three.
+    // K.matmul runs its A product first, then the B product inside the projection's GEMV where
+    // that takes it (K.matmul's `lora`: decode), so a LoRA projection is two dispatches, not three
+    // (and where the A product splits over K, the GEMV adds up its slices: tuning.loraAFold).
     // With `up`, xIn is the MLP's gate and the products take silu(gate) * up (K.foldsSilu).
     const proj = (
       y: GPUBuffer,
@@ -212,9 +213,8 @@ export class Qwen3Model {
     ): number => {
       const p = lora?.get(l, target);
       if (!p) return K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, undefined, up, next);
-      const r = lora!.settings.r;
-      K.matmulF32(gpu, u!, xIn, p.A, T, r, Kd, false, 1, up);
-      return K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, { u: u!, B: p.B, r, scale: lora!.scale }, up, next);
+      const branch = { u: u!, A: p.A, B: p.B, r: lora!.settings.r, scale: lora!.scale };
+      return K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, branch, up, next);
     };
     const qkvTargets: readonly LoraTarget[] = ['q_proj', 'k_proj', 'v_proj'];
     const qkvNs = [NH * HD, NKV * HD, NKV * HD];

@@ -220,10 +220,10 @@ function blockDefines(
   return out;
 }
 
-/** d with the group and flags set (those of d dropped, and its UPART); LANES replaced (COLS 256 / LANES) when given. */
-function withBlock<D extends BlockDefines>(d: D, GROUP: number, flags: number, LANES = d.LANES ?? 0): D {
+/** d with the group, flags and UPART set (those of d dropped); LANES replaced (COLS 256 / LANES) when given. */
+function withBlock<D extends BlockDefines>(d: D, GROUP: number, flags: number, LANES = d.LANES ?? 0, UPART = 0): D {
   const COLS = LANES === (d.LANES ?? 0) ? d.COLS : 256 / LANES;
-  return blockDefines(d.WEIGHTS, d.TMAX, COLS, LANES, d.XS ?? 0, 'SUBGROUPS' in d, GROUP, flags) as D;
+  return blockDefines(d.WEIGHTS, d.TMAX, COLS, LANES, d.XS ?? 0, 'SUBGROUPS' in d, GROUP, flags, 1, UPART) as D;
 }
 
 /** blockDefines' flags of d (NORM, SILU, LORA, XEACH, LORAPACK, NEXTA, NEXTA2). */
@@ -329,7 +329,7 @@ function blockGemv(
   K: number,
   accumulate: boolean,
   scale: number,
-  lora?: LoraEpilogue,
+  lora?: StoreLora,
   up?: GPUBuffer,
   norm?: FoldedNorm,
   next?: NextAProduct,
@@ -341,22 +341,12 @@ function blockGemv(
   check(!norm || (entry === 'lanes' && !up && !lora), () => `${op}: a folded norm needs gemv_lanes alone`);
   check(!next || (entry === 'lanes' && !norm), () => `${op}: the next A product needs gemv_lanes without a norm`);
   const lanes = entry === 'lanes' ? lanesDefines(gpu, WEIGHTS, M, K, norm !== undefined) : null;
-  if (lanes && !lora && !norm && !next && tuning.gemvSplitK === 'auto' && !autoForCpu(gpu) && (M * N) % 4 === 0) {
-    const base = up ? withBlock(lanes, 0, SILU_FLAG) : lanes;
-    const { kChunk, splits } = lanesSplit(N, K, BLOCK_ELEMS[WEIGHTS], base.LANES, base.COLS);
-    if (splits > 1) {
-      const [x0, y0] = splitGrid(Math.ceil(N / base.COLS), gpu.limits.maxComputeWorkgroupsPerDimension);
-      // Each slice of K a workgroup row of its own (wid.z), its partial sums (splits, M, N) in a
-      // pooled scratch that gemv_cols_reduce adds in slice order, with the scale and accumulate.
-      const partials = gpu.createBuffer(splits * M * N * 4, `${op}.lanesPartials`);
-      gpu.dispatch(
-        opKernel(gpu, op, 'gemv', 'gemv_lanes', base),
-        up ? [partials, x, w, up] : [partials, x, w],
-        [x0, y0, splits],
-        [M, N, K, 0, f32(1), kChunk, 0, M * N],
-      );
-      // Recorded as its own op, so that kernelVariant(gpu, op) still names the GEMV that ran.
-      reducePartials(gpu, `${op}.splitK`, out, partials, M, N, splits, accumulate, scale);
+  if (lanes && !lora && !norm && !next) {
+    const split = lanesSplitProduct(gpu, op, x, w, WEIGHTS, M, N, K, up);
+    if (split) {
+      // The slices' partial sums added in slice order, with the scale and accumulate; recorded as
+      // its own op, so that kernelVariant(gpu, op) still names the GEMV that ran.
+      reducePartials(gpu, `${op}.splitK`, out, split.partials, M, N, split.splits, accumulate, scale);
       return 0;
     }
   }
@@ -368,9 +358,12 @@ function blockGemv(
     (next ? NEXTA_FLAG : 0) |
     (next && next.As.length === 2 ? NEXTA2_FLAG : 0);
   let base: BlockDefines;
+  const uParts = lora?.parts ?? 0;
+  check(!uParts || lanes !== null, () => `${op}: u as partial sums needs gemv_lanes`); // the callers check first
   if (lanes) {
     const LANES = widensLanes(gpu) ? wideLanes(N, K, BLOCK_ELEMS[WEIGHTS], lanes.LANES) : lanes.LANES;
-    base = withColsPerThread(gpu, withBlock(lanes, 0, flags, LANES), K);
+    const UPART = uParts ? upartLength(TMAX, 1, lora!.r) : 0;
+    base = withColsPerThread(gpu, withBlock(lanes, 0, flags, LANES, UPART), K);
   } else base = blockDefines(WEIGHTS, TMAX, 4, 0, 0, false, 0, flags);
   const columnsPerGroup = entry === 'rows' ? 64 * base.COLS : base.COLS;
   const [x0, y0] = splitGrid(Math.ceil(N / columnsPerGroup), gpu.limits.maxComputeWorkgroupsPerDimension);
@@ -394,7 +387,7 @@ function blockGemv(
     buffers,
     [x0, y0, entry === 'rows' ? Math.ceil(M / TMAX) : 1],
     lora
-      ? [...params, lora.r, f32(lora.scale), ...(next ? [next.R] : [])]
+      ? [...params, lora.r, f32(lora.scale), ...(next ? [next.R] : []), ...(uParts ? [uParts] : [])]
       : norm
         ? [...params, f32(norm.eps)]
         : next
@@ -402,6 +395,40 @@ function blockGemv(
           : params,
   );
   return parts;
+}
+
+/**
+ * blockGemv's 'lanes' product (no LoRA, norm or next) split over K, where tuning.gemvSplitK
+ * 'auto' splits it on a GPU (lanesSplit: few columns, a long K; the LoRA A products): gemv_lanes
+ * over the slices, each a workgroup row of its own (wid.z), into a pooled scratch of their partial
+ * sums (splits, M, N) f32, returned with the count for the caller to add up and release. null
+ * where it does not split (nothing dispatched).
+ */
+function lanesSplitProduct(
+  gpu: Gpu,
+  op: string,
+  x: GPUBuffer,
+  w: GPUBuffer,
+  WEIGHTS: WeightFormat,
+  M: number,
+  N: number,
+  K: number,
+  up?: GPUBuffer,
+): { partials: GPUBuffer; splits: number } | null {
+  if (tuning.gemvSplitK !== 'auto' || autoForCpu(gpu) || (M * N) % 4 !== 0) return null;
+  const lanes = lanesDefines(gpu, WEIGHTS, M, K);
+  const base = up ? withBlock(lanes, 0, SILU_FLAG) : lanes;
+  const { kChunk, splits } = lanesSplit(N, K, BLOCK_ELEMS[WEIGHTS], base.LANES, base.COLS);
+  if (splits <= 1) return null;
+  const [x0, y0] = splitGrid(Math.ceil(N / base.COLS), gpu.limits.maxComputeWorkgroupsPerDimension);
+  const partials = gpu.createBuffer(splits * M * N * 4, `${op}.lanesPartials`);
+  gpu.dispatch(
+    opKernel(gpu, op, 'gemv', 'gemv_lanes', base),
+    up ? [partials, x, w, up] : [partials, x, w],
+    [x0, y0, splits],
+    [M, N, K, 0, f32(1), kChunk, 0, M * N],
+  );
+  return { partials, splits };
 }
 
 /**
@@ -424,14 +451,24 @@ export interface NextAProduct {
 
 /**
  * A LoRA branch's B product added to a projection's output: out += scale * u (T, r) . B (N, r)^T,
- * u = x A^T computed before (matmul's `lora`).
+ * u = x A^T computed before (matmul's `lora`), or with `A`, by matmul first.
  */
 export interface LoraEpilogue {
   u: GPUBuffer; // (T, r) f32
   B: GPUBuffer; // (N, r) f32
   r: number;
   scale: number;
+  /**
+   * The branch's A (r, K) f32 (matmul only): matmul runs u = x A^T itself, into u, or where that
+   * product splits over K and the GEMV takes the branch in its store (tuning.loraAFold), as its
+   * slices' partial sums, which the store adds up (shaders/gemv.wgsl UPART): no dispatch of its own
+   * to add them (o_proj's and down_proj's at Qwen3-4B's widths). u is then left unwritten.
+   */
+  A?: GPUBuffer;
 }
+
+/** blockGemv's branch: u, or with `parts`, that many partial sums (parts, T, r) of it (UPART). */
+type StoreLora = LoraEpilogue & { parts?: number };
 
 /**
  * Whether shaders/gemv.wgsl gemv_cols takes out (M, N) = a (M, K) . w (K, N), w read along its
@@ -612,6 +649,10 @@ export function matmul(
     checkSize(lora.u, T * lora.r * 4, 'matmul lora u');
     checkSize(lora.B, N * lora.r * 4, 'matmul lora B');
     distinct('matmul', out, lora.u, lora.B);
+    if (lora.A) {
+      checkSize(lora.A, lora.r * K * 4, 'matmul lora A');
+      distinct('matmul', out, x, lora.u, lora.A, ...(up ? [up] : []));
+    }
   }
   if (next) {
     check(
@@ -642,7 +683,13 @@ export function matmul(
     });
     return parts;
   }
-  if ((variant === 'blocks' || variant === 'lanes') && blockGemvFits(x, wb, WEIGHTS, T, N, K)) {
+  const blockFits = (variant === 'blocks' || variant === 'lanes') && blockGemvFits(x, wb, WEIGHTS, T, N, K);
+  // The branch's A product (lora.A): its slices' partial sums into the store where it splits over
+  // K (loraAParts), else u whole first.
+  const aParts =
+    lora?.A && inStore && variant === 'lanes' && blockFits ? loraAParts(gpu, x, lora.A, T, lora.r, K, up) : null;
+  if (lora?.A && !aParts) matmulF32(gpu, lora.u, x, lora.A, T, lora.r, K, false, 1, up);
+  if (blockFits) {
     const entry = variant === 'blocks' ? 'rows' : 'lanes';
     // Recorded as its own op when the LoRA rides along, so kernelVariant(gpu, 'matmul') still
     // names the plain products (the LM head's).
@@ -666,11 +713,12 @@ export function matmul(
       K,
       accumulate,
       1,
-      inStore,
+      aParts ? { ...inStore!, u: aParts.partials, parts: aParts.splits } : inStore,
       up,
       undefined,
       nextIn,
     );
+    if (aParts) gpu.releaseBuffer(aParts.partials); // safe: later users are encoded after
     if (lora && !inStore) matmulF32(gpu, out, lora.u, lora.B, T, N, lora.r, true, lora.scale);
     return parts;
   }
@@ -709,6 +757,29 @@ export function matmul(
     tiledProduct(gpu, 'matmul', out, x, wb, WEIGHTS, useGemmF16(gpu), T, N, K, [K, 1, K, 1], accumulate, 1);
   }
   return 0;
+}
+
+/**
+ * matmul's LoRA A product u = x A^T (T, r) (with `up`, of silu(x) * up), for a GEMV that takes its
+ * branch in the store (gemv_lanes), as the partial sums of its slices over K (lanesSplitProduct)
+ * where it splits and tuning.loraAFold lets the store add them up (define UPART, whose u fits the
+ * workgroup memory beside the staged x and the lane sums): null where not (nothing dispatched).
+ */
+function loraAParts(
+  gpu: Gpu,
+  x: GPUBuffer,
+  A: GPUBuffer,
+  T: number,
+  r: number,
+  K: number,
+  up?: GPUBuffer,
+): { partials: GPUBuffer; splits: number } | null {
+  if (tuning.loraAFold === 'off' || gemmVariant(gpu, T, true) !== 'lanes') return null;
+  if (up ? !siluFits(gpu, x, up, A, 'f32', T, r, K, 4) : !blockGemvFits(x, A, 'f32', T, r, K)) return null;
+  const TMAX = tmaxFor(T);
+  const bytes = (stagedVec4s(gpu, TMAX, false) * 4 + TMAX * 256 + upartLength(TMAX, 1, r)) * 4;
+  if (bytes > gpu.limits.maxComputeWorkgroupStorageSize) return null;
+  return lanesSplitProduct(gpu, 'matmulF32', x, A, 'f32', T, r, K, up);
 }
 
 /**

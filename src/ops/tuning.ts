@@ -181,7 +181,10 @@ export interface Tuning {
    * products in its store (UPART). Two dispatches fewer a layer (one in the first), within f32
    * rounding. 'auto' where the norm and the LoRA B products fold (decode on GPUs) and the bindings
    * fit (q/k/v's branches packed: 10 storage buffers, Chrome's limit; gate/up's each with its own
-   * B: 9), 'off' never.
+   * B: 9), 'off' never. With it, o_proj's and down_proj's own A products, where they split over K
+   * (Qwen3-4B's widths: tuning.gemvSplitK), leave their slices' partial sums to the projection's
+   * GEMV, which adds them up as it takes the B product (K.matmul's `lora.A`, UPART on gemv_lanes):
+   * two dispatches fewer a layer again, the reduces'.
    */
   loraAFold: 'auto' | 'off';
   /**

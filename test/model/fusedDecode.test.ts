@@ -363,3 +363,57 @@ describe.each([
     adapter.destroy();
   });
 });
+
+// o_proj's and down_proj's own LoRA A products where they split over K (a GPU's 'auto': at
+// Qwen3-4B's widths, K 4,096 and 9,728 over r = 16 columns): their slices' partial sums go to the
+// projection's GEMV, which adds them up in its store (K.matmul's `lora.A`, shaders/gemv.wgsl
+// UPART on gemv_lanes; tuning.loraAFold), instead of a reduce dispatch between. A checkpoint with
+// NH HD = I = 1,024 splits both; against 'off': logits within f32 rounding, 2 LAYERS dispatches
+// fewer a decode step for this alone (4 LAYERS - 1 with the groups' folds above), and down_proj's
+// GEMV adds up its own u while it begins the next layer's q/k/v u (UPART with NEXTA).
+describe('the split LoRA A products added up in the projection', () => {
+  let wide: string;
+  beforeAll(async () => {
+    wide = await mkdtemp(join(tmpdir(), 'spyrl-fused-wide-'));
+    await writeTinyCheckpoint(wide, {
+      layers: LAYERS,
+      hidden: 64,
+      heads: 8,
+      kvHeads: 2,
+      headDim: 128,
+      intermediate: 1024,
+      vocab: 1024,
+      seed: 12,
+    });
+  });
+  afterAll(async () => {
+    await rm(wide, { recursive: true, force: true });
+  });
+
+  it.each([
+    ['q4', 'f16'],
+    ['bf16', 'f32'],
+  ] as const)('weights %s, KV %s: within rounding of the reduce, 2 dispatches fewer a layer', async (weights, kv) => {
+    const { model } = await loadQwen3(gpu, nodeFolderSource(wide), { weights, kv });
+    const { lora, weights: loraWeights } = movedLora(model, 4, 5);
+    const adapter = attachAdapter(model, lora, loraWeights);
+    K.resetTuning({ autoFor: 'gpu', loraAFold: 'off' });
+    const off = await decode(model);
+    K.tuning.loraAFold = 'auto';
+    const { result: folded, labels } = await withLabels(gpu, () => decode(model));
+    const rel = kv === 'f16' ? 2e-4 : 1e-5;
+    for (let s = 0; s < off.logits.length; s++) expectClose(folded.logits[s], off.logits[s], `step ${s}`, rel);
+    for (let s = 0; s < off.dispatches.length; s++)
+      expect(off.dispatches[s] - folded.dispatches[s]).toBe(4 * LAYERS - 1);
+    const single = (l: string) => l.startsWith('gemv.gemv_lanes[') && l.includes('LORA=1') && l.includes('UPART=');
+    // o_proj (with gate/up's A's, NEXTA2) and down_proj (SILU; the next layer's q/k/v A but in the
+    // last layer) in each of the 3 decode steps.
+    expect(labels.filter((l) => single(l) && l.includes('NEXTA2=1')).length).toBeGreaterThanOrEqual(3 * LAYERS);
+    expect(labels.filter((l) => single(l) && l.includes('SILU=1')).length).toBeGreaterThanOrEqual(3 * LAYERS);
+    expect(
+      labels.filter((l) => single(l) && l.includes('SILU=1') && l.includes('NEXTA=1') && !l.includes('NEXTA2')).length,
+    ).toBeGreaterThanOrEqual(3 * (LAYERS - 1));
+    expect(labels.some((l) => l.includes('gemv_cols_reduce'))).toBe(false);
+    adapter.destroy();
+  });
+});

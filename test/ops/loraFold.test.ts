@@ -145,6 +145,112 @@ describe('apart from the product: the B product its own matmulF32', () => {
   });
 });
 
+// matmul's `lora.A`: matmul runs the branch's A product u = x A^T itself (of silu(x) * up with
+// `up`, SwiGLU folded: down_proj's). Where that product splits over K (a GPU's 'auto': few
+// columns, a long K) and the GEMV takes the branch in its store, its slices' partial sums go
+// straight to the store, which adds them up (shaders/gemv.wgsl UPART, tuning.loraAFold): 2
+// dispatches, against 3 with the reduce between ('off'); unsplit (a short K) u is written whole
+// first. Against the CPU reference (f64): x W^T + s (x A^T) B^T.
+describe("with its A product (LoraEpilogue's A)", () => {
+  beforeAll(() => {
+    current = gpu;
+  });
+
+  /** matmul with { u, A, B } on gpu; checks against f64 and returns dispatches and the labels of the kernels. */
+  async function withA(
+    format: 'bf16' | 'q4',
+    T: number,
+    N: number,
+    Kd: number,
+    r: number,
+    accumulate: boolean,
+    silu: boolean,
+  ): Promise<{ dispatches: number; labels: string[] }> {
+    const name = `A product: ${format} T=${T} N=${N} K=${Kd} r=${r}${accumulate ? ' +=' : ''}${silu ? ' silu' : ''} ${K.tuning.loraAFold}`;
+    const rand = ref.rng(T * 17 + N * 3 + Kd + r + (silu ? 1 : 0));
+    const x = ref.randn(T * Kd, rand);
+    const upVals = ref.randn(T * Kd, rand);
+    const A = ref.randn(r * Kd, rand, 0.05);
+    const B = ref.randn(N * r, rand, 0.3);
+    const scale = 0.75;
+    const { w, vals } = h.weight(format, N, Kd, T + N + r + 5);
+    const init = ref.randn(T * N, rand);
+    const out = accumulate ? f32Buf(init, 'out') : outBuf(T * N);
+    const branch = { u: outBuf(T * r), A: f32Buf(A, 'A'), B: f32Buf(B, 'B'), r, scale };
+    const labels: string[] = [];
+    const dispatch = gpu.dispatch.bind(gpu);
+    gpu.dispatch = (kernel, ...rest) => {
+      labels.push(kernel.label);
+      dispatch(kernel, ...rest);
+    };
+    try {
+      K.matmul(gpu, out, f32Buf(x), w, T, N, Kd, accumulate, branch, silu ? f32Buf(upVals, 'up') : undefined);
+    } finally {
+      gpu.dispatch = dispatch;
+    }
+    let act = x;
+    if (silu) {
+      act = new Float32Array(T * Kd);
+      ref.siluMul(act, x, upVals, T * Kd);
+    }
+    const u = new Float64Array(T * r);
+    ref.matmulF32(u, act, A, T, r, Kd);
+    const want = new Float64Array(T * N);
+    if (accumulate) want.set(init);
+    ref.matmul(want, act, vals, T, N, Kd, accumulate);
+    ref.matmulF32(want, u, B, T, N, r, true, scale);
+    expectClose(name, await gpu.readF32(out, T * N), want, 2e-6, 1e-6);
+    return { dispatches: labels.length, labels };
+  }
+
+  // (format, T, N, K, r, silu): K 2,048 and 1,280 split the f32 A product over K on a GPU.
+  it.each([
+    ['q4', 1, 300, 2048, 16, false],
+    ['bf16', 3, 70, 1280, 4, true],
+    ['q4', 4, 33, 2048, 8, true],
+    ['bf16', 8, 40, 1280, 16, false],
+  ] as const)('%s T=%i N=%i K=%i r=%i silu %s: the slices added up in the store', async (format, T, N, Kd, r, silu) => {
+    K.resetTuning({ autoFor: 'gpu' });
+    for (const accumulate of [false, true]) {
+      const folded = await withA(format, T, N, Kd, r, accumulate, silu);
+      expect(folded.labels.map((l) => l.split('[')[0])).toEqual(['gemv.gemv_lanes', 'gemv.gemv_lanes']);
+      expect(folded.labels[1]).toContain(`UPART=${Math.min(8, 2 ** Math.ceil(Math.log2(T))) * r}`);
+      expect(folded.labels[1]).toContain('LORA=1');
+      expect(folded.labels[0]).not.toContain('LORA=1');
+      expect(folded.labels[0]).toContain('WEIGHTS=f32');
+      expect(folded.labels[1]).toContain(silu ? 'SILU=1' : 'WEIGHTS=');
+    }
+    K.tuning.loraAFold = 'off';
+    const off = await withA(format, T, N, Kd, r, false, silu);
+    expect(off.dispatches, 'the split product, its reduce, the GEMV').toBe(3);
+    expect(off.labels[1]).toContain('gemv_cols_reduce');
+    expect(off.labels.some((l) => l.includes('UPART'))).toBe(false);
+  });
+
+  it('unsplit (a short K), or on a CPU adapter: u written whole first, then the GEMV', async () => {
+    K.resetTuning({ autoFor: 'gpu' });
+    const short = await withA('q4', 2, 64, 256, 16, true, true);
+    expect(short.dispatches).toBe(2);
+    expect(short.labels.some((l) => l.includes('UPART'))).toBe(false);
+    K.resetTuning({ matmul: 'lanes' }); // SwiftShader's own 'auto': no split over K
+    const cpu = await withA('bf16', 3, 40, 2048, 4, false, false);
+    expect(cpu.dispatches).toBe(2);
+    expect(cpu.labels.some((l) => l.includes('UPART'))).toBe(false);
+  });
+
+  it('a bad A names it', () => {
+    const w = h.weight('bf16', 8, 32, 1).w;
+    const x = f32Buf(new Float32Array(2 * 32)),
+      out = outBuf(2 * 8);
+    const u = f32Buf(new Float32Array(2 * 4)),
+      B = f32Buf(new Float32Array(8 * 4));
+    expect(() => K.matmul(gpu, out, x, w, 2, 8, 32, false, { u, A: B, B, r: 4, scale: 1 })).toThrow(/matmul lora A/);
+    const A = f32Buf(new Float32Array(4 * 32));
+    expect(() => K.matmul(gpu, out, x, w, 2, 8, 32, false, { u, A: x, B, r: 1, scale: 1 })).toThrow();
+    expect(() => K.matmul(gpu, out, x, w, 2, 8, 32, false, { u, A, B, r: 4, scale: 1 })).not.toThrow();
+  });
+});
+
 // matmulGroup's `lora` (K.GroupLora): the q/k/v or gate/up group product takes each weight's LoRA
 // B product in its store (define LORA with GROUP) where its u and B bindings fit (4 G + 1, plus the
 // folded norm's weights: 13 or 14 for q/k/v, 9 or 10 for gate/up), one dispatch in all; elsewhere
