@@ -1,4 +1,4 @@
-// `npx tsx bench/fused-ab.ts [--reps 3] [--steps 4] [--shapes tiny,4b-layer] [--layers 1] [--weights bf16|q4]
+// `npx tsx bench/fused-ab.ts [--reps 3] [--steps 4] [--shapes tiny,4b-layer] [--layers 1] [--ctx 0] [--weights bf16|q4]
 //   [--ops] [--compare fusions|normFold|loraFold|loraAFold|siluFold|gemvSplitK|gemvWideLanes] [--kernels name=value,...]`
 // The decode fusions side by side on this machine's adapter: Qwen3Model.forward with the fused
 // q/k/v and gate/up GEMVs (K.matmulGroup) and q/k norm + RoPE + KV write in one kernel
@@ -11,7 +11,8 @@
 // and gate/up LoRA A products begun in the previous layer's down_proj GEMV and in o_proj's
 // (tuning.loraAFold 'auto'; q/k/v's from the second layer on: --layers 2 with '4b-layer'), and
 // o_proj's and down_proj's A products split over K ('4b-layer') added up in their projection's
-// GEMV, against their own dispatches and reduces ('off'). `--compare siluFold`: the
+// GEMV, and o_proj's begun in the split decode attention's combine (--ctx 512), against their own
+// dispatches and reduces ('off'). `--compare siluFold`: the
 // SwiGLU activation formed inside down_proj's GEMVs (tuning.siluFold 'auto') against silu_mul's
 // own dispatch ('off'). `--compare gemvSplitK`: the
 // GEMV split over K where its columns make few workgroups (tuning.gemvSplitK 'auto': the o_proj and
@@ -50,6 +51,7 @@ const { values } = parseArgs({
     compare: { type: 'string', default: 'fusions' },
     kernels: { type: 'string', default: '' },
     layers: { type: 'string', default: '1' },
+    ctx: { type: 'string', default: '0' },
   },
 });
 const COMPARES = ['fusions', 'normFold', 'loraFold', 'loraAFold', 'siluFold', 'gemvSplitK', 'gemvWideLanes'];
@@ -79,7 +81,9 @@ const PROMPT = 8;
 /** One run: prefill B prompts, then `steps` decode steps; seconds and dispatches of each step. */
 async function decodeRun(gpu: Gpu, model: Qwen3Model, B: number): Promise<Run> {
   const V = model.cfg.vocabSize;
-  const cache = model.createCache(B, PROMPT + steps + 1);
+  // --ctx: the cache's positions a sequence (the prompt stays PROMPT tokens): a decode attention
+  // over a cache of 256 or more splits over the keys and combines (attention_combine).
+  const cache = model.createCache(B, Math.max(PROMPT + steps + 1, Number(values.ctx)));
   const rows = Array.from({ length: B }, (_, b) => b);
   const pre = model.forward(
     {

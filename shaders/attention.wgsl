@@ -1201,6 +1201,9 @@ struct AttentionParams {
   splitKeys: u32, // attention_split: keys per split (a multiple of BLK)
   splits: u32,    // attention_split / attention_combine: splits per (token, head)
 #endif
+#ifdef APART
+  aR: u32, // attention_combine with define APART: rows of aA
+#endif
 }
 
 const BLK = 64u;   // keys per block = threads per workgroup
@@ -1239,6 +1242,10 @@ fn headOf(x: Heads, h: u32) -> f32 { return x; }
 // attention_combine's inputs (its bindings 1..3; the numbers are free in that entry point)
 @group(0) @binding(2) var<storage, read> splitLse: array<f32>; // (T, NH, splits) f32
 @group(0) @binding(3) var<storage, read> splitOut: array<f32>; // (T, NH, splits, HD) f32
+#ifdef APART
+@group(0) @binding(4) var<storage, read> aA: array<f32>;            // (aR, NH HD) f32
+@group(0) @binding(5) var<storage, read_write> aParts: array<f32>;  // (NH, T, aR) f32
+#endif
 #else
 @group(0) @binding(3) var<storage, read> kCache: array<f32>;    // training: k (T, NKV, HD) f32
 @group(0) @binding(4) var<storage, read> vCache: array<f32>;    // training: v (T, NKV, HD) f32
@@ -1325,11 +1332,52 @@ fn attention_split(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
   }
 }
 
+#ifdef APART
+// The LoRA A product of the projection after attention (o_proj's u = out aA^T, aA (aR, NH HD))
+// begun in attention_combine (define APART; src/ops/forward.ts attention's `next`): workgroup
+// t NH + h, which writes head h's HD outputs of token t, adds up its share of each row i of u,
+// sum_d aA[i, h HD + d] out[t, h HD + d], into aParts at (h, t, i); the GEMV of o_proj adds the NH
+// shares up as it takes the B product (shaders/gemv.wgsl UPART): no A product of its own. The
+// outputs are summed from workgroup memory (orow), the values stored, so nothing is read back.
+var<workgroup> orow: array<f32, HDMAX>; // the head's outputs
+var<workgroup> ared: array<f32, BLK>;
+
+// Workgroup th's shares: each row i by P threads (P = BLK / aR, at least 1), their sums added in
+// ared. Holds barriers: call it in uniform control flow.
+fn aPartials(th: u32, lid: u32) {
+  workgroupBarrier(); // orow is whole
+  let t = th / p.NH;
+  let h = th - t * p.NH;
+  let P = max(1u, BLK / p.aR);
+  let per = BLK / P; // rows a round
+  let q0 = lid / P;
+  let sl = lid % P;
+  let a0 = h * p.HD;
+  let row = p.NH * p.HD;
+  for (var base = 0u; base < p.aR; base += per) {
+    let i = base + q0;
+    let mine = q0 < per && i < p.aR;
+    var s = 0.0;
+    if (mine) {
+      for (var d = sl; d < p.HD; d += P) { s += aA[i * row + a0 + d] * orow[d]; }
+    }
+    ared[lid] = s;
+    workgroupBarrier();
+    if (mine && sl == 0u) {
+      var tot = 0.0;
+      for (var j = 0u; j < P; j++) { tot += ared[lid + j]; }
+      aParts[(h * p.T + t) * p.aR + i] = tot;
+    }
+    workgroupBarrier();
+  }
+}
+#endif
+
 @compute @workgroup_size(BLK)
 fn attention_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
                      @builtin(local_invocation_index) lid: u32) {
   let th = linearGroup(wid, nwg);
-  if (th >= p.T * p.NH) { return; }
+  if (th >= p.T * p.NH) { return; } // a whole workgroup (uniform)
   let g0 = th * p.splits;
   var mx = -3.40282346e38;
   for (var c = 0u; c < p.splits; c++) { mx = max(mx, splitLse[g0 + c]); }
@@ -1339,7 +1387,13 @@ fn attention_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
     var o = 0.0;
     for (var c = 0u; c < p.splits; c++) { o += exp(splitLse[g0 + c] - mx) * splitOut[(g0 + c) * p.HD + d]; }
     out[th * p.HD + d] = o / den;
+#ifdef APART
+    orow[d] = o / den;
+#endif
   }
+#ifdef APART
+  aPartials(th, lid);
+#endif
 }
 
 #ifdef LANES

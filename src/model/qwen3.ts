@@ -194,6 +194,8 @@ export class Qwen3Model {
     // count a row, 0 where that GEMV did not write them.
     let aParts: GPUBuffer | null = null;
     let pendingParts = 0;
+    // o_proj's LoRA A product as attention_combine's partial sums (K.AttentionAProduct), made on first use
+    let oParts: GPUBuffer | null = null;
     let l = 0;
     // y (+)= x W^T, plus the LoRA branch s (x A^T) B^T when the adapter targets this projection:
     // K.matmul runs its A product first, then the B product inside the projection's GEMV where
@@ -210,10 +212,14 @@ export class Qwen3Model {
       accumulate = false,
       up?: GPUBuffer,
       next?: K.NextAProduct,
+      uParts?: { buffer: GPUBuffer; parts: number },
     ): number => {
       const p = lora?.get(l, target);
       if (!p) return K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, undefined, up, next);
-      const branch = { u: u!, A: p.A, B: p.B, r: lora!.settings.r, scale: lora!.scale };
+      const r = lora!.settings.r;
+      const branch = uParts
+        ? { u: uParts.buffer, parts: uParts.parts, B: p.B, r, scale: lora!.scale }
+        : { u: u!, A: p.A, B: p.B, r, scale: lora!.scale };
       return K.matmul(gpu, y, xIn, wt, T, N, Kd, accumulate, branch, up, next);
     };
     const qkvTargets: readonly LoraTarget[] = ['q_proj', 'k_proj', 'v_proj'];
@@ -341,9 +347,34 @@ export class Qwen3Model {
         theta,
         kv,
       );
-      K.attention(gpu, att, qn, cache.k[l], cache.v[l], cache.pageTable, slot, pos, T, NH, NKV, HD, kv);
+      // The attention begins o_proj's LoRA A product where its GEMV adds up the partial sums
+      // (K.matmulTakesParts) and a split attention's combine writes att.
+      const pO = lora?.get(l, 'o_proj');
+      let oA: K.AttentionAProduct | undefined;
+      if (pO && K.matmulTakesParts(gpu, att, lw.oProj, T, C, NH * HD, lora!.settings.r)) {
+        const r = lora!.settings.r;
+        oParts ??= gpu.createBuffer(NH * T * r * 4, 'loraOParts');
+        oA = { A: pO.A, parts: oParts, r };
+      }
+      const nParts = K.attention(
+        gpu,
+        att,
+        qn,
+        cache.k[l],
+        cache.v[l],
+        cache.pageTable,
+        slot,
+        pos,
+        T,
+        NH,
+        NKV,
+        HD,
+        kv,
+        oA,
+      );
       // o_proj also begins gate/up's LoRA A product where that folds (nextGroupA).
-      pendingParts = proj(x, att, lw.oProj, 'o_proj', C, NH * HD, true, undefined, nextGroupA(l, false));
+      const oU = nParts > 0 ? { buffer: oParts!, parts: nParts } : undefined;
+      pendingParts = proj(x, att, lw.oProj, 'o_proj', C, NH * HD, true, undefined, nextGroupA(l, false), oU);
       // x = x + down(silu(gate(h)) * up(h))
       projGroup(lw.postNorm, [gate, up], [lw.gateProj, lw.upProj], gateUpTargets, gateUpNs);
       // down_proj over silu(gate) * up: formed inside its GEMVs where they take it (K.foldsSilu),
@@ -388,6 +419,7 @@ export class Qwen3Model {
     for (const b of [ids, slot, pos, x, h, q, qn, k, v, att, gate, up, act, ...us]) gpu.releaseBuffer(b);
     if (uPacked) gpu.releaseBuffer(uPacked);
     if (aParts) gpu.releaseBuffer(aParts);
+    if (oParts) gpu.releaseBuffer(oParts);
   }
 
   private u32(values: ArrayLike<number>, label: string): GPUBuffer {

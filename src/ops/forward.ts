@@ -329,7 +329,7 @@ function blockGemv(
   K: number,
   accumulate: boolean,
   scale: number,
-  lora?: StoreLora,
+  lora?: LoraEpilogue,
   up?: GPUBuffer,
   norm?: FoldedNorm,
   next?: NextAProduct,
@@ -465,10 +465,13 @@ export interface LoraEpilogue {
    * to add them (o_proj's and down_proj's at Qwen3-4B's widths). u is then left unwritten.
    */
   A?: GPUBuffer;
+  /**
+   * u as this many partial sums (parts, T, r) whose sum is x A^T (matmul only, not with A: o_proj's
+   * begun in attention_combine, AttentionAProduct), which the GEMV adds up in its store; only
+   * where matmulTakesParts.
+   */
+  parts?: number;
 }
-
-/** blockGemv's branch: u, or with `parts`, that many partial sums (parts, T, r) of it (UPART). */
-type StoreLora = LoraEpilogue & { parts?: number };
 
 /**
  * Whether shaders/gemv.wgsl gemv_cols takes out (M, N) = a (M, K) . w (K, N), w read along its
@@ -646,7 +649,12 @@ export function matmul(
       Number.isInteger(lora.r) && lora.r >= 1,
       () => `matmul: LoRA rank must be a positive integer (got ${lora.r})`,
     );
-    checkSize(lora.u, T * lora.r * 4, 'matmul lora u');
+    const parts = lora.parts ?? 1;
+    check(
+      Number.isInteger(parts) && parts >= 1 && !(lora.parts && lora.A),
+      () => `matmul: LoRA partial sums must be a positive integer count, without A (got ${lora.parts})`,
+    );
+    checkSize(lora.u, parts * T * lora.r * 4, lora.parts ? 'matmul lora u partials' : 'matmul lora u');
     checkSize(lora.B, N * lora.r * 4, 'matmul lora B');
     distinct('matmul', out, lora.u, lora.B);
     if (lora.A) {
@@ -684,6 +692,11 @@ export function matmul(
     return parts;
   }
   const blockFits = (variant === 'blocks' || variant === 'lanes') && blockGemvFits(x, wb, WEIGHTS, T, N, K);
+  // u as partial sums (lora.parts): the store adds them up (the caller asked matmulTakesParts).
+  check(
+    !lora?.parts || (inStore !== undefined && variant === 'lanes' && blockFits && upartFits(gpu, T, lora.r)),
+    'matmul: LoRA partial sums where its GEMV does not add them up (see matmulTakesParts)',
+  );
   // The branch's A product (lora.A): its slices' partial sums into the store where it splits over
   // K (loraAParts), else u whole first.
   const aParts =
@@ -776,10 +789,35 @@ function loraAParts(
 ): { partials: GPUBuffer; splits: number } | null {
   if (tuning.loraAFold === 'off' || gemmVariant(gpu, T, true) !== 'lanes') return null;
   if (up ? !siluFits(gpu, x, up, A, 'f32', T, r, K, 4) : !blockGemvFits(x, A, 'f32', T, r, K)) return null;
+  if (!upartFits(gpu, T, r)) return null;
+  return lanesSplitProduct(gpu, 'matmulF32', x, A, 'f32', T, r, K, up);
+}
+
+/** Whether gemv_lanes' workgroup memory holds u (T, r) (define UPART) beside the staged x and the lane sums. */
+function upartFits(gpu: Gpu, T: number, r: number): boolean {
   const TMAX = tmaxFor(T);
   const bytes = (stagedVec4s(gpu, TMAX, false) * 4 + TMAX * 256 + upartLength(TMAX, 1, r)) * 4;
-  if (bytes > gpu.limits.maxComputeWorkgroupStorageSize) return null;
-  return lanesSplitProduct(gpu, 'matmulF32', x, A, 'f32', T, r, K, up);
+  return bytes <= gpu.limits.maxComputeWorkgroupStorageSize;
+}
+
+/**
+ * Whether matmul over these operands takes its LoRA branch's u as partial sums (LoraEpilogue's
+ * `parts`: AttentionAProduct's, tuning.loraAFold): where it runs gemv_lanes with the branch in its
+ * store (decode on GPUs, K.foldsNextA) and the workgroup memory holds u.
+ */
+export function matmulTakesParts(
+  gpu: Gpu,
+  x: GPUBuffer,
+  w: Weight,
+  T: number,
+  N: number,
+  K: number,
+  r: number,
+): boolean {
+  if (T === 0 || !foldsNextA(gpu, T) || matmulVariant(gpu, T) !== 'lanes') return false;
+  if (!fusions.enabled || gpu.limits.maxStorageBuffersPerShaderStage < 5) return false; // matmul's fold
+  const wb = checkWeight(w, N, K, 'matmulTakesParts w');
+  return blockGemvFits(x, wb, weightFormat(w), T, N, K) && upartFits(gpu, T, r);
 }
 
 /**
@@ -1812,8 +1850,23 @@ function groupVariant(
 }
 
 /**
+ * The LoRA A product of the projection after attention (o_proj's u = out A^T) begun in
+ * attention_combine (attention's `next`; shaders/attention.wgsl APART): each (token, head)
+ * workgroup writes its head's share of u into parts (NH, T, r), whose sum over the NH heads is u;
+ * o_proj's GEMV adds them up (matmul's `lora` with `parts`).
+ */
+export interface AttentionAProduct {
+  A: GPUBuffer; // (r, NH HD) f32
+  parts: GPUBuffer; // (NH, T, r) f32 out
+  r: number;
+}
+
+/**
  * out, q (T, NH, HD) f32 ; token t attends to slot[t], positions 0..pos[t], read through the page
- * table from the cache (KvPaging; f16 is widened to f32, the math is f32); GQA h -> h / (NH/NKV)
+ * table from the cache (KvPaging; f16 is widened to f32, the math is f32); GQA h -> h / (NH/NKV).
+ * With `next`, where a split decode attention's attention_combine writes out (tuning.loraAFold),
+ * it begins o_proj's LoRA A product too (AttentionAProduct); returns the partial sums a row it
+ * wrote (NH), 0 where it did not.
  */
 export function attention(
   gpu: Gpu,
@@ -1829,22 +1882,34 @@ export function attention(
   NKV: number,
   HD: number,
   kv: KvPaging,
-): void {
+  next?: AttentionAProduct,
+): number {
   check(HD <= 256, () => `attention: HD=${HD} > 256`);
   check(NH % NKV === 0, () => `attention: NH=${NH} not a multiple of NKV=${NKV}`);
   checkSize(out, T * NH * HD * 4, 'attention out');
   checkSize(q, T * NH * HD * 4, 'attention q');
+  if (next) {
+    check(
+      Number.isInteger(next.r) && next.r >= 1,
+      () => `attention: the next A product's rows must be a positive integer (got ${next.r})`,
+    );
+    checkSize(next.A, next.r * NH * HD * 4, 'attention next A');
+    checkSize(next.parts, NH * T * next.r * 4, 'attention next A partials');
+    distinct('attention', out, q, next.A, next.parts);
+  }
   const pageShift = checkPaging('attention', kv, kCache, vCache, pageTable, NKV, HD);
   if (attentionVariant(gpu, T, HD, 'prefill') === 'tiled') {
     attentionTiledPaged(gpu, out, q, kCache, vCache, pageTable, slot, pos, T, NH, NKV, HD, kv, pageShift);
-    return;
+    return 0;
   }
+  // The combine takes the next A product where its two bindings fit beside its three.
+  const nextIn =
+    next && tuning.loraAFold !== 'off' && gpu.limits.maxStorageBuffersPerShaderStage >= 5 ? next : undefined;
   const HG = attentionHeadGroup(NH, NKV);
   const lanes = attentionLanesFor(gpu, T, NH / HG, HD, kv.dtype);
   if (lanes) {
     const buffers = { out, q, kCache, vCache, pageTable, slot, pos };
-    attentionLanesRun(gpu, buffers, T, NH, NKV, HD, kv, pageShift, HG, lanes);
-    return;
+    return attentionLanesRun(gpu, buffers, T, NH, NKV, HD, kv, pageShift, HG, lanes, nextIn);
   }
   const splits = attentionSplits(gpu, T, NH / HG, kv.maxT, HG > 1 ? 128 : 256);
   const splitKeys = Math.ceil(kv.maxT / splits / ATTENTION_BLOCK) * ATTENTION_BLOCK;
@@ -1857,7 +1922,7 @@ export function attention(
       (T * NH) / HG,
       params,
     );
-    return;
+    return 0;
   }
   const partOut = gpu.createBuffer(T * NH * splits * HD * 4, 'attentionSplitOut'); // (T, NH, splits, HD)
   const partLse = gpu.createBuffer(T * NH * splits * 4, 'attentionSplitLse'); // (T, NH, splits)
@@ -1867,14 +1932,35 @@ export function attention(
     (T * NH * splits) / HG,
     params,
   );
-  gpu.dispatch(
-    gpu.kernel('attention', 'attention_combine', { KV: kv.dtype }),
-    bindings(ATTENTION_BINDINGS.attention_combine, { out, splitLse: partLse, splitOut: partOut }),
-    T * NH,
-    params,
-  );
+  const parts = attentionCombine(gpu, out, partLse, partOut, T, NH, kv, params, nextIn);
   gpu.releaseBuffer(partOut);
   gpu.releaseBuffer(partLse);
+  return parts;
+}
+
+/**
+ * attention_combine: out from the splits' outputs and log-sum-exps; with `next`, o_proj's LoRA A
+ * partial sums too (define APART). Returns how many a row it wrote: NH, or 0 without `next`.
+ */
+function attentionCombine(
+  gpu: Gpu,
+  out: GPUBuffer,
+  splitLse: GPUBuffer,
+  splitOut: GPUBuffer,
+  T: number,
+  NH: number,
+  kv: KvPaging,
+  params: readonly Param[],
+  next?: AttentionAProduct,
+): number {
+  const buffers = bindings(ATTENTION_BINDINGS.attention_combine, { out, splitLse, splitOut });
+  gpu.dispatch(
+    gpu.kernel('attention', 'attention_combine', next ? { KV: kv.dtype, APART: 1 } : { KV: kv.dtype }),
+    next ? [...buffers, next.A, next.parts] : buffers,
+    T * NH,
+    next ? [...params, next.r] : params,
+  );
+  return next ? NH : 0;
 }
 
 /**
@@ -1937,7 +2023,8 @@ function attentionLanesRun(
   pageShift: number,
   HG: number,
   g: { LK: number; VPT: number },
-): void {
+  next?: AttentionAProduct,
+): number {
   const rows = NH / HG;
   const most = Math.max(1, Math.min(LANES_MAX_SPLITS, Math.floor(kv.maxT / LANES_MIN_KEYS)));
   const splits = Math.max(1, Math.min(most, Math.ceil(LANES_TARGET_GROUPS / (T * rows))));
@@ -1953,16 +2040,13 @@ function attentionLanesRun(
     T * rows * splits,
     params,
   );
+  let parts = 0;
   if (splits > 1) {
-    gpu.dispatch(
-      gpu.kernel('attention', 'attention_combine', { KV: kv.dtype }),
-      bindings(ATTENTION_BINDINGS.attention_combine, { out: b.out, splitLse: partLse, splitOut: partOut }),
-      T * NH,
-      params,
-    );
+    parts = attentionCombine(gpu, b.out, partLse, partOut, T, NH, kv, params, next);
     gpu.releaseBuffer(partOut);
   }
   gpu.releaseBuffer(partLse);
+  return parts;
 }
 
 /** Keys per block of shaders/attention.wgsl (BLK); a split covers a multiple of it. */

@@ -184,7 +184,9 @@ export interface Tuning {
    * B: 9), 'off' never. With it, o_proj's and down_proj's own A products, where they split over K
    * (Qwen3-4B's widths: tuning.gemvSplitK), leave their slices' partial sums to the projection's
    * GEMV, which adds them up as it takes the B product (K.matmul's `lora.A`, UPART on gemv_lanes):
-   * two dispatches fewer a layer again, the reduces'.
+   * two dispatches fewer a layer again, the reduces'; and where the decode attention splits over
+   * the keys, its attention_combine begins o_proj's A product (K.AttentionAProduct, APART), which
+   * o_proj's GEMV adds up: one fewer again.
    */
   loraAFold: 'auto' | 'off';
   /**

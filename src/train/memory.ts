@@ -296,7 +296,11 @@ function forwardBuffers(
     if (r > 0) out.push(buf(`${tag} loraU`, `3 x (${T}, r) f32`, 3 * f32(T * r), 3));
     // Decode on GPUs: q/k/v's LoRA A product as down_proj's partial sums (K.NextAProduct)
     if (r > 0 && T <= GEMV_MAX_T)
-      out.push(buf(`${tag} loraAParts`, `(${nextAParts(C)}, ${T}, 3 r) f32`, f32(nextAParts(C) * T * 3 * r)));
+      out.push(
+        buf(`${tag} loraAParts`, `(${nextAParts(C)}, ${T}, 3 r) f32`, f32(nextAParts(C) * T * 3 * r)),
+        // o_proj's as attention_combine's (K.AttentionAProduct)
+        buf(`${tag} loraOParts`, `(NH, ${T}, r) f32`, f32(NH * T * r)),
+      );
     if (rows > 0)
       out.push(buf(`${tag} logitRows`, '(R) u32', f32(rows)), buf(`${tag} hLast`, '(R, C) f32', f32(rows * C)));
     if (later && rows > 1) out.push(buf(`${tag} logitsChunk`, "(R', V) f32", f32((rows - 1) * V)));

@@ -61,11 +61,14 @@ function expectClose(got: number[], want: number[], what: string, rel = 1e-5): v
   expect(err, `${what}: max |err| ${err} against max |logit| ${scale}`).toBeLessThanOrEqual(rel * scale);
 }
 
-/** Prefill of 2 prompts (3 tokens each) then 3 batched decode steps; logits of every step and dispatches per decode step. */
-async function decode(model: Qwen3Model): Promise<{ logits: number[][]; dispatches: number[] }> {
+/**
+ * Prefill of 2 prompts (3 tokens each) then 3 batched decode steps, in a cache of maxT positions a
+ * sequence; logits of every step and dispatches per decode step.
+ */
+async function decode(model: Qwen3Model, maxT = 32): Promise<{ logits: number[][]; dispatches: number[] }> {
   const { gpu } = model;
   const V = model.cfg.vocabSize;
-  const cache = model.createCache(2, 32);
+  const cache = model.createCache(2, maxT);
   const prompt = [
     [5, 17, 300],
     [900, 2, 41],
@@ -370,7 +373,9 @@ describe.each([
 // UPART on gemv_lanes; tuning.loraAFold), instead of a reduce dispatch between. A checkpoint with
 // NH HD = I = 1,024 splits both; against 'off': logits within f32 rounding, 2 LAYERS dispatches
 // fewer a decode step for this alone (4 LAYERS - 1 with the groups' folds above), and down_proj's
-// GEMV adds up its own u while it begins the next layer's q/k/v u (UPART with NEXTA).
+// GEMV adds up its own u while it begins the next layer's q/k/v u (UPART with NEXTA). Where the
+// decode attention splits over the keys (a longer cache), its attention_combine begins o_proj's
+// A product itself (K.attention's `next`, shaders/attention.wgsl APART): LAYERS fewer again.
 describe('the split LoRA A products added up in the projection', () => {
   let wide: string;
   beforeAll(async () => {
@@ -393,7 +398,7 @@ describe('the split LoRA A products added up in the projection', () => {
   it.each([
     ['q4', 'f16'],
     ['bf16', 'f32'],
-  ] as const)('weights %s, KV %s: within rounding of the reduce, 2 dispatches fewer a layer', async (weights, kv) => {
+  ] as const)('weights %s, KV %s: within rounding of their own A products and reduces', async (weights, kv) => {
     const { model } = await loadQwen3(gpu, nodeFolderSource(wide), { weights, kv });
     const { lora, weights: loraWeights } = movedLora(model, 4, 5);
     const adapter = attachAdapter(model, lora, loraWeights);
@@ -414,6 +419,22 @@ describe('the split LoRA A products added up in the projection', () => {
       labels.filter((l) => single(l) && l.includes('SILU=1') && l.includes('NEXTA=1') && !l.includes('NEXTA2')).length,
     ).toBeGreaterThanOrEqual(3 * (LAYERS - 1));
     expect(labels.some((l) => l.includes('gemv_cols_reduce'))).toBe(false);
+    expect(labels.some((l) => l.includes('APART'))).toBe(false); // one split: no attention_combine
+
+    // A cache of 512 positions: the decode attention splits over the keys, and its combine begins
+    // o_proj's A product (shaders/attention.wgsl APART), which o_proj's GEMV adds up: LAYERS more
+    // dispatches fewer (o_proj's split A product).
+    K.tuning.loraAFold = 'off';
+    const offLong = await decode(model, 512);
+    K.tuning.loraAFold = 'auto';
+    const { result: long, labels: longLabels } = await withLabels(gpu, () => decode(model, 512));
+    for (let s = 0; s < offLong.logits.length; s++)
+      expectClose(long.logits[s], offLong.logits[s], `cache 512, step ${s}`, rel);
+    for (let s = 0; s < offLong.dispatches.length; s++)
+      expect(offLong.dispatches[s] - long.dispatches[s]).toBe(5 * LAYERS - 1);
+    const combines = longLabels.filter((l) => l.startsWith('attention.attention_combine['));
+    expect(combines.length).toBeGreaterThanOrEqual(3 * LAYERS);
+    expect(combines.every((l) => l.includes('APART=1'))).toBe(true);
     adapter.destroy();
   });
 });

@@ -4,6 +4,9 @@
 // up to 16 lanes: this file runs on lavapipe at 8 and 16 lanes, see scripts/test.mjs) and smaller
 // ones, with long contexts split many ways (some splits past a sequence's end) and short ones in
 // one split. test/model/kvCache.test.ts covers it at SwiftShader's 4 lanes on its own shapes.
+// With `next` (K.AttentionAProduct), a split attention's attention_combine also writes the next
+// LoRA A product u = out A^T as per-head partial sums (shaders/attention.wgsl APART), checked
+// against the reference's out times A.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
 import * as K from '../../src/ops/index.ts';
@@ -90,7 +93,63 @@ async function run(dtype: 'f32' | 'f16', NH: number, NKV: number, HD: number, P:
       if (kernel.endsWith('lanes')) expect(label, mode).toContain(`LK=${LK}`);
       const name = `attention ${mode} ${dtype} NH=${NH} NKV=${NKV} HD=${HD} LK=${LK} lens=${lens}`;
       expectClose(name, await gpu.readF32(out, B * NH * HD), want, REL, ABS);
+      // With `next` (K.AttentionAProduct): where attention_combine writes out (a split decode
+      // attention), it begins the next LoRA A product u = out A^T as (NH, B, r) partial sums.
+      const r = 5;
+      const A = ref.randn(r * NH * HD, rand, 0.1);
+      const parts = outBuf(NH * B * r, 'parts');
+      const out2 = outBuf(B * NH * HD);
+      const next = { A: f32Buf(A, 'A'), parts, r };
+      const qBuf = f32Buf(q);
+      const d0 = gpu.dispatchCount;
+      const n = K.attention(
+        gpu,
+        out2,
+        qBuf,
+        kCache,
+        vCache,
+        tableBuf,
+        u32Buf(slot),
+        u32Buf(pos),
+        B,
+        NH,
+        NKV,
+        HD,
+        kv,
+        next,
+      );
+      const combined = gpu.dispatchCount - d0 === 2; // the splits, then attention_combine
+      expect(combined, `${name}: split`).toBe(maxT > 256 && kernel.endsWith('lanes'));
+      expect(n, `${name}: partial sums a row`).toBe(combined ? NH : 0);
+      expectClose(`${name} (with next)`, await gpu.readF32(out2, B * NH * HD), want, REL, ABS);
+      if (n > 0) {
+        const got = await gpu.readF32(parts, NH * B * r);
+        const sum = new Float64Array(B * r);
+        for (let g = 0; g < NH; g++) for (let i = 0; i < B * r; i++) sum[i] += got[g * B * r + i];
+        const u = new Float64Array(B * r);
+        ref.matmulF32(u, want, A, B, r, NH * HD);
+        expectClose(`${name}: u from the combine's partial sums`, sum, u, REL, ABS);
+        K.tuning.loraAFold = 'off';
+        const nOff = K.attention(
+          gpu,
+          out2,
+          qBuf,
+          kCache,
+          vCache,
+          tableBuf,
+          u32Buf(slot),
+          u32Buf(pos),
+          B,
+          NH,
+          NKV,
+          HD,
+          kv,
+          next,
+        );
+        expect(nOff, "tuning.loraAFold 'off'").toBe(0);
+      }
     } finally {
+      K.tuning.loraAFold = 'auto';
       K.tuning.autoFor = 'auto';
       K.tuning.attention = 'auto';
     }
