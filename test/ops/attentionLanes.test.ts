@@ -101,23 +101,12 @@ async function run(dtype: 'f32' | 'f16', NH: number, NKV: number, HD: number, P:
       const out2 = outBuf(B * NH * HD);
       const next = { A: f32Buf(A, 'A'), parts, r };
       const qBuf = f32Buf(q);
+      const slotBuf = u32Buf(slot),
+        posBuf = u32Buf(pos);
+      const attend = () =>
+        K.attention(gpu, out2, qBuf, kCache, vCache, tableBuf, slotBuf, posBuf, B, NH, NKV, HD, kv, next);
       const d0 = gpu.dispatchCount;
-      const n = K.attention(
-        gpu,
-        out2,
-        qBuf,
-        kCache,
-        vCache,
-        tableBuf,
-        u32Buf(slot),
-        u32Buf(pos),
-        B,
-        NH,
-        NKV,
-        HD,
-        kv,
-        next,
-      );
+      const n = attend();
       const combined = gpu.dispatchCount - d0 === 2; // the splits, then attention_combine
       expect(combined, `${name}: split`).toBe(maxT > 256 && kernel.endsWith('lanes'));
       expect(n, `${name}: partial sums a row`).toBe(combined ? NH : 0);
@@ -130,23 +119,7 @@ async function run(dtype: 'f32' | 'f16', NH: number, NKV: number, HD: number, P:
         ref.matmulF32(u, want, A, B, r, NH * HD);
         expectClose(`${name}: u from the combine's partial sums`, sum, u, REL, ABS);
         K.tuning.loraAFold = 'off';
-        const nOff = K.attention(
-          gpu,
-          out2,
-          qBuf,
-          kCache,
-          vCache,
-          tableBuf,
-          u32Buf(slot),
-          u32Buf(pos),
-          B,
-          NH,
-          NKV,
-          HD,
-          kv,
-          next,
-        );
-        expect(nOff, "tuning.loraAFold 'off'").toBe(0);
+        expect(attend(), "tuning.loraAFold 'off'").toBe(0);
       }
     } finally {
       K.tuning.loraAFold = 'auto';
