@@ -162,7 +162,9 @@ run round 220 bash -c "'$NODE' '$D/bench/run.mjs' --full --parts round --model 4
 # where the device has fewer storage buffers (Chrome's 10), against the unpacked ones where it has more;
 # then B = 1 at context 128 and B = 4 at 2,048 with loraAFold=off: q/k/v's LoRA A product a dispatch
 # of its own, against 'auto''s, begun in the previous layer's down_proj GEMV (since 2026-12-07,
-# shaders/gemv.wgsl NEXTA / UPART: one dispatch fewer a layer after the first).
+# shaders/gemv.wgsl NEXTA / UPART: one dispatch fewer a layer after the first; since 2026-12-08 also
+# gate/up's in o_proj, o_proj's and down_proj's split A products added up in their GEMVs, and at
+# context 2,048 o_proj's begun in attention_combine, APART: 8 dispatches a layer against 13).
 # The earlier runs' other A/Bs (the fusions, sampling, packing, kept layers, the attention kernels
 # at 512 and 2,048 tokens) are in bench/results/2026-12-04-h200 and 2026-12-06-h100*.
 DEC="'$NODE' '$D/bench/profile.mjs' --model 4b --layers '$LAYERS' --weights q4 --kv f16 --parts decode --top 8"

@@ -6,7 +6,7 @@
 // one split. test/model/kvCache.test.ts covers it at SwiftShader's 4 lanes on its own shapes.
 // With `next` (K.AttentionAProduct), a split attention's attention_combine also writes the next
 // LoRA A product u = out A^T as per-head partial sums (shaders/attention.wgsl APART), checked
-// against the reference's out times A.
+// against the reference's out times A, after attention_lanes and after attention_split (forced).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGpu, type Gpu } from '../../src/gpu/index.ts';
 import * as K from '../../src/ops/index.ts';
@@ -82,6 +82,8 @@ async function run(dtype: 'f32' | 'f16', NH: number, NKV: number, HD: number, P:
     ['auto for gpu', { autoFor: 'gpu' }, `attention.attention_lanes`],
     ['auto for cpu', { autoFor: 'cpu' }, 'attention.attention_forward'],
     ['lanes', { attention: 'lanes' }, `attention.attention_lanes`],
+    // attention_split (a GPU without subgroups), split where its rule says: the same combine
+    ['split', { attention: 'split' }, 'attention.attention_'],
   ];
   for (const [mode, set, kernel] of modes) {
     Object.assign(K.tuning, set);
@@ -108,7 +110,8 @@ async function run(dtype: 'f32' | 'f16', NH: number, NKV: number, HD: number, P:
       const d0 = gpu.dispatchCount;
       const n = attend();
       const combined = gpu.dispatchCount - d0 === 2; // the splits, then attention_combine
-      expect(combined, `${name}: split`).toBe(maxT > 256 && kernel.endsWith('lanes'));
+      if (kernel.endsWith('lanes')) expect(combined, `${name}: split`).toBe(maxT > 256);
+      if (mode === 'split') expect(combined, `${name}: split`).toBe(label.includes('attention_split'));
       expect(n, `${name}: partial sums a row`).toBe(combined ? NH : 0);
       expectClose(`${name} (with next)`, await gpu.readF32(out2, B * NH * HD), want, REL, ABS);
       if (n > 0) {
