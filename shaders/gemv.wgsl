@@ -22,7 +22,9 @@ enable subgroups;
 //   folded in (x the residual stream; see normScales). Define LORA (one weight and no norm, or a
 //   group): a LoRA branch's B product added in the store (loraTerm). Define XEACH (gemv_lanes_group, no NORM):
 //   each weight multiplies its own x (a, a1, a2). Define SILU (gemv_lanes, no norm): x is
-//   silu(a) * aUp, formed as it is staged (siluTimes).
+//   silu(a) * aUp, formed as it is staged (siluTimes). Defines NEXTA / UPART: a LoRA A product
+//   begun in the GEMV before its consumer / its partial sums added up in the consumer; PAIR
+//   (gemv_lanes_group over gate and up): columns paired, beginning down_proj's A product.
 // Measured on SwiftShader (2 cores), bf16 9728 x 2560: x staged in workgroup memory did not pay
 // there (+20-45% CPU time: barriers, and its reads are per-lane gathers like storage reads);
 // COLS = 4 took half the CPU time of COLS = 1 (each x read serves 4 columns).
@@ -188,7 +190,13 @@ fn siluTimes(g: vec4f, u: vec4f) -> vec4f {
 // row's rstd, which the consumer (define UPART) adds up and scales. One dispatch fewer a layer: the
 // A product's own. Bound after the weights and the LoRA branch's and SwiGLU's buffers
 // (common/nexta.wgsl).
-#if defined(LORA) && defined(SILU)
+#ifdef PAIR
+// With define PAIR (gemv_lanes_group over gate and up, NORM, LORAPACK): down_proj's LoRA A product
+// over silu(out) * out1 instead, no norm; nextA (nextR, N) and the partial sums after the packed
+// branch's two (pairPartials).
+@group(0) @binding(9) var<storage, read> nextA: array<f32>;
+@group(0) @binding(10) var<storage, read_write> nextParts: array<f32>; // (groups, M, nextR)
+#elif defined(LORA) && defined(SILU)
 #include "common/nexta.wgsl" (AT=7)
 #elif defined(LORA)
 #include "common/nexta.wgsl" (AT=6)
@@ -423,7 +431,7 @@ fn normScales(ss: array<f32, SH>, lid: u32) -> array<f32, TMAX> {
 }
 #endif
 
-#ifdef NEXTA
+#if defined(NEXTA) && !defined(PAIR)
 // Row i, column n of the next group's stacked A (nextA, or nextA and nextA1 with NEXTA2).
 fn nextAAt(i: u32, n: u32) -> f32 {
 #ifdef NEXTA2
@@ -477,6 +485,59 @@ fn nextPartials(g: u32, lid: u32) {
 }
 #endif
 
+#ifdef PAIR
+// ---- gate and up paired (define PAIR with GROUP 2, NORM, LORA, LORAPACK, NEXTA) ---------------
+// gemv_lanes_group over the MLP's gate and up where down_proj's LoRA A product begins here: each
+// thread's CPT columns are HC of gate (w, out) and the same HC of up (w1, out1), so workgroup g
+// writes gate and up for the same PCOLS columns [g PCOLS, g PCOLS + PCOLS), and after its stores
+// adds up over them sum_n nextA[i, n] silu(out[t, n]) out1[t, n] into nextParts at (g, t, i):
+// down_proj's u = (silu(gate) * up) A^T as partial sums, which down_proj's GEMV adds up (UPART).
+// One dispatch fewer a layer: that A product's own. Each column the same sums in the same order as
+// gemv_lanes_group's (bitwise the same gate and up).
+const HC = CPT / 2u; // columns of each weight a thread (CPT 2 or 4)
+const PCOLS = HC * CSTEP; // columns of each weight a workgroup
+
+// silu(g) * u, as shaders/gemv.wgsl siluTimes and elementwise.wgsl silu_mul_forward write it
+fn siluTimes1(g: f32, u: f32) -> f32 {
+  return g / (1.0 + exp(-g)) * u;
+}
+
+// Workgroup g's partial sums over its PCOLS columns, once they are stored: as nextPartials.
+// Holds barriers: call it in uniform control flow.
+fn pairPartials(g: u32, lid: u32) {
+  storageBarrier(); // this workgroup's stores of out and out1 are visible to all its threads
+  workgroupBarrier(); // and red's last reads are done
+  let c0 = g * PCOLS;
+  let nc = min(PCOLS, p.N - c0);
+  let pairs = p.M * p.nextR;
+  var P = 1u;
+  while (P * 2u * pairs <= 256u && P * 2u <= nc) { P *= 2u; }
+  let per = 256u / P; // pairs a round
+  let q0 = lid / P;
+  let sl = lid % P;
+  for (var base = 0u; base < pairs; base += per) {
+    let q = base + q0;
+    var s = 0.0;
+    if (q < pairs) {
+      let t = q / p.nextR;
+      let i = q - t * p.nextR;
+      for (var c = sl; c < nc; c += P) {
+        let n = c0 + c;
+        s += nextA[i * p.N + n] * siluTimes1(out[t * p.N + n], out1[t * p.N1 + n]);
+      }
+    }
+    red[lid] = s;
+    workgroupBarrier();
+    if (q < pairs && sl == 0u) {
+      var tot = 0.0;
+      for (var j = 0u; j < P; j++) { tot += red[lid + j]; }
+      nextParts[g * pairs + q] = tot;
+    }
+    workgroupBarrier();
+  }
+}
+#endif
+
 @compute @workgroup_size(256)
 fn gemv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
 #ifdef SUBGROUPS
@@ -491,7 +552,7 @@ fn gemv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: v
   gatherU(lid); // read in the store, many barriers on
 #endif
 #include "common/gemvstaged.wgsl" (WI=, WN=p.N, AT=wid.z * p.splitStride + )
-#ifdef NEXTA
+#if defined(NEXTA) && !defined(PAIR)
   nextPartials(linearGroup(wid, nwg), lid);
 #endif
 }
@@ -509,6 +570,15 @@ fn gemv_lanes_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) 
   let col = lid / LANES;
   let lane = lid % LANES;
   let g = linearGroup(wid, nwg);
+#ifdef PAIR
+  if (g * PCOLS >= p.N) { return; } // past the grid's count (uniform)
+#ifdef UPART
+  gatherU(lid); // read in the stores, many barriers on
+#endif
+  let n0 = g * PCOLS + col;
+#include "common/gemvstaged.wgsl" (WI=, WN=p.N, AT=wid.z * p.splitStride + )
+  pairPartials(g, lid);
+#else
   let g0 = (p.N + COLS - 1u) / COLS;
   let g1 = g0 + (p.N1 + COLS - 1u) / COLS;
 #ifdef UPART
@@ -527,6 +597,7 @@ fn gemv_lanes_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) 
     let n0 = (g - g0) * COLS + col;
 #include "common/gemvstaged.wgsl" (WI=1, WN=p.N1, AT=wid.z * p.splitStride + )
   }
+#endif
 }
 #endif
 #endif

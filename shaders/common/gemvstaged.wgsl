@@ -10,14 +10,21 @@
 // 16-byte blocks per step, LU steps' loads issued together (gemv.wgsl LU). Columns past {{WN}}
 // read the last row (never stored): every thread reaches every barrier. With define NORM, x is
 // staged times the norm's weights and each sum scaled by its row's rstd at the end (gemv.wgsl
-// normScales). With define SILU, x is silu(a) * aUp (gemv.wgsl siluTimes).
+// normScales). With define SILU, x is silu(a) * aUp (gemv.wgsl siluTimes). With define PAIR
+// (gemv_lanes_group over 2 weights), a thread's first HC = CPT / 2 columns are w's and the others
+// the same columns of w1, stored to out and out1.
 // Split over K (p.kChunk > 0, gemv_lanes only, never with NORM: src/ops/colsSplit.ts lanesSplit):
 // workgroup z takes elements [z kChunk, (z + 1) kChunk) of each row, kChunk a whole number of
 // LANES-block rounds, so block j still falls to lane j % LANES; common/gemvlanes.wgsl stores its
 // partial sums p.splitStride * z further on, for gemv_cols_reduce to add in split order.
   let blocks = p.K / BE;
   var wbase: array<u32, CPT>;
+#ifdef PAIR
+  // Columns n0 + h CSTEP of w (slots h < HC) and the same columns of w1 (slots HC + h; gemv.wgsl PAIR).
+  for (var r = 0u; r < CPT; r++) { wbase[r] = min(n0 + (r % HC) * CSTEP, {{WN}} - 1u) * blocks; }
+#else
   for (var r = 0u; r < CPT; r++) { wbase[r] = min(n0 + r * CSTEP, {{WN}} - 1u) * blocks; }
+#endif
   let xr = p.K / 4u; // vec4 per row of x
   var accs: array<f32, TMAX * CPT>;
   for (var i = 0u; i < TMAX * CPT; i++) { accs[i] = 0.0; }
@@ -60,8 +67,18 @@
       for (var u = 0u; u < LU; u++) {
         let jl = min(j0 + u * LANES, je - 1u);
         for (var r = 0u; r < CPT; r++) {
+#ifdef PAIR
+          if (r < HC) {
+            wb[u * CPT + r] = w[wbase[r] + jl];
+            ws[u * CPT + r] = blockScale(wbase[r] + jl);
+          } else {
+            wb[u * CPT + r] = w1[wbase[r] + jl];
+            ws[u * CPT + r] = blockScale1(wbase[r] + jl);
+          }
+#else
           wb[u * CPT + r] = w{{WI}}[wbase[r] + jl];
           ws[u * CPT + r] = blockScale{{WI}}(wbase[r] + jl);
+#endif
         }
       }
       for (var u = 0u; u < LU; u++) {
@@ -103,6 +120,23 @@
   // Each column's lane partials summed and stored (common/gemvlanes.wgsl, which inherits WI, WN
   // and AT; R makes the include a template, expanded again each time). Its workgroup memory is
   // reused column after column, hence the barrier between them.
+#ifdef PAIR
+  // w's columns, then w1's (gemv.wgsl PAIR)
+  for (var r = 0u; r < HC; r++) {
+    let n = n0 + r * CSTEP;
+    var acc: array<f32, TMAX>;
+    for (var t = 0u; t < TMAX; t++) { acc[t] = accs[t * CPT + r]; }
+#include "common/gemvlanes.wgsl" (R=r)
+    workgroupBarrier();
+  }
+  for (var r = HC; r < CPT; r++) {
+    let n = n0 + (r - HC) * CSTEP;
+    var acc: array<f32, TMAX>;
+    for (var t = 0u; t < TMAX; t++) { acc[t] = accs[t * CPT + r]; }
+#include "common/gemvlanes.wgsl" (R=r, WI=1, WN=p.N1)
+    workgroupBarrier();
+  }
+#else
   for (var r = 0u; r < CPT; r++) {
     let n = n0 + r * CSTEP;
     var acc: array<f32, TMAX>;
@@ -110,3 +144,4 @@
 #include "common/gemvlanes.wgsl" (R=r)
     if (CPT > 1u) { workgroupBarrier(); }
   }
+#endif

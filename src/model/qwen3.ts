@@ -194,8 +194,12 @@ export class Qwen3Model {
     // count a row, 0 where that GEMV did not write them.
     let aParts: GPUBuffer | null = null;
     let pendingParts = 0;
-    // o_proj's LoRA A product as attention_combine's partial sums (K.AttentionAProduct), made on first use
+    // o_proj's LoRA A product as attention_combine's partial sums (K.AttentionAProduct), and
+    // down_proj's as the paired gate/up GEMV's (K.PairAProduct, pendingDown a row), made on first use
     let oParts: GPUBuffer | null = null;
+    let dParts: GPUBuffer | null = null;
+    let pendingDown = 0;
+    const siluFold = K.foldsSilu(gpu, T);
     let l = 0;
     // y (+)= x W^T, plus the LoRA branch s (x A^T) B^T when the adapter targets this projection:
     // K.matmul runs its A product first, then the B product inside the projection's GEMV where
@@ -230,6 +234,7 @@ export class Qwen3Model {
     // to begin (K.matmul's `next`), where the group takes its u as partial sums (K.groupTakesParts):
     // q/k/v's over its stacked A matrices, its branches packed (the producer, down_proj, has no
     // bindings for three A's on Chrome's 10); gate/up's over its own two, each branch its own B.
+    // gate/up packed too where its GEMV pairs its columns to begin down_proj's A product (mlpPairs).
     const nextGroupA = (l1: number, qkv: boolean): K.NextAProduct | undefined => {
       const targets = qkv ? qkvTargets : gateUpTargets;
       if (!lora || l1 >= cfg.numLayers || !targets.every((t) => lora.get(l1, t))) return undefined;
@@ -237,10 +242,24 @@ export class Qwen3Model {
       const normW = qkv ? lw1.inputNorm : lw1.postNorm;
       const wts = qkv ? [lw1.qProj, lw1.kProj, lw1.vProj] : [lw1.gateProj, lw1.upProj];
       const r = lora.settings.r;
-      if (!K.groupTakesParts(gpu, x, wts, T, qkv ? qkvNs : gateUpNs, C, r, { w: normW, eps }, qkv)) return undefined;
+      const packed = qkv || mlpPairs(l1);
+      if (!K.groupTakesParts(gpu, x, wts, T, qkv ? qkvNs : gateUpNs, C, r, { w: normW, eps }, packed)) return undefined;
       aParts ??= gpu.createBuffer(K.nextAParts(C) * T * 3 * r * 4, 'loraAParts'); // the larger group's
-      const As = qkv ? [lora.packed(l1, targets)!.A] : targets.map((t) => lora.get(l1, t)!.A);
+      const As = packed ? [lora.packed(l1, targets)!.A] : targets.map((t) => lora.get(l1, t)!.A);
       return { As, normW, parts: aParts, R: targets.length * r };
+    };
+    // Whether layer l1's gate/up GEMV begins down_proj's LoRA A product (K.groupPairs: its columns
+    // paired, its branches packed from o_proj's partial sums, 10 bindings) for down_proj's GEMV to
+    // add up (K.matmulTakesParts): the adapter on all three, the SwiGLU folded into down_proj.
+    const mlpPairs = (l1: number): boolean => {
+      if (!lora || !siluFold || ![...gateUpTargets, 'down_proj' as const].every((t) => lora.get(l1, t))) return false;
+      const lw1 = w.layers[l1];
+      const r = lora.settings.r;
+      const norm = { w: lw1.postNorm, eps };
+      return (
+        K.groupPairs(gpu, x, [lw1.gateProj, lw1.upProj], T, gateUpNs, C, r, norm) &&
+        K.matmulTakesParts(gpu, gate, lw1.downProj, T, C, I, r)
+      );
     };
     // Projections of h = rmsNorm(x, normW) sharing one read of it (q/k/v, gate/up): one fused GEMV
     // dispatch in decode (K.matmulGroup), then each target's LoRA branch on its own output.
@@ -285,6 +304,12 @@ export class Qwen3Model {
         if (wts.length === 3) {
           const B = lora.packed(l, targets)!.B;
           K.matmulGroup(gpu, ys, xIn, wts, T, Ns, C, norm, { u: aParts!, B, r, scale, parts });
+        } else if (mlpPairs(l)) {
+          // gate/up packed (nextGroupA), beginning down_proj's A product
+          const B = lora.packed(l, targets)!.B;
+          dParts ??= gpu.createBuffer(K.pairParts(I) * T * r * 4, 'loraDParts');
+          const next = { A: lora.get(l, 'down_proj')!.A, parts: dParts, R: r };
+          pendingDown = K.matmulGroup(gpu, ys, xIn, wts, T, Ns, C, norm, { u: aParts!, B, r, scale, parts }, next);
         } else {
           const Bs = ps.map((p) => p!.B);
           K.matmulGroup(gpu, ys, xIn, wts, T, Ns, C, norm, { u: aParts!, Bs, r, scale, parts });
@@ -318,7 +343,6 @@ export class Qwen3Model {
       });
     };
 
-    const siluFold = K.foldsSilu(gpu, T);
     if (onGpu) K.embedPicked(gpu, x, onGpu.buffer, ids, w.embed, T, C, V, onGpu.buffer.size / 4);
     else K.embed(gpu, x, ids, w.embed, T, C, V);
     for (l = 0; l < cfg.numLayers; l++) {
@@ -381,8 +405,12 @@ export class Qwen3Model {
       // else by its own kernel first.
       // It also begins the next layer's q/k/v LoRA A product where that folds (nextGroupA).
       const next = nextGroupA(l + 1, true);
-      if (siluFold) pendingParts = proj(x, gate, lw.downProj, 'down_proj', C, I, true, up, next);
-      else {
+      if (siluFold) {
+        // u from the gate/up GEMV's partial sums where it paired (mlpPairs)
+        const dU = pendingDown > 0 ? { buffer: dParts!, parts: pendingDown } : undefined;
+        pendingDown = 0;
+        pendingParts = proj(x, gate, lw.downProj, 'down_proj', C, I, true, up, next, dU);
+      } else {
         K.siluMul(gpu, act, gate, up, T * I);
         pendingParts = proj(x, act, lw.downProj, 'down_proj', C, I, true, undefined, next);
       }
@@ -420,6 +448,7 @@ export class Qwen3Model {
     if (uPacked) gpu.releaseBuffer(uPacked);
     if (aParts) gpu.releaseBuffer(aParts);
     if (oParts) gpu.releaseBuffer(oParts);
+    if (dParts) gpu.releaseBuffer(dParts);
   }
 
   private u32(values: ArrayLike<number>, label: string): GPUBuffer {

@@ -29,7 +29,16 @@ import {
   type Weight,
   type WeightFormat,
 } from './common.ts';
-import { colsPerThread, colsShapeFits, colsSplit, lanesSplit, LANES_MAX, tmaxFor, wideLanes } from './colsSplit.ts';
+import {
+  colsPerThread,
+  colsShapeFits,
+  colsSplit,
+  lanesSplit,
+  LANES_MAX,
+  nextAParts,
+  tmaxFor,
+  wideLanes,
+} from './colsSplit.ts';
 export { nextAParts } from './colsSplit.ts';
 import { GEMM_TILE_M, GEMM_TILE_M_TALL, GEMM_TILE_N, splitKFor } from './splitK.ts';
 import { q4DequantFor } from './q4Dequant.ts';
@@ -148,7 +157,8 @@ const NORM_FLAG = 1,
   XEACH_FLAG = 8,
   LORAPACK_FLAG = 16,
   NEXTA_FLAG = 32,
-  NEXTA2_FLAG = 64;
+  NEXTA2_FLAG = 64,
+  PAIR_FLAG = 128;
 const WEIGHT_CODES: Record<WeightFormat, number> = { f32: 0, bf16: 1, q4: 2 };
 const blockDefinesMemo = new Map<number, BlockDefines>();
 /** blockDefines with define UPART (its workgroup array's length), by the key without it, then by it. */
@@ -157,7 +167,7 @@ const fitsBits = (v: number, bits: number) => Number.isInteger(v) && v >= 0 && v
 
 /**
  * shaders/gemv.wgsl's defines as one frozen object per content, found by a number packed from the
- * values (50 bits, exact in a double), so a dispatch builds no object and the pipeline cache finds
+ * values (52 bits, exact in a double), so a dispatch builds no object and the pipeline cache finds
  * its kernel by identity (src/gpu/launch.ts). A decode step makes hundreds of these calls; the
  * object spreads they replace were a sixth of its encoding (bench/decode-encode.ts). LANES and XS
  * of 0 leave their define out (gemv_rows, gemv_cols), and so does a CPT of 1 (gemv_lanes' columns
@@ -188,9 +198,9 @@ function blockDefines(
     ? ((((((WEIGHT_CODES[WEIGHTS] * 256 + TMAX) * 512 + COLS) * 256 + LANES) * 8192 + XS) * 2 + (subgroups ? 1 : 0)) *
         4 +
         cptCode) *
-        512 +
-      GROUP * 128 +
-      (flags & 127)
+        1024 +
+      GROUP * 256 +
+      (flags & 255)
     : -1;
   const hit = UPART === 0 ? blockDefinesMemo.get(key) : upartDefinesMemo.get(key)?.get(UPART);
   if (hit) return hit;
@@ -208,6 +218,7 @@ function blockDefines(
   if (flags & LORAPACK_FLAG) d.LORAPACK = 1;
   if (flags & NEXTA_FLAG) d.NEXTA = 1;
   if (flags & NEXTA2_FLAG) d.NEXTA2 = 1;
+  if (flags & PAIR_FLAG) d.PAIR = 1;
   if (UPART) d.UPART = UPART;
   const out = d as BlockDefines;
   if (!packs) return out; // outside the packing: built each call, and looked up by its values
@@ -226,7 +237,7 @@ function withBlock<D extends BlockDefines>(d: D, GROUP: number, flags: number, L
   return blockDefines(d.WEIGHTS, d.TMAX, COLS, LANES, d.XS ?? 0, 'SUBGROUPS' in d, GROUP, flags, 1, UPART) as D;
 }
 
-/** blockDefines' flags of d (NORM, SILU, LORA, XEACH, LORAPACK, NEXTA, NEXTA2). */
+/** blockDefines' flags of d (NORM, SILU, LORA, XEACH, LORAPACK, NEXTA, NEXTA2, PAIR). */
 const flagsOf = (d: BlockDefines) =>
   ('NORM' in d ? NORM_FLAG : 0) |
   ('SILU' in d ? SILU_FLAG : 0) |
@@ -234,7 +245,8 @@ const flagsOf = (d: BlockDefines) =>
   ('XEACH' in d ? XEACH_FLAG : 0) |
   ('LORAPACK' in d ? LORAPACK_FLAG : 0) |
   ('NEXTA' in d ? NEXTA_FLAG : 0) |
-  ('NEXTA2' in d ? NEXTA2_FLAG : 0);
+  ('NEXTA2' in d ? NEXTA2_FLAG : 0) |
+  ('PAIR' in d ? PAIR_FLAG : 0);
 
 /**
  * gemv_lanes' defines d (one column a thread) with CPT columns a thread (tuning.gemvCols,
@@ -1348,12 +1360,30 @@ export function matmulGroup(
   K: number,
   norm?: FoldedNorm,
   lora?: AnyGroupLora,
-): void {
+  next?: PairAProduct,
+): number {
   const wbs = groupChecks('matmulGroup', outs, x, ws.length, T, Ns, K, norm).map((_, i) =>
     checkWeight(ws[i], Ns[i], K, `matmulGroup w ${i}`),
   );
   if (lora) groupLoraChecks(lora, outs, x, T, Ns);
-  if (T === 0) return;
+  if (next) {
+    check(
+      Number.isInteger(next.R) && next.R >= 1,
+      () => `matmulGroup: the next A product's rows must be a positive integer (got ${next.R})`,
+    );
+    checkSize(next.A, next.R * Ns[0] * 4, 'matmulGroup next A');
+    checkSize(next.parts, pairParts(Ns[0]) * T * next.R * 4, 'matmulGroup next A partials');
+    distinct('matmulGroup', ...outs, x, next.A, next.parts);
+  }
+  if (T === 0) return 0;
+  if (next) {
+    check(
+      lora !== undefined && 'B' in lora && lora.parts !== undefined && groupPairs(gpu, x, ws, T, Ns, K, lora.r, norm),
+      'matmulGroup: the next A product only where the gate/up GEMV pairs its columns (K.groupPairs), its branches packed from partial sums',
+    );
+    const WEIGHTS = weightFormat(ws[0]);
+    return pairGemv(gpu, outs, x, wbs, WEIGHTS, T, Ns[0], K, norm!, lora as PackedGroupLora, next);
+  }
   if (lora && 'u' in lora && lora.parts !== undefined)
     check(
       groupTakesParts(gpu, x, ws, T, Ns, K, lora.r, norm, 'B' in lora),
@@ -1368,7 +1398,7 @@ export function matmulGroup(
   const mixed = ws.some((w) => weightFormat(w) !== WEIGHTS);
   if (norm && (mixed || groupVariant(gpu, x, wbs, WEIGHTS, T, Ns, K, true) !== 'lanes')) {
     withNormed(gpu, x, norm, T, K, (h) => matmulGroup(gpu, outs, h, ws, T, Ns, K, undefined, lora));
-    return;
+    return 0;
   }
   // An anonymous closure: a named one gets tsx's keepNames wrapper (a defineProperty) per call.
   if (mixed) for (let i = 0; i < ws.length; i++) matmul(gpu, outs[i], x, ws[i], T, Ns[i], K, false, loraOf(lora, i));
@@ -1389,6 +1419,95 @@ export function matmulGroup(
     );
     if (lora && !folded && 'us' in lora) matmulEachF32(gpu, outs, lora.us, lora.Bs, T, Ns, lora.r, true, lora.scale);
   }
+  return 0;
+}
+
+/**
+ * down_proj's LoRA A product begun in the gate/up group GEMV (matmulGroup's `next`; shaders/
+ * gemv.wgsl PAIR): each workgroup writes gate and up for the same columns, then its share of
+ * u = (silu(gate) * up) A^T over them into parts (P, T, R), P the count matmulGroup returns;
+ * down_proj's GEMV adds them up (matmul's `lora` with `parts`). Only where groupPairs.
+ */
+export interface PairAProduct {
+  A: GPUBuffer; // (R, N) f32: down_proj's A (N = the MLP's width)
+  parts: GPUBuffer; // (P, T, R) f32 out, P <= pairParts(N)
+  R: number;
+}
+
+/** The most partial sums a row the paired gate/up GEMV writes over N columns (PairAProduct). */
+export const pairParts = (N: number): number => nextAParts(N);
+
+/**
+ * gemv_lanes_group's defines with define PAIR for the gate/up group with its norm and its packed
+ * branches from partial sums: an even number of columns a thread (CPT 2 or 4: half gate's, half
+ * up's), CPT 2 with twice the lanes where withColsPerThread gives 1; null where that passes LANES_MAX.
+ */
+function pairDefines(gpu: Gpu, WEIGHTS: WeightFormat, T: number, K: number, N: number, r: number): LanesDefines | null {
+  const flags = NORM_FLAG | LORA_FLAG | LORAPACK_FLAG | NEXTA_FLAG | PAIR_FLAG;
+  const UPART = upartLength(tmaxFor(T), 2, r);
+  const d = withColsPerThread(gpu, lanesDefines(gpu, WEIGHTS, T, K, true, N, 2, flags, UPART), K);
+  if ((d.CPT ?? 1) > 1) return d;
+  if (d.LANES * 2 > LANES_MAX) return null;
+  return blockDefines(
+    d.WEIGHTS,
+    d.TMAX,
+    d.COLS,
+    d.LANES * 2,
+    d.XS,
+    'SUBGROUPS' in d,
+    2,
+    flags,
+    2,
+    UPART,
+  ) as LanesDefines;
+}
+
+/**
+ * Whether matmulGroup over the gate/up group takes down_proj's LoRA A product (PairAProduct,
+ * tuning.loraAFold): two weights of the same rows whose group takes its packed branches as
+ * partial sums (groupTakesParts) with the norm folded, and whose bindings hold down's A and the
+ * partials too (10: Chrome's limit).
+ */
+export function groupPairs(
+  gpu: Gpu,
+  x: GPUBuffer,
+  ws: readonly Weight[],
+  T: number,
+  Ns: readonly number[],
+  K: number,
+  r: number,
+  norm?: FoldedNorm,
+): boolean {
+  if (ws.length !== 2 || Ns.length !== 2 || Ns[0] !== Ns[1] || !norm) return false;
+  if (!groupTakesParts(gpu, x, ws, T, Ns, K, r, norm, true)) return false;
+  if (2 * 2 + 2 + 2 + 2 > gpu.limits.maxStorageBuffersPerShaderStage) return false;
+  return pairDefines(gpu, weightFormat(ws[0]), T, K, Ns[0], r) !== null;
+}
+
+/** matmulGroup's paired gate/up GEMV (PairAProduct); returns the partial sums a row it wrote. */
+function pairGemv(
+  gpu: Gpu,
+  outs: readonly GPUBuffer[],
+  x: GPUBuffer,
+  wbs: readonly GPUBuffer[],
+  WEIGHTS: WeightFormat,
+  T: number,
+  N: number,
+  K: number,
+  norm: FoldedNorm,
+  lora: PackedGroupLora,
+  next: PairAProduct,
+): number {
+  const defines = pairDefines(gpu, WEIGHTS, T, K, N, lora.r)!;
+  const groups = Math.ceil(N / (defines.COLS / 2));
+  const [x0, y0] = splitGrid(groups, gpu.limits.maxComputeWorkgroupsPerDimension);
+  gpu.dispatch(
+    opKernel(gpu, 'matmulGroup', 'gemv', 'gemv_lanes_group', defines),
+    [outs[0], x, wbs[0], outs[1], wbs[1], norm.w, lora.u, lora.B, next.A, next.parts],
+    [x0, y0],
+    [T, N, K, 0, f32(1), 0, 0, 0, N, 0, f32(norm.eps), lora.r, f32(lora.scale), next.R, lora.parts!],
+  );
+  return groups;
 }
 
 /**

@@ -186,7 +186,9 @@ export interface Tuning {
    * GEMV, which adds them up as it takes the B product (K.matmul's `lora.A`, UPART on gemv_lanes):
    * two dispatches fewer a layer again, the reduces'; and where the decode attention splits over
    * the keys, its attention_combine begins o_proj's A product (K.AttentionAProduct, APART), which
-   * o_proj's GEMV adds up: one fewer again.
+   * o_proj's GEMV adds up: one fewer again; and where down_proj is adapted with the SwiGLU folded,
+   * the gate/up GEMV pairs its columns (its branches packed) and begins down_proj's A product
+   * (K.PairAProduct, PAIR; 10 bindings): one fewer again.
    */
   loraAFold: 'auto' | 'off';
   /**

@@ -217,23 +217,21 @@ export function loraBytes(cfg: Qwen3Config, lora: LoraShape, copies: number): nu
  * The stacked copies of a group's A and B matrices (LoraAdapter.packed), made where a group the
  * adapter targets whole binds its LoRA branches packed in decode (K.groupLoraPacks: a device with
  * fewer storage buffers a stage than one u and B per projection need, but 2 more than the group's
- * own: q/k/v with its norm at 10 to 13, Chrome's 10; gate/up at 8 or 9), and q/k/v's wherever its
- * A product is begun in down_proj's GEMV (tuning.loraAFold: from 10 on, on GPUs; gate/up's then
- * binds each B, and from 9 on). Those ranges do not overlap, so at most one group packs on a
- * device: the larger group's bytes, planned on every one.
+ * own: q/k/v with its norm at 10 to 13, Chrome's 10; gate/up at 8 or 9), q/k/v's wherever its
+ * A product is begun in down_proj's GEMV (tuning.loraAFold: from 10 on, on GPUs), and gate/up's
+ * wherever its GEMV begins down_proj's A product (K.groupPairs, from 10 on, with down_proj
+ * adapted too). Both groups' bytes, planned on every device.
  */
 export function loraPackBytes(cfg: Qwen3Config, lora: LoraShape): number {
-  let most = 0;
+  let bytes = 0;
   for (const group of LORA_GROUPS) {
     if (!group.every((t) => lora.targets.includes(t))) continue;
-    let bytes = 0;
     for (const t of group) {
       const d = targetDims(cfg, t);
       bytes += f32(lora.r * d.in) + f32(d.out * lora.r);
     }
-    most = Math.max(most, bytes);
   }
-  return cfg.numLayers * most;
+  return cfg.numLayers * bytes;
 }
 const LORA_GROUPS: readonly (readonly LoraTarget[])[] = [
   ['q_proj', 'k_proj', 'v_proj'],
@@ -298,8 +296,9 @@ function forwardBuffers(
     if (r > 0 && T <= GEMV_MAX_T)
       out.push(
         buf(`${tag} loraAParts`, `(${nextAParts(C)}, ${T}, 3 r) f32`, f32(nextAParts(C) * T * 3 * r)),
-        // o_proj's as attention_combine's (K.AttentionAProduct)
+        // o_proj's as attention_combine's (K.AttentionAProduct), down_proj's as the gate/up GEMV's (K.PairAProduct)
         buf(`${tag} loraOParts`, `(NH, ${T}, r) f32`, f32(NH * T * r)),
+        buf(`${tag} loraDParts`, `(${nextAParts(I)}, ${T}, r) f32`, f32(nextAParts(I) * T * r)),
       );
     if (rows > 0)
       out.push(buf(`${tag} logitRows`, '(R) u32', f32(rows)), buf(`${tag} hLast`, '(R, C) f32', f32(rows * C)));

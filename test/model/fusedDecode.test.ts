@@ -270,11 +270,11 @@ it("an adapter on some projections of a group: that group's norm runs alone, the
 // A device with fewer storage buffers a stage (requested lower on this one): Chrome's 10
 // (gpuweb#4235) and WebGPU's default 8. With the norms folded ('lanes') q/k/v's own bindings are 8
 // and gate/up's 6, each LoRA branch's u and B 2 more: at 10 q/k/v's branches bind packed (one u
-// over the stacked A's, one stacked B: 10) and gate/up's each; at 8 q/k/v's cannot fold (10) and
-// gate/up's pack (8). The logits within f32 rounding of the unfolded branches either way, and the
+// over the stacked A's, one stacked B: 10), and gate/up's too, with down_proj's A and partials
+// (paired, 10); at 8 q/k/v's cannot fold (10) and gate/up's pack (8). The logits within f32 rounding of the unfolded branches either way, and the
 // dispatches fewer by what folds: o_proj's and down_proj's B products and each folded group's.
 describe.each([
-  [10, 'q/k/v packed, gate/up each', true, true],
+  [10, 'q/k/v packed, gate/up packed and paired', true, true],
   [8, 'q/k/v apart, gate/up packed', false, true],
 ] as const)('a device with %i storage buffers a stage: %s', (limit, _what, qkvFolds, gateUpFolds) => {
   it('decodes within rounding of the unfolded branches', async () => {
@@ -297,13 +297,16 @@ describe.each([
       expect(gateUp.length).toBeGreaterThan(0);
       expect(qkv.every((l) => l.includes('LORA=1') === qkvFolds && l.includes('LORAPACK=1') === qkvFolds)).toBe(true);
       expect(gateUp.every((l) => l.includes('LORA=1') === gateUpFolds)).toBe(true);
-      expect(gateUp.every((l) => l.includes('LORAPACK=1') === limit < 10)).toBe(true);
       // Where a group's u can come as partial sums (tuning.loraAFold: q/k/v's packed, 10 storage
-      // buffers; gate/up's each with its own B, 9), its A product is begun in the GEMV before it
-      // (the previous layer's down_proj, o_proj): at 10 one dispatch fewer for gate/up every layer
-      // and for q/k/v every layer after the first; at 8 neither fits.
+      // buffers), its A product is begun in the GEMV before it (the previous layer's down_proj,
+      // o_proj): at 10 one dispatch fewer for gate/up every layer and for q/k/v every layer after
+      // the first; and gate/up, packed too, pairs its columns to begin down_proj's A product
+      // (K.groupPairs, 10): one fewer every layer again. At 8 none fits, and gate/up packs for
+      // its own bindings.
       const partial = limit >= 10;
-      const fewer = (2 + (qkvFolds ? 1 : 0) + (gateUpFolds ? 1 : 0)) * LAYERS + (partial ? 2 * LAYERS - 1 : 0);
+      expect(gateUp.every((l) => l.includes('LORAPACK=1'))).toBe(true);
+      expect(gateUp.every((l) => l.includes('PAIR=1') === partial)).toBe(true);
+      const fewer = (2 + (qkvFolds ? 1 : 0) + (gateUpFolds ? 1 : 0)) * LAYERS + (partial ? 3 * LAYERS - 1 : 0);
       for (let s = 0; s < off.dispatches.length; s++) expect(off.dispatches[s] - auto.dispatches[s]).toBe(fewer);
       expect(labels.some((l) => l.startsWith('gemv.gemv_lanes[') && l.includes('NEXTA=1'))).toBe(partial);
       expect(qkv.some((l) => l.includes('UPART='))).toBe(partial);
@@ -318,54 +321,73 @@ describe.each([
 // The groups' LoRA A products begun in the GEMV before them (tuning.loraAFold, 'auto' with
 // 'lanes'): down_proj's workgroups write their columns' shares of the next layer's q/k/v
 // u = rmsNorm(x) A^T before the rstd (shaders/gemv.wgsl NEXTA, over the stacked A's), o_proj's of
-// its layer's gate/up u (NEXTA2, over gate's and up's own A's), and the group GEMVs add them up and
-// scale them (UPART: q/k/v's branches packed, gate/up's each with its own B). Against the A
-// products of their own ('off'): logits within f32 rounding, 2 LAYERS - 1 dispatches fewer a
-// decode step (two rows of x, B = 2), bf16 and q4, f32 and f16 KV; new LoRA weights are followed
-// (the stacked A the producer reads, LoraAdapter.packed).
+// its layer's gate/up u, and the group GEMVs add them up and scale them (UPART). Two ways for
+// gate/up:
+// - paired (the SwiGLU folded into down_proj, down_proj adapted: K.groupPairs): o_proj over
+//   gate's and up's stacked A (NEXTA), the gate/up GEMV with its branches packed and its columns
+//   paired, beginning down_proj's own A product over silu(gate) * up (PAIR), which down_proj's
+//   GEMV adds up (UPART): LAYERS dispatches fewer again;
+// - not (siluFold 'off'): o_proj over gate's and up's own A's (NEXTA2), each branch its own B.
+// Against the A products of their own ('off'): logits within f32 rounding, 2 LAYERS - 1 (3 LAYERS
+// - 1 paired) dispatches fewer a decode step (two rows of x, B = 2), bf16 and q4, f32 and f16 KV;
+// new LoRA weights are followed (the stacked A's the producers read, LoraAdapter.packed).
 describe.each([
-  ['bf16', 'f32'],
-  ['q4', 'f16'],
-] as const)('weights %s, KV %s: the LoRA A products begun in the GEMV before', (weights, kv) => {
-  it('decodes within rounding of their own A products, 2 LAYERS - 1 dispatches fewer a step', async () => {
-    const { model } = await loadQwen3(gpu, nodeFolderSource(tmp), { weights, kv });
-    const { lora, weights: loraWeights } = movedLora(model, 4, 3);
-    const adapter = attachAdapter(model, lora, loraWeights);
-    K.tuning.matmul = 'lanes';
-    K.tuning.loraAFold = 'off';
-    const off = await decode(model);
-    K.tuning.loraAFold = 'auto';
-    const { result: folded, labels } = await withLabels(gpu, () => decode(model));
-    const rel = kv === 'f16' ? 2e-4 : 1e-5;
-    for (let s = 0; s < off.logits.length; s++) expectClose(folded.logits[s], off.logits[s], `step ${s}`, rel);
-    for (let s = 0; s < off.dispatches.length; s++)
-      expect(off.dispatches[s] - folded.dispatches[s]).toBe(2 * LAYERS - 1);
-    // Each of the 3 decode steps (the prefill of 6 rows may fold too, where u (8, 3 r) fits the
-    // workgroup memory): o_proj with gate's and up's A's (NEXTA2) every layer, down_proj with
-    // q/k/v's stacked A all but the last; their consumers.
-    const count = (f: (l: string) => boolean) => labels.filter(f).length;
-    const nexta = (l: string) => l.startsWith('gemv.gemv_lanes[') && l.includes('NEXTA=1');
-    const upart = (l: string) => l.startsWith('gemv.gemv_lanes_group[') && l.includes('UPART=');
-    expect(count((l) => nexta(l) && l.includes('NEXTA2=1'))).toBeGreaterThanOrEqual(3 * LAYERS);
-    expect(count((l) => nexta(l) && !l.includes('NEXTA2=1'))).toBeGreaterThanOrEqual(3 * (LAYERS - 1));
-    expect(count((l) => upart(l) && l.includes('GROUP=2') && !l.includes('LORAPACK'))).toBeGreaterThanOrEqual(
-      3 * LAYERS,
-    );
-    expect(count((l) => upart(l) && l.includes('GROUP=3') && l.includes('LORAPACK=1'))).toBeGreaterThanOrEqual(
-      3 * (LAYERS - 1),
-    );
-    // New weights: both paths follow them.
-    adapter.setWeights(movedLora(model, 4, 8, 0.2).weights);
-    const foldedNew = await decode(model);
-    K.tuning.loraAFold = 'off';
-    const offNew = await decode(model);
-    for (let s = 0; s < off.logits.length; s++) {
-      expect(foldedNew.logits[s], `new weights, step ${s}`).not.toEqual(folded.logits[s]);
-      expectClose(foldedNew.logits[s], offNew.logits[s], `new weights, step ${s}`, rel);
-    }
-    adapter.destroy();
-  });
-});
+  ['bf16', 'f32', true],
+  ['q4', 'f16', true],
+  ['q4', 'f32', false],
+] as const)(
+  'weights %s, KV %s: the LoRA A products begun in the GEMV before (gate/up paired: %s)',
+  (weights, kv, paired) => {
+    it('decodes within rounding of their own A products, with fewer dispatches', async () => {
+      const { model } = await loadQwen3(gpu, nodeFolderSource(tmp), { weights, kv });
+      const { lora, weights: loraWeights } = movedLora(model, 4, 3);
+      const adapter = attachAdapter(model, lora, loraWeights);
+      const base: Partial<K.Tuning> = { matmul: 'lanes', ...(paired ? {} : { siluFold: 'off' }) };
+      K.resetTuning({ ...base, loraAFold: 'off' });
+      const off = await decode(model);
+      K.tuning.loraAFold = 'auto';
+      const { result: folded, labels } = await withLabels(gpu, () => decode(model));
+      const rel = kv === 'f16' ? 2e-4 : 1e-5;
+      for (let s = 0; s < off.logits.length; s++) expectClose(folded.logits[s], off.logits[s], `step ${s}`, rel);
+      for (let s = 0; s < off.dispatches.length; s++)
+        expect(off.dispatches[s] - folded.dispatches[s]).toBe(2 * LAYERS - 1 + (paired ? LAYERS : 0));
+      // Each of the 3 decode steps (the prefill of 6 rows may fold too, where u (8, 3 r) fits the
+      // workgroup memory): o_proj with gate/up's A's every layer, down_proj with q/k/v's stacked A
+      // all but the last; their consumers.
+      const count = (f: (l: string) => boolean) => labels.filter(f).length;
+      const lanes = (l: string) => l.startsWith('gemv.gemv_lanes[');
+      const nexta = (l: string) => lanes(l) && l.includes('NEXTA=1');
+      const upart = (l: string) => l.startsWith('gemv.gemv_lanes_group[') && l.includes('UPART=');
+      // o_proj: over gate/up's stacked A where paired, their own (NEXTA2) where not; down_proj: the
+      // SwiGLU folded where paired, not where not
+      const oProj = (l: string) => nexta(l) && (paired ? !l.includes('SILU=1') : l.includes('NEXTA2=1'));
+      const down = (l: string) => nexta(l) && (paired ? l.includes('SILU=1') : !l.includes('NEXTA2=1'));
+      expect(count(oProj)).toBeGreaterThanOrEqual(3 * LAYERS);
+      expect(count((l) => oProj(l) && l.includes('NEXTA2=1'))).toBe(paired ? 0 : count(oProj));
+      expect(count(down)).toBeGreaterThanOrEqual(3 * (LAYERS - 1));
+      const gateUp = (l: string) => upart(l) && l.includes('GROUP=2');
+      expect(count((l) => gateUp(l) && l.includes('LORAPACK=1') === paired)).toBeGreaterThanOrEqual(3 * LAYERS);
+      expect(count((l) => gateUp(l) && l.includes('PAIR=1'))).toBe(paired ? count(gateUp) : 0);
+      // down_proj adds up the paired GEMV's partial sums
+      expect(count((l) => lanes(l) && l.includes('SILU=1') && l.includes('UPART='))).toBe(
+        paired ? count((l) => gateUp(l) && l.includes('PAIR=1')) : 0,
+      );
+      expect(count((l) => upart(l) && l.includes('GROUP=3') && l.includes('LORAPACK=1'))).toBeGreaterThanOrEqual(
+        3 * (LAYERS - 1),
+      );
+      // New weights: both paths follow them.
+      adapter.setWeights(movedLora(model, 4, 8, 0.2).weights);
+      const foldedNew = await decode(model);
+      K.tuning.loraAFold = 'off';
+      const offNew = await decode(model);
+      for (let s = 0; s < off.logits.length; s++) {
+        expect(foldedNew.logits[s], `new weights, step ${s}`).not.toEqual(folded.logits[s]);
+        expectClose(foldedNew.logits[s], offNew.logits[s], `new weights, step ${s}`, rel);
+      }
+      adapter.destroy();
+    });
+  },
+);
 
 // o_proj's and down_proj's own LoRA A products where they split over K (a GPU's 'auto': at
 // Qwen3-4B's widths, K 4,096 and 9,728 over r = 16 columns): their slices' partial sums go to the
@@ -408,15 +430,18 @@ describe('the split LoRA A products added up in the projection', () => {
     const { result: folded, labels } = await withLabels(gpu, () => decode(model));
     const rel = kv === 'f16' ? 2e-4 : 1e-5;
     for (let s = 0; s < off.logits.length; s++) expectClose(folded.logits[s], off.logits[s], `step ${s}`, rel);
+    // 2 LAYERS for the reduces, 3 LAYERS - 1 for the groups' A products and down_proj's (paired)
     for (let s = 0; s < off.dispatches.length; s++)
-      expect(off.dispatches[s] - folded.dispatches[s]).toBe(4 * LAYERS - 1);
+      expect(off.dispatches[s] - folded.dispatches[s]).toBe(5 * LAYERS - 1);
     const single = (l: string) => l.startsWith('gemv.gemv_lanes[') && l.includes('LORA=1') && l.includes('UPART=');
-    // o_proj (with gate/up's A's, NEXTA2) and down_proj (SILU; the next layer's q/k/v A but in the
-    // last layer) in each of the 3 decode steps.
-    expect(labels.filter((l) => single(l) && l.includes('NEXTA2=1')).length).toBeGreaterThanOrEqual(3 * LAYERS);
+    // o_proj (with gate/up's stacked A, NEXTA) and down_proj (SILU; from the paired gate/up GEMV,
+    // the next layer's q/k/v A but in the last layer) in each of the 3 decode steps.
+    expect(
+      labels.filter((l) => single(l) && l.includes('NEXTA=1') && !l.includes('SILU')).length,
+    ).toBeGreaterThanOrEqual(3 * LAYERS);
     expect(labels.filter((l) => single(l) && l.includes('SILU=1')).length).toBeGreaterThanOrEqual(3 * LAYERS);
     expect(
-      labels.filter((l) => single(l) && l.includes('SILU=1') && l.includes('NEXTA=1') && !l.includes('NEXTA2')).length,
+      labels.filter((l) => single(l) && l.includes('SILU=1') && l.includes('NEXTA=1')).length,
     ).toBeGreaterThanOrEqual(3 * (LAYERS - 1));
     expect(labels.some((l) => l.includes('gemv_cols_reduce'))).toBe(false);
     expect(labels.some((l) => l.includes('APART'))).toBe(false); // one split: no attention_combine
@@ -431,7 +456,7 @@ describe('the split LoRA A products added up in the projection', () => {
     for (let s = 0; s < offLong.logits.length; s++)
       expectClose(long.logits[s], offLong.logits[s], `cache 512, step ${s}`, rel);
     for (let s = 0; s < offLong.dispatches.length; s++)
-      expect(offLong.dispatches[s] - long.dispatches[s]).toBe(5 * LAYERS - 1);
+      expect(offLong.dispatches[s] - long.dispatches[s]).toBe(6 * LAYERS - 1);
     const combines = longLabels.filter((l) => l.startsWith('attention.attention_combine['));
     expect(combines.length).toBeGreaterThanOrEqual(3 * LAYERS);
     expect(combines.every((l) => l.includes('APART=1'))).toBe(true);

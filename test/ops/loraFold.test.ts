@@ -251,6 +251,91 @@ describe("with its A product (LoraEpilogue's A)", () => {
   });
 });
 
+// matmulGroup's `next` (K.PairAProduct): the gate/up group GEMV with its norm folded and its
+// branches packed from partial sums pairs its columns (shaders/gemv.wgsl PAIR: a workgroup writes
+// gate and up for the same columns) and begins down_proj's LoRA A product over silu(gate) * up as
+// per-workgroup partial sums. Against the CPU reference (f64): gate and up (with the rstd times the
+// summed u partials through the stacked B), and the partials' sum against (silu(gate) * up) A^T.
+describe('the gate/up group paired, beginning the next A product (PairAProduct)', () => {
+  let gpuWith: Gpu;
+  beforeAll(() => {
+    gpuWith = gpu;
+  });
+  it.each([
+    ['q4', 1, 96, 256, 16, 'subgroups'],
+    ['bf16', 4, 200, 512, 4, 'subgroups'],
+    ['q4', 8, 72, 320, 8, 'subgroups'],
+    ['q4', 2, 200, 256, 16, 'shared-memory'],
+  ] as const)('%s T=%i N=%i K=%i r=%i, %s reduction', async (format, T, N, Kd, r, reduction) => {
+    const gpu = reduction === 'subgroups' ? gpuWith : tree;
+    current = gpu;
+    K.resetTuning({ autoFor: 'gpu' });
+    const name = `paired ${format} T=${T} N=${N} K=${Kd} r=${r}`;
+    const rand = ref.rng(T * 7 + N + Kd + r);
+    const xv = ref.randn(T * Kd, rand);
+    const normVals = ref.roundBf16(ref.randn(Kd, rand));
+    const ws = [0, 1].map((i) => h.weight(format, N, Kd, 900 + 13 * i + T));
+    const P = 3; // the u partials o_proj would have written: (P, T, 2 r), before the rstd
+    const uParts = ref.randn(P * T * 2 * r, rand, 0.5);
+    const B = ref.randn(2 * N * r, rand, 0.3); // gate's rows, then up's
+    const A = ref.randn(r * N, rand, 0.1); // down_proj's A (r, N)
+    const scale = 1.25;
+    const eps = 1e-6;
+    const x = f32Buf(xv);
+    const norm = { w: h.bf16Buf(normVals), eps };
+    const wbs = ws.map((w) => w.w);
+    expect(K.groupPairs(gpu, x, wbs, T, [N, N], Kd, r, norm)).toBe(true);
+    expect(K.groupPairs(gpu, x, wbs, T, [N, N], Kd, r), 'no norm').toBe(false);
+    const outs = [outBuf(T * N), outBuf(T * N)];
+    const parts = outBuf(K.pairParts(N) * T * r, 'parts');
+    const lora = { u: f32Buf(uParts, 'u'), B: f32Buf(B, 'B'), r, scale, parts: P };
+    const next = { A: f32Buf(A, 'A'), parts, R: r };
+    const d0 = gpu.dispatchCount;
+    const written = K.matmulGroup(gpu, outs, x, wbs, T, [N, N], Kd, norm, lora, next);
+    expect(gpu.dispatchCount - d0, 'one dispatch').toBe(1);
+    expect(K.kernelVariant(gpu, 'matmulGroup')?.label).toContain('PAIR=1');
+    expect(written).toBeGreaterThan(0);
+    expect(written).toBeLessThanOrEqual(K.pairParts(N));
+    // The reference: rows h = rmsNorm(x), gate and up = h W^T + scale rstd u B^T.
+    const hv = new Float64Array(T * Kd);
+    ref.rmsNorm(hv, xv, normVals, T, Kd, eps);
+    const act: Float64Array[] = [];
+    for (let i = 0; i < 2; i++) {
+      const want = new Float64Array(T * N);
+      ref.matmul(want, hv, ws[i].vals, T, N, Kd);
+      for (let t = 0; t < T; t++) {
+        let ss = 0;
+        for (let k = 0; k < Kd; k++) ss += xv[t * Kd + k] ** 2;
+        const rstd = 1 / Math.sqrt(ss / Kd + eps);
+        for (let n = 0; n < N; n++) {
+          let s = 0;
+          for (let j = 0; j < r; j++) {
+            let u = 0;
+            for (let p = 0; p < P; p++) u += uParts[(p * T + t) * 2 * r + i * r + j];
+            s += u * B[(i * N + n) * r + j];
+          }
+          want[t * N + n] += scale * rstd * s;
+        }
+      }
+      expectClose(`${name}: ${i ? 'up' : 'gate'}`, await gpu.readF32(outs[i], T * N), want, 2e-6, 1e-6);
+      act.push(want);
+    }
+    const silu = new Float64Array(T * N);
+    for (let i = 0; i < T * N; i++) silu[i] = (act[0][i] / (1 + Math.exp(-act[0][i]))) * act[1][i];
+    const u = new Float64Array(T * r);
+    ref.matmulF32(u, silu, A, T, r, N);
+    const got = await gpu.readF32(parts, written * T * r);
+    const sum = new Float64Array(T * r);
+    for (let g = 0; g < written; g++) for (let i = 0; i < T * r; i++) sum[i] += got[g * T * r + i];
+    expectClose(`${name}: down_proj's u from the partial sums`, sum, u, 1e-5, 1e-6);
+    // Where it does not pair, matmulGroup says so.
+    const { u: _, parts: __, ...unpacked } = lora;
+    expect(() => K.matmulGroup(gpu, outs, x, wbs, T, [N, N], Kd, norm, { ...unpacked, u: lora.u }, next)).toThrow(
+      /pairs its columns/,
+    );
+  });
+});
+
 // matmulGroup's `lora` (K.GroupLora): the q/k/v or gate/up group product takes each weight's LoRA
 // B product in its store (define LORA with GROUP) where its u and B bindings fit (4 G + 1, plus the
 // folded norm's weights: 13 or 14 for q/k/v, 9 or 10 for gate/up), one dispatch in all; elsewhere
