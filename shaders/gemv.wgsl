@@ -448,41 +448,11 @@ fn nextNormAt(n: u32) -> f32 {
 }
 
 // Workgroup g's partial sums of the next A product over its columns [g COLS, g COLS + COLS) of
-// out, once they are stored (define NEXTA, above): each (row t, A row i) by P threads, P the most
-// (a power of two) that fit 256 threads and the columns, their sums added in red. Holds barriers:
-// call it in uniform control flow.
-fn nextPartials(g: u32, lid: u32) {
-  storageBarrier(); // this workgroup's stores of out are visible to all its threads
-  workgroupBarrier(); // and red's last reads are done
-  let c0 = g * COLS;
-  let nc = min(COLS, p.N - c0);
-  let pairs = p.M * p.nextR;
-  var P = 1u;
-  while (P * 2u * pairs <= 256u && P * 2u <= nc) { P *= 2u; }
-  let per = 256u / P; // pairs a round
-  let q0 = lid / P;
-  let sl = lid % P;
-  for (var base = 0u; base < pairs; base += per) {
-    let q = base + q0;
-    var s = 0.0;
-    if (q < pairs) {
-      let t = q / p.nextR;
-      let i = q - t * p.nextR;
-      for (var c = sl; c < nc; c += P) {
-        let n = c0 + c;
-        s += nextAAt(i, n) * (nextNormAt(n) * out[t * p.N + n]);
-      }
-    }
-    red[lid] = s;
-    workgroupBarrier();
-    if (q < pairs && sl == 0u) {
-      var tot = 0.0;
-      for (var j = 0u; j < P; j++) { tot += red[lid + j]; }
-      nextParts[g * pairs + q] = tot;
-    }
-    workgroupBarrier();
-  }
+// out, once they are stored (define NEXTA, above): the sums of nextValue (common/colpartials.wgsl).
+fn nextValue(t: u32, i: u32, n: u32) -> f32 {
+  return nextAAt(i, n) * (nextNormAt(n) * out[t * p.N + n]);
 }
+#include "common/colpartials.wgsl" (NAME=nextPartials, W=COLS, VAL=nextValue)
 #endif
 
 #ifdef PAIR
@@ -493,7 +463,7 @@ fn nextPartials(g: u32, lid: u32) {
 // adds up over them sum_n nextA[i, n] silu(out[t, n]) out1[t, n] into nextParts at (g, t, i):
 // down_proj's u = (silu(gate) * up) A^T as partial sums, which down_proj's GEMV adds up (UPART).
 // One dispatch fewer a layer: that A product's own. Each column the same sums in the same order as
-// gemv_lanes_group's (bitwise the same gate and up).
+// gemv_lanes_group's at the same LANES and CPT.
 const HC = CPT / 2u; // columns of each weight a thread (CPT 2 or 4)
 const PCOLS = HC * CSTEP; // columns of each weight a workgroup
 
@@ -502,40 +472,12 @@ fn siluTimes1(g: f32, u: f32) -> f32 {
   return g / (1.0 + exp(-g)) * u;
 }
 
-// Workgroup g's partial sums over its PCOLS columns, once they are stored: as nextPartials.
-// Holds barriers: call it in uniform control flow.
-fn pairPartials(g: u32, lid: u32) {
-  storageBarrier(); // this workgroup's stores of out and out1 are visible to all its threads
-  workgroupBarrier(); // and red's last reads are done
-  let c0 = g * PCOLS;
-  let nc = min(PCOLS, p.N - c0);
-  let pairs = p.M * p.nextR;
-  var P = 1u;
-  while (P * 2u * pairs <= 256u && P * 2u <= nc) { P *= 2u; }
-  let per = 256u / P; // pairs a round
-  let q0 = lid / P;
-  let sl = lid % P;
-  for (var base = 0u; base < pairs; base += per) {
-    let q = base + q0;
-    var s = 0.0;
-    if (q < pairs) {
-      let t = q / p.nextR;
-      let i = q - t * p.nextR;
-      for (var c = sl; c < nc; c += P) {
-        let n = c0 + c;
-        s += nextA[i * p.N + n] * siluTimes1(out[t * p.N + n], out1[t * p.N1 + n]);
-      }
-    }
-    red[lid] = s;
-    workgroupBarrier();
-    if (q < pairs && sl == 0u) {
-      var tot = 0.0;
-      for (var j = 0u; j < P; j++) { tot += red[lid + j]; }
-      nextParts[g * pairs + q] = tot;
-    }
-    workgroupBarrier();
-  }
+// Workgroup g's partial sums over its PCOLS columns of out and out1, once they are stored: the
+// sums of pairValue (common/colpartials.wgsl), as nextPartials.
+fn pairValue(t: u32, i: u32, n: u32) -> f32 {
+  return nextA[i * p.N + n] * siluTimes1(out[t * p.N + n], out1[t * p.N1 + n]);
 }
+#include "common/colpartials.wgsl" (NAME=pairPartials, W=PCOLS, VAL=pairValue)
 #endif
 
 @compute @workgroup_size(256)
